@@ -1,0 +1,2 @@
+//! The `netcl` command-line interface.
+fn main() {}
