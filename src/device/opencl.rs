@@ -5,7 +5,7 @@
 
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
@@ -23,7 +23,21 @@ use crate::memory::Storage;
 use crate::program::{ClKernel, Defines, ProgramCache};
 
 /// Every OpenCL device of every platform, in platform order.
+///
+/// Enumerated once per process: some drivers (PoCL among them) are not safe to initialise from several threads
+/// at once, and the set of devices does not change while a process runs.
 pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceInfo)>> {
+    static DEVICES: OnceLock<std::result::Result<Vec<(ClDeviceId, DeviceInfo)>, i32>> = OnceLock::new();
+    match DEVICES.get_or_init(|| scan().map_err(|e| match e {
+        Error::OpenCl { code, .. } => code,
+        _ => -1001,
+    })) {
+        Ok(list) => Ok(list.iter().map(|(d, i)| (d.id(), i.clone())).collect()),
+        Err(code) => Err(Error::cl("clGetPlatformIDs", *code)),
+    }
+}
+
+fn scan() -> Result<Vec<(ClDeviceId, DeviceInfo)>> {
     let platforms = get_platforms().cl("clGetPlatformIDs")?;
     let mut out = Vec::new();
     for p in platforms {
@@ -65,7 +79,7 @@ pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceInfo)>> {
                 fp64: ext.contains("cl_khr_fp64"),
                 unified_memory: d.host_unified_memory().unwrap_or(false),
             };
-            out.push((id, info));
+            out.push((d, info));
         }
     }
     Ok(out)
