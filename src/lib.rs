@@ -16,9 +16,9 @@
 
 pub mod autotune;
 pub mod bench;
+pub mod data;
 pub mod device;
 pub mod error;
-pub mod data;
 pub mod half;
 pub mod io;
 pub mod memory;

@@ -19,13 +19,21 @@ impl Digits {
         let mut text = String::new();
         flate2::read::GzDecoder::new(DIGITS_CSV_GZ)
             .read_to_string(&mut text)
-            .map_err(|e| Error::Format { path: "data/digits.csv.gz".into(), message: e.to_string() })?;
+            .map_err(|e| Error::Format {
+                path: "data/digits.csv.gz".into(),
+                message: e.to_string(),
+            })?;
         let mut x = Vec::with_capacity(Self::LEN * 64);
         let mut y = Vec::with_capacity(Self::LEN);
         for (line_no, line) in text.lines().enumerate() {
-            let vals: Vec<i32> = line.split(',').map(|v| v.trim().parse::<i32>()).collect::<std::result::Result<_, _>>().map_err(|e| {
-                Error::Format { path: "data/digits.csv.gz".into(), message: format!("line {}: {e}", line_no + 1) }
-            })?;
+            let vals: Vec<i32> = line
+                .split(',')
+                .map(|v| v.trim().parse::<i32>())
+                .collect::<std::result::Result<_, _>>()
+                .map_err(|e| Error::Format {
+                    path: "data/digits.csv.gz".into(),
+                    message: format!("line {}: {e}", line_no + 1),
+                })?;
             if vals.len() != 65 {
                 return Err(Error::Format {
                     path: "data/digits.csv.gz".into(),
@@ -53,7 +61,10 @@ mod tests {
         for i in 0..d.len() {
             counts[d.label(i) as usize] += 1;
         }
-        assert!(counts.iter().all(|&c| (170..=190).contains(&c)), "{counts:?}");
+        assert!(
+            counts.iter().all(|&c| (170..=190).contains(&c)),
+            "{counts:?}"
+        );
         let mut buf = vec![0.0; 64];
         d.sample(0, &mut buf);
         assert!(buf.iter().all(|v| (0.0..=1.0).contains(v)));

@@ -42,13 +42,19 @@ impl InMemory {
                 y.len()
             )));
         }
-        Ok(InMemory { x: x.into(), shape: sample_shape.to_vec(), y: y.into() })
+        Ok(InMemory {
+            x: x.into(),
+            shape: sample_shape.to_vec(),
+            y: y.into(),
+        })
     }
 
     /// Splits into (train, test) with a seeded shuffle; `test_fraction` in (0, 1).
     pub fn split(&self, test_fraction: f32, seed: u64) -> Result<(InMemory, InMemory)> {
         if !(test_fraction > 0.0 && test_fraction < 1.0) {
-            return Err(Error::Invalid(format!("test_fraction {test_fraction} must lie strictly between 0 and 1")));
+            return Err(Error::Invalid(format!(
+                "test_fraction {test_fraction} must lie strictly between 0 and 1"
+            )));
         }
         let order = permutation(self.len(), seed);
         let n_test = ((self.len() as f32) * test_fraction).round() as usize;
@@ -119,7 +125,9 @@ pub enum Transform {
 impl Transform {
     fn check(&self, shape: &[usize]) -> Result<()> {
         match self {
-            Transform::Scale(s) if !s.is_finite() => Err(Error::Invalid(format!("Scale({s}) must be finite"))),
+            Transform::Scale(s) if !s.is_finite() => {
+                Err(Error::Invalid(format!("Scale({s}) must be finite")))
+            }
             Transform::Normalize { mean, std } => {
                 let c = shape.first().copied().unwrap_or(1);
                 if mean.len() != c || std.len() != c {
@@ -129,16 +137,22 @@ impl Transform {
                         std.len()
                     )));
                 }
-                if std.iter().any(|s| *s == 0.0 || !s.is_finite()) || mean.iter().any(|m| !m.is_finite()) {
-                    return Err(Error::Invalid("Normalize needs finite means and finite non-zero stds".into()));
+                if std.iter().any(|s| *s == 0.0 || !s.is_finite())
+                    || mean.iter().any(|m| !m.is_finite())
+                {
+                    return Err(Error::Invalid(
+                        "Normalize needs finite means and finite non-zero stds".into(),
+                    ));
                 }
                 Ok(())
             }
-            Transform::FlipHorizontal { p } if !(0.0..=1.0).contains(p) => {
-                Err(Error::Invalid(format!("FlipHorizontal p={p} must be in [0, 1]")))
-            }
+            Transform::FlipHorizontal { p } if !(0.0..=1.0).contains(p) => Err(Error::Invalid(
+                format!("FlipHorizontal p={p} must be in [0, 1]"),
+            )),
             Transform::RandomCrop { .. } | Transform::FlipHorizontal { .. } if shape.len() < 2 => {
-                Err(Error::Shape(format!("{self:?} needs samples with at least 2 dimensions, got {shape:?}")))
+                Err(Error::Shape(format!(
+                    "{self:?} needs samples with at least 2 dimensions, got {shape:?}"
+                )))
             }
             _ => Ok(()),
         }
@@ -146,7 +160,11 @@ impl Transform {
 
     fn apply(&self, shape: &[usize], x: &mut [f32], seed: u64) {
         let w = *shape.last().unwrap_or(&1);
-        let h = if shape.len() >= 2 { shape[shape.len() - 2] } else { 1 };
+        let h = if shape.len() >= 2 {
+            shape[shape.len() - 2]
+        } else {
+            1
+        };
         match self {
             Transform::Scale(s) => x.iter_mut().for_each(|v| *v *= s),
             Transform::Normalize { mean, std } => {
@@ -169,11 +187,12 @@ impl Transform {
                     for r in 0..h as i64 {
                         for c in 0..w as i64 {
                             let (sr, sc) = (r + dy, c + dx);
-                            plane[(r * w as i64 + c) as usize] = if sr >= 0 && sr < h as i64 && sc >= 0 && sc < w as i64 {
-                                src[(sr * w as i64 + sc) as usize]
-                            } else {
-                                0.0
-                            };
+                            plane[(r * w as i64 + c) as usize] =
+                                if sr >= 0 && sr < h as i64 && sc >= 0 && sc < w as i64 {
+                                    src[(sr * w as i64 + sc) as usize]
+                                } else {
+                                    0.0
+                                };
                         }
                     }
                 }
@@ -211,7 +230,15 @@ impl DataLoader {
         if batch_size == 0 {
             return Err(Error::Invalid("batch_size must be at least 1".into()));
         }
-        Ok(DataLoader { dataset, batch_size, shuffle: false, seed: 0, drop_last: false, transforms: Vec::new(), prefetch: 2 })
+        Ok(DataLoader {
+            dataset,
+            batch_size,
+            shuffle: false,
+            seed: 0,
+            drop_last: false,
+            transforms: Vec::new(),
+            prefetch: 2,
+        })
     }
 
     /// Shuffles with `seed` (a new order each epoch, reproducible).
@@ -243,7 +270,11 @@ impl DataLoader {
     /// Batches per epoch: ⌈n / batch⌉, or ⌊n / batch⌋ with `drop_last`.
     pub fn len(&self) -> usize {
         let n = self.dataset.len();
-        if self.drop_last { n / self.batch_size } else { n.div_ceil(self.batch_size) }
+        if self.drop_last {
+            n / self.batch_size
+        } else {
+            n.div_ceil(self.batch_size)
+        }
     }
 
     /// Whether an epoch yields no batch.
@@ -257,7 +288,11 @@ impl DataLoader {
         let me = self.clone();
         let handle = std::thread::spawn(move || {
             let n = me.dataset.len();
-            let order = if me.shuffle { permutation(n, rng::hash(me.seed, epoch)) } else { (0..n).collect() };
+            let order = if me.shuffle {
+                permutation(n, rng::hash(me.seed, epoch))
+            } else {
+                (0..n).collect()
+            };
             let shape = me.dataset.sample_shape().to_vec();
             let per: usize = shape.iter().product();
             for b in 0..me.len() {
@@ -280,7 +315,10 @@ impl DataLoader {
                 }
             }
         });
-        BatchIter { rx, handle: Some(handle) }
+        BatchIter {
+            rx,
+            handle: Some(handle),
+        }
     }
 }
 
@@ -323,15 +361,34 @@ mod tests {
         let dl = DataLoader::new(toy(10), 3).expect("loader").shuffle(5);
         assert_eq!(dl.len(), 4);
         let e0: Vec<Batch> = dl.epoch(0).collect();
-        assert_eq!(e0.iter().map(|b| b.y.len()).collect::<Vec<_>>(), vec![3, 3, 3, 1]);
+        assert_eq!(
+            e0.iter().map(|b| b.y.len()).collect::<Vec<_>>(),
+            vec![3, 3, 3, 1]
+        );
         let mut seen: Vec<i32> = e0.iter().flat_map(|b| b.y.clone()).collect();
         seen.sort();
         assert_eq!(seen, (0..10).collect::<Vec<_>>());
-        assert_eq!(e0, dl.epoch(0).collect::<Vec<_>>(), "same seed and epoch, same order");
-        assert_ne!(e0, dl.epoch(1).collect::<Vec<_>>(), "another epoch, another order");
+        assert_eq!(
+            e0,
+            dl.epoch(0).collect::<Vec<_>>(),
+            "same seed and epoch, same order"
+        );
+        assert_ne!(
+            e0,
+            dl.epoch(1).collect::<Vec<_>>(),
+            "another epoch, another order"
+        );
         let b = &e0[0];
         assert_eq!(b.x_shape, vec![3, 1, 2, 2]);
-        assert_eq!(b.x[..4], [b.y[0] as f32 * 4.0, b.y[0] as f32 * 4.0 + 1.0, b.y[0] as f32 * 4.0 + 2.0, b.y[0] as f32 * 4.0 + 3.0]);
+        assert_eq!(
+            b.x[..4],
+            [
+                b.y[0] as f32 * 4.0,
+                b.y[0] as f32 * 4.0 + 1.0,
+                b.y[0] as f32 * 4.0 + 2.0,
+                b.y[0] as f32 * 4.0 + 3.0
+            ]
+        );
         let dl = DataLoader::new(toy(10), 3).expect("loader").drop_last(true);
         assert_eq!(dl.epoch(0).count(), 3);
     }
@@ -342,27 +399,50 @@ mod tests {
             .expect("loader")
             .transform(Transform::Scale(2.0))
             .expect("scale")
-            .transform(Transform::Normalize { mean: vec![1.0], std: vec![2.0] })
+            .transform(Transform::Normalize {
+                mean: vec![1.0],
+                std: vec![2.0],
+            })
             .expect("normalize")
             .transform(Transform::FlipHorizontal { p: 1.0 })
             .expect("flip");
         let b = dl.epoch(0).next().expect("batch");
         // Sample 0 = [0,1,2,3] → ×2 → (x−1)/2 = [-0.5, 0.5, 1.5, 2.5] → rows mirrored.
         assert_eq!(b.x[..4], [0.5, -0.5, 2.5, 1.5]);
-        assert!(DataLoader::new(toy(2), 2).expect("l").transform(Transform::Normalize { mean: vec![0.0, 0.0], std: vec![1.0, 1.0] }).is_err());
-        assert!(DataLoader::new(toy(2), 2).expect("l").transform(Transform::FlipHorizontal { p: 2.0 }).is_err());
+        assert!(
+            DataLoader::new(toy(2), 2)
+                .expect("l")
+                .transform(Transform::Normalize {
+                    mean: vec![0.0, 0.0],
+                    std: vec![1.0, 1.0]
+                })
+                .is_err()
+        );
+        assert!(
+            DataLoader::new(toy(2), 2)
+                .expect("l")
+                .transform(Transform::FlipHorizontal { p: 2.0 })
+                .is_err()
+        );
         assert!(DataLoader::new(toy(2), 0).is_err());
-        let crop = DataLoader::new(toy(4), 4).expect("l").transform(Transform::RandomCrop { pad: 1 }).expect("crop");
+        let crop = DataLoader::new(toy(4), 4)
+            .expect("l")
+            .transform(Transform::RandomCrop { pad: 1 })
+            .expect("crop");
         let b = crop.epoch(3).next().expect("batch");
         assert!(b.x.iter().all(|v| *v == 0.0 || (0.0..16.0).contains(v)));
     }
 
     #[test]
     fn split_partitions_the_samples() {
-        let d = InMemory::new((0..40).map(|v| v as f32).collect(), &[4], (0..10).collect()).expect("d");
+        let d =
+            InMemory::new((0..40).map(|v| v as f32).collect(), &[4], (0..10).collect()).expect("d");
         let (tr, te) = d.split(0.3, 1).expect("split");
         assert_eq!((tr.len(), te.len()), (7, 3));
-        let mut all: Vec<i32> = (0..7).map(|i| tr.label(i)).chain((0..3).map(|i| te.label(i))).collect();
+        let mut all: Vec<i32> = (0..7)
+            .map(|i| tr.label(i))
+            .chain((0..3).map(|i| te.label(i)))
+            .collect();
         all.sort();
         assert_eq!(all, (0..10).collect::<Vec<_>>());
         assert!(d.split(1.0, 0).is_err());

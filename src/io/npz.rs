@@ -39,12 +39,18 @@ pub struct NpyArray {
 impl NpyArray {
     /// An f32 array.
     pub fn f32(shape: &[usize], data: Vec<f32>) -> Self {
-        NpyArray { shape: shape.to_vec(), data: NpyData::F32(data) }
+        NpyArray {
+            shape: shape.to_vec(),
+            data: NpyData::F32(data),
+        }
     }
 
     /// A 0-d unicode scalar (how netcl stores its JSON metadata).
     pub fn string(s: &str) -> Self {
-        NpyArray { shape: Vec::new(), data: NpyData::Str(vec![s.to_owned()]) }
+        NpyArray {
+            shape: Vec::new(),
+            data: NpyData::Str(vec![s.to_owned()]),
+        }
     }
 
     /// The elements as f32 (converting f64 and integers), or an error naming the dtype.
@@ -55,7 +61,9 @@ impl NpyArray {
             NpyData::I32(v) => v.iter().map(|&x| x as f32).collect(),
             NpyData::I64(v) => v.iter().map(|&x| x as f32).collect(),
             NpyData::U8(v) => v.iter().map(|&x| x as f32).collect(),
-            NpyData::Str(_) => return Err(Error::DType("a string array has no numeric values".into())),
+            NpyData::Str(_) => {
+                return Err(Error::DType("a string array has no numeric values".into()));
+            }
         })
     }
 
@@ -69,17 +77,22 @@ impl NpyArray {
 }
 
 fn bad(path: &Path, msg: impl Into<String>) -> Error {
-    Error::Format { path: path.to_owned(), message: msg.into() }
+    Error::Format {
+        path: path.to_owned(),
+        message: msg.into(),
+    }
 }
 
 fn u16le(b: &[u8], at: usize) -> Option<u16> {
     b.get(at..at + 2).map(|s| u16::from_le_bytes([s[0], s[1]]))
 }
 fn u32le(b: &[u8], at: usize) -> Option<u32> {
-    b.get(at..at + 4).map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
+    b.get(at..at + 4)
+        .map(|s| u32::from_le_bytes([s[0], s[1], s[2], s[3]]))
 }
 fn u64le(b: &[u8], at: usize) -> Option<u64> {
-    b.get(at..at + 8).map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
+    b.get(at..at + 8)
+        .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
 
 /// Reads every member of an `.npz` file; member names lose their `.npy` suffix.
@@ -95,10 +108,15 @@ pub fn read_npz_bytes(b: &[u8]) -> std::result::Result<BTreeMap<String, NpyArray
     let eocd = (min..b.len().saturating_sub(21))
         .rev()
         .find(|&i| u32le(b, i) == Some(0x0605_4b50))
-        .ok_or("not a zip archive (no end-of-central-directory record); the file may be truncated")?;
+        .ok_or(
+            "not a zip archive (no end-of-central-directory record); the file may be truncated",
+        )?;
     let mut count = u16le(b, eocd + 10).ok_or("truncated")? as u64;
     let mut cd = u32le(b, eocd + 16).ok_or("truncated")? as u64;
-    if (count == 0xffff || cd == 0xffff_ffff) && eocd >= 20 && u32le(b, eocd - 20) == Some(0x0706_4b50) {
+    if (count == 0xffff || cd == 0xffff_ffff)
+        && eocd >= 20
+        && u32le(b, eocd - 20) == Some(0x0706_4b50)
+    {
         let z64 = u64le(b, eocd - 12).ok_or("truncated zip64 locator")? as usize;
         if u32le(b, z64) != Some(0x0606_4b50) {
             return Err("bad zip64 end-of-central-directory record".into());
@@ -119,7 +137,8 @@ pub fn read_npz_bytes(b: &[u8]) -> std::result::Result<BTreeMap<String, NpyArray
         let xlen = u16le(b, p + 30).ok_or("truncated")? as usize;
         let clen = u16le(b, p + 32).ok_or("truncated")? as usize;
         let mut local = u32le(b, p + 42).ok_or("truncated")? as u64;
-        let name = String::from_utf8_lossy(b.get(p + 46..p + 46 + nlen).ok_or("truncated name")?).into_owned();
+        let name = String::from_utf8_lossy(b.get(p + 46..p + 46 + nlen).ok_or("truncated name")?)
+            .into_owned();
         // Zip64 extra field: the 64-bit values appear in order for each 32-bit field that is 0xffffffff.
         let mut x = p + 46 + nlen;
         let xend = x + xlen;
@@ -142,19 +161,33 @@ pub fn read_npz_bytes(b: &[u8]) -> std::result::Result<BTreeMap<String, NpyArray
         if u32le(b, l) != Some(0x0403_4b50) {
             return Err(format!("member `{name}`: bad local header"));
         }
-        let start = l + 30 + u16le(b, l + 26).ok_or("truncated")? as usize + u16le(b, l + 28).ok_or("truncated")? as usize;
-        let raw = b.get(start..start + csize as usize).ok_or_else(|| format!("member `{name}` is truncated"))?;
+        let start = l
+            + 30
+            + u16le(b, l + 26).ok_or("truncated")? as usize
+            + u16le(b, l + 28).ok_or("truncated")? as usize;
+        let raw = b
+            .get(start..start + csize as usize)
+            .ok_or_else(|| format!("member `{name}` is truncated"))?;
         let data = match method {
             0 => raw.to_vec(),
             8 => {
                 let mut v = Vec::with_capacity(usize_ as usize);
-                flate2::read::DeflateDecoder::new(raw).read_to_end(&mut v).map_err(|e| format!("member `{name}`: {e}"))?;
+                flate2::read::DeflateDecoder::new(raw)
+                    .read_to_end(&mut v)
+                    .map_err(|e| format!("member `{name}`: {e}"))?;
                 v
             }
-            m => return Err(format!("member `{name}` uses zip compression method {m}; only stored and deflate are read")),
+            m => {
+                return Err(format!(
+                    "member `{name}` uses zip compression method {m}; only stored and deflate are read"
+                ));
+            }
         };
         let key = name.strip_suffix(".npy").unwrap_or(&name).to_owned();
-        out.insert(key, parse_npy(&data).map_err(|e| format!("member `{name}`: {e}"))?);
+        out.insert(
+            key,
+            parse_npy(&data).map_err(|e| format!("member `{name}`: {e}"))?,
+        );
     }
     Ok(out)
 }
@@ -170,7 +203,8 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<NpyArray, String> {
         2 | 3 => (u32le(b, 8).ok_or("truncated")? as usize, 12),
         v => return Err(format!("npy format version {v} is not supported")),
     };
-    let header = std::str::from_utf8(b.get(hstart..hstart + hlen).ok_or("truncated header")?).map_err(|_| "header is not text")?;
+    let header = std::str::from_utf8(b.get(hstart..hstart + hlen).ok_or("truncated header")?)
+        .map_err(|_| "header is not text")?;
     let descr = dict_str(header, "descr").ok_or("header has no descr")?;
     if header.contains("'fortran_order': True") {
         return Err("Fortran-ordered arrays are not supported".into());
@@ -179,13 +213,39 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<NpyArray, String> {
     let n: usize = shape.iter().product();
     let body = &b[hstart + hlen..];
     let need = |w: usize| -> std::result::Result<&[u8], String> {
-        body.get(..n * w).ok_or_else(|| format!("data holds {} bytes, shape {shape:?} needs {}", body.len(), n * w))
+        body.get(..n * w).ok_or_else(|| {
+            format!(
+                "data holds {} bytes, shape {shape:?} needs {}",
+                body.len(),
+                n * w
+            )
+        })
     };
     let data = match descr.as_str() {
-        "<f4" => NpyData::F32(need(4)?.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-        "<f8" => NpyData::F64(need(8)?.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
-        "<i4" => NpyData::I32(need(4)?.chunks_exact(4).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()),
-        "<i8" => NpyData::I64(need(8)?.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8]))).collect()),
+        "<f4" => NpyData::F32(
+            need(4)?
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        "<f8" => NpyData::F64(
+            need(8)?
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
+        "<i4" => NpyData::I32(
+            need(4)?
+                .chunks_exact(4)
+                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        "<i8" => NpyData::I64(
+            need(8)?
+                .chunks_exact(8)
+                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                .collect(),
+        ),
         "|u1" | "|b1" => NpyData::U8(need(1)?.to_vec()),
         d if d.starts_with("<U") => {
             let w: usize = d[2..].parse().map_err(|_| format!("bad dtype {d}"))?;
@@ -202,7 +262,11 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<NpyArray, String> {
                 .collect();
             NpyData::Str(if w == 0 { vec![String::new(); n] } else { strs })
         }
-        d => return Err(format!("dtype {d} is not supported (f4, f8, i4, i8, u1, b1 and U are)")),
+        d => {
+            return Err(format!(
+                "dtype {d} is not supported (f4, f8, i4, i8, u1, b1 and U are)"
+            ));
+        }
     };
     Ok(NpyArray { shape, data })
 }
@@ -220,19 +284,41 @@ fn dict_shape(h: &str) -> Option<Vec<usize>> {
     let rest = &h[i..];
     let open = rest.find('(')?;
     let close = rest.find(')')?;
-    rest[open + 1..close].split(',').map(str::trim).filter(|s| !s.is_empty()).map(|s| s.parse().ok()).collect()
+    rest[open + 1..close]
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse().ok())
+        .collect()
 }
 
 /// Serialises one array as npy 1.0.
 pub fn npy_bytes(a: &NpyArray) -> Vec<u8> {
     let (descr, body): (String, Vec<u8>) = match &a.data {
-        NpyData::F32(v) => ("<f4".into(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        NpyData::F64(v) => ("<f8".into(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        NpyData::I32(v) => ("<i4".into(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
-        NpyData::I64(v) => ("<i8".into(), v.iter().flat_map(|x| x.to_le_bytes()).collect()),
+        NpyData::F32(v) => (
+            "<f4".into(),
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+        NpyData::F64(v) => (
+            "<f8".into(),
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+        NpyData::I32(v) => (
+            "<i4".into(),
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
+        NpyData::I64(v) => (
+            "<i8".into(),
+            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        ),
         NpyData::U8(v) => ("|u1".into(), v.clone()),
         NpyData::Str(v) => {
-            let w = v.iter().map(|s| s.chars().count()).max().unwrap_or(0).max(1);
+            let w = v
+                .iter()
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(1);
             let mut body = Vec::with_capacity(v.len() * w * 4);
             for s in v {
                 let mut k = 0;
@@ -248,7 +334,14 @@ pub fn npy_bytes(a: &NpyArray) -> Vec<u8> {
     let shape = match a.shape.len() {
         0 => "()".to_owned(),
         1 => format!("({},)", a.shape[0]),
-        _ => format!("({})", a.shape.iter().map(|d| d.to_string()).collect::<Vec<_>>().join(", ")),
+        _ => format!(
+            "({})",
+            a.shape
+                .iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
     };
     let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
     // Pad so that the data starts on a 64-byte boundary, ending the header with a newline.
@@ -268,11 +361,17 @@ fn crc32(data: &[u8]) -> u32 {
     for (i, t) in table.iter_mut().enumerate() {
         let mut c = i as u32;
         for _ in 0..8 {
-            c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
         }
         *t = c;
     }
-    !data.iter().fold(!0u32, |c, &b| table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8))
+    !data.iter().fold(!0u32, |c, &b| {
+        table[((c ^ b as u32) & 0xff) as usize] ^ (c >> 8)
+    })
 }
 
 /// Builds an `.npz` archive (stored members named `<name>.npy`) in memory.
@@ -283,7 +382,9 @@ pub fn npz_bytes(members: &[(String, NpyArray)]) -> Result<Vec<u8>> {
         let fname = format!("{name}.npy");
         let data = npy_bytes(arr);
         if data.len() > u32::MAX as usize || out.len() > u32::MAX as usize {
-            return Err(Error::Limit(format!("member `{name}` is too large for a zip without zip64 (4 GiB)")));
+            return Err(Error::Limit(format!(
+                "member `{name}` is too large for a zip without zip64 (4 GiB)"
+            )));
         }
         let crc = crc32(&data);
         let offset = out.len() as u32;
@@ -337,9 +438,21 @@ mod tests {
     #[test]
     fn arrays_round_trip_through_an_archive() {
         let members = vec![
-            ("0:weight".to_owned(), NpyArray::f32(&[2, 3], vec![1.0, -2.0, 3.5, 0.0, f32::INFINITY, 6.0])),
-            ("1:bias".to_owned(), NpyArray { shape: vec![3], data: NpyData::I64(vec![1, 2, -3]) }),
-            ("__netcl_meta__".to_owned(), NpyArray::string("{\"type\":\"Sequential\",\"é\":1}")),
+            (
+                "0:weight".to_owned(),
+                NpyArray::f32(&[2, 3], vec![1.0, -2.0, 3.5, 0.0, f32::INFINITY, 6.0]),
+            ),
+            (
+                "1:bias".to_owned(),
+                NpyArray {
+                    shape: vec![3],
+                    data: NpyData::I64(vec![1, 2, -3]),
+                },
+            ),
+            (
+                "__netcl_meta__".to_owned(),
+                NpyArray::string("{\"type\":\"Sequential\",\"é\":1}"),
+            ),
             ("empty".to_owned(), NpyArray::f32(&[0, 4], vec![])),
         ];
         let bytes = npz_bytes(&members).expect("write");
@@ -348,12 +461,16 @@ mod tests {
         for (k, v) in &members {
             assert_eq!(&back[k], v, "{k}");
         }
-        assert_eq!(back["__netcl_meta__"].as_str(), Some("{\"type\":\"Sequential\",\"é\":1}"));
+        assert_eq!(
+            back["__netcl_meta__"].as_str(),
+            Some("{\"type\":\"Sequential\",\"é\":1}")
+        );
     }
 
     #[test]
     fn truncated_archives_are_errors() {
-        let bytes = npz_bytes(&[("a".to_owned(), NpyArray::f32(&[4], vec![1.0; 4]))]).expect("write");
+        let bytes =
+            npz_bytes(&[("a".to_owned(), NpyArray::f32(&[4], vec![1.0; 4]))]).expect("write");
         for cut in [0, 10, bytes.len() / 2, bytes.len() - 1] {
             assert!(read_npz_bytes(&bytes[..cut]).is_err(), "cut at {cut}");
         }

@@ -18,10 +18,20 @@ pub(crate) mod host {
     use crate::{Result, Tensor};
 
     /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
-    pub(crate) fn map_f32<R>(inputs: &[&Tensor], out: &Tensor, f: impl FnOnce(&[&[f32]], &mut [f32]) -> R) -> Result<R> {
-        let guards: Vec<_> = inputs.iter().map(|t| cpu_access::read(t)).collect::<Result<_>>()?;
-        let slices: Vec<&[f32]> =
-            guards.iter().zip(inputs).map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()]).collect();
+    pub(crate) fn map_f32<R>(
+        inputs: &[&Tensor],
+        out: &Tensor,
+        f: impl FnOnce(&[&[f32]], &mut [f32]) -> R,
+    ) -> Result<R> {
+        let guards: Vec<_> = inputs
+            .iter()
+            .map(|t| cpu_access::read(t))
+            .collect::<Result<_>>()?;
+        let slices: Vec<&[f32]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()])
+            .collect();
         let mut w = cpu_access::write(out)?;
         let n = out.numel();
         let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..n];
