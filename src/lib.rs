@@ -14,6 +14,7 @@
 //! # Ok::<(), netcl::Error>(())
 //! ```
 
+pub mod autograd;
 pub mod autotune;
 pub mod bench;
 pub mod data;
@@ -23,6 +24,7 @@ pub mod half;
 pub mod io;
 pub mod memory;
 pub mod ops;
+pub mod optim;
 pub mod program;
 pub mod rng;
 pub mod tensor;

@@ -4,13 +4,17 @@
 
 pub mod elementwise;
 pub mod reduce;
+pub mod update;
 
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use reduce::sum_all;
 
 /// Every primitive family; a device kind implements them all.
-pub(crate) trait Kernels: elementwise::BinaryKernels + reduce::ReduceKernels {}
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels> Kernels for T {}
+pub(crate) trait Kernels:
+    elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels
+{
+}
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels> Kernels for T {}
 
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {
