@@ -157,7 +157,7 @@ fn devices(json: bool) -> netcl::Result<()> {
     }
     let default = Device::select(None).map(|d| d.info().index).ok();
     println!(
-        "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} {}",
+        "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} platform / OpenCL C",
         "#",
         "name",
         "kind",
@@ -170,7 +170,6 @@ fn devices(json: bool) -> netcl::Result<()> {
         "max WG",
         "max items",
         "fp16/64",
-        "platform / OpenCL C"
     );
     for d in &list {
         println!("{}", row(d, default == Some(d.index)));
