@@ -17,6 +17,7 @@
 pub mod autograd;
 pub mod autotune;
 pub mod bench;
+pub mod codec;
 pub mod data;
 pub mod device;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod ops;
 pub mod optim;
 pub mod program;
 pub mod rng;
+pub mod script;
 pub mod tensor;
 
 pub use device::{Device, DeviceInfo};

@@ -54,6 +54,19 @@ enum Command {
         /// Case names to run (all when empty).
         cases: Vec<String>,
     },
+    /// Runs a playground snippet (Rhai with the engine bound in) and prints its output.
+    Run {
+        /// The snippet file (`-` for standard input).
+        file: String,
+        /// The whole result as JSON (outputs, decisions, launches, timings, error).
+        #[arg(long)]
+        json: bool,
+        /// Wall-time limit in milliseconds.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
+    /// Serves playground jobs over stdin/stdout as JSON lines (started by `netcl serve`).
+    Worker,
 }
 
 #[derive(Subcommand)]
@@ -96,6 +109,12 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> netcl::Result<()> {
     match cli.command {
         Command::Devices { json } => devices(json),
+        Command::Run {
+            file,
+            json,
+            timeout_ms,
+        } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
+        Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
         Command::Tune { action } => tune(action),
         Command::Bench {
             small,
@@ -293,4 +312,88 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         }
     }
     Ok(())
+}
+
+fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> netcl::Result<()> {
+    use netcl::script::{Limits, Output, run_with_progress};
+    let code = if file == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| netcl::Error::io("<stdin>", e))?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| netcl::Error::io(file, e))?
+    };
+    let device = Device::select(device)?;
+    let limits = Limits {
+        timeout_ms,
+        ..Limits::default()
+    };
+    let progress: Box<dyn FnMut(&serde_json::Value)> = if json {
+        Box::new(|_| {})
+    } else {
+        Box::new(|v| eprintln!("progress: {v}"))
+    };
+    let r = run_with_progress(&device, &code, &limits, progress);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    } else {
+        for o in &r.outputs {
+            match o {
+                Output::Text { text } => println!("{text}"),
+                Output::Tensor(s) => println!(
+                    "{} {:?} {} min={:?} max={:?} mean={:?} {:?}",
+                    s.title, s.shape, s.dtype, s.min, s.max, s.mean, s.preview
+                ),
+                Output::Image {
+                    title,
+                    width,
+                    height,
+                    ..
+                } => println!("[image {title} {width}×{height}]"),
+            }
+        }
+        if let Some(v) = &r.value {
+            println!("{v}");
+        }
+        for d in &r.decisions {
+            let times: Vec<String> = d
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c.label,
+                        c.ms.map_or("failed".into(), |m| format!("{m:.4}ms"))
+                    )
+                })
+                .collect();
+            println!(
+                "decision {} {} → {} ({:?}) {}",
+                d.kernel,
+                d.shape_key,
+                d.winner_label,
+                d.source,
+                times.join(" ")
+            );
+        }
+        println!(
+            "device {} | total {:.1} ms (parse {:.1}, build {:.1}, tune {:.1}, run {:.1}; device {:.3})",
+            r.device.name,
+            r.timings.total_ms,
+            r.timings.parse_ms,
+            r.timings.build_ms,
+            r.timings.tune_ms,
+            r.timings.run_ms,
+            r.timings.device_ms
+        );
+    }
+    match r.error {
+        Some(e) => Err(netcl::Error::Invalid(format!(
+            "{} error{}: {}",
+            e.kind,
+            e.line
+                .map(|l| format!(" at line {l}, column {}", e.column.unwrap_or(0)))
+                .unwrap_or_default(),
+            e.message
+        ))),
+        None => Ok(()),
+    }
 }

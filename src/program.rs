@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use opencl3::context::Context;
@@ -139,6 +140,26 @@ fn build(context: &Context, device: cl_device_id, source: &str, options: &str) -
 
 /// Builds `src` on `device`; on failure the error carries the build log.
 fn build_source(
+    context: &Context,
+    device: cl_device_id,
+    source_name: &str,
+    src: &str,
+    options: &str,
+) -> Result<Built> {
+    let started = std::time::Instant::now();
+    let r = build_source_untimed(context, device, source_name, src, options);
+    BUILD_US.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    r
+}
+
+static BUILD_US: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds this process has spent building OpenCL programs (a running total: take differences).
+pub fn build_ms_total() -> f64 {
+    BUILD_US.load(Ordering::Relaxed) as f64 / 1e3
+}
+
+fn build_source_untimed(
     context: &Context,
     device: cl_device_id,
     source_name: &str,
