@@ -3,14 +3,25 @@
 //! device). Op code never matches on the device kind.
 
 pub mod elementwise;
+pub mod fused;
 pub mod reduce;
+pub mod unary;
 
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
+pub use elementwise::{add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar};
+pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
+pub use fused::{Expr, fused, fused_expr, where_};
+pub use unary::{UnaryOp, unary, unary_backward};
+pub use unary::{abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu, sigmoid};
+pub use unary::{silu, softplus, sqrt, tanh};
 pub use reduce::sum_all;
 
 /// Every primitive family; a device kind implements them all.
-pub(crate) trait Kernels: elementwise::BinaryKernels + reduce::ReduceKernels {}
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels> Kernels for T {}
+pub(crate) trait Kernels:
+    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels
+{
+}
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels> Kernels for T {}
 
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {
