@@ -1,11 +1,23 @@
 // Elementwise binary ops with broadcasting. OP(x, y) is defined per build (-D OP=...), on scalars.
-// Shapes and strides travel by value as int8 arguments (innermost dimension in .s0), never as buffers.
+// Shapes and strides travel by value (ints or int8 with the innermost dimension in .s0), never as buffers.
 
 #ifndef OP
 #define OP(x, y) ((x) + (y))
 #endif
+#ifndef A_INNER
+#define A_INNER 1
+#endif
+#ifndef B_INNER
+#define B_INNER 1
+#endif
+#ifndef VEC
+#define VEC 4
+#endif
+#ifndef SWAP
+#define SWAP 0
+#endif
 
-// Same-shape inputs: four elements per work-item.
+// Same-shape inputs: four elements per work-item, scalar tail.
 __kernel void binary_same(const int n, __global const float* a, __global const float* b, __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
@@ -20,6 +32,43 @@ __kernel void binary_same(const int n, __global const float* a, __global const f
     } else {
         for (int j = i; j < n; ++j) out[j] = OP(a[j], b[j]);
     }
+}
+
+#if A_INNER
+#define LOAD_A4(p) vload4(0, (p))
+#else
+#define LOAD_A4(p) ((float4)(*(p)))
+#endif
+#if B_INNER
+#define LOAD_B4(p) vload4(0, (p))
+#else
+#define LOAD_B4(p) ((float4)(*(p)))
+#endif
+
+// Broadcasting over at most three collapsed dimensions (d0 outermost) without any division: a 3-D range of
+// (d2 / VEC, d1, d0). The innermost stride of each input is 1 (A_INNER/B_INNER = 1) or 0 (repeated); with
+// VEC = 4 (d2 a multiple of 4) each work-item loads a float4 or one broadcast value per input.
+__kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0, const int sa1, const int sb0,
+                        const int sb1, __global const float* a, __global const float* b, __global float* out) {
+    const int x = get_global_id(0) * VEC;
+    const int y = get_global_id(1);
+    const int z = get_global_id(2);
+    if (x >= d2 || y >= d1 || z >= d0) return;
+    const int o = (z * d1 + y) * d2 + x;
+    const int ia = z * sa0 + y * sa1 + x * A_INNER;
+    const int ib = z * sb0 + y * sb1 + x * B_INNER;
+#if VEC == 4
+    const float4 u = LOAD_A4(a + ia);
+    const float4 v = LOAD_B4(b + ib);
+    float4 r;
+    r.s0 = OP(u.s0, v.s0);
+    r.s1 = OP(u.s1, v.s1);
+    r.s2 = OP(u.s2, v.s2);
+    r.s3 = OP(u.s3, v.s3);
+    vstore4(r, 0, out + o);
+#else
+    out[o] = OP(a[ia], b[ib]);
+#endif
 }
 
 #define BCAST_STEP(k)                              \
@@ -40,4 +89,27 @@ __kernel void binary_bcast(const int n, const int rank, const int8 shape, const 
     BCAST_STEP(0) BCAST_STEP(1) BCAST_STEP(2) BCAST_STEP(3)
     BCAST_STEP(4) BCAST_STEP(5) BCAST_STEP(6) BCAST_STEP(7)
     out[i] = OP(a[ia], b[ib]);
+}
+
+#if SWAP
+#define SOP(x, s) OP(s, x)
+#else
+#define SOP(x, s) OP(x, s)
+#endif
+
+// A tensor and a scalar argument (OP(x, s), or OP(s, x) with SWAP): the scalar is an argument, so a new value
+// never compiles a new program.
+__kernel void binary_scalar(const int n, const float s, __global const float* a, __global float* out) {
+    const int i = get_global_id(0) * 4;
+    if (i + 3 < n) {
+        const float4 x = vload4(0, a + i);
+        float4 r;
+        r.s0 = SOP(x.s0, s);
+        r.s1 = SOP(x.s1, s);
+        r.s2 = SOP(x.s2, s);
+        r.s3 = SOP(x.s3, s);
+        vstore4(r, 0, out + i);
+    } else {
+        for (int j = i; j < n; ++j) out[j] = SOP(a[j], s);
+    }
 }

@@ -275,19 +275,15 @@ impl Device {
         self.0.pool.clear()
     }
 
-    /// Starts recording kernel launches with their device times (OpenCL devices only; a no-op elsewhere).
+    /// Starts (or stops) recording the kernel launches this thread makes, with their device times. The
+    /// built-in device launches no kernels, so nothing is recorded for it.
     pub fn record_launches(&self, on: bool) {
-        if let Some(cl) = self.0.kind.as_cl() {
-            cl.record_launches(on);
-        }
+        opencl::record_launches(on);
     }
 
-    /// Returns and clears the recorded launches, waiting for them to finish to read their device times.
+    /// Returns and clears this thread's recorded launches, waiting for them to finish to read their times.
     pub fn take_launches(&self) -> Result<Vec<Launch>> {
-        match self.0.kind.as_cl() {
-            Some(cl) => cl.take_launches(),
-            None => Ok(Vec::new()),
-        }
+        Ok(opencl::take_launches())
     }
 
     pub(crate) fn kind(&self) -> &dyn DeviceKind {

@@ -3,9 +3,10 @@
 //! Buffers are raw `cl_mem` handles owned by [`ClMem`]; kernels come from the [`ProgramCache`]. Every launch
 //! goes through [`ClDevice::launch`], which can record it with its device time for the playground.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
@@ -135,7 +136,6 @@ pub(crate) struct ClDevice {
     pub(crate) context: Context,
     pub(crate) queue: CommandQueue,
     programs: ProgramCache,
-    recording: Mutex<Option<Vec<Recorded>>>,
 }
 
 impl ClDevice {
@@ -151,7 +151,6 @@ impl ClDevice {
             context,
             queue,
             programs: ProgramCache::default(),
-            recording: Mutex::new(None),
         })
     }
 
@@ -237,49 +236,58 @@ impl ClDevice {
         })?;
         drop(guard);
         let event = Event::new(ev);
-        if let Ok(mut rec) = self.recording.lock()
-            && let Some(list) = rec.as_mut()
-        {
-            // SAFETY: retaining the event gives the recorder its own reference.
-            unsafe {
-                let _ = cl3::event::retain_event(ev);
+        RECORDING.with(|rec| {
+            if let Some(list) = rec.borrow_mut().as_mut() {
+                // SAFETY: retaining the event gives the recorder its own reference.
+                unsafe {
+                    let _ = cl3::event::retain_event(ev);
+                }
+                list.push(Recorded {
+                    kernel: kernel.name.clone(),
+                    global: global.clone(),
+                    local: local.map(<[usize]>::to_vec),
+                    event: Event::new(ev),
+                });
             }
-            list.push(Recorded {
-                kernel: kernel.name.clone(),
-                global: global.clone(),
-                local: local.map(<[usize]>::to_vec),
-                event: Event::new(ev),
-            });
-        }
+        });
         Ok(event)
     }
+}
 
-    pub(crate) fn record_launches(&self, on: bool) {
-        if let Ok(mut rec) = self.recording.lock() {
-            *rec = if on {
-                Some(rec.take().unwrap_or_default())
-            } else {
-                None
-            };
-        }
-    }
+thread_local! {
+    /// Launches recorded on this thread, when recording is on. Per thread, so concurrent runs (the playground's
+    /// jobs, parallel tests) each see only their own launches.
+    static RECORDING: RefCell<Option<Vec<Recorded>>> = const { RefCell::new(None) };
+}
 
-    pub(crate) fn take_launches(&self) -> Result<Vec<Launch>> {
-        let list = match self.recording.lock() {
-            Ok(mut rec) => rec.as_mut().map(std::mem::take).unwrap_or_default(),
-            Err(_) => Vec::new(),
+/// Turns recording of this thread's kernel launches on or off (off discards what was recorded).
+pub(crate) fn record_launches(on: bool) {
+    RECORDING.with(|rec| {
+        let mut rec = rec.borrow_mut();
+        *rec = if on {
+            Some(rec.take().unwrap_or_default())
+        } else {
+            None
         };
-        self.finish()?;
-        Ok(list
-            .into_iter()
-            .map(|r| Launch {
-                ms: event_ms(&r.event).unwrap_or(0.0),
-                kernel: r.kernel,
-                global: r.global,
-                local: r.local,
-            })
-            .collect())
-    }
+    });
+}
+
+/// Returns and clears this thread's recorded launches, waiting for each to finish to read its device time.
+pub(crate) fn take_launches() -> Vec<Launch> {
+    let list = RECORDING.with(|rec| {
+        rec.borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    });
+    list.into_iter()
+        .map(|r| Launch {
+            ms: event_ms(&r.event).unwrap_or(0.0),
+            kernel: r.kernel,
+            global: r.global,
+            local: r.local,
+        })
+        .collect()
 }
 
 impl Error {

@@ -2,6 +2,8 @@
 //!
 //! The broadcast plan (output shape, per-input strides with 0 on repeated dimensions, adjacent dimensions
 //! merged where both inputs allow) is computed once per call on the host and passed to the kernel by value.
+//! Plans of at most three collapsed dimensions (same shape, row or column broadcast, a per-channel vector over
+//! NCHW) run a division-free kernel with float4 loads; deeper plans run the general kernel.
 
 use serde::Serialize;
 
@@ -28,6 +30,18 @@ pub enum BinaryOp {
     Min,
     /// `a` raised to `b`.
     Pow,
+    /// `1` where `a < b`, else `0` (NaN compares false).
+    Lt,
+    /// `1` where `a <= b`, else `0`.
+    Le,
+    /// `1` where `a > b`, else `0`.
+    Gt,
+    /// `1` where `a >= b`, else `0`.
+    Ge,
+    /// `1` where `a == b`, else `0`.
+    Eq,
+    /// `1` where `a != b` (also where either is NaN), else `0`.
+    Ne,
 }
 
 impl BinaryOp {
@@ -41,6 +55,12 @@ impl BinaryOp {
             BinaryOp::Max => "maximum",
             BinaryOp::Min => "minimum",
             BinaryOp::Pow => "pow",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
         }
     }
 
@@ -54,6 +74,12 @@ impl BinaryOp {
             BinaryOp::Max => "((isnan(x)||isnan(y))?((x)+(y)):fmax((x),(y)))",
             BinaryOp::Min => "((isnan(x)||isnan(y))?((x)+(y)):fmin((x),(y)))",
             BinaryOp::Pow => "pow((x),(y))",
+            BinaryOp::Lt => "(((x)<(y))?1.0f:0.0f)",
+            BinaryOp::Le => "(((x)<=(y))?1.0f:0.0f)",
+            BinaryOp::Gt => "(((x)>(y))?1.0f:0.0f)",
+            BinaryOp::Ge => "(((x)>=(y))?1.0f:0.0f)",
+            BinaryOp::Eq => "(((x)==(y))?1.0f:0.0f)",
+            BinaryOp::Ne => "(((x)!=(y))?1.0f:0.0f)",
         }
     }
 
@@ -79,6 +105,12 @@ impl BinaryOp {
                 }
             }
             BinaryOp::Pow => x.powf(y),
+            BinaryOp::Lt => f32::from(u8::from(x < y)),
+            BinaryOp::Le => f32::from(u8::from(x <= y)),
+            BinaryOp::Gt => f32::from(u8::from(x > y)),
+            BinaryOp::Ge => f32::from(u8::from(x >= y)),
+            BinaryOp::Eq => f32::from(u8::from(x == y)),
+            BinaryOp::Ne => f32::from(u8::from(x != y)),
         }
     }
 }
@@ -192,6 +224,15 @@ pub(crate) trait BinaryKernels {
         out: &Tensor,
         plan: &BroadcastPlan,
     ) -> Result<()>;
+    /// Writes `op(a, s)` (or `op(s, a)` when `swap`) into `out`.
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()>;
 }
 
 /// `op(a, b)` with broadcasting; both inputs f32 on one device.
@@ -241,6 +282,121 @@ pub fn minimum(a: &Tensor, b: &Tensor) -> Result<Tensor> {
     binary(BinaryOp::Min, a, b)
 }
 
+/// `op(a, s)`, or `op(s, a)` when `swap`, for a tensor `a` and a scalar `s` (passed as a kernel argument).
+pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Tensor> {
+    a.expect_dtype(DType::F32, op.name())?;
+    let out = Tensor::empty(a.device(), a.shape(), DType::F32)?;
+    if out.numel() == 0 {
+        return Ok(out);
+    }
+    if out.numel() > i32::MAX as usize {
+        return Err(Error::Limit(format!(
+            "{}: {} elements exceed the 2^31-1 per-op limit",
+            op.name(),
+            out.numel()
+        )));
+    }
+    a.device().kind().binary_scalar(op, a, s, swap, &out)?;
+    Ok(out)
+}
+
+/// `a + s`.
+pub fn add_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Add, a, s, false)
+}
+/// `a - s`.
+pub fn sub_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Sub, a, s, false)
+}
+/// `s - a`.
+pub fn rsub_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Sub, a, s, true)
+}
+/// `a * s`.
+pub fn mul_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Mul, a, s, false)
+}
+/// `a / s`.
+pub fn div_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Div, a, s, false)
+}
+/// `s / a`.
+pub fn rdiv_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Div, a, s, true)
+}
+/// `a` raised to the power `s`.
+pub fn pow_scalar(a: &Tensor, s: f32) -> Result<Tensor> {
+    binary_scalar(BinaryOp::Pow, a, s, false)
+}
+/// `a` raised to `b` with broadcasting.
+pub fn pow(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Pow, a, b)
+}
+/// `a < b` as 0/1 f32 with broadcasting.
+pub fn lt(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Lt, a, b)
+}
+/// `a <= b` as 0/1 f32 with broadcasting.
+pub fn le(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Le, a, b)
+}
+/// `a > b` as 0/1 f32 with broadcasting.
+pub fn gt(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Gt, a, b)
+}
+/// `a >= b` as 0/1 f32 with broadcasting.
+pub fn ge(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Ge, a, b)
+}
+/// `a == b` as 0/1 f32 with broadcasting.
+pub fn eq(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Eq, a, b)
+}
+/// `a != b` as 0/1 f32 with broadcasting.
+pub fn ne(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    binary(BinaryOp::Ne, a, b)
+}
+
+/// A work-group shape for a 3-D range `g` (x fastest): up to 256 items, within the device's per-dimension
+/// limits; `launch` rounds the global size up to it and the kernels bound-check.
+pub(crate) fn local_3d(dev: &ClDevice, g: [usize; 3]) -> [usize; 3] {
+    let max = dev.info.max_work_group_size.clamp(1, 256);
+    let lim = |d: usize| {
+        dev.info
+            .max_work_item_sizes
+            .get(d)
+            .copied()
+            .unwrap_or(1)
+            .max(1)
+    };
+    let lx = g[0]
+        .max(1)
+        .next_power_of_two()
+        .min(max)
+        .min(prev_pow2(lim(0)));
+    let ly = g[1]
+        .max(1)
+        .next_power_of_two()
+        .min(max / lx)
+        .min(prev_pow2(lim(1)))
+        .max(1);
+    let lz = g[2]
+        .max(1)
+        .next_power_of_two()
+        .min(max / (lx * ly))
+        .min(prev_pow2(lim(2)))
+        .max(1);
+    [lx, ly, lz]
+}
+
+fn prev_pow2(n: usize) -> usize {
+    if n == 0 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
 fn int8(v: &[usize]) -> [i32; 8] {
     // Innermost dimension first, as the kernel walks from .s0 outwards.
     let mut out = [1i32; 8];
@@ -270,7 +426,42 @@ impl BinaryKernels for ClDevice {
                 Arg::Mem(b.storage()),
                 Arg::Mem(out.storage()),
             ];
-            self.launch(&k, &args, &[n.div_ceil(4)], None)?;
+            self.launch(
+                &k,
+                &args,
+                &[n.div_ceil(4)],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
+            let r = plan.shape.len();
+            let pad = |v: &[usize], fill: usize| -> [usize; 3] {
+                let mut o = [fill; 3];
+                o[3 - r..].copy_from_slice(v);
+                o
+            };
+            let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
+            let vec = if d[2] % 4 == 0 { 4 } else { 1 };
+            let defines = defines
+                .set("VEC", vec)
+                .set("A_INNER", sa[2].min(1))
+                .set("B_INNER", sb[2].min(1));
+            let k = self.kernel("elementwise", &defines, "binary_3d")?;
+            let g = [d[2] / vec, d[1], d[0]];
+            let local = local_3d(self, g);
+            let args = [
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+                Arg::I32(sa[0] as i32),
+                Arg::I32(sa[1] as i32),
+                Arg::I32(sb[0] as i32),
+                Arg::I32(sb[1] as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(&k, &args, &g, Some(&local))?;
         } else {
             let k = self.kernel("elementwise", &defines, "binary_bcast")?;
             let args = [
@@ -283,8 +474,42 @@ impl BinaryKernels for ClDevice {
                 Arg::Mem(b.storage()),
                 Arg::Mem(out.storage()),
             ];
-            self.launch(&k, &args, &[n], None)?;
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
         }
+        Ok(())
+    }
+
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
+        use crate::device::opencl::Arg;
+        let defines = Defines::new()
+            .set("OP(x,y)", op.cl_expr())
+            .set("SWAP", u8::from(swap));
+        let k = self.kernel("elementwise", &defines, "binary_scalar")?;
+        let n = out.numel();
+        let args = [
+            Arg::I32(n as i32),
+            Arg::F32(s),
+            Arg::Mem(a.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
@@ -322,6 +547,27 @@ impl BinaryKernels for CpuDevice {
                     ib -= plan.sb[d] * plan.shape[d];
                     idx[d] = 0;
                 }
+            }
+        })
+    }
+
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
+        CpuDevice::binary_scalar_ref(op, a, s, swap, out)
+    }
+}
+
+impl CpuDevice {
+    fn binary_scalar_ref(op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()> {
+        super::host::map_f32(&[a], out, |ins, o| {
+            for (o, &x) in o.iter_mut().zip(ins[0]) {
+                *o = if swap { op.apply(s, x) } else { op.apply(x, s) };
             }
         })
     }

@@ -3,18 +3,42 @@
 //! device). Op code never matches on the device kind.
 
 pub mod elementwise;
+pub mod fused;
 pub mod reduce;
+pub mod unary;
 pub mod update;
 
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
+pub use elementwise::{
+    add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar,
+};
+pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
+pub use fused::{Expr, fused, fused_expr, where_};
 pub use reduce::sum_all;
+pub use unary::{UnaryOp, unary, unary_backward};
+pub use unary::{
+    abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu,
+    sigmoid,
+};
+pub use unary::{silu, softplus, sqrt, tanh};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels
+    elementwise::BinaryKernels
+    + reduce::ReduceKernels
+    + unary::UnaryKernels
+    + fused::FusedKernels
+    + update::UpdateKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels> Kernels for T {}
+impl<T> Kernels for T where
+    T: elementwise::BinaryKernels
+        + reduce::ReduceKernels
+        + unary::UnaryKernels
+        + fused::FusedKernels
+        + update::UpdateKernels
+{
+}
 
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {

@@ -1,0 +1,63 @@
+// Unary ops and activations, forward and backward. F(v) and DF(v, g) are defined per build on scalars and may
+// use the op's parameters p0 and p1, which are kernel arguments (a new slope or bound never builds a program).
+// The backward recomputes what it needs from the forward input x; a NaN input gives a NaN gradient.
+
+#ifndef F
+#define F(v) (v)
+#endif
+#ifndef DF
+#define DF(v, g) (g)
+#endif
+
+static inline float sigm(float v) { return 1.0f / (1.0f + exp(-v)); }
+// clamp that keeps NaN (fmin/fmax would drop it)
+static inline float clampn(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+static inline float hsig(float v) { return clampn(0.2f * v + 0.5f, 0.0f, 1.0f); }
+#define GELU_K 0.7978845608028654f
+#define GELU_C 0.044715f
+static inline float gelu_t(float v) { return 0.5f * v * (1.0f + tanh(GELU_K * (v + GELU_C * v * v * v))); }
+static inline float gelu_t_d(float v) {
+    const float t = tanh(GELU_K * (v + GELU_C * v * v * v));
+    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+}
+static inline float gelu_e(float v) { return 0.5f * v * (1.0f + erf(v * 0.7071067811865476f)); }
+static inline float gelu_e_d(float v) {
+    return 0.5f * (1.0f + erf(v * 0.7071067811865476f)) + v * exp(-0.5f * v * v) * 0.3989422804014327f;
+}
+#define XLIM(v) ((v) > 0.0f ? (v) : 0.0f)
+#define GLIM(v, g) ((v) > 0.0f ? (g) : 0.0f)
+static inline float softplus_f(float v) { return fmax(v, 0.0f) + log1p(exp(-fabs(v))); }
+
+__kernel void unary_fwd(const int n, const float p0, const float p1, __global const float* x, __global float* out) {
+    const int i = get_global_id(0) * 4;
+    if (i + 3 < n) {
+        const float4 v = vload4(0, x + i);
+        float4 r;
+        r.s0 = F(v.s0);
+        r.s1 = F(v.s1);
+        r.s2 = F(v.s2);
+        r.s3 = F(v.s3);
+        vstore4(r, 0, out + i);
+    } else {
+        for (int j = i; j < n; ++j) out[j] = F(x[j]);
+    }
+}
+
+#define DFN(v, g) (isnan(v) ? (v) : DF(v, g))
+
+__kernel void unary_bwd(const int n, const float p0, const float p1, __global const float* x, __global const float* g,
+                        __global float* out) {
+    const int i = get_global_id(0) * 4;
+    if (i + 3 < n) {
+        const float4 v = vload4(0, x + i);
+        const float4 d = vload4(0, g + i);
+        float4 r;
+        r.s0 = DFN(v.s0, d.s0);
+        r.s1 = DFN(v.s1, d.s1);
+        r.s2 = DFN(v.s2, d.s2);
+        r.s3 = DFN(v.s3, d.s3);
+        vstore4(r, 0, out + i);
+    } else {
+        for (int j = i; j < n; ++j) out[j] = DFN(x[j], g[j]);
+    }
+}
