@@ -6,6 +6,9 @@ pub enum Error {
     /// Invalid argument.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// The documentation wiki could not read, render, serve or write something.
+    #[error("wiki: {0}")]
+    Wiki(String),
 }
 
 /// Shorthand for `std::result::Result<T, netcl::Error>`.
