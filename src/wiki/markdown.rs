@@ -141,7 +141,10 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 if let Event::Text(t) | Event::Code(t) = &event {
                     push_text(&mut r.sections, t);
                 }
-                if matches!(event, Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableCell)) {
+                if matches!(
+                    event,
+                    Event::SoftBreak | Event::HardBreak | Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableCell)
+                ) {
                     push_text(&mut r.sections, " ");
                 }
                 events.push(event);

@@ -86,7 +86,7 @@ pub fn tokenize(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// True when `a` and `b` differ by at most one insertion, deletion or substitution.
+/// True when `a` and `b` differ by at most one insertion, deletion, substitution or swap of neighbours.
 fn within_one_edit(a: &str, b: &str) -> bool {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
     let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
@@ -95,7 +95,12 @@ fn within_one_edit(a: &str, b: &str) -> bool {
     }
     let prefix = short.iter().zip(long.iter()).take_while(|(x, y)| x == y).count();
     if short.len() == long.len() {
-        short[prefix..].iter().skip(1).eq(long[prefix..].iter().skip(1))
+        let substituted = short[prefix..].iter().skip(1).eq(long[prefix..].iter().skip(1));
+        let transposed = prefix + 1 < short.len()
+            && short[prefix] == long[prefix + 1]
+            && short[prefix + 1] == long[prefix]
+            && short[prefix + 2..] == long[prefix + 2..];
+        substituted || transposed
     } else {
         short[prefix..] == long[prefix + 1..]
     }
@@ -328,6 +333,7 @@ mod tests {
         assert!(within_one_edit("kernel", "kernal"));
         assert!(within_one_edit("kernel", "kernels"));
         assert!(within_one_edit("kernel", "kerne"));
+        assert!(within_one_edit("kernel", "kernle"));
         assert!(!within_one_edit("kernel", "kanal"));
     }
 }
