@@ -1,15 +1,121 @@
 //! The one error type of the engine.
+//!
+//! Every fallible call in netcl returns [`Result`]. Variants name the problem (a shape, a dtype, a limit, an
+//! OpenCL call and its error code) so the message can be shown to a user as is.
+
+use std::path::PathBuf;
 
 /// Everything that can go wrong in netcl, with enough context to act on it.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// Invalid argument.
+    /// An OpenCL API call failed.
+    #[error("OpenCL call {call} failed with {name} ({code})")]
+    OpenCl {
+        /// The API function, e.g. `clEnqueueNDRangeKernel`.
+        call: &'static str,
+        /// The raw OpenCL error code.
+        code: i32,
+        /// The symbolic name of the code, e.g. `CL_OUT_OF_RESOURCES`.
+        name: &'static str,
+    },
+    /// An OpenCL program failed to build; `log` is the compiler's build log.
+    #[error("building kernel source `{source_name}` with options `{options}` failed:\n{log}")]
+    Build {
+        /// The kernel family (file name under `kernels/` without `.cl`).
+        source_name: String,
+        /// The build options, including `-D` defines.
+        options: String,
+        /// The build log as the OpenCL compiler printed it.
+        log: String,
+    },
+    /// No device matches a selector, or no device exists.
+    #[error("device: {0}")]
+    Device(String),
+    /// Shapes do not fit the operation.
+    #[error("shape: {0}")]
+    Shape(String),
+    /// A dtype is not supported by the operation or the device.
+    #[error("dtype: {0}")]
+    DType(String),
+    /// An argument is out of its valid range.
     #[error("invalid argument: {0}")]
     Invalid(String),
+    /// A size limit was exceeded (allocation, elements, output size).
+    #[error("limit: {0}")]
+    Limit(String),
+    /// Tensors live on different devices.
+    #[error("device mismatch: {0}")]
+    DeviceMismatch(String),
+    /// The operation is not available on this device or in this configuration.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A file could not be read or written.
+    #[error("I/O on {}: {source}", path.display())]
+    Io {
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The underlying error.
+        source: std::io::Error,
+    },
     /// The documentation wiki could not read, render, serve or write something.
     #[error("wiki: {0}")]
     Wiki(String),
+    /// A file's content could not be parsed.
+    #[error("format of {}: {message}", path.display())]
+    Format {
+        /// The file involved.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+impl Error {
+    /// An OpenCL failure of `call` with the raw error `code`.
+    pub fn cl(call: &'static str, code: i32) -> Self {
+        Error::OpenCl { call, code, name: cl3::error_codes::error_text(code) }
+    }
+
+    /// An I/O failure on `path`.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+
+    /// A short machine-readable name for the variant, used in structured API errors.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Error::OpenCl { .. } => "opencl",
+            Error::Build { .. } => "build",
+            Error::Device(_) => "device",
+            Error::Shape(_) => "shape",
+            Error::DType(_) => "dtype",
+            Error::Invalid(_) => "invalid",
+            Error::Limit(_) => "limit",
+            Error::DeviceMismatch(_) => "device_mismatch",
+            Error::Unsupported(_) => "unsupported",
+            Error::Io { .. } => "io",
+            Error::Format { .. } => "format",
+            Error::Wiki(_) => "wiki",
+        }
+    }
 }
 
 /// Shorthand for `std::result::Result<T, netcl::Error>`.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Adds the OpenCL call name to a raw `cl3` error code.
+pub(crate) trait ClContext<T> {
+    fn cl(self, call: &'static str) -> Result<T>;
+}
+
+impl<T> ClContext<T> for std::result::Result<T, i32> {
+    fn cl(self, call: &'static str) -> Result<T> {
+        self.map_err(|code| Error::cl(call, code))
+    }
+}
+
+impl<T> ClContext<T> for std::result::Result<T, opencl3::error_codes::ClError> {
+    fn cl(self, call: &'static str) -> Result<T> {
+        self.map_err(|e| Error::cl(call, e.0))
+    }
+}

@@ -2,8 +2,30 @@
 //!
 //! The dependency direction is one way: device → tensor/memory → program → autotune → ops → autograd →
 //! nn/optim/train/io → script → wiki. Nothing below imports from above.
+//!
+//! ```
+//! use netcl::{Device, Tensor, ops};
+//! let dev = Device::builtin();
+//! let a = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3])?;
+//! let b = Tensor::from_slice(&dev, &[10.0f32, 20.0, 30.0], &[3])?;
+//! let c = ops::add(&a, &b)?; // broadcasts b over the rows of a
+//! assert_eq!(c.to_vec::<f32>()?, vec![11.0, 22.0, 33.0, 14.0, 25.0, 36.0]);
+//! assert_eq!(ops::sum_all(&c)?.to_vec::<f32>()?, vec![141.0]);
+//! # Ok::<(), netcl::Error>(())
+//! ```
 
+pub mod autotune;
+pub mod bench;
+pub mod device;
 pub mod error;
-
-pub use error::{Error, Result};
+pub mod half;
+pub mod memory;
+pub mod ops;
+pub mod program;
+pub mod rng;
+pub mod tensor;
 pub mod wiki;
+
+pub use device::{Device, DeviceInfo};
+pub use error::{Error, Result};
+pub use tensor::{DType, Tensor};

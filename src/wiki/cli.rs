@@ -8,7 +8,7 @@ use clap::Args;
 
 use super::config::Config;
 use super::content::Content;
-use super::engine::EngineInfo;
+use super::engine::{Engine, EngineInfo};
 use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
@@ -30,8 +30,8 @@ pub struct ServeArgs {
     /// Path prefix to serve under, such as /wiki.
     #[arg(long)]
     pub base_path: Option<String>,
-    /// Device selection: an index, gpu, cpu or a name substring.
-    #[arg(long, env = "NETCL_DEVICE")]
+    /// Device selection shown by the wiki; the caller fills it from the global `--device` / `NETCL_DEVICE`.
+    #[arg(skip)]
     pub device: Option<String>,
     /// Re-render the content when its files change.
     #[arg(long)]
@@ -89,6 +89,11 @@ impl ServeArgs {
         config.playground &= !self.no_playground;
         config.validated()
     }
+}
+
+/// Runs the server with this process's engine until Ctrl-C.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    serve_with(args, Arc::new(Engine))
 }
 
 /// Runs the server with engine data from `engine` until Ctrl-C.

@@ -21,7 +21,7 @@ use tracing::Level;
 use super::assets::{STATIC_FILES, content_type};
 use super::config::Config;
 use super::content::Content;
-use super::engine::{CacheSnapshot, DeviceInfo, EngineInfo};
+use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
 use super::links::{LinkMode, Linker};
 use super::metrics::{Metrics, RouteClass};
 use super::prepared::Prepared;
@@ -474,7 +474,7 @@ async fn autotune_page(state: &Arc<AppState>, site: &Site, query: Option<&str>) 
         Err(e) => (None, Some(e)),
     };
     let all = snapshot.as_ref().map_or(&[][..], |s| &s.entries[..]);
-    let entries: Vec<TuneEntryView> = all.iter().filter(|e| e.matches(&needle)).map(tune_entry_view).collect();
+    let entries: Vec<TuneEntryView> = all.iter().filter(|e| entry_matches(e, &needle)).map(tune_entry_view).collect();
     let linker = site.linker();
     let view = AutotuneView {
         chrome: site.chrome("route:autotune"),
@@ -498,7 +498,7 @@ fn format_ms(ms: Option<f64>) -> String {
     ms.map_or_else(|| "–".into(), |v| format!("{v:.4}"))
 }
 
-fn tune_entry_view(e: &super::engine::CacheEntry) -> TuneEntryView {
+fn tune_entry_view(e: &CacheEntry) -> TuneEntryView {
     let candidates = e.candidates.as_deref().unwrap_or(&[]);
     let slowest = candidates.iter().filter_map(|c| c.ms).fold(0.0_f64, f64::max);
     TuneEntryView {
@@ -532,7 +532,7 @@ async fn autotune_api(state: &Arc<AppState>, query: Option<&str>) -> Response<Bo
     match snapshot(state).await {
         Ok(mut s) => {
             let total = s.entries.len();
-            s.entries.retain(|e| e.matches(&filter));
+            s.entries.retain(|e| entry_matches(e, &filter));
             json_response(StatusCode::OK, &json!({"total": total, "filter": filter, "cache": s}))
         }
         Err(e) => api_error(StatusCode::SERVICE_UNAVAILABLE, "engine", &e),

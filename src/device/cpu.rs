@@ -1,0 +1,113 @@
+//! The built-in CPU device: plain Rust on host memory, the reference implementation of every op.
+
+use std::sync::RwLock;
+
+use super::{DeviceInfo, DeviceKind};
+use crate::error::{Error, Result};
+use crate::memory::{HostMem, Storage};
+
+/// The largest single allocation the built-in device accepts (4 GiB).
+const MAX_ALLOC: u64 = 4 << 30;
+
+pub(crate) fn builtin_info(index: usize) -> DeviceInfo {
+    let cores = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    DeviceInfo {
+        index,
+        platform: "netcl".into(),
+        name: "netcl built-in CPU".into(),
+        vendor: "netcl".into(),
+        driver: env!("CARGO_PKG_VERSION").into(),
+        version: "reference".into(),
+        opencl_c_version: "none".into(),
+        kind: "builtin".into(),
+        compute_units: cores,
+        max_clock_mhz: 0,
+        global_mem_bytes: MAX_ALLOC,
+        local_mem_bytes: 0,
+        max_alloc_bytes: MAX_ALLOC,
+        max_work_group_size: 1,
+        max_work_item_sizes: vec![1, 1, 1],
+        fp16: true,
+        fp64: true,
+        unified_memory: true,
+    }
+}
+
+/// Plain-Rust primitives on host memory.
+pub(crate) struct CpuDevice;
+
+impl CpuDevice {
+    pub(crate) fn new() -> Self {
+        CpuDevice
+    }
+}
+
+fn lock_err() -> Error {
+    Error::Invalid("host buffer lock poisoned".into())
+}
+
+impl DeviceKind for CpuDevice {
+    fn alloc(&self, bytes: usize) -> Result<Storage> {
+        if bytes as u64 > MAX_ALLOC {
+            return Err(Error::Limit(format!("allocation of {bytes} bytes exceeds the built-in device's {MAX_ALLOC} bytes")));
+        }
+        let mut v = Vec::new();
+        v.try_reserve_exact(bytes.div_ceil(4))
+            .map_err(|_| Error::Limit(format!("the host could not allocate {bytes} bytes")))?;
+        v.resize(bytes.div_ceil(4), 0u32);
+        Ok(Storage::Host(HostMem { words: RwLock::new(v) }))
+    }
+
+    fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()> {
+        let mut w = dst.host()?.words.write().map_err(|_| lock_err())?;
+        let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut w[..]);
+        let end = offset.checked_add(data.len()).filter(|&e| e <= bytes.len()).ok_or_else(|| Error::Invalid("write past buffer end".into()))?;
+        bytes[offset..end].copy_from_slice(data);
+        Ok(())
+    }
+
+    fn read(&self, src: &Storage, offset: usize, out: &mut [u8]) -> Result<()> {
+        let w = src.host()?.words.read().map_err(|_| lock_err())?;
+        let bytes: &[u8] = bytemuck::cast_slice(&w[..]);
+        let end = offset.checked_add(out.len()).filter(|&e| e <= bytes.len()).ok_or_else(|| Error::Invalid("read past buffer end".into()))?;
+        out.copy_from_slice(&bytes[offset..end]);
+        Ok(())
+    }
+
+    fn fill(&self, dst: &Storage, pattern: [u8; 4], bytes: usize) -> Result<()> {
+        let mut w = dst.host()?.words.write().map_err(|_| lock_err())?;
+        let word = u32::from_ne_bytes(pattern);
+        let n = (bytes / 4).min(w.len());
+        w[..n].fill(word);
+        Ok(())
+    }
+
+    fn copy(&self, src: &Storage, dst: &Storage, bytes: usize) -> Result<()> {
+        let s = src.host()?.words.read().map_err(|_| lock_err())?;
+        let mut d = dst.host()?.words.write().map_err(|_| lock_err())?;
+        let n = bytes.div_ceil(4).min(s.len()).min(d.len());
+        d[..n].copy_from_slice(&s[..n]);
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// Locked access to built-in device tensors' host words.
+pub(crate) mod access {
+    use super::lock_err;
+    use crate::{Result, Tensor};
+    use std::sync::{RwLockReadGuard, RwLockWriteGuard};
+
+    /// Read access to a host tensor's words.
+    pub(crate) fn read(t: &Tensor) -> Result<RwLockReadGuard<'_, Vec<u32>>> {
+        t.storage().host()?.words.read().map_err(|_| lock_err())
+    }
+
+    /// Write access to a host tensor's words.
+    pub(crate) fn write(t: &Tensor) -> Result<RwLockWriteGuard<'_, Vec<u32>>> {
+        t.storage().host()?.words.write().map_err(|_| lock_err())
+    }
+}

@@ -1,0 +1,372 @@
+//! The OpenCL device kind: one context and one in-order, profiling-enabled queue per device.
+//!
+//! Buffers are raw `cl_mem` handles owned by [`ClMem`]; kernels come from the [`ProgramCache`]. Every launch
+//! goes through [`ClDevice::launch`], which can record it with its device time for the playground.
+
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::{Arc, Mutex};
+
+use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
+use opencl3::context::Context;
+use opencl3::device::{
+    CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, Device as ClDeviceId,
+};
+use opencl3::event::Event;
+use opencl3::memory::CL_MEM_READ_WRITE;
+use opencl3::platform::get_platforms;
+use opencl3::types::{CL_BLOCKING, cl_device_id, cl_mem};
+
+use super::{DeviceInfo, DeviceKind, Launch};
+use crate::error::{ClContext, Error, Result};
+use crate::memory::Storage;
+use crate::program::{ClKernel, Defines, ProgramCache};
+
+/// Every OpenCL device of every platform, in platform order.
+pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceInfo)>> {
+    let platforms = get_platforms().cl("clGetPlatformIDs")?;
+    let mut out = Vec::new();
+    for p in platforms {
+        let pname = p.name().unwrap_or_default();
+        let ids = match p.get_devices(CL_DEVICE_TYPE_ALL) {
+            Ok(ids) => ids,
+            Err(_) => continue,
+        };
+        for id in ids {
+            let d = ClDeviceId::new(id);
+            let ty = d.dev_type().unwrap_or(0);
+            let kind = if ty & CL_DEVICE_TYPE_GPU != 0 {
+                "gpu"
+            } else if ty & CL_DEVICE_TYPE_CPU != 0 {
+                "cpu"
+            } else if ty & CL_DEVICE_TYPE_ACCELERATOR != 0 {
+                "accelerator"
+            } else {
+                "other"
+            };
+            let ext = d.extensions().unwrap_or_default();
+            let info = DeviceInfo {
+                index: out.len(),
+                platform: pname.trim().to_owned(),
+                name: d.name().unwrap_or_default().trim().to_owned(),
+                vendor: d.vendor().unwrap_or_default().trim().to_owned(),
+                driver: d.driver_version().unwrap_or_default().trim().to_owned(),
+                version: d.version().unwrap_or_default().trim().to_owned(),
+                opencl_c_version: d.opencl_c_version().unwrap_or_default().trim().to_owned(),
+                kind: kind.to_owned(),
+                compute_units: d.max_compute_units().unwrap_or(0),
+                max_clock_mhz: d.max_clock_frequency().unwrap_or(0),
+                global_mem_bytes: d.global_mem_size().unwrap_or(0),
+                local_mem_bytes: d.local_mem_size().unwrap_or(0),
+                max_alloc_bytes: d.max_mem_alloc_size().unwrap_or(0),
+                max_work_group_size: d.max_work_group_size().unwrap_or(1),
+                max_work_item_sizes: d.max_work_item_sizes().unwrap_or_default(),
+                fp16: ext.contains("cl_khr_fp16"),
+                fp64: ext.contains("cl_khr_fp64"),
+                unified_memory: d.host_unified_memory().unwrap_or(false),
+            };
+            out.push((id, info));
+        }
+    }
+    Ok(out)
+}
+
+/// A device buffer; released when dropped.
+pub(crate) struct ClMem {
+    pub(crate) mem: cl_mem,
+}
+
+// SAFETY: a cl_mem handle may be used from any thread; OpenCL objects are reference counted and thread-safe
+// (OpenCL 1.2 §A.2), and netcl only enqueues on the device's one in-order queue.
+unsafe impl Send for ClMem {}
+unsafe impl Sync for ClMem {}
+
+impl Drop for ClMem {
+    fn drop(&mut self) {
+        // SAFETY: `mem` was created by clCreateBuffer and is released exactly once here; queued commands that
+        // still use it hold their own reference inside the runtime.
+        unsafe {
+            let _ = cl3::memory::release_mem_object(self.mem);
+        }
+    }
+}
+
+/// A kernel argument.
+pub(crate) enum Arg<'a> {
+    /// A device buffer.
+    Mem(&'a Storage),
+    I32(i32),
+    U32(u32),
+    F32(f32),
+    /// Eight ints passed by value as an `int8` (shapes and strides, never uploaded).
+    I32x8([i32; 8]),
+    /// A `__local` buffer of this many bytes.
+    Local(usize),
+}
+
+struct Recorded {
+    kernel: String,
+    global: Vec<usize>,
+    local: Option<Vec<usize>>,
+    event: Event,
+}
+
+/// One OpenCL device with its context, queue and kernel cache.
+pub(crate) struct ClDevice {
+    pub(crate) info: DeviceInfo,
+    pub(crate) device: ClDeviceId,
+    pub(crate) context: Context,
+    pub(crate) queue: CommandQueue,
+    programs: ProgramCache,
+    recording: Mutex<Option<Vec<Recorded>>>,
+}
+
+impl ClDevice {
+    pub(crate) fn new(id: cl_device_id, info: DeviceInfo) -> Result<Self> {
+        let dev = ClDeviceId::new(id);
+        let context = Context::from_device(&dev).cl("clCreateContext")?;
+        #[allow(deprecated)]
+        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE).cl("clCreateCommandQueue")?;
+        Ok(ClDevice { info, device: dev, context, queue, programs: ProgramCache::default(), recording: Mutex::new(None) })
+    }
+
+    /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).
+    pub(crate) fn kernel(&self, source: &str, defines: &Defines, name: &str) -> Result<Arc<ClKernel>> {
+        self.programs.kernel(&self.context, self.device.id(), source, defines, name)
+    }
+
+    /// Enqueues `kernel` over `global` work-items (rounded up to `local` when given) with `args`.
+    pub(crate) fn launch(
+        &self,
+        kernel: &ClKernel,
+        args: &[Arg<'_>],
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<Event> {
+        let global: Vec<usize> = match local {
+            Some(l) => global.iter().zip(l).map(|(g, l)| g.div_ceil(*l).max(1) * l).collect(),
+            None => global.iter().map(|g| (*g).max(1)).collect(),
+        };
+        let guard = kernel.lock()?;
+        let k = guard.get();
+        for (i, a) in args.iter().enumerate() {
+            let i = i as u32;
+            // SAFETY: each value pointer is valid for the size passed, and OpenCL copies argument values at
+            // clSetKernelArg time; the kernel object is locked so no other thread changes its arguments.
+            let r = unsafe {
+                match a {
+                    Arg::Mem(s) => {
+                        let m = s.cl_mem()?;
+                        cl3::kernel::set_kernel_arg(k, i, size_of::<cl_mem>(), &m as *const cl_mem as *const c_void)
+                    }
+                    Arg::I32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void),
+                    Arg::U32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void),
+                    Arg::F32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void),
+                    Arg::I32x8(v) => cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void),
+                    Arg::Local(n) => cl3::kernel::set_kernel_arg(k, i, (*n).max(4), ptr::null()),
+                }
+            };
+            r.map_err(|code| Error::Invalid(format!("kernel `{}` argument {i}: {}", kernel.name, cl3::error_codes::error_text(code))))?;
+        }
+        // SAFETY: the work sizes outlive the call, and every argument has been set above.
+        let ev = unsafe {
+            cl3::command_queue::enqueue_nd_range_kernel(
+                self.queue.get(),
+                k,
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                0,
+                ptr::null(),
+            )
+        }
+        .map_err(|code| {
+            Error::cl("clEnqueueNDRangeKernel", code).with_context(&kernel.name, &global, local)
+        })?;
+        drop(guard);
+        let event = Event::new(ev);
+        if let Ok(mut rec) = self.recording.lock()
+            && let Some(list) = rec.as_mut()
+        {
+            // SAFETY: retaining the event gives the recorder its own reference.
+            unsafe {
+                let _ = cl3::event::retain_event(ev);
+            }
+            list.push(Recorded {
+                kernel: kernel.name.clone(),
+                global: global.clone(),
+                local: local.map(<[usize]>::to_vec),
+                event: Event::new(ev),
+            });
+        }
+        Ok(event)
+    }
+
+    pub(crate) fn record_launches(&self, on: bool) {
+        if let Ok(mut rec) = self.recording.lock() {
+            *rec = if on { Some(rec.take().unwrap_or_default()) } else { None };
+        }
+    }
+
+    pub(crate) fn take_launches(&self) -> Result<Vec<Launch>> {
+        let list = match self.recording.lock() {
+            Ok(mut rec) => rec.as_mut().map(std::mem::take).unwrap_or_default(),
+            Err(_) => Vec::new(),
+        };
+        self.finish()?;
+        Ok(list
+            .into_iter()
+            .map(|r| Launch { ms: event_ms(&r.event).unwrap_or(0.0), kernel: r.kernel, global: r.global, local: r.local })
+            .collect())
+    }
+}
+
+impl Error {
+    fn with_context(self, kernel: &str, global: &[usize], local: Option<&[usize]>) -> Error {
+        match self {
+            Error::OpenCl { call, code, name } => Error::Invalid(format!(
+                "{call} failed with {name} ({code}) for kernel `{kernel}`, global {global:?}, local {local:?}"
+            )),
+            e => e,
+        }
+    }
+}
+
+/// Device time of one event in milliseconds, after waiting for it.
+pub(crate) fn event_ms(ev: &Event) -> Result<f64> {
+    ev.wait().cl("clWaitForEvents")?;
+    let s = ev.profiling_command_start().cl("clGetEventProfilingInfo")?;
+    let e = ev.profiling_command_end().cl("clGetEventProfilingInfo")?;
+    Ok(e.saturating_sub(s) as f64 / 1e6)
+}
+
+/// Device time from the start of the first to the end of the last event, in milliseconds.
+pub(crate) fn events_ms(evs: &[Event]) -> Result<f64> {
+    let (Some(first), Some(last)) = (evs.first(), evs.last()) else {
+        return Ok(0.0);
+    };
+    last.wait().cl("clWaitForEvents")?;
+    let s = first.profiling_command_start().cl("clGetEventProfilingInfo")?;
+    let e = last.profiling_command_end().cl("clGetEventProfilingInfo")?;
+    Ok(e.saturating_sub(s) as f64 / 1e6)
+}
+
+impl DeviceKind for ClDevice {
+    fn alloc(&self, bytes: usize) -> Result<Storage> {
+        if bytes as u64 > self.info.max_alloc_bytes && self.info.max_alloc_bytes > 0 {
+            return Err(Error::Limit(format!(
+                "allocation of {bytes} bytes exceeds the device's largest allocation of {} bytes ({})",
+                self.info.max_alloc_bytes, self.info.name
+            )));
+        }
+        // SAFETY: no host pointer is passed; the returned handle is owned by ClMem.
+        let mem = unsafe { cl3::memory::create_buffer(self.context.get(), CL_MEM_READ_WRITE, bytes.max(4), ptr::null_mut()) }
+            .map_err(|code| match code {
+                -4 | -61 => Error::Limit(format!(
+                    "the device could not allocate {bytes} bytes ({}: {})",
+                    self.info.name,
+                    cl3::error_codes::error_text(code)
+                )),
+                c => Error::cl("clCreateBuffer", c),
+            })?;
+        Ok(Storage::Cl(ClMem { mem }))
+    }
+
+    fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()> {
+        if data.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the write is blocking, so `data` is read before this returns (no aliasing of freed memory).
+        unsafe {
+            let ev = cl3::command_queue::enqueue_write_buffer(
+                self.queue.get(),
+                dst.cl_mem()?,
+                CL_BLOCKING,
+                offset,
+                data.len(),
+                data.as_ptr() as *const c_void,
+                0,
+                ptr::null(),
+            )
+            .cl("clEnqueueWriteBuffer")?;
+            drop(Event::new(ev));
+        }
+        Ok(())
+    }
+
+    fn read(&self, src: &Storage, offset: usize, out: &mut [u8]) -> Result<()> {
+        if out.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the read is blocking, so `out` is filled before this returns.
+        unsafe {
+            let ev = cl3::command_queue::enqueue_read_buffer(
+                self.queue.get(),
+                src.cl_mem()?,
+                CL_BLOCKING,
+                offset,
+                out.len(),
+                out.as_mut_ptr() as *mut c_void,
+                0,
+                ptr::null(),
+            )
+            .cl("clEnqueueReadBuffer")?;
+            drop(Event::new(ev));
+        }
+        Ok(())
+    }
+
+    fn fill(&self, dst: &Storage, pattern: [u8; 4], bytes: usize) -> Result<()> {
+        let bytes = bytes / 4 * 4;
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: the pattern is copied by the runtime at enqueue time.
+        unsafe {
+            let ev = cl3::command_queue::enqueue_fill_buffer(
+                self.queue.get(),
+                dst.cl_mem()?,
+                pattern.as_ptr() as *const c_void,
+                4,
+                0,
+                bytes,
+                0,
+                ptr::null(),
+            )
+            .cl("clEnqueueFillBuffer")?;
+            drop(Event::new(ev));
+        }
+        Ok(())
+    }
+
+    fn copy(&self, src: &Storage, dst: &Storage, bytes: usize) -> Result<()> {
+        if bytes == 0 {
+            return Ok(());
+        }
+        // SAFETY: both handles are live buffers of at least `bytes` bytes.
+        unsafe {
+            let ev = cl3::command_queue::enqueue_copy_buffer(
+                self.queue.get(),
+                src.cl_mem()?,
+                dst.cl_mem()?,
+                0,
+                0,
+                bytes,
+                0,
+                ptr::null(),
+            )
+            .cl("clEnqueueCopyBuffer")?;
+            drop(Event::new(ev));
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<()> {
+        self.queue.finish().cl("clFinish")
+    }
+
+    fn as_cl(&self) -> Option<&ClDevice> {
+        Some(self)
+    }
+}

@@ -1,0 +1,170 @@
+//! Device memory: raw storage per device kind, and the [`BufferPool`] that recycles it by size class.
+//!
+//! Pool buffers are uninitialised unless a fill is asked for. Recycling is safe because every device has one
+//! in-order queue: a reused buffer's next write is queued behind every kernel that still reads it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, RwLock};
+
+use serde::Serialize;
+
+use crate::device::opencl::ClMem;
+use crate::device::{Device, DeviceInfo};
+use crate::error::{Error, Result};
+
+/// Host memory of the built-in device: 4-byte words, so f32 and i32 views are aligned.
+pub(crate) struct HostMem {
+    pub(crate) words: RwLock<Vec<u32>>,
+}
+
+/// The memory behind a buffer: an OpenCL buffer or host words.
+pub(crate) enum Storage {
+    Cl(ClMem),
+    Host(HostMem),
+}
+
+impl Storage {
+    pub(crate) fn cl_mem(&self) -> Result<opencl3::types::cl_mem> {
+        match self {
+            Storage::Cl(m) => Ok(m.mem),
+            Storage::Host(_) => Err(Error::DeviceMismatch("an OpenCL kernel was given a built-in device buffer".into())),
+        }
+    }
+
+    pub(crate) fn host(&self) -> Result<&HostMem> {
+        match self {
+            Storage::Host(h) => Ok(h),
+            Storage::Cl(_) => Err(Error::DeviceMismatch("a built-in device op was given an OpenCL buffer".into())),
+        }
+    }
+}
+
+/// Pool counters.
+#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+pub struct PoolStats {
+    /// Allocations served from the free lists.
+    pub hits: u64,
+    /// Allocations that asked the device for new memory.
+    pub misses: u64,
+    /// Bytes currently handed out (size-class bytes).
+    pub bytes_in_use: u64,
+    /// Bytes currently cached in free lists.
+    pub bytes_cached: u64,
+    /// Bytes ever requested from the device.
+    pub bytes_allocated: u64,
+    /// The cap on cached bytes.
+    pub cache_cap_bytes: u64,
+    /// Buffers released to the device because the cache was full.
+    pub evictions: u64,
+}
+
+struct PoolState {
+    free: BTreeMap<usize, Vec<Storage>>,
+    stats: PoolStats,
+}
+
+/// Recycles device buffers by size class, with a cap on cached bytes.
+///
+/// Size classes: 1 KiB, 4 KiB, 16 KiB, …, 256 MiB (powers of four), then powers of two. The cap defaults to
+/// a quarter of the device's global memory, at most 4 GiB, or `NETCL_MAX_CACHED_GB` (netcl's name).
+pub struct BufferPool {
+    state: Arc<Mutex<PoolState>>,
+}
+
+/// The size class a request of `bytes` is rounded up to.
+pub fn size_class(bytes: usize) -> usize {
+    let mut c = 1024usize;
+    while c < bytes && c < (256 << 20) {
+        c *= 4;
+    }
+    if c >= bytes { c } else { bytes.next_power_of_two() }
+}
+
+impl BufferPool {
+    pub(crate) fn new(info: &DeviceInfo) -> Self {
+        let default_cap = (info.global_mem_bytes / 4).clamp(64 << 20, 4 << 30);
+        let cap = std::env::var("NETCL_MAX_CACHED_GB")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .map_or(default_cap, |gb| (gb * (1u64 << 30) as f64) as u64);
+        let stats = PoolStats { cache_cap_bytes: cap, ..PoolStats::default() };
+        BufferPool { state: Arc::new(Mutex::new(PoolState { free: BTreeMap::new(), stats })) }
+    }
+
+    /// The pool's counters.
+    pub fn stats(&self) -> PoolStats {
+        self.state.lock().map(|s| s.stats.clone()).unwrap_or_default()
+    }
+
+    /// Releases every cached buffer.
+    pub fn clear(&self) {
+        if let Ok(mut s) = self.state.lock() {
+            s.free.clear();
+            s.stats.bytes_cached = 0;
+        }
+    }
+
+    /// A buffer of at least `bytes` bytes; contents are undefined.
+    pub(crate) fn allocate(&self, device: &Device, bytes: usize) -> Result<Buffer> {
+        let class = size_class(bytes);
+        {
+            let mut s = self.state.lock().map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
+            if let Some(list) = s.free.get_mut(&class)
+                && let Some(storage) = list.pop()
+            {
+                s.stats.hits += 1;
+                s.stats.bytes_cached -= class as u64;
+                s.stats.bytes_in_use += class as u64;
+                return Ok(Buffer { storage: Some(storage), class, pool: Arc::downgrade(&self.state) });
+            }
+        }
+        let storage = match device.kind().alloc(class) {
+            Ok(st) => st,
+            Err(e) => {
+                // Out of memory: free what the pool caches and try once more.
+                self.clear();
+                device.kind().alloc(class).map_err(|_| e)?
+            }
+        };
+        let mut s = self.state.lock().map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
+        s.stats.misses += 1;
+        s.stats.bytes_allocated += class as u64;
+        s.stats.bytes_in_use += class as u64;
+        Ok(Buffer { storage: Some(storage), class, pool: Arc::downgrade(&self.state) })
+    }
+}
+
+/// A buffer handed out by a pool; it returns there when dropped.
+pub(crate) struct Buffer {
+    storage: Option<Storage>,
+    class: usize,
+    pool: std::sync::Weak<Mutex<PoolState>>,
+}
+
+impl Buffer {
+    pub(crate) fn storage(&self) -> &Storage {
+        // The storage is only taken in Drop.
+        match &self.storage {
+            Some(s) => s,
+            None => unreachable!("buffer storage is present until drop"),
+        }
+    }
+
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let (Some(storage), Some(pool)) = (self.storage.take(), self.pool.upgrade()) else {
+            return;
+        };
+        let Ok(mut s) = pool.lock() else { return };
+        s.stats.bytes_in_use = s.stats.bytes_in_use.saturating_sub(self.class as u64);
+        if s.stats.bytes_cached + self.class as u64 <= s.stats.cache_cap_bytes {
+            s.stats.bytes_cached += self.class as u64;
+            s.free.entry(self.class).or_default().push(storage);
+        } else {
+            s.stats.evictions += 1;
+        }
+    }
+}

@@ -1,0 +1,139 @@
+//! Kernel sources from `kernels/`, built once per (context, source, defines) and kept.
+//!
+//! A build failure returns [`Error::Build`] with the compiler's log. Kernel objects are wrapped in a mutex:
+//! setting arguments and enqueueing is one critical section, so a kernel can be launched from several threads.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use opencl3::context::Context;
+use opencl3::kernel::Kernel;
+use opencl3::program::Program;
+use opencl3::types::cl_device_id;
+
+use crate::error::{ClContext, Error, Result};
+
+include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
+
+/// The OpenCL C source of kernel family `name` (a file `kernels/<name>.cl`), if it exists.
+pub fn kernel_source(name: &str) -> Option<&'static str> {
+    KERNEL_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+}
+
+/// The names of every embedded kernel family.
+pub fn kernel_families() -> impl Iterator<Item = &'static str> {
+    KERNEL_SOURCES.iter().map(|(n, _)| *n)
+}
+
+/// Preprocessor defines for one build of a kernel family; part of the cache key.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
+pub struct Defines(Vec<(String, String)>);
+
+impl Defines {
+    /// No defines.
+    pub fn new() -> Self {
+        Defines(Vec::new())
+    }
+
+    /// Adds `-D name=value`.
+    pub fn set(mut self, name: &str, value: impl ToString) -> Self {
+        self.0.push((name.to_owned(), value.to_string()));
+        self
+    }
+
+    /// The compiler options: OpenCL C 1.2, contraction into FMA allowed, IEEE semantics kept (no fast-math,
+    /// so NaN and infinities propagate), then the defines in order.
+    pub fn options(&self) -> String {
+        let mut s = String::from("-cl-std=CL1.2 -cl-mad-enable");
+        for (k, v) in &self.0 {
+            let _ = write!(s, " -D {k}={v}");
+        }
+        s
+    }
+}
+
+/// A built kernel, lockable for argument setting and launch.
+pub(crate) struct ClKernel {
+    pub(crate) name: String,
+    kernel: Mutex<Kernel>,
+}
+
+impl ClKernel {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Kernel>> {
+        self.kernel.lock().map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
+    }
+}
+
+struct Built {
+    program: Program,
+    kernels: Mutex<HashMap<String, Arc<ClKernel>>>,
+}
+
+// SAFETY: Program is Send + Sync in opencl3; the kernel map is behind a mutex.
+unsafe impl Sync for Built {}
+
+/// Built programs of one context, keyed by (family, options).
+#[derive(Default)]
+pub(crate) struct ProgramCache {
+    built: Mutex<HashMap<(String, String), Arc<Built>>>,
+}
+
+impl ProgramCache {
+    pub(crate) fn kernel(
+        &self,
+        context: &Context,
+        device: cl_device_id,
+        source: &str,
+        defines: &Defines,
+        name: &str,
+    ) -> Result<Arc<ClKernel>> {
+        let options = defines.options();
+        let key = (source.to_owned(), options.clone());
+        let built = {
+            let mut map = self.built.lock().map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
+            match map.get(&key) {
+                Some(b) => b.clone(),
+                None => {
+                    let b = Arc::new(build(context, device, source, &options)?);
+                    map.insert(key, b.clone());
+                    b
+                }
+            }
+        };
+        let mut kernels = built.kernels.lock().map_err(|_| Error::Invalid("kernel map lock poisoned".into()))?;
+        if let Some(k) = kernels.get(name) {
+            return Ok(k.clone());
+        }
+        let k = Kernel::create(&built.program, name)
+            .map_err(|e| Error::Invalid(format!("kernel `{name}` not found in `{source}`: {}", cl3::error_codes::error_text(e.0))))?;
+        let k = Arc::new(ClKernel { name: name.to_owned(), kernel: Mutex::new(k) });
+        kernels.insert(name.to_owned(), k.clone());
+        Ok(k)
+    }
+}
+
+fn build(context: &Context, device: cl_device_id, source: &str, options: &str) -> Result<Built> {
+    let src = kernel_source(source).ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
+    build_source(context, device, source, src, options)
+}
+
+/// Builds `src` on `device`; on failure the error carries the build log.
+fn build_source(context: &Context, device: cl_device_id, source_name: &str, src: &str, options: &str) -> Result<Built> {
+    let mut program = Program::create_from_source(context, src).cl("clCreateProgramWithSource")?;
+    if let Err(e) = program.build(&[device], options) {
+        let log = program.get_build_log(device).unwrap_or_else(|_| format!("(no build log; {})", cl3::error_codes::error_text(e.0)));
+        return Err(Error::Build { source_name: source_name.to_owned(), options: options.to_owned(), log });
+    }
+    Ok(Built { program, kernels: Mutex::new(HashMap::new()) })
+}
+
+/// Builds arbitrary OpenCL C `src` on an OpenCL device and returns the names of its kernels.
+///
+/// Used to check user-written kernels (the playground) and to test build-failure reporting.
+pub fn build_check(device: &crate::Device, src: &str, defines: &Defines) -> Result<Vec<String>> {
+    let cl = device.kind().as_cl().ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
+    let built = build_source(&cl.context, cl.device.id(), "<inline>", src, &defines.options())?;
+    let names = built.program.kernel_names();
+    Ok(names.split(';').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+}

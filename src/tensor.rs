@@ -1,0 +1,338 @@
+//! [`Tensor`]: a shape, a dtype and contiguous row-major storage on one device.
+//!
+//! Tensors are cheap to clone (the storage is shared). [`Tensor::reshape`] returns a view of the same storage;
+//! every other shape change copies. Host transfers are blocking, so host memory is never read after it is
+//! freed.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::Serialize;
+
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::memory::{Buffer, Storage};
+
+/// Element types.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DType {
+    /// 32-bit float, the working type of every op.
+    F32,
+    /// 32-bit signed integer (labels, indices).
+    I32,
+    /// 16-bit float, storage only, on devices with `cl_khr_fp16` and on the built-in device.
+    F16,
+}
+
+impl DType {
+    /// Bytes per element.
+    pub fn size(self) -> usize {
+        match self {
+            DType::F32 | DType::I32 => 4,
+            DType::F16 => 2,
+        }
+    }
+
+    /// The name used in messages and in the playground (`f32`, `i32`, `f16`).
+    pub fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::I32 => "i32",
+            DType::F16 => "f16",
+        }
+    }
+}
+
+impl fmt::Display for DType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A Rust type that a tensor can hold.
+pub trait Element: bytemuck::Pod + Send + Sync {
+    /// The matching dtype.
+    const DTYPE: DType;
+}
+impl Element for f32 {
+    const DTYPE: DType = DType::F32;
+}
+impl Element for i32 {
+    const DTYPE: DType = DType::I32;
+}
+
+/// Number of elements of `shape`, or a shape error if the product overflows.
+pub fn numel(shape: &[usize]) -> Result<usize> {
+    shape
+        .iter()
+        .try_fold(1usize, |acc, &d| acc.checked_mul(d))
+        .ok_or_else(|| Error::Shape(format!("shape {shape:?} has more elements than fit in memory")))
+}
+
+/// Row-major strides of `shape`, in elements.
+pub fn strides(shape: &[usize]) -> Vec<usize> {
+    let mut s = vec![1usize; shape.len()];
+    for i in (0..shape.len().saturating_sub(1)).rev() {
+        s[i] = s[i + 1] * shape[i + 1];
+    }
+    s
+}
+
+/// A dense, contiguous, row-major array on a device.
+#[derive(Clone)]
+pub struct Tensor {
+    shape: Arc<[usize]>,
+    dtype: DType,
+    numel: usize,
+    buf: Arc<Buffer>,
+    device: Device,
+}
+
+impl fmt::Debug for Tensor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Tensor({:?}, {}, on {})", &*self.shape, self.dtype, self.device.name())
+    }
+}
+
+impl Tensor {
+    /// An uninitialised tensor from the device's pool. Every op writes all of its output.
+    pub(crate) fn empty(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let n = numel(shape)?;
+        let bytes = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Limit(format!("shape {shape:?} of {dtype} exceeds the address space")))?;
+        let max = device.info().max_alloc_bytes;
+        if max > 0 && bytes as u64 > max {
+            return Err(Error::Limit(format!(
+                "shape {shape:?} of {dtype} needs {bytes} bytes; the device's largest allocation is {max} bytes ({})",
+                device.name()
+            )));
+        }
+        if dtype == DType::F16 && !device.info().fp16 {
+            return Err(Error::DType(format!("{} has no cl_khr_fp16, so it cannot hold f16 tensors", device.name())));
+        }
+        let buf = device.pool().allocate(device, bytes)?;
+        Ok(Tensor { shape: shape.into(), dtype, numel: n, buf: Arc::new(buf), device: device.clone() })
+    }
+
+    /// A tensor holding a copy of `data`, which must have exactly `numel(shape)` elements.
+    pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
+        let n = numel(shape)?;
+        if n != data.len() {
+            return Err(Error::Shape(format!("shape {shape:?} holds {n} elements, but {} were given", data.len())));
+        }
+        let t = Tensor::empty(device, shape, T::DTYPE)?;
+        device.kind().write(t.storage(), 0, bytemuck::cast_slice(data))?;
+        Ok(t)
+    }
+
+    /// A tensor filled with `value`.
+    pub fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tensor> {
+        let t = Tensor::empty(device, shape, DType::F32)?;
+        device.kind().fill(t.storage(), value.to_ne_bytes(), t.numel * 4)?;
+        Ok(t)
+    }
+
+    /// A tensor of `dtype` filled with zeros.
+    pub fn zeros_dtype(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
+        let t = Tensor::empty(device, shape, dtype)?;
+        device.kind().fill(t.storage(), [0; 4], (t.numel * dtype.size()).div_ceil(4) * 4)?;
+        Ok(t)
+    }
+
+    /// An f32 tensor of zeros.
+    pub fn zeros(device: &Device, shape: &[usize]) -> Result<Tensor> {
+        Tensor::zeros_dtype(device, shape, DType::F32)
+    }
+
+    /// An f32 tensor of ones.
+    pub fn ones(device: &Device, shape: &[usize]) -> Result<Tensor> {
+        Tensor::full(device, shape, 1.0)
+    }
+
+    /// `start, start+step, …` below `end` (f32), like `numpy.arange`.
+    pub fn arange(device: &Device, start: f32, end: f32, step: f32) -> Result<Tensor> {
+        if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
+            return Err(Error::Invalid(format!("arange({start}, {end}, {step}): bounds must be finite and step non-zero")));
+        }
+        let n = ((end - start) / step).ceil().max(0.0) as usize;
+        let v: Vec<f32> = (0..n).map(|i| start + i as f32 * step).collect();
+        Tensor::from_slice(device, &v, &[n])
+    }
+
+    /// Normally distributed values with `mean` and `std`, from a counter-based generator seeded by `seed`.
+    ///
+    /// The values depend only on the seed and the element index, so every device gets the same tensor.
+    pub fn randn(device: &Device, shape: &[usize], mean: f32, std: f32, seed: u64) -> Result<Tensor> {
+        if !(mean.is_finite() && std.is_finite()) || std < 0.0 {
+            return Err(Error::Invalid(format!("randn: mean {mean} and std {std} must be finite, std ≥ 0")));
+        }
+        let n = numel(shape)?;
+        let v: Vec<f32> = (0..n).map(|i| mean + std * crate::rng::normal(seed, i as u64)).collect();
+        Tensor::from_slice(device, &v, shape)
+    }
+
+    /// Uniform values in `[low, high)`, from a counter-based generator seeded by `seed`.
+    pub fn rand_uniform(device: &Device, shape: &[usize], low: f32, high: f32, seed: u64) -> Result<Tensor> {
+        if !(low.is_finite() && high.is_finite()) || high < low {
+            return Err(Error::Invalid(format!("rand_uniform: bounds [{low}, {high}) must be finite with low ≤ high")));
+        }
+        let n = numel(shape)?;
+        let v: Vec<f32> = (0..n).map(|i| low + (high - low) * crate::rng::uniform(seed, i as u64)).collect();
+        Tensor::from_slice(device, &v, shape)
+    }
+
+    /// The shape.
+    pub fn shape(&self) -> &[usize] {
+        &self.shape
+    }
+
+    /// The number of dimensions.
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    /// The element type.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
+    /// The number of elements.
+    pub fn numel(&self) -> usize {
+        self.numel
+    }
+
+    /// The device holding the storage.
+    pub fn device(&self) -> &Device {
+        &self.device
+    }
+
+    pub(crate) fn storage(&self) -> &Storage {
+        self.buf.storage()
+    }
+
+    /// Whether two tensors share storage (one is a reshape of the other).
+    pub fn shares_storage(&self, other: &Tensor) -> bool {
+        Arc::ptr_eq(&self.buf, &other.buf)
+    }
+
+    /// The elements as a host vector; the dtype must match `T`.
+    pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
+        if self.dtype != T::DTYPE {
+            return Err(Error::DType(format!("tensor is {}, asked for {}", self.dtype, T::DTYPE)));
+        }
+        let mut out = vec![T::zeroed(); self.numel];
+        self.device.kind().read(self.storage(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        Ok(out)
+    }
+
+    /// The elements converted to f32 (from any dtype).
+    pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
+        match self.dtype {
+            DType::F32 => self.to_vec::<f32>(),
+            DType::I32 => Ok(self.to_vec::<i32>()?.into_iter().map(|v| v as f32).collect()),
+            DType::F16 => {
+                let mut raw = vec![0u16; self.numel];
+                self.device.kind().read(self.storage(), 0, bytemuck::cast_slice_mut(&mut raw))?;
+                Ok(raw.into_iter().map(crate::half::f16_to_f32).collect())
+            }
+        }
+    }
+
+    /// A view with another shape of the same number of elements; shares storage.
+    ///
+    /// One dimension may be `usize::MAX` (written `-1` in the playground), inferred from the rest.
+    pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
+        let shape = infer_shape(shape, self.numel)?;
+        Ok(Tensor { shape: shape.into(), ..self.clone() })
+    }
+
+    /// A copy of this tensor on `device` (or a clone when it already lives there).
+    pub fn to_device(&self, device: &Device) -> Result<Tensor> {
+        if *device == self.device {
+            return Ok(self.clone());
+        }
+        let bytes = self.numel * self.dtype.size();
+        let mut host = vec![0u8; bytes.div_ceil(4) * 4];
+        self.device.kind().read(self.storage(), 0, &mut host[..bytes])?;
+        let t = Tensor::empty(device, &self.shape, self.dtype)?;
+        device.kind().write(t.storage(), 0, &host[..bytes])?;
+        Ok(t)
+    }
+
+    /// A copy on the same device with its own storage.
+    pub fn deep_clone(&self) -> Result<Tensor> {
+        let t = Tensor::empty(&self.device, &self.shape, self.dtype)?;
+        self.device.kind().copy(self.storage(), t.storage(), self.numel * self.dtype.size())?;
+        Ok(t)
+    }
+
+    /// Converts to `dtype` (through the host; f16 conversion rounds to nearest even).
+    pub fn cast(&self, dtype: DType) -> Result<Tensor> {
+        if dtype == self.dtype {
+            return Ok(self.clone());
+        }
+        let v = self.to_f32_vec()?;
+        match dtype {
+            DType::F32 => Tensor::from_slice(&self.device, &v, &self.shape),
+            DType::I32 => {
+                let iv: Vec<i32> = v.iter().map(|x| *x as i32).collect();
+                Tensor::from_slice(&self.device, &iv, &self.shape)
+            }
+            DType::F16 => {
+                let t = Tensor::empty(&self.device, &self.shape, DType::F16)?;
+                let h: Vec<u16> = v.into_iter().map(crate::half::f32_to_f16).collect();
+                self.device.kind().write(t.storage(), 0, bytemuck::cast_slice(&h))?;
+                Ok(t)
+            }
+        }
+    }
+
+    /// Checks that every tensor lives on the same device as `self`.
+    pub(crate) fn same_device(&self, others: &[&Tensor], op: &str) -> Result<()> {
+        for o in others {
+            if o.device != self.device {
+                return Err(Error::DeviceMismatch(format!(
+                    "{op}: one tensor is on {} and another on {}; move one with to_device",
+                    self.device.name(),
+                    o.device.name()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Fails unless the dtype is `want`.
+    pub(crate) fn expect_dtype(&self, want: DType, op: &str) -> Result<()> {
+        if self.dtype != want {
+            return Err(Error::DType(format!("{op} needs {want}, got a {} tensor of shape {:?}", self.dtype, self.shape())));
+        }
+        Ok(())
+    }
+}
+
+/// Resolves one `usize::MAX` placeholder dimension and checks the element count.
+fn infer_shape(shape: &[usize], n: usize) -> Result<Vec<usize>> {
+    let holes = shape.iter().filter(|&&d| d == usize::MAX).count();
+    if holes > 1 {
+        return Err(Error::Shape(format!("reshape: at most one inferred dimension, got {holes}")));
+    }
+    let mut out = shape.to_vec();
+    if holes == 1 {
+        let known: usize = numel(&shape.iter().copied().filter(|&d| d != usize::MAX).collect::<Vec<_>>())?;
+        if known == 0 || n % known != 0 {
+            return Err(Error::Shape(format!("reshape: cannot infer a dimension of {shape:?} for {n} elements")));
+        }
+        for d in &mut out {
+            if *d == usize::MAX {
+                *d = n / known;
+            }
+        }
+    }
+    let m = numel(&out)?;
+    if m != n {
+        return Err(Error::Shape(format!("reshape: {n} elements cannot be viewed as shape {out:?} ({m} elements)")));
+    }
+    Ok(out)
+}
