@@ -30,36 +30,60 @@ fn links(html: &str) -> Vec<String> {
 fn exported_site_works_from_disk() {
     let out = scratch("export");
     let content = Content::load(&content_dir()).unwrap();
-    let settings = SiteSettings { title: "netcl".into(), edit_url: None, playground: false };
+    let settings = SiteSettings {
+        title: "netcl".into(),
+        edit_url: None,
+        playground: false,
+    };
     let report = export(&content, &settings, &out).unwrap();
     assert!(report.problems.is_empty(), "{:?}", report.problems);
     for page in content.pages.values() {
-        let file = if page.path == "index" { out.join("index.html") } else { out.join(&page.path).join("index.html") };
+        let file = if page.path == "index" {
+            out.join("index.html")
+        } else {
+            out.join(&page.path).join("index.html")
+        };
         assert!(file.is_file(), "{}", file.display());
         assert!(out.join(format!("{}.md", page.path)).is_file());
     }
     let mut html_files = Vec::new();
     collect_html(&out, &mut html_files);
-    assert!(html_files.len() > content.pages.len(), "pages plus the search page");
+    assert!(
+        html_files.len() > content.pages.len(),
+        "pages plus the search page"
+    );
     let mut checked = 0;
     for file in &html_files {
         let html = fs::read_to_string(file).unwrap();
-        assert!(!html.contains("href=\"/"), "{}: absolute link in an export", file.display());
+        assert!(
+            !html.contains("href=\"/"),
+            "{}: absolute link in an export",
+            file.display()
+        );
         for link in links(&html) {
             if link.starts_with("http") || link.starts_with('#') || link.starts_with("mailto:") {
                 continue;
             }
             let path = link.split('#').next().unwrap().split('?').next().unwrap();
             let target = file.parent().unwrap().join(path);
-            assert!(target.exists(), "{}: link `{link}` does not resolve", file.display());
+            assert!(
+                target.exists(),
+                "{}: link `{link}` does not resolve",
+                file.display()
+            );
             checked += 1;
         }
     }
     assert!(checked > 100, "only {checked} links checked");
-    let index: serde_json::Value = serde_json::from_slice(&fs::read(out.join("search-index.json")).unwrap()).unwrap();
+    let index: serde_json::Value =
+        serde_json::from_slice(&fs::read(out.join("search-index.json")).unwrap()).unwrap();
     let docs = index.as_array().unwrap();
     for page in content.pages.values() {
-        assert!(docs.iter().any(|d| d["title"] == page.front.title.as_str()), "{} in the search index", page.path);
+        assert!(
+            docs.iter().any(|d| d["title"] == page.front.title.as_str()),
+            "{} in the search index",
+            page.path
+        );
     }
     for doc in docs {
         let url = doc["url"].as_str().unwrap().split('#').next().unwrap();
@@ -67,11 +91,25 @@ fn exported_site_works_from_disk() {
     }
     let js = fs::read_to_string(out.join("search-index.js")).unwrap();
     assert!(js.starts_with("window.netclSearchIndex = ["));
-    for name in ["static/site.css", "static/app.js", "static/theme.js", "static/print.css", "llms.txt", "architecture/modules.svg"] {
+    for name in [
+        "static/site.css",
+        "static/app.js",
+        "static/theme.js",
+        "static/print.css",
+        "llms.txt",
+        "architecture/modules.svg",
+    ] {
         assert!(out.join(name).is_file(), "{name}");
     }
-    let leftovers: Vec<_> = fs::read_dir(&out).unwrap().filter_map(|e| e.ok()).filter(|e| e.file_name().to_string_lossy().ends_with(".tmp")).collect();
-    assert!(leftovers.is_empty(), "atomic writes leave no temporary files");
+    let leftovers: Vec<_> = fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "atomic writes leave no temporary files"
+    );
 }
 
 fn collect_html(dir: &Path, out: &mut Vec<std::path::PathBuf>) {

@@ -11,8 +11,14 @@ use wiki_support::{FailingEngine, TestEngine, app, app_with, content_dir, get, s
 
 /// Whether `html` holds `text` HTML-escaped (askama writes `&#60;`, the Markdown renderer `&lt;`).
 fn has_escaped(html: &str, text: &str) -> bool {
-    let named = text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
-    let numeric = text.replace('&', "&#38;").replace('<', "&#60;").replace('>', "&#62;");
+    let named = text
+        .replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;");
+    let numeric = text
+        .replace('&', "&#38;")
+        .replace('<', "&#60;")
+        .replace('>', "&#62;");
     html.contains(&named) || html.contains(&numeric)
 }
 
@@ -31,15 +37,29 @@ async fn every_page_is_served_with_layout_and_headers() {
     let content = Content::load(&content_dir()).unwrap();
     assert!(content.pages.len() >= 9);
     for page in content.pages.values() {
-        let uri = if page.path == "index" { "/".to_string() } else { format!("/docs/{}", page.path) };
+        let uri = if page.path == "index" {
+            "/".to_string()
+        } else {
+            format!("/docs/{}", page.path)
+        };
         let answer = get(&app, &uri).await;
         assert_eq!(answer.status, StatusCode::OK, "{uri}");
-        assert_eq!(answer.header("content-type"), "text/html; charset=utf-8", "{uri}");
+        assert_eq!(
+            answer.header("content-type"),
+            "text/html; charset=utf-8",
+            "{uri}"
+        );
         assert_secure(&answer);
         let html = answer.text();
-        assert!(html.contains(&format!("<h1>{}</h1>", page.front.title)), "{uri}");
+        assert!(
+            html.contains(&format!("<h1>{}</h1>", page.front.title)),
+            "{uri}"
+        );
         assert!(html.contains("class=\"sidebar\""), "{uri}");
-        assert!(html.contains("aria-current=\"page\""), "{uri}: current page marked in the navigation");
+        assert!(
+            html.contains("aria-current=\"page\""),
+            "{uri}: current page marked in the navigation"
+        );
         assert!(html.contains("Last updated"), "{uri}");
         assert!(!html.contains("<script>"), "{uri}: no inline script");
         assert!(!html.contains(" style=\""), "{uri}: no style attributes");
@@ -63,8 +83,14 @@ async fn pages_have_toc_breadcrumbs_prev_next_and_rendered_features() {
     assert!(html.contains("<math>"), "inline math is MathML");
     assert!(html.contains("class=\"copy-btn\""));
     let overview = get(&app, "/docs/architecture/overview").await.text();
-    assert!(overview.contains("<figure class=\"diagram\"><svg"), "inline svg diagram");
-    assert!(overview.contains("src=\"/docs/architecture/modules.svg\""), "svg image link rewritten");
+    assert!(
+        overview.contains("<figure class=\"diagram\"><svg"),
+        "inline svg diagram"
+    );
+    assert!(
+        overview.contains("src=\"/docs/architecture/modules.svg\""),
+        "svg image link rewritten"
+    );
     let svg = get(&app, "/docs/architecture/modules.svg").await;
     assert_eq!(svg.status, StatusCode::OK);
     assert_eq!(svg.header("content-type"), "image/svg+xml");
@@ -76,7 +102,12 @@ async fn pages_have_toc_breadcrumbs_prev_next_and_rendered_features() {
 #[tokio::test]
 async fn static_assets_llms_health_and_metrics() {
     let app = app();
-    for (path, ty) in [("/static/site.css", "text/css"), ("/static/app.js", "text/javascript"), ("/static/theme.js", "text/javascript"), ("/static/print.css", "text/css")] {
+    for (path, ty) in [
+        ("/static/site.css", "text/css"),
+        ("/static/app.js", "text/javascript"),
+        ("/static/theme.js", "text/javascript"),
+        ("/static/print.css", "text/css"),
+    ] {
         let answer = get(&app, path).await;
         assert_eq!(answer.status, StatusCode::OK, "{path}");
         assert!(answer.header("content-type").starts_with(ty), "{path}");
@@ -86,16 +117,29 @@ async fn static_assets_llms_health_and_metrics() {
     assert_eq!(llms.status, StatusCode::OK);
     let llms = llms.text();
     for page in Content::load(&content_dir()).unwrap().pages.values() {
-        assert!(llms.contains(&format!("(/docs/{}.md)", page.path)), "llms.txt lists {}", page.path);
+        assert!(
+            llms.contains(&format!("(/docs/{}.md)", page.path)),
+            "llms.txt lists {}",
+            page.path
+        );
     }
     let health = get(&app, "/healthz").await;
     assert_eq!(health.status, StatusCode::OK);
     assert_eq!(health.json()["status"], "ok");
     get(&app, "/docs/nope").await;
     let metrics = get(&app, "/metrics").await.text();
-    assert!(metrics.contains("netcl_wiki_requests_total{route=\"page\",status=\"2xx\"}"), "{metrics}");
-    assert!(metrics.contains("netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1"), "{metrics}");
-    assert!(metrics.contains("netcl_wiki_request_duration_seconds_bucket{le=\"+Inf\"}"), "{metrics}");
+    assert!(
+        metrics.contains("netcl_wiki_requests_total{route=\"page\",status=\"2xx\"}"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("netcl_wiki_request_duration_seconds_bucket{le=\"+Inf\"}"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -107,9 +151,21 @@ async fn search_html_and_json() {
     let results = json["results"].as_array().unwrap();
     assert!(!results.is_empty());
     assert_eq!(results[0]["page"], "concepts/autotune", "{json}");
-    assert!(results[0]["snippet_html"].as_str().unwrap().contains("<mark>"));
+    assert!(
+        results[0]["snippet_html"]
+            .as_str()
+            .unwrap()
+            .contains("<mark>")
+    );
     let typo = get(&app, "/api/search?q=devcie").await.json();
-    assert!(typo["results"].as_array().unwrap().iter().any(|r| r["page"] == "concepts/device"), "{typo}");
+    assert!(
+        typo["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["page"] == "concepts/device"),
+        "{typo}"
+    );
     let page = get(&app, "/search?q=devices").await;
     assert_eq!(page.status, StatusCode::OK);
     let html = page.text();
@@ -126,7 +182,10 @@ async fn devices_and_autotune_pages_show_engine_data() {
     let devices = get(&app, "/devices").await;
     assert_eq!(devices.status, StatusCode::OK);
     let html = devices.text();
-    assert!(has_escaped(&html, "Test <b>GPU</b>"), "device names are escaped");
+    assert!(
+        has_escaped(&html, "Test <b>GPU</b>"),
+        "device names are escaped"
+    );
     assert!(!html.contains("<b>GPU"));
     assert!(html.contains("8.0 GiB"));
     let json = get(&app, "/api/devices").await.json();
@@ -155,7 +214,10 @@ async fn engine_failures_are_reported_not_fatal() {
     let tune = get(&app, "/autotune").await;
     assert_eq!(tune.status, StatusCode::OK);
     assert!(tune.text().contains("cache unreadable"));
-    assert_eq!(get(&app, "/api/autotune").await.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        get(&app, "/api/autotune").await.status,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
 }
 
 #[tokio::test]
@@ -198,7 +260,9 @@ async fn hostile_requests_get_4xx_and_escaped_output() {
     let html = xss.text();
     assert!(!html.contains("<script>alert"), "{html}");
     assert!(has_escaped(&html, "<script>alert(1)</script>"), "{html}");
-    let xss404 = get(&app, "/docs/%3Cimg%20src=x%20onerror=alert(1)%3E").await.text();
+    let xss404 = get(&app, "/docs/%3Cimg%20src=x%20onerror=alert(1)%3E")
+        .await
+        .text();
     assert!(!xss404.contains("<img src=x"), "{xss404}");
     let huge = format!("/api/search?q={}", "a".repeat(10_000));
     let answer = get(&app, &huge).await;
@@ -212,28 +276,62 @@ async fn hostile_requests_get_4xx_and_escaped_output() {
     let bad_utf8 = get(&app, "/api/search?q=%FF%FE").await;
     assert_eq!(bad_utf8.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad_utf8.json()["error"]["kind"], "bad_query");
-    assert_eq!(get(&app, "/search?q=%C3%28").await.status, StatusCode::BAD_REQUEST);
-    assert_eq!(get(&app, "/autotune?q=%FF").await.status, StatusCode::BAD_REQUEST);
-    let post = send(&app, Request::post("/api/search").body(Body::from("x")).unwrap()).await;
+    assert_eq!(
+        get(&app, "/search?q=%C3%28").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    assert_eq!(
+        get(&app, "/autotune?q=%FF").await.status,
+        StatusCode::BAD_REQUEST
+    );
+    let post = send(
+        &app,
+        Request::post("/api/search").body(Body::from("x")).unwrap(),
+    )
+    .await;
     assert_eq!(post.status, StatusCode::METHOD_NOT_ALLOWED);
     assert_eq!(post.json()["error"]["kind"], "method_not_allowed");
-    let big = send(&app, Request::post("/").body(Body::from(vec![b'x'; 1 << 20])).unwrap()).await;
+    let big = send(
+        &app,
+        Request::post("/")
+            .body(Body::from(vec![b'x'; 1 << 20]))
+            .unwrap(),
+    )
+    .await;
     assert!(big.status.is_client_error(), "{}", big.status);
 }
 
 #[tokio::test]
 async fn gzip_etag_and_head() {
     let app = app();
-    let gz = send(&app, Request::get("/docs/faq").header("accept-encoding", "gzip").body(Body::empty()).unwrap()).await;
+    let gz = send(
+        &app,
+        Request::get("/docs/faq")
+            .header("accept-encoding", "gzip")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(gz.status, StatusCode::OK);
     assert_eq!(gz.header("content-encoding"), "gzip");
     assert_eq!(&gz.body[..2], &[0x1f, 0x8b]);
     let etag = gz.header("etag");
     assert!(!etag.is_empty());
-    let again = send(&app, Request::get("/docs/faq").header("if-none-match", etag).body(Body::empty()).unwrap()).await;
+    let again = send(
+        &app,
+        Request::get("/docs/faq")
+            .header("if-none-match", etag)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
     assert_eq!(again.status, StatusCode::NOT_MODIFIED);
     assert!(again.body.is_empty());
-    let head = send(&app, Request::head("/docs/faq").body(Body::empty()).unwrap()).await;
+    let head = send(
+        &app,
+        Request::head("/docs/faq").body(Body::empty()).unwrap(),
+    )
+    .await;
     assert_eq!(head.status, StatusCode::OK);
 }
 
@@ -250,29 +348,55 @@ async fn base_path_prefixes_every_route_and_link() {
     assert!(html.contains("href=\"/wiki/static/site.css\""));
     assert!(html.contains("action=\"/wiki/search\""));
     assert!(html.contains("data-search-api=\"/wiki/api/search\""));
-    assert!(html.contains("href=\"https://example.org/edit/index.md\""), "edit link");
-    assert!(!html.contains("href=\"/docs/"), "no link escapes the base path");
+    assert!(
+        html.contains("href=\"https://example.org/edit/index.md\""),
+        "edit link"
+    );
+    assert!(
+        !html.contains("href=\"/docs/"),
+        "no link escapes the base path"
+    );
     assert_eq!(get(&app, "/wiki").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/wiki/docs/faq").await.status, StatusCode::OK);
     assert_eq!(get(&app, "/docs/faq").await.status, StatusCode::NOT_FOUND);
-    assert_eq!(get(&app, "/wikix/docs/faq").await.status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        get(&app, "/wikix/docs/faq").await.status,
+        StatusCode::NOT_FOUND
+    );
     let hits = get(&app, "/wiki/api/search?q=device").await.json();
-    assert!(hits["results"][0]["url"].as_str().unwrap().starts_with("/wiki/docs/"));
+    assert!(
+        hits["results"][0]["url"]
+            .as_str()
+            .unwrap()
+            .starts_with("/wiki/docs/")
+    );
 }
 
 #[tokio::test]
 async fn content_reload_replaces_pages() {
     let dir = wiki_support::scratch("reload");
     let write = |body: &str| {
-        std::fs::write(dir.join("nav.toml"), "[[section]]\ntitle = \"S\"\npages = [\"index\"]\n").unwrap();
-        std::fs::write(dir.join("index.md"), format!("---\ntitle: Home\nstatus: s\nsummary: s\n---\n{body}\n")).unwrap();
+        std::fs::write(
+            dir.join("nav.toml"),
+            "[[section]]\ntitle = \"S\"\npages = [\"index\"]\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("index.md"),
+            format!("---\ntitle: Home\nstatus: s\nsummary: s\n---\n{body}\n"),
+        )
+        .unwrap();
     };
     write("first version");
     let (app, state) = app_with(Arc::new(TestEngine), |c| c.content_dir = dir.clone());
     assert!(get(&app, "/").await.text().contains("first version"));
     let before = netcl::wiki::watch::fingerprint(&dir);
     write("second version, longer");
-    assert_ne!(before, netcl::wiki::watch::fingerprint(&dir), "a change is noticed");
+    assert_ne!(
+        before,
+        netcl::wiki::watch::fingerprint(&dir),
+        "a change is noticed"
+    );
     state.replace_site(netcl::wiki::server::Site::load(state.config()).unwrap());
     assert!(get(&app, "/").await.text().contains("second version"));
 }

@@ -114,7 +114,9 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
         let listener = tokio::net::TcpListener::bind(config.bind)
             .await
             .map_err(|e| Error::Wiki(format!("binding {}: {e}", config.bind)))?;
-        let address = listener.local_addr().map_err(|e| Error::Wiki(e.to_string()))?;
+        let address = listener
+            .local_addr()
+            .map_err(|e| Error::Wiki(e.to_string()))?;
         tracing::info!(%address, base = %config.base_path, "wiki listening");
         eprintln!("netcl wiki on http://{address}{}/", config.base_path);
         axum::serve(listener, router(state))
@@ -128,15 +130,24 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
 
 /// Writes the static site; content problems are printed, and fail the export with `--strict`.
 pub fn export(args: ExportArgs) -> Result<()> {
-    let dir = args.content.unwrap_or_else(|| Config::default().content_dir);
+    let dir = args
+        .content
+        .unwrap_or_else(|| Config::default().content_dir);
     let content = Content::load(&dir)?;
-    let settings = SiteSettings { title: args.title, edit_url: args.edit_url, playground: false };
+    let settings = SiteSettings {
+        title: args.title,
+        edit_url: args.edit_url,
+        playground: false,
+    };
     let report = export_site(&content, &settings, &args.dir)?;
     for problem in &report.problems {
         eprintln!("content problem: {problem}");
     }
     if args.strict && !report.problems.is_empty() {
-        return Err(Error::Wiki(format!("{} content problems", report.problems.len())));
+        return Err(Error::Wiki(format!(
+            "{} content problems",
+            report.problems.len()
+        )));
     }
     eprintln!("wrote {} files to {}", report.files, args.dir.display());
     Ok(())

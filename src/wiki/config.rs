@@ -53,22 +53,35 @@ impl Default for Config {
 impl Config {
     /// Reads a TOML config file; fields it leaves out keep their defaults.
     pub fn from_file(path: &Path) -> Result<Config> {
-        let text = std::fs::read_to_string(path).map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
-        let config: Config =
-            basic_toml::from_str(&text).map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
+        let config: Config = basic_toml::from_str(&text)
+            .map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
         config.validated()
     }
 
     /// Normalises the base path (`wiki/` → `/wiki`) and checks it holds only plain path characters.
     pub fn validated(mut self) -> Result<Config> {
         let base = self.base_path.trim().trim_matches('/');
-        if !base.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/' | '.')) || base.contains("..")
+        if !base
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/' | '.'))
+            || base.contains("..")
         {
-            return Err(Error::Wiki(format!("base_path `{}` may hold only letters, digits, -, _, . and /", self.base_path)));
+            return Err(Error::Wiki(format!(
+                "base_path `{}` may hold only letters, digits, -, _, . and /",
+                self.base_path
+            )));
         }
-        self.base_path = if base.is_empty() { String::new() } else { format!("/{base}") };
+        self.base_path = if base.is_empty() {
+            String::new()
+        } else {
+            format!("/{base}")
+        };
         if self.max_body_bytes == 0 || self.request_timeout_secs == 0 {
-            return Err(Error::Wiki("max_body_bytes and request_timeout_secs must be positive".into()));
+            return Err(Error::Wiki(
+                "max_body_bytes and request_timeout_secs must be positive".into(),
+            ));
         }
         Ok(self)
     }
@@ -80,15 +93,37 @@ mod tests {
 
     #[test]
     fn base_path_is_normalised_and_checked() {
-        let c = Config { base_path: "wiki/".into(), ..Config::default() }.validated().unwrap();
+        let c = Config {
+            base_path: "wiki/".into(),
+            ..Config::default()
+        }
+        .validated()
+        .unwrap();
         assert_eq!(c.base_path, "/wiki");
-        assert!(Config { base_path: "/a\"b".into(), ..Config::default() }.validated().is_err());
-        assert!(Config { base_path: "/../x".into(), ..Config::default() }.validated().is_err());
+        assert!(
+            Config {
+                base_path: "/a\"b".into(),
+                ..Config::default()
+            }
+            .validated()
+            .is_err()
+        );
+        assert!(
+            Config {
+                base_path: "/../x".into(),
+                ..Config::default()
+            }
+            .validated()
+            .is_err()
+        );
     }
 
     #[test]
     fn toml_fields_override_defaults() {
-        let c: Config = basic_toml::from_str("bind = \"127.0.0.1:9000\"\nplayground = false\nedit_url = \"https://e/\"").unwrap();
+        let c: Config = basic_toml::from_str(
+            "bind = \"127.0.0.1:9000\"\nplayground = false\nedit_url = \"https://e/\"",
+        )
+        .unwrap();
         assert_eq!(c.bind.port(), 9000);
         assert!(!c.playground);
         assert_eq!(c.title, "netcl");

@@ -78,7 +78,10 @@ impl Content {
     pub fn load(root: &Path) -> Result<Content> {
         let meta = fs::metadata(root).map_err(|e| wiki_io(root, e))?;
         if !meta.is_dir() {
-            return Err(Error::Wiki(format!("content directory {} is not a directory", root.display())));
+            return Err(Error::Wiki(format!(
+                "content directory {} is not a directory",
+                root.display()
+            )));
         }
         let mut content = Content::default();
         walk(root, root, 0, &mut content)?;
@@ -110,16 +113,19 @@ impl Content {
         for section in &self.manifest.sections {
             for page in &section.pages {
                 if !self.pages.contains_key(page) {
-                    self.problems.push(format!("nav.toml: page `{page}` has no file {page}.md"));
+                    self.problems
+                        .push(format!("nav.toml: page `{page}` has no file {page}.md"));
                 }
                 if listed.insert(page.clone(), ()).is_some() {
-                    self.problems.push(format!("nav.toml: page `{page}` is listed twice"));
+                    self.problems
+                        .push(format!("nav.toml: page `{page}` is listed twice"));
                 }
             }
         }
         for path in self.pages.keys() {
             if !listed.contains_key(path) {
-                self.problems.push(format!("{path}.md: page is absent from nav.toml"));
+                self.problems
+                    .push(format!("{path}.md: page is absent from nav.toml"));
             }
         }
     }
@@ -133,7 +139,9 @@ fn wiki_io(path: &Path, e: std::io::Error) -> Error {
 fn plain_name(name: &str) -> bool {
     !name.is_empty()
         && !name.starts_with('.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 
 fn walk(root: &Path, dir: &Path, depth: usize, content: &mut Content) -> Result<()> {
@@ -146,11 +154,15 @@ fn walk(root: &Path, dir: &Path, depth: usize, content: &mut Content) -> Result<
         .collect();
     entries.sort();
     for path in entries {
-        let Some(name) = path.file_name().and_then(|n| n.to_str()) else { continue };
+        let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
         if !plain_name(name) {
             continue;
         }
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
         if meta.is_dir() {
             walk(root, &path, depth + 1, content)?;
             continue;
@@ -158,14 +170,21 @@ fn walk(root: &Path, dir: &Path, depth: usize, content: &mut Content) -> Result<
         if !meta.is_file() {
             continue;
         }
-        let Ok(rel) = path.strip_prefix(root) else { continue };
+        let Ok(rel) = path.strip_prefix(root) else {
+            continue;
+        };
         let rel: Vec<&str> = rel.iter().filter_map(|c| c.to_str()).collect();
         let rel = rel.join("/");
         if meta.len() > MAX_FILE_BYTES {
-            content.problems.push(format!("{rel}: larger than {MAX_FILE_BYTES} bytes, skipped"));
+            content.problems.push(format!(
+                "{rel}: larger than {MAX_FILE_BYTES} bytes, skipped"
+            ));
             continue;
         }
-        let ext = name.rsplit_once('.').map(|(_, e)| e.to_ascii_lowercase()).unwrap_or_default();
+        let ext = name
+            .rsplit_once('.')
+            .map(|(_, e)| e.to_ascii_lowercase())
+            .unwrap_or_default();
         match ext.as_str() {
             "md" => {
                 let page_path = rel.trim_end_matches(".md").to_string();
@@ -174,7 +193,9 @@ fn walk(root: &Path, dir: &Path, depth: usize, content: &mut Content) -> Result<
                 match parse_page(&page_path, &source, modified) {
                     Ok(page) => {
                         if RESERVED_NAMES.contains(&page_path.split('/').next().unwrap_or("")) {
-                            content.problems.push(format!("{rel}: `{page_path}` is a reserved name"));
+                            content
+                                .problems
+                                .push(format!("{rel}: `{page_path}` is a reserved name"));
                         }
                         content.pages.insert(page_path, page);
                     }
@@ -192,7 +213,11 @@ fn walk(root: &Path, dir: &Path, depth: usize, content: &mut Content) -> Result<
 }
 
 /// Splits front matter from the body and checks the required fields.
-pub fn parse_page(path: &str, source: &str, modified: Option<SystemTime>) -> std::result::Result<Page, String> {
+pub fn parse_page(
+    path: &str,
+    source: &str,
+    modified: Option<SystemTime>,
+) -> std::result::Result<Page, String> {
     let text = source.strip_prefix('\u{feff}').unwrap_or(source);
     let rest = text
         .strip_prefix("---\n")
@@ -201,7 +226,10 @@ pub fn parse_page(path: &str, source: &str, modified: Option<SystemTime>) -> std
     let (head, body) = match rest.find("\n---") {
         Some(end) => {
             let after = &rest[end + 4..];
-            let body = after.strip_prefix("\r\n").or_else(|| after.strip_prefix('\n')).unwrap_or(after);
+            let body = after
+                .strip_prefix("\r\n")
+                .or_else(|| after.strip_prefix('\n'))
+                .unwrap_or(after);
             (&rest[..end], body)
         }
         None => return Err("front matter is not closed by `---`".into()),
@@ -224,7 +252,11 @@ pub fn parse_page(path: &str, source: &str, modified: Option<SystemTime>) -> std
             other => return Err(format!("unknown front matter field `{other}`")),
         }
     }
-    for (name, value) in [("title", &front.title), ("status", &front.status), ("summary", &front.summary)] {
+    for (name, value) in [
+        ("title", &front.title),
+        ("status", &front.status),
+        ("summary", &front.summary),
+    ] {
         if value.is_empty() {
             return Err(format!("front matter field `{name}` is missing"));
         }
@@ -234,7 +266,13 @@ pub fn parse_page(path: &str, source: &str, modified: Option<SystemTime>) -> std
         Some(date) => return Err(format!("front matter `updated: {date}` is not YYYY-MM-DD")),
         None => modified.map(iso_date).unwrap_or_default(),
     };
-    Ok(Page { path: path.to_string(), front, body: body.to_string(), source: source.to_string(), updated })
+    Ok(Page {
+        path: path.to_string(),
+        front,
+        body: body.to_string(),
+        source: source.to_string(),
+        updated,
+    })
 }
 
 fn unquote(value: &str) -> &str {
@@ -251,12 +289,17 @@ fn is_date(s: &str) -> bool {
     b.len() == 10
         && b[4] == b'-'
         && b[7] == b'-'
-        && b.iter().enumerate().all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
+        && b.iter()
+            .enumerate()
+            .all(|(i, c)| i == 4 || i == 7 || c.is_ascii_digit())
 }
 
 /// Formats a time as a UTC calendar date (days-to-civil conversion, no time zone data needed).
 pub fn iso_date(time: SystemTime) -> String {
-    let secs = time.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+    let secs = time
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
     let days = (secs / 86_400) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -277,7 +320,12 @@ mod tests {
 
     #[test]
     fn front_matter_is_parsed_and_required() {
-        let page = parse_page("a", "---\ntitle: A\nstatus: Draft\nsummary: \"S: s\"\n---\n# Body\n", None).unwrap();
+        let page = parse_page(
+            "a",
+            "---\ntitle: A\nstatus: Draft\nsummary: \"S: s\"\n---\n# Body\n",
+            None,
+        )
+        .unwrap();
         assert_eq!(page.front.title, "A");
         assert_eq!(page.front.summary, "S: s");
         assert_eq!(page.body, "# Body\n");

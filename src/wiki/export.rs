@@ -31,7 +31,11 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
         Ok(())
     };
     for page in &built.pages {
-        let rel = if page.path == "index" { "index.html".to_string() } else { format!("{}/index.html", page.path) };
+        let rel = if page.path == "index" {
+            "index.html".to_string()
+        } else {
+            format!("{}/index.html", page.path)
+        };
         write(&rel, page.html.as_bytes())?;
     }
     for page in content.pages.values() {
@@ -44,33 +48,60 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
         write(&format!("static/{name}"), bytes)?;
     }
     let linker = Linker::new(&mode, "search");
-    let view = SearchView { chrome: Chrome::new(content, settings, &linker, "route:search"), hits: Vec::new(), message: None, offline: true };
+    let view = SearchView {
+        chrome: Chrome::new(content, settings, &linker, "route:search"),
+        hits: Vec::new(),
+        message: None,
+        offline: true,
+    };
     write("search/index.html", render(&view)?.as_bytes())?;
     let docs: Vec<serde_json::Value> = built
         .index
         .docs()
         .iter()
         .map(|d| {
-            let url = if d.page == "index" { "index.html".to_string() } else { format!("{}/index.html", d.page) };
-            let url = if d.anchor.is_empty() { url } else { format!("{url}#{}", d.anchor) };
+            let url = if d.page == "index" {
+                "index.html".to_string()
+            } else {
+                format!("{}/index.html", d.page)
+            };
+            let url = if d.anchor.is_empty() {
+                url
+            } else {
+                format!("{url}#{}", d.anchor)
+            };
             serde_json::json!({"url": url, "title": d.title, "heading": d.heading, "text": d.text})
         })
         .collect();
-    let index = serde_json::to_string(&docs).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
+    let index =
+        serde_json::to_string(&docs).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
     write("search-index.json", index.as_bytes())?;
-    write("search-index.js", format!("window.netclSearchIndex = {index};\n").as_bytes())?;
-    write("llms.txt", llms_txt(content, settings, &Linker::new(&mode, "index")).as_bytes())?;
-    Ok(ExportReport { files, problems: built.problems })
+    write(
+        "search-index.js",
+        format!("window.netclSearchIndex = {index};\n").as_bytes(),
+    )?;
+    write(
+        "llms.txt",
+        llms_txt(content, settings, &Linker::new(&mode, "index")).as_bytes(),
+    )?;
+    Ok(ExportReport {
+        files,
+        problems: built.problems,
+    })
 }
 
 /// Writes `bytes` to a temporary file beside `path` and renames it into place, so readers never see half a file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let io = |p: &Path, e: std::io::Error| Error::Wiki(format!("{}: {e}", p.display()));
-    let dir = path.parent().ok_or_else(|| Error::Wiki(format!("{}: no parent directory", path.display())))?;
+    let dir = path
+        .parent()
+        .ok_or_else(|| Error::Wiki(format!("{}: no parent directory", path.display())))?;
     fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp: PathBuf = dir.join(format!(".{name}.{}.tmp", std::process::id()));
     let mut file = fs::File::create(&tmp).map_err(|e| io(&tmp, e))?;
-    file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| io(&tmp, e))?;
+    file.write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .map_err(|e| io(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| io(path, e))
 }

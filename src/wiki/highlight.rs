@@ -30,13 +30,14 @@ const RUST: Syntax = Syntax {
     line_comment: &["//"],
     block_comment: true,
     keywords: &[
-        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum", "extern", "fn", "for",
-        "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "self", "Self",
-        "static", "struct", "super", "trait", "type", "unsafe", "use", "where", "while",
+        "as", "async", "await", "break", "const", "continue", "crate", "dyn", "else", "enum",
+        "extern", "fn", "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut",
+        "pub", "ref", "return", "self", "Self", "static", "struct", "super", "trait", "type",
+        "unsafe", "use", "where", "while",
     ],
     types: &[
-        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "str", "u8", "u16", "u32", "u64",
-        "u128", "usize", "String", "Vec", "Option", "Result", "Box", "Arc",
+        "bool", "char", "f32", "f64", "i8", "i16", "i32", "i64", "i128", "isize", "str", "u8",
+        "u16", "u32", "u64", "u128", "usize", "String", "Vec", "Option", "Result", "Box", "Arc",
     ],
     literals: &["true", "false", "None", "Some", "Ok", "Err"],
     lifetimes: true,
@@ -52,17 +53,82 @@ const OPENCL: Syntax = Syntax {
     line_comment: &["//"],
     block_comment: true,
     keywords: &[
-        "break", "case", "const", "continue", "default", "do", "else", "for", "goto", "if", "inline", "return",
-        "sizeof", "static", "struct", "switch", "typedef", "union", "volatile", "while", "restrict", "__kernel",
-        "kernel", "__global", "global", "__local", "local", "__constant", "constant", "__private", "private",
-        "__read_only", "__write_only", "__attribute__",
+        "break",
+        "case",
+        "const",
+        "continue",
+        "default",
+        "do",
+        "else",
+        "for",
+        "goto",
+        "if",
+        "inline",
+        "return",
+        "sizeof",
+        "static",
+        "struct",
+        "switch",
+        "typedef",
+        "union",
+        "volatile",
+        "while",
+        "restrict",
+        "__kernel",
+        "kernel",
+        "__global",
+        "global",
+        "__local",
+        "local",
+        "__constant",
+        "constant",
+        "__private",
+        "private",
+        "__read_only",
+        "__write_only",
+        "__attribute__",
     ],
     types: &[
-        "void", "bool", "char", "uchar", "short", "ushort", "int", "uint", "long", "ulong", "float", "double", "half",
-        "size_t", "ptrdiff_t", "float2", "float3", "float4", "float8", "float16", "int2", "int4", "int8", "uint2",
-        "uint4", "half2", "half4", "half8", "double2", "double4", "unsigned", "signed",
+        "void",
+        "bool",
+        "char",
+        "uchar",
+        "short",
+        "ushort",
+        "int",
+        "uint",
+        "long",
+        "ulong",
+        "float",
+        "double",
+        "half",
+        "size_t",
+        "ptrdiff_t",
+        "float2",
+        "float3",
+        "float4",
+        "float8",
+        "float16",
+        "int2",
+        "int4",
+        "int8",
+        "uint2",
+        "uint4",
+        "half2",
+        "half4",
+        "half8",
+        "double2",
+        "double4",
+        "unsigned",
+        "signed",
     ],
-    literals: &["true", "false", "NULL", "CLK_LOCAL_MEM_FENCE", "CLK_GLOBAL_MEM_FENCE"],
+    literals: &[
+        "true",
+        "false",
+        "NULL",
+        "CLK_LOCAL_MEM_FENCE",
+        "CLK_GLOBAL_MEM_FENCE",
+    ],
     lifetimes: false,
     macros: false,
     preprocessor: true,
@@ -76,8 +142,9 @@ const RHAI: Syntax = Syntax {
     line_comment: &["//"],
     block_comment: true,
     keywords: &[
-        "let", "const", "fn", "if", "else", "while", "loop", "for", "in", "do", "until", "return", "break",
-        "continue", "switch", "throw", "try", "catch", "import", "export", "as", "private", "this", "global",
+        "let", "const", "fn", "if", "else", "while", "loop", "for", "in", "do", "until", "return",
+        "break", "continue", "switch", "throw", "try", "catch", "import", "export", "as",
+        "private", "this", "global",
     ],
     types: &[],
     literals: &["true", "false", "()"],
@@ -94,8 +161,8 @@ const SHELL: Syntax = Syntax {
     line_comment: &["#"],
     block_comment: false,
     keywords: &[
-        "if", "then", "else", "elif", "fi", "for", "while", "do", "done", "case", "esac", "in", "function", "export",
-        "local", "return",
+        "if", "then", "else", "elif", "fi", "for", "while", "do", "done", "case", "esac", "in",
+        "function", "export", "local", "return",
     ],
     types: &[],
     literals: &[],
@@ -166,7 +233,14 @@ pub fn highlight(lang: &str, code: &str) -> String {
             return out;
         }
     };
-    Lexer { syntax, src: code, pos: 0, out: String::with_capacity(code.len() * 2), line_start: true }.run()
+    Lexer {
+        syntax,
+        src: code,
+        pos: 0,
+        out: String::with_capacity(code.len() * 2),
+        line_start: true,
+    }
+    .run()
 }
 
 struct Lexer<'a> {
@@ -203,7 +277,9 @@ impl Lexer<'_> {
     }
 
     fn line_end(&self) -> usize {
-        self.rest().find('\n').map_or(self.src.len(), |i| self.pos + i)
+        self.rest()
+            .find('\n')
+            .map_or(self.src.len(), |i| self.pos + i)
     }
 
     fn run(mut self) -> String {
@@ -225,7 +301,9 @@ impl Lexer<'_> {
             return self.emit(Some("com"), end);
         }
         if s.block_comment && rest.starts_with("/*") {
-            let end = rest[2..].find("*/").map_or(self.src.len(), |i| self.pos + i + 4);
+            let end = rest[2..]
+                .find("*/")
+                .map_or(self.src.len(), |i| self.pos + i + 4);
             return self.emit(Some("com"), end);
         }
         if s.preprocessor && at_line_start && c == '#' {
@@ -245,14 +323,20 @@ impl Lexer<'_> {
         }
         if s.shell && c == '$' {
             let len = rest[1..]
-                .find(|ch: char| !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '{' || ch == '}'))
+                .find(|ch: char| {
+                    !(ch.is_ascii_alphanumeric() || ch == '_' || ch == '{' || ch == '}')
+                })
                 .unwrap_or(rest.len() - 1);
             return self.emit(Some("var"), self.pos + 1 + len);
         }
-        let is_quote = c == '"' || (c == '\'' && s.single_quote_strings) || (c == '`' && s.backtick_strings);
+        let is_quote =
+            c == '"' || (c == '\'' && s.single_quote_strings) || (c == '`' && s.backtick_strings);
         if is_quote {
             let end = self.string_end(c);
-            let is_key = s.keys && self.src[end..].trim_start_matches([' ', '\t']).starts_with(':');
+            let is_key = s.keys
+                && self.src[end..]
+                    .trim_start_matches([' ', '\t'])
+                    .starts_with(':');
             return self.emit(Some(if is_key { "key" } else { "str" }), end);
         }
         if c == '\'' && s.lifetimes {
@@ -275,7 +359,8 @@ impl Lexer<'_> {
         for (i, ch) in self.rest().char_indices().skip(1) {
             if escaped {
                 escaped = false;
-            } else if ch == '\\' && quote != '\'' || ch == '\\' && !self.syntax.shell {
+            } else if ch == '\\' && (quote != '\'' || !self.syntax.shell) {
+                // Shell single quotes take backslashes literally; everywhere else they escape.
                 escaped = true;
             } else if ch == quote {
                 return self.pos + i + 1;
@@ -291,7 +376,9 @@ impl Lexer<'_> {
         let mut chars = rest.char_indices().skip(1);
         match (chars.next(), chars.next()) {
             (Some((_, '\\')), _) => {
-                let end = rest[2..].find('\'').map_or(self.src.len(), |i| self.pos + i + 3);
+                let end = rest[2..]
+                    .find('\'')
+                    .map_or(self.src.len(), |i| self.pos + i + 3);
                 self.emit(Some("str"), end)
             }
             (Some((_, _)), Some((i, '\''))) => self.emit(Some("str"), self.pos + i + 1),
@@ -320,11 +407,11 @@ impl Lexer<'_> {
             Some("lit")
         } else if s.macros && after.starts_with('!') && !after.starts_with("!=") {
             Some("mac")
-        } else if s.keys && at_line_start && after.trim_start_matches([' ', '\t']).starts_with('=') {
+        } else if s.keys && at_line_start && after.trim_start_matches([' ', '\t']).starts_with('=')
+        {
             Some("key")
-        } else if s.shell && at_line_start {
-            Some("fn")
-        } else if !s.shell && after.starts_with('(') {
+        } else if (s.shell && at_line_start) || (!s.shell && after.starts_with('(')) {
+            // A shell command name, or a call.
             Some("fn")
         } else if s.macros && word.starts_with(char::is_uppercase) {
             Some("ty")
@@ -344,31 +431,75 @@ mod tests {
     fn rust_tokens_are_classified_and_escaped() {
         let html = highlight("rust", "fn main() { let x: Vec<u8> = vec![1]; // <hi>\n}");
         assert!(html.contains("<span class=\"tok-kw\">fn</span>"), "{html}");
-        assert!(html.contains("<span class=\"tok-fn\">main</span>"), "{html}");
-        assert!(html.contains("<span class=\"tok-ty\">Vec</span>&lt;<span class=\"tok-ty\">u8</span>&gt;"), "{html}");
-        assert!(html.contains("<span class=\"tok-mac\">vec!</span>"), "{html}");
-        assert!(html.contains("<span class=\"tok-com\">// &lt;hi&gt;</span>"), "{html}");
+        assert!(
+            html.contains("<span class=\"tok-fn\">main</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains(
+                "<span class=\"tok-ty\">Vec</span>&lt;<span class=\"tok-ty\">u8</span>&gt;"
+            ),
+            "{html}"
+        );
+        assert!(
+            html.contains("<span class=\"tok-mac\">vec!</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<span class=\"tok-com\">// &lt;hi&gt;</span>"),
+            "{html}"
+        );
     }
 
     #[test]
     fn lifetimes_and_chars_differ() {
         let html = highlight("rust", "fn f<'a>(c: char) -> bool { c == 'x' }");
-        assert!(html.contains("<span class=\"tok-life\">&#39;a</span>"), "{html}");
-        assert!(html.contains("<span class=\"tok-str\">&#39;x&#39;</span>"), "{html}");
+        assert!(
+            html.contains("<span class=\"tok-life\">&#39;a</span>"),
+            "{html}"
+        );
+        assert!(
+            html.contains("<span class=\"tok-str\">&#39;x&#39;</span>"),
+            "{html}"
+        );
     }
 
     #[test]
     fn opencl_json_toml_shell() {
-        let cl = highlight("opencl", "#define TILE 16\n__kernel void k(__global float* x) {}");
-        assert!(cl.contains("<span class=\"tok-meta\">#define TILE 16</span>"), "{cl}");
-        assert!(cl.contains("<span class=\"tok-kw\">__kernel</span>"), "{cl}");
+        let cl = highlight(
+            "opencl",
+            "#define TILE 16\n__kernel void k(__global float* x) {}",
+        );
+        assert!(
+            cl.contains("<span class=\"tok-meta\">#define TILE 16</span>"),
+            "{cl}"
+        );
+        assert!(
+            cl.contains("<span class=\"tok-kw\">__kernel</span>"),
+            "{cl}"
+        );
         let json = highlight("json", "{\"a\": [1, true, \"b\"]}");
-        assert!(json.contains("<span class=\"tok-key\">&quot;a&quot;</span>"), "{json}");
-        assert!(json.contains("<span class=\"tok-str\">&quot;b&quot;</span>"), "{json}");
+        assert!(
+            json.contains("<span class=\"tok-key\">&quot;a&quot;</span>"),
+            "{json}"
+        );
+        assert!(
+            json.contains("<span class=\"tok-str\">&quot;b&quot;</span>"),
+            "{json}"
+        );
         let toml = highlight("toml", "[[section]]\ntitle = \"x\" # c\n");
-        assert!(toml.contains("<span class=\"tok-ty\">[[section]]</span>"), "{toml}");
-        assert!(toml.contains("<span class=\"tok-key\">title</span>"), "{toml}");
-        assert!(toml.contains("<span class=\"tok-com\"># c</span>"), "{toml}");
+        assert!(
+            toml.contains("<span class=\"tok-ty\">[[section]]</span>"),
+            "{toml}"
+        );
+        assert!(
+            toml.contains("<span class=\"tok-key\">title</span>"),
+            "{toml}"
+        );
+        assert!(
+            toml.contains("<span class=\"tok-com\"># c</span>"),
+            "{toml}"
+        );
         let sh = highlight("sh", "$ NETCL_DEVICE=cpu netcl devices --json # list\n");
         assert!(sh.contains("<span class=\"tok-com\"># list</span>"), "{sh}");
         assert!(sh.contains("<span class=\"tok-prompt\">$</span>"), "{sh}");

@@ -25,6 +25,9 @@ pub fn escape(text: &str) -> String {
 mod tests {
     #[test]
     fn escapes_markup() {
-        assert_eq!(super::escape("<a href=\"x\">'&'</a>"), "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;");
+        assert_eq!(
+            super::escape("<a href=\"x\">'&'</a>"),
+            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
+        );
     }
 }

@@ -25,7 +25,10 @@ impl Linker {
             LinkMode::Export if page_path != "index" => "../".repeat(page_path.split('/').count()),
             _ => String::new(),
         };
-        Linker { mode: mode.clone(), up }
+        Linker {
+            mode: mode.clone(),
+            up,
+        }
     }
 
     /// Whether links are written for an exported site.
@@ -115,7 +118,12 @@ mod tests {
 
     #[test]
     fn server_links_honour_the_base_path() {
-        let l = Linker::new(&LinkMode::Server { base: "/wiki".into() }, "concepts/device");
+        let l = Linker::new(
+            &LinkMode::Server {
+                base: "/wiki".into(),
+            },
+            "concepts/device",
+        );
         assert_eq!(l.page("index"), "/wiki/");
         assert_eq!(l.page("faq"), "/wiki/docs/faq");
         assert_eq!(l.static_file("site.css"), "/wiki/static/site.css");
@@ -127,7 +135,10 @@ mod tests {
         let l = Linker::new(&LinkMode::Export, "concepts/device");
         assert_eq!(l.page("faq"), "../../faq/index.html");
         assert_eq!(l.page("index"), "../../index.html");
-        assert_eq!(l.asset("architecture/modules.svg"), "../../architecture/modules.svg");
+        assert_eq!(
+            l.asset("architecture/modules.svg"),
+            "../../architecture/modules.svg"
+        );
         let home = Linker::new(&LinkMode::Export, "index");
         assert_eq!(home.page("faq"), "faq/index.html");
         assert_eq!(home.root(), "./");
@@ -136,7 +147,10 @@ mod tests {
 
     #[test]
     fn resolution_stays_inside_the_root() {
-        assert_eq!(resolve("concepts", "../reference/cli.md").as_deref(), Some("reference/cli.md"));
+        assert_eq!(
+            resolve("concepts", "../reference/cli.md").as_deref(),
+            Some("reference/cli.md")
+        );
         assert_eq!(resolve("", "./faq.md").as_deref(), Some("faq.md"));
         assert_eq!(resolve("", "../etc/passwd"), None);
     }

@@ -4,7 +4,10 @@
 
 use std::collections::HashSet;
 
-use pulldown_cmark::{Alignment, BlockQuoteKind, CodeBlockKind, CowStr, Event, HeadingLevel, Options, Parser, Tag, TagEnd};
+use pulldown_cmark::{
+    Alignment, BlockQuoteKind, CodeBlockKind, CowStr, Event, HeadingLevel, Options, Parser, Tag,
+    TagEnd,
+};
 
 use super::content::Content;
 use super::highlight;
@@ -40,7 +43,16 @@ pub struct Rendered {
 }
 
 /// Ids the page layout itself uses; headings never take them.
-const LAYOUT_IDS: &[&str] = &["main", "content", "nav", "toc", "search", "search-input", "search-results", "top"];
+const LAYOUT_IDS: &[&str] = &[
+    "main",
+    "content",
+    "nav",
+    "toc",
+    "search",
+    "search-input",
+    "search-results",
+    "top",
+];
 
 /// The one parser configuration: every page is parsed the same way.
 pub fn options() -> Options {
@@ -64,7 +76,10 @@ struct HeadingState<'a> {
 /// against `content`.
 pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -> Rendered {
     let dir = page_path.rsplit_once('/').map_or("", |(d, _)| d);
-    let mut r = Rendered { sections: vec![Section::default()], ..Rendered::default() };
+    let mut r = Rendered {
+        sections: vec![Section::default()],
+        ..Rendered::default()
+    };
     let mut used_ids: HashSet<String> = LAYOUT_IDS.iter().map(|s| s.to_string()).collect();
     let mut events: Vec<Event> = Vec::new();
     let mut heading: Option<HeadingState> = None;
@@ -97,7 +112,12 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 if level == HeadingLevel::H1 {
                     r.problems.push(format!("{page_path}.md: `# ` heading in the body; the title comes from front matter"));
                 }
-                heading = Some(HeadingState { level, id: id.map(|i| i.to_string()), events: Vec::new(), text: String::new() });
+                heading = Some(HeadingState {
+                    level,
+                    id: id.map(|i| i.to_string()),
+                    events: Vec::new(),
+                    text: String::new(),
+                });
                 continue;
             }
             Event::End(TagEnd::Heading(_)) => {
@@ -107,20 +127,47 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 }
                 continue;
             }
-            Event::Start(Tag::Link { link_type, dest_url, title, id }) => {
+            Event::Start(Tag::Link {
+                link_type,
+                dest_url,
+                title,
+                id,
+            }) => {
                 let dest_url = rewrite(&dest_url, dir, page_path, content, linker, &mut r.problems);
-                Event::Start(Tag::Link { link_type, dest_url, title, id })
+                Event::Start(Tag::Link {
+                    link_type,
+                    dest_url,
+                    title,
+                    id,
+                })
             }
-            Event::Start(Tag::Image { link_type, dest_url, title, id }) => {
+            Event::Start(Tag::Image {
+                link_type,
+                dest_url,
+                title,
+                id,
+            }) => {
                 let dest_url = rewrite(&dest_url, dir, page_path, content, linker, &mut r.problems);
-                Event::Start(Tag::Image { link_type, dest_url, title, id })
+                Event::Start(Tag::Image {
+                    link_type,
+                    dest_url,
+                    title,
+                    id,
+                })
             }
             Event::Start(Tag::Table(aligns)) => {
                 // Alignment would be written as a style attribute, which the CSP forbids.
                 Event::Start(Tag::Table(vec![Alignment::None; aligns.len()]))
             }
-            Event::InlineMath(src) => Event::InlineHtml(math::to_mathml(&src, false).into()),
-            Event::DisplayMath(src) => Event::InlineHtml(math::to_mathml(&src, true).into()),
+            Event::InlineMath(ref src) | Event::DisplayMath(ref src) => {
+                let display = matches!(event, Event::DisplayMath(_));
+                if heading.is_none() {
+                    // Search sees the TeX source; readers see MathML.
+                    push_text(&mut r.sections, src);
+                    push_text(&mut r.sections, " ");
+                }
+                Event::InlineHtml(math::to_mathml(src, display).into())
+            }
             // Raw HTML is shown as text: pages stay within what the renderer and the CSP allow.
             Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
             Event::Start(Tag::BlockQuote(Some(kind))) => {
@@ -143,7 +190,9 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 }
                 if matches!(
                     event,
-                    Event::SoftBreak | Event::HardBreak | Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableCell)
+                    Event::SoftBreak
+                        | Event::HardBreak
+                        | Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableCell)
                 ) {
                     push_text(&mut r.sections, " ");
                 }
@@ -154,7 +203,8 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut html = String::with_capacity(body.len() * 2);
     pulldown_cmark::html::push_html(&mut html, events.into_iter());
     r.html = html;
-    r.sections.retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
+    r.sections
+        .retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
     r
 }
 
@@ -180,12 +230,19 @@ pub fn slug(text: &str) -> String {
     for c in text.chars() {
         if c.is_alphanumeric() {
             out.extend(c.to_lowercase());
-        } else if (c.is_whitespace() || c == '-' || c == '_') && !out.ends_with('-') && !out.is_empty() {
+        } else if (c.is_whitespace() || c == '-' || c == '_')
+            && !out.ends_with('-')
+            && !out.is_empty()
+        {
             out.push('-');
         }
     }
     let out = out.trim_end_matches('-').to_string();
-    if out.is_empty() { "section".into() } else { out }
+    if out.is_empty() {
+        "section".into()
+    } else {
+        out
+    }
 }
 
 fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered) -> String {
@@ -200,9 +257,17 @@ fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered)
     let mut inner = String::new();
     pulldown_cmark::html::push_html(&mut inner, h.events.into_iter());
     if (2..=3).contains(&level) {
-        r.toc.push(TocEntry { level, id: id.clone(), text: h.text.clone() });
+        r.toc.push(TocEntry {
+            level,
+            id: id.clone(),
+            text: h.text.clone(),
+        });
     }
-    r.sections.push(Section { anchor: id.clone(), heading: h.text, text: String::new() });
+    r.sections.push(Section {
+        anchor: id.clone(),
+        heading: h.text,
+        text: String::new(),
+    });
     let id = escape(&id);
     format!(
         "<h{level} id=\"{id}\">{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
@@ -221,13 +286,18 @@ fn rewrite<'a>(
 ) -> CowStr<'a> {
     let d: &str = dest;
     let has_scheme = d.split_once(':').is_some_and(|(scheme, _)| {
-        !scheme.is_empty() && scheme.chars().all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-')
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-')
     });
     if has_scheme || d.starts_with('#') || d.is_empty() {
         return dest.clone();
     }
     if d.starts_with('/') {
-        problems.push(format!("{page_path}.md: absolute link `{d}`; write a relative link to a .md file"));
+        problems.push(format!(
+            "{page_path}.md: absolute link `{d}`; write a relative link to a .md file"
+        ));
         return dest.clone();
     }
     let (path, fragment) = match d.split_once('#') {
@@ -235,33 +305,48 @@ fn rewrite<'a>(
         None => (d, String::new()),
     };
     let Some(target) = resolve(dir, path) else {
-        problems.push(format!("{page_path}.md: link `{d}` leaves the content directory"));
+        problems.push(format!(
+            "{page_path}.md: link `{d}` leaves the content directory"
+        ));
         return dest.clone();
     };
     if let Some(page) = target.strip_suffix(".md") {
         if content.pages.contains_key(page) {
             return format!("{}{fragment}", linker.page(page)).into();
         }
-        problems.push(format!("{page_path}.md: broken link `{d}` (no page `{page}`)"));
+        problems.push(format!(
+            "{page_path}.md: broken link `{d}` (no page `{page}`)"
+        ));
     } else if content.assets.contains_key(&target) {
         return format!("{}{fragment}", linker.asset(&target)).into();
     } else {
-        problems.push(format!("{page_path}.md: broken link `{d}` (no file `{target}` in the content directory)"));
+        problems.push(format!(
+            "{page_path}.md: broken link `{d}` (no file `{target}` in the content directory)"
+        ));
     }
     dest.clone()
 }
 
 /// Renders one fenced block: a diagram, display math, a recorded output, or highlighted code (runnable or not).
 fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &str) -> String {
-    let mut words = info.split(|c: char| c == ',' || c.is_whitespace()).filter(|w| !w.is_empty());
+    let mut words = info
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|w| !w.is_empty());
     let tag = words.next().unwrap_or("").to_ascii_lowercase();
     let flags: Vec<&str> = words.collect();
     match tag.as_str() {
         "svg" => match svg::sanitize(text) {
             Some(svg) => return format!("<figure class=\"diagram\">{svg}</figure>\n"),
-            None => problems.push(format!("{page_path}.md: ```svg block without an <svg> root")),
+            None => problems.push(format!(
+                "{page_path}.md: ```svg block without an <svg> root"
+            )),
         },
-        "math" => return format!("<div class=\"math-block\">{}</div>\n", math::to_mathml(text, true)),
+        "math" => {
+            return format!(
+                "<div class=\"math-block\">{}</div>\n",
+                math::to_mathml(text, true)
+            );
+        }
         "output" => {
             let mut out = String::from(
                 "<div class=\"recorded-output\"><div class=\"code-head\"><span class=\"code-lang\">Recorded output</span></div><pre><code>",
@@ -275,8 +360,16 @@ fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &st
     let (lang, label) = match highlight::language(&tag) {
         Some((lang, label)) => (lang.to_string(), label.to_string()),
         None => {
-            let lang: String = tag.chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(24).collect();
-            let label = if lang.is_empty() { "Text".to_string() } else { lang.clone() };
+            let lang: String = tag
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take(24)
+                .collect();
+            let label = if lang.is_empty() {
+                "Text".to_string()
+            } else {
+                lang.clone()
+            };
             (lang, label)
         }
     };
@@ -319,10 +412,12 @@ mod tests {
     fn content() -> Content {
         let mut c = Content::default();
         for path in ["index", "faq", "concepts/device"] {
-            let page = parse_page(path, "---\ntitle: T\nstatus: S\nsummary: S\n---\n", None).unwrap();
+            let page =
+                parse_page(path, "---\ntitle: T\nstatus: S\nsummary: S\n---\n", None).unwrap();
             c.pages.insert(path.into(), page);
         }
-        c.assets.insert("concepts/flow.svg".into(), b"<svg/>".to_vec());
+        c.assets
+            .insert("concepts/flow.svg".into(), b"<svg/>".to_vec());
         c
     }
 
@@ -334,7 +429,13 @@ mod tests {
     #[test]
     fn headings_get_unique_anchors_and_toc() {
         let r = render_server("## Hello World\ntext\n## Hello World\n### Deep `code`\n");
-        assert!(r.html.contains("<h2 id=\"hello-world\">Hello World <a class=\"anchor\" href=\"#hello-world\""), "{}", r.html);
+        assert!(
+            r.html.contains(
+                "<h2 id=\"hello-world\">Hello World <a class=\"anchor\" href=\"#hello-world\""
+            ),
+            "{}",
+            r.html
+        );
         assert!(r.html.contains("id=\"hello-world-1\""), "{}", r.html);
         assert_eq!(r.toc.len(), 3);
         assert_eq!(r.toc[2].text, "Deep code");
@@ -344,31 +445,77 @@ mod tests {
 
     #[test]
     fn admonitions_keep_code_blocks_intact() {
-        let r = render_server("> [!NOTE]\n> Import it:\n>\n> ```rust\n> use netcl::Tensor;\n> ```\n");
+        let r =
+            render_server("> [!NOTE]\n> Import it:\n>\n> ```rust\n> use netcl::Tensor;\n> ```\n");
         assert!(r.html.contains("<div class=\"admonition note\" role=\"note\"><p class=\"admonition-title\">Note</p>"), "{}", r.html);
-        assert!(r.html.contains("<pre><code class=\"language-rust\"><span class=\"tok-kw\">use</span>"), "{}", r.html);
+        assert!(
+            r.html
+                .contains("<pre><code class=\"language-rust\"><span class=\"tok-kw\">use</span>"),
+            "{}",
+            r.html
+        );
     }
 
     #[test]
     fn links_are_rewritten_and_checked() {
-        let r = render_server("[a](../faq.md#x) [b](flow.svg) [c](missing.md) [d](https://example.org) [e](/abs)");
+        let r = render_server(
+            "[a](../faq.md#x) [b](flow.svg) [c](missing.md) [d](https://example.org) [e](/abs)",
+        );
         assert!(r.html.contains("href=\"/w/docs/faq#x\""), "{}", r.html);
-        assert!(r.html.contains("href=\"/w/docs/concepts/flow.svg\""), "{}", r.html);
-        assert!(r.html.contains("href=\"https://example.org\""), "{}", r.html);
+        assert!(
+            r.html.contains("href=\"/w/docs/concepts/flow.svg\""),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html.contains("href=\"https://example.org\""),
+            "{}",
+            r.html
+        );
         assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
-        let export = render("[a](../faq.md)", "concepts/device", &content(), &Linker::new(&LinkMode::Export, "concepts/device"));
-        assert!(export.html.contains("href=\"../../faq/index.html\""), "{}", export.html);
+        let export = render(
+            "[a](../faq.md)",
+            "concepts/device",
+            &content(),
+            &Linker::new(&LinkMode::Export, "concepts/device"),
+        );
+        assert!(
+            export.html.contains("href=\"../../faq/index.html\""),
+            "{}",
+            export.html
+        );
     }
 
     #[test]
     fn runnable_blocks_math_svg_and_raw_html() {
-        let r = render_server("```rhai,run\nlet x = 1;\n```\n\n```netcl\nprint(1);\n```\n\n```output\n<ok>\n```\n\n$a^2$\n\n```svg\n<svg><script>x</script><circle r=\"1\"/></svg>\n```\n\n<script>alert(1)</script>\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n");
-        assert_eq!(r.html.matches("data-runnable=\"true\"").count(), 2, "{}", r.html);
+        let r = render_server(
+            "```rhai,run\nlet x = 1;\n```\n\n```netcl\nprint(1);\n```\n\n```output\n<ok>\n```\n\n$a^2$\n\n```svg\n<svg><script>x</script><circle r=\"1\"/></svg>\n```\n\n<script>alert(1)</script>\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n",
+        );
+        assert_eq!(
+            r.html.matches("data-runnable=\"true\"").count(),
+            2,
+            "{}",
+            r.html
+        );
         assert!(r.html.contains("class=\"run-result\""), "{}", r.html);
-        assert!(r.html.contains("<div class=\"recorded-output\">"), "{}", r.html);
+        assert!(
+            r.html.contains("<div class=\"recorded-output\">"),
+            "{}",
+            r.html
+        );
         assert!(r.html.contains("&lt;ok&gt;"), "{}", r.html);
-        assert!(r.html.contains("<math><semantics><mrow><msup><mi>a</mi><mn>2</mn></msup>"), "{}", r.html);
-        assert!(r.html.contains("<figure class=\"diagram\"><svg><circle r=\"1\"/></svg></figure>"), "{}", r.html);
+        assert!(
+            r.html
+                .contains("<math><semantics><mrow><msup><mi>a</mi><mn>2</mn></msup>"),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html
+                .contains("<figure class=\"diagram\"><svg><circle r=\"1\"/></svg></figure>"),
+            "{}",
+            r.html
+        );
         assert!(!r.html.contains("<script>"), "{}", r.html);
         assert!(!r.html.contains("style="), "{}", r.html);
     }

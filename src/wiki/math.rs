@@ -8,33 +8,118 @@ use super::html::escape_into;
 const MAX_DEPTH: usize = 24;
 
 const GREEK: &[(&str, &str)] = &[
-    ("alpha", "α"), ("beta", "β"), ("gamma", "γ"), ("delta", "δ"), ("epsilon", "ϵ"), ("varepsilon", "ε"),
-    ("zeta", "ζ"), ("eta", "η"), ("theta", "θ"), ("iota", "ι"), ("kappa", "κ"), ("lambda", "λ"), ("mu", "μ"),
-    ("nu", "ν"), ("xi", "ξ"), ("pi", "π"), ("rho", "ρ"), ("sigma", "σ"), ("tau", "τ"), ("phi", "ϕ"),
-    ("varphi", "φ"), ("chi", "χ"), ("psi", "ψ"), ("omega", "ω"), ("Gamma", "Γ"), ("Delta", "Δ"), ("Theta", "Θ"),
-    ("Lambda", "Λ"), ("Xi", "Ξ"), ("Pi", "Π"), ("Sigma", "Σ"), ("Phi", "Φ"), ("Psi", "Ψ"), ("Omega", "Ω"),
+    ("alpha", "α"),
+    ("beta", "β"),
+    ("gamma", "γ"),
+    ("delta", "δ"),
+    ("epsilon", "ϵ"),
+    ("varepsilon", "ε"),
+    ("zeta", "ζ"),
+    ("eta", "η"),
+    ("theta", "θ"),
+    ("iota", "ι"),
+    ("kappa", "κ"),
+    ("lambda", "λ"),
+    ("mu", "μ"),
+    ("nu", "ν"),
+    ("xi", "ξ"),
+    ("pi", "π"),
+    ("rho", "ρ"),
+    ("sigma", "σ"),
+    ("tau", "τ"),
+    ("phi", "ϕ"),
+    ("varphi", "φ"),
+    ("chi", "χ"),
+    ("psi", "ψ"),
+    ("omega", "ω"),
+    ("Gamma", "Γ"),
+    ("Delta", "Δ"),
+    ("Theta", "Θ"),
+    ("Lambda", "Λ"),
+    ("Xi", "Ξ"),
+    ("Pi", "Π"),
+    ("Sigma", "Σ"),
+    ("Phi", "Φ"),
+    ("Psi", "Ψ"),
+    ("Omega", "Ω"),
 ];
 
 const OPERATORS: &[(&str, &str)] = &[
-    ("cdot", "⋅"), ("times", "×"), ("div", "÷"), ("pm", "±"), ("mp", "∓"), ("le", "≤"), ("leq", "≤"),
-    ("ge", "≥"), ("geq", "≥"), ("ne", "≠"), ("neq", "≠"), ("approx", "≈"), ("equiv", "≡"), ("sim", "∼"),
-    ("propto", "∝"), ("in", "∈"), ("notin", "∉"), ("subset", "⊂"), ("subseteq", "⊆"), ("cup", "∪"),
-    ("cap", "∩"), ("to", "→"), ("rightarrow", "→"), ("leftarrow", "←"), ("Rightarrow", "⇒"), ("mapsto", "↦"),
-    ("infty", "∞"), ("partial", "∂"), ("nabla", "∇"), ("forall", "∀"), ("exists", "∃"), ("ldots", "…"),
-    ("cdots", "⋯"), ("odot", "⊙"), ("otimes", "⊗"), ("oplus", "⊕"), ("circ", "∘"), ("ast", "∗"), ("star", "⋆"),
-    ("lfloor", "⌊"), ("rfloor", "⌋"), ("lceil", "⌈"), ("rceil", "⌉"), ("langle", "⟨"), ("rangle", "⟩"),
-    ("mid", "∣"), ("|", "‖"), ("{", "{"), ("}", "}"), ("sum", "∑"), ("prod", "∏"), ("int", "∫"), ("lim", "lim"),
+    ("cdot", "⋅"),
+    ("times", "×"),
+    ("div", "÷"),
+    ("pm", "±"),
+    ("mp", "∓"),
+    ("le", "≤"),
+    ("leq", "≤"),
+    ("ge", "≥"),
+    ("geq", "≥"),
+    ("ne", "≠"),
+    ("neq", "≠"),
+    ("approx", "≈"),
+    ("equiv", "≡"),
+    ("sim", "∼"),
+    ("propto", "∝"),
+    ("in", "∈"),
+    ("notin", "∉"),
+    ("subset", "⊂"),
+    ("subseteq", "⊆"),
+    ("cup", "∪"),
+    ("cap", "∩"),
+    ("to", "→"),
+    ("rightarrow", "→"),
+    ("leftarrow", "←"),
+    ("Rightarrow", "⇒"),
+    ("mapsto", "↦"),
+    ("infty", "∞"),
+    ("partial", "∂"),
+    ("nabla", "∇"),
+    ("forall", "∀"),
+    ("exists", "∃"),
+    ("ldots", "…"),
+    ("cdots", "⋯"),
+    ("odot", "⊙"),
+    ("otimes", "⊗"),
+    ("oplus", "⊕"),
+    ("circ", "∘"),
+    ("ast", "∗"),
+    ("star", "⋆"),
+    ("lfloor", "⌊"),
+    ("rfloor", "⌋"),
+    ("lceil", "⌈"),
+    ("rceil", "⌉"),
+    ("langle", "⟨"),
+    ("rangle", "⟩"),
+    ("mid", "∣"),
+    ("|", "‖"),
+    ("{", "{"),
+    ("}", "}"),
+    ("sum", "∑"),
+    ("prod", "∏"),
+    ("int", "∫"),
+    ("lim", "lim"),
 ];
 
-const FUNCTIONS: &[&str] =
-    &["sin", "cos", "tan", "exp", "log", "ln", "max", "min", "argmax", "argmin", "tanh", "sup", "inf", "det"];
+const FUNCTIONS: &[&str] = &[
+    "sin", "cos", "tan", "exp", "log", "ln", "max", "min", "argmax", "argmin", "tanh", "sup",
+    "inf", "det",
+];
 
 /// Renders TeX `src` as a `<math>` element; `display` selects block layout.
 pub fn to_mathml(src: &str, display: bool) -> String {
-    let mut parser = Parser { src, pos: 0, depth: 0, display };
+    let mut parser = Parser {
+        src,
+        pos: 0,
+        depth: 0,
+        display,
+    };
     let body = parser.row(None);
     let mut out = String::with_capacity(body.len() + src.len() + 96);
-    out.push_str(if display { "<math display=\"block\">" } else { "<math>" });
+    out.push_str(if display {
+        "<math display=\"block\">"
+    } else {
+        "<math>"
+    });
     out.push_str("<semantics><mrow>");
     out.push_str(&body);
     out.push_str("</mrow><annotation encoding=\"application/x-tex\">");
@@ -114,8 +199,11 @@ impl Parser<'_> {
                 _ => break,
             }
         }
-        let (under, over, both) =
-            if big && self.display { ("munder", "mover", "munderover") } else { ("msub", "msup", "msubsup") };
+        let (under, over, both) = if big && self.display {
+            ("munder", "mover", "munderover")
+        } else {
+            ("msub", "msup", "msubsup")
+        };
         match (sub, sup) {
             (None, None) => base,
             (Some(b), None) => format!("<{under}>{base}{b}</{under}>"),
@@ -175,7 +263,9 @@ impl Parser<'_> {
 
     /// Returns the atom and whether it is a big operator (limits go under and over in display math).
     fn atom(&mut self) -> (String, bool) {
-        let Some(c) = self.bump() else { return (String::new(), false) };
+        let Some(c) = self.bump() else {
+            return (String::new(), false);
+        };
         match c {
             '{' => (self.group(), false),
             '\\' => self.command(),
@@ -200,12 +290,19 @@ impl Parser<'_> {
         }
         if self.pos == start {
             // A one-character command such as `\{`, `\,` or `\\`.
-            let Some(c) = self.bump() else { return (String::new(), false) };
+            let Some(c) = self.bump() else {
+                return (String::new(), false);
+            };
             return match c {
                 ',' | ':' | ';' | ' ' => ("<mspace width=\"0.25em\"></mspace>".into(), false),
                 '!' | '\\' => (String::new(), false),
-                '{' | '}' | '|' | '%' | '$' | '#' | '_' => (format!("<mo>{}</mo>", esc(&c.to_string())), false),
-                c => (format!("<merror><mtext>\\{}</mtext></merror>", esc(&c.to_string())), false),
+                '{' | '}' | '|' | '%' | '$' | '#' | '_' => {
+                    (format!("<mo>{}</mo>", esc(&c.to_string())), false)
+                }
+                c => (
+                    format!("<merror><mtext>\\{}</mtext></merror>", esc(&c.to_string())),
+                    false,
+                ),
             };
         }
         let name = &self.src[start..self.pos];
@@ -231,7 +328,10 @@ impl Parser<'_> {
                     self.pos += 1;
                     let index = self.row(Some(']'));
                     let radicand = self.argument();
-                    (format!("<mroot>{radicand}<mrow>{index}</mrow></mroot>"), false)
+                    (
+                        format!("<mroot>{radicand}<mrow>{index}</mrow></mroot>"),
+                        false,
+                    )
                 } else {
                     (format!("<msqrt>{}</msqrt>", self.argument()), false)
                 }
@@ -240,8 +340,17 @@ impl Parser<'_> {
                 let text = self.raw_group();
                 (format!("<mtext>{}</mtext>", esc(&text)), false)
             }
-            "mathbf" | "boldsymbol" => (format!("<mi mathvariant=\"bold\">{}</mi>", esc(&self.raw_group())), false),
-            "mathbb" => (format!("<mi mathvariant=\"double-struck\">{}</mi>", esc(&self.raw_group())), false),
+            "mathbf" | "boldsymbol" => (
+                format!("<mi mathvariant=\"bold\">{}</mi>", esc(&self.raw_group())),
+                false,
+            ),
+            "mathbb" => (
+                format!(
+                    "<mi mathvariant=\"double-struck\">{}</mi>",
+                    esc(&self.raw_group())
+                ),
+                false,
+            ),
             "hat" | "bar" | "tilde" | "vec" | "dot" => {
                 let accent = match name {
                     "hat" => "^",
@@ -250,7 +359,13 @@ impl Parser<'_> {
                     "vec" => "→",
                     _ => "˙",
                 };
-                (format!("<mover accent=\"true\">{}<mo>{accent}</mo></mover>", self.argument()), false)
+                (
+                    format!(
+                        "<mover accent=\"true\">{}<mo>{accent}</mo></mover>",
+                        self.argument()
+                    ),
+                    false,
+                )
             }
             "left" | "right" | "big" | "Big" | "bigg" | "Bigg" => {
                 self.skip_space();
@@ -262,7 +377,10 @@ impl Parser<'_> {
             }
             "quad" => ("<mspace width=\"1em\"></mspace>".into(), false),
             "qquad" => ("<mspace width=\"2em\"></mspace>".into(), false),
-            _ => (format!("<merror><mtext>\\{}</mtext></merror>", esc(name)), false),
+            _ => (
+                format!("<merror><mtext>\\{}</mtext></merror>", esc(name)),
+                false,
+            ),
         }
     }
 }
@@ -274,8 +392,14 @@ mod tests {
     #[test]
     fn fractions_scripts_and_greek() {
         let m = to_mathml(r"\frac{a}{b} + x_i^2 = \alpha", false);
-        assert!(m.contains("<mfrac><mrow><mi>a</mi></mrow><mrow><mi>b</mi></mrow></mfrac>"), "{m}");
-        assert!(m.contains("<msubsup><mi>x</mi><mi>i</mi><mn>2</mn></msubsup>"), "{m}");
+        assert!(
+            m.contains("<mfrac><mrow><mi>a</mi></mrow><mrow><mi>b</mi></mrow></mfrac>"),
+            "{m}"
+        );
+        assert!(
+            m.contains("<msubsup><mi>x</mi><mi>i</mi><mn>2</mn></msubsup>"),
+            "{m}"
+        );
         assert!(m.contains("<mi>α</mi>"), "{m}");
     }
 
@@ -284,7 +408,10 @@ mod tests {
         let m = to_mathml(r"\sum_{i=0}^{n} \sqrt{x_i}", true);
         assert!(m.starts_with("<math display=\"block\">"), "{m}");
         assert!(m.contains("<munderover><mo>∑</mo>"), "{m}");
-        assert!(m.contains("<msqrt><mrow><msub><mi>x</mi><mi>i</mi></msub></mrow></msqrt>"), "{m}");
+        assert!(
+            m.contains("<msqrt><mrow><msub><mi>x</mi><mi>i</mi></msub></mrow></msqrt>"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -49,7 +49,9 @@ impl RouteClass {
 /// Status codes are counted by class: 2xx, 3xx, 4xx, 5xx.
 const STATUS_CLASSES: [&str; 4] = ["2xx", "3xx", "4xx", "5xx"];
 /// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 10] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0];
+const BUCKETS: [f64; 10] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.25, 1.0,
+];
 
 /// All counters of the server.
 #[derive(Debug)]
@@ -74,7 +76,10 @@ impl Default for Metrics {
 impl Metrics {
     /// Counts one answered request.
     pub fn record(&self, class: RouteClass, status: u16, elapsed: Duration) {
-        let class_index = RouteClass::ALL.iter().position(|c| *c == class).unwrap_or(0);
+        let class_index = RouteClass::ALL
+            .iter()
+            .position(|c| *c == class)
+            .unwrap_or(0);
         let status_index = usize::from(status / 100).clamp(2, 5) - 2;
         self.requests[class_index][status_index].fetch_add(1, Ordering::Relaxed);
         let secs = elapsed.as_secs_f64();
@@ -82,7 +87,8 @@ impl Metrics {
             self.buckets[i].fetch_add(1, Ordering::Relaxed);
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
+        self.sum_micros
+            .fetch_add(elapsed.as_micros() as u64, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition of every counter.
@@ -105,10 +111,16 @@ impl Metrics {
         let mut cumulative = 0;
         for (bound, n) in BUCKETS.iter().zip(&self.buckets) {
             cumulative += n.load(Ordering::Relaxed);
-            let _ = writeln!(out, "netcl_wiki_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}");
+            let _ = writeln!(
+                out,
+                "netcl_wiki_request_duration_seconds_bucket{{le=\"{bound}\"}} {cumulative}"
+            );
         }
         let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "netcl_wiki_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}");
+        let _ = writeln!(
+            out,
+            "netcl_wiki_request_duration_seconds_bucket{{le=\"+Inf\"}} {count}"
+        );
         let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
         let _ = writeln!(out, "netcl_wiki_request_duration_seconds_sum {sum}");
         let _ = writeln!(out, "netcl_wiki_request_duration_seconds_count {count}");
@@ -126,10 +138,25 @@ mod tests {
         m.record(RouteClass::Page, 200, Duration::from_micros(80));
         m.record(RouteClass::NotFound, 404, Duration::from_millis(3));
         let text = m.render();
-        assert!(text.contains("netcl_wiki_requests_total{route=\"page\",status=\"2xx\"} 1"), "{text}");
-        assert!(text.contains("netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1"), "{text}");
-        assert!(text.contains("netcl_wiki_request_duration_seconds_bucket{le=\"0.0001\"} 1"), "{text}");
-        assert!(text.contains("netcl_wiki_request_duration_seconds_bucket{le=\"0.005\"} 2"), "{text}");
-        assert!(text.contains("netcl_wiki_request_duration_seconds_count 2"), "{text}");
+        assert!(
+            text.contains("netcl_wiki_requests_total{route=\"page\",status=\"2xx\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netcl_wiki_request_duration_seconds_bucket{le=\"0.0001\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netcl_wiki_request_duration_seconds_bucket{le=\"0.005\"} 2"),
+            "{text}"
+        );
+        assert!(
+            text.contains("netcl_wiki_request_duration_seconds_count 2"),
+            "{text}"
+        );
     }
 }

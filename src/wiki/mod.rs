@@ -30,6 +30,10 @@ pub mod watch;
 /// fields, pages absent from the manifest or listed without a file, broken internal links, invalid diagrams.
 pub fn check(dir: &std::path::Path) -> crate::Result<Vec<String>> {
     let content = content::Content::load(dir)?;
-    let settings = views::SiteSettings { title: "check".into(), edit_url: None, playground: false };
+    let settings = views::SiteSettings {
+        title: "check".into(),
+        edit_url: None,
+        playground: false,
+    };
     Ok(site::build(&content, &settings, &links::LinkMode::Export)?.problems)
 }

@@ -30,13 +30,19 @@ impl Prepared {
         body.hash(&mut hasher);
         let etag = HeaderValue::from_str(&format!("\"{:016x}\"", hasher.finish()))
             .unwrap_or_else(|_| HeaderValue::from_static("\"0\""));
-        let gzip = (body.len() >= GZIP_MIN_BYTES && compressible(content_type)).then(|| gzip(&body)).flatten();
+        let gzip = (body.len() >= GZIP_MIN_BYTES && compressible(content_type))
+            .then(|| gzip(&body))
+            .flatten();
         Prepared {
             body: Bytes::from(body),
             gzip: gzip.map(Bytes::from),
             etag,
             content_type: HeaderValue::from_static(content_type),
-            cache_control: HeaderValue::from_static(if long_cache { "public, max-age=3600" } else { "no-cache" }),
+            cache_control: HeaderValue::from_static(if long_cache {
+                "public, max-age=3600"
+            } else {
+                "no-cache"
+            }),
         }
     }
 
@@ -47,11 +53,16 @@ impl Prepared {
 
     /// The answer to a request with `headers`: 304 when the ETag matches, gzip when accepted.
     pub fn respond(&self, headers: &HeaderMap) -> Response<Body> {
-        let not_modified = headers.get(header::IF_NONE_MATCH).is_some_and(|v| v.as_bytes() == self.etag.as_bytes());
+        let not_modified = headers
+            .get(header::IF_NONE_MATCH)
+            .is_some_and(|v| v.as_bytes() == self.etag.as_bytes());
         let wants_gzip = headers
             .get(header::ACCEPT_ENCODING)
             .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.split(',').any(|e| e.trim().starts_with("gzip") && !e.contains("q=0")));
+            .is_some_and(|v| {
+                v.split(',')
+                    .any(|e| e.trim().starts_with("gzip") && !e.contains("q=0"))
+            });
         let (status, body, gzipped) = match (&self.gzip, not_modified) {
             (_, true) => (StatusCode::NOT_MODIFIED, Bytes::new(), false),
             (Some(gz), false) if wants_gzip => (StatusCode::OK, gz.clone(), true),
@@ -74,7 +85,9 @@ impl Prepared {
 }
 
 fn compressible(content_type: &str) -> bool {
-    content_type.starts_with("text/") || content_type.contains("json") || content_type.contains("svg")
+    content_type.starts_with("text/")
+        || content_type.contains("json")
+        || content_type.contains("svg")
 }
 
 fn gzip(bytes: &[u8]) -> Option<Vec<u8>> {
@@ -89,12 +102,19 @@ mod tests {
 
     #[test]
     fn gzip_etag_and_not_modified() {
-        let p = Prepared::new("<p>hello</p>".repeat(100).into_bytes(), "text/html; charset=utf-8", false);
+        let p = Prepared::new(
+            "<p>hello</p>".repeat(100).into_bytes(),
+            "text/html; charset=utf-8",
+            false,
+        );
         let plain = p.respond(&HeaderMap::new());
         assert_eq!(plain.status(), StatusCode::OK);
         assert!(plain.headers().get(header::CONTENT_ENCODING).is_none());
         let mut h = HeaderMap::new();
-        h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static("br, gzip"));
+        h.insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("br, gzip"),
+        );
         let gz = p.respond(&h);
         assert_eq!(gz.headers()[header::CONTENT_ENCODING], "gzip");
         let etag = plain.headers()[header::ETAG].clone();

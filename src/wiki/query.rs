@@ -20,16 +20,24 @@ impl QueryError {
     /// The message shown to the client.
     pub fn message(&self) -> String {
         match self {
-            QueryError::TooLong => format!("the query string is longer than {MAX_QUERY_BYTES} bytes"),
-            QueryError::InvalidUtf8 => "the query string is not valid UTF-8 once percent-decoded".into(),
-            QueryError::ValueTooLong(name) => format!("`{name}` is longer than {MAX_TEXT_CHARS} characters"),
+            QueryError::TooLong => {
+                format!("the query string is longer than {MAX_QUERY_BYTES} bytes")
+            }
+            QueryError::InvalidUtf8 => {
+                "the query string is not valid UTF-8 once percent-decoded".into()
+            }
+            QueryError::ValueTooLong(name) => {
+                format!("`{name}` is longer than {MAX_TEXT_CHARS} characters")
+            }
         }
     }
 }
 
 /// The decoded value of parameter `name` (`+` is a space), or `""` when absent.
 pub fn param(query: Option<&str>, name: &'static str) -> Result<String, QueryError> {
-    let Some(query) = query else { return Ok(String::new()) };
+    let Some(query) = query else {
+        return Ok(String::new());
+    };
     if query.len() > MAX_QUERY_BYTES {
         return Err(QueryError::TooLong);
     }
@@ -49,7 +57,10 @@ pub fn param(query: Option<&str>, name: &'static str) -> Result<String, QueryErr
 
 fn decode(raw: &str) -> Result<String, QueryError> {
     let spaced = raw.replace('+', " ");
-    percent_decode_str(&spaced).decode_utf8().map(|s| s.into_owned()).map_err(|_| QueryError::InvalidUtf8)
+    percent_decode_str(&spaced)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| QueryError::InvalidUtf8)
 }
 
 #[cfg(test)]
@@ -61,7 +72,13 @@ mod tests {
         assert_eq!(param(Some("a=1&q=conv+2d%21"), "q").unwrap(), "conv 2d!");
         assert_eq!(param(None, "q").unwrap(), "");
         assert_eq!(param(Some("q=%FF"), "q"), Err(QueryError::InvalidUtf8));
-        assert_eq!(param(Some(&"q=".repeat(2000)), "q"), Err(QueryError::TooLong));
-        assert_eq!(param(Some(&format!("q={}", "a".repeat(201))), "q"), Err(QueryError::ValueTooLong("q")));
+        assert_eq!(
+            param(Some(&"q=".repeat(2000)), "q"),
+            Err(QueryError::TooLong)
+        );
+        assert_eq!(
+            param(Some(&format!("q={}", "a".repeat(201))), "q"),
+            Err(QueryError::ValueTooLong("q"))
+        );
     }
 }

@@ -59,7 +59,10 @@ pub struct Hit {
 pub fn tokenize(text: &str) -> Vec<(usize, String)> {
     let mut out = Vec::new();
     let mut start = None;
-    for (i, c) in text.char_indices().chain(std::iter::once((text.len(), ' '))) {
+    for (i, c) in text
+        .char_indices()
+        .chain(std::iter::once((text.len(), ' ')))
+    {
         let word_char = c.is_alphanumeric() || c == '_';
         match (start, word_char) {
             (None, true) => start = Some(i),
@@ -89,13 +92,24 @@ pub fn tokenize(text: &str) -> Vec<(usize, String)> {
 /// True when `a` and `b` differ by at most one insertion, deletion, substitution or swap of neighbours.
 fn within_one_edit(a: &str, b: &str) -> bool {
     let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    let (short, long) = if a.len() <= b.len() { (&a, &b) } else { (&b, &a) };
+    let (short, long) = if a.len() <= b.len() {
+        (&a, &b)
+    } else {
+        (&b, &a)
+    };
     if long.len() - short.len() > 1 {
         return false;
     }
-    let prefix = short.iter().zip(long.iter()).take_while(|(x, y)| x == y).count();
+    let prefix = short
+        .iter()
+        .zip(long.iter())
+        .take_while(|(x, y)| x == y)
+        .count();
     if short.len() == long.len() {
-        let substituted = short[prefix..].iter().skip(1).eq(long[prefix..].iter().skip(1));
+        let substituted = short[prefix..]
+            .iter()
+            .skip(1)
+            .eq(long[prefix..].iter().skip(1));
         let transposed = prefix + 1 < short.len()
             && short[prefix] == long[prefix + 1]
             && short[prefix + 1] == long[prefix]
@@ -114,7 +128,11 @@ impl SearchIndex {
         for (id, doc) in docs.iter().enumerate() {
             let mut weights: HashMap<String, f32> = HashMap::new();
             let mut len = 0usize;
-            for (text, weight) in [(&doc.title, TITLE_WEIGHT), (&doc.heading, HEADING_WEIGHT), (&doc.text, 1.0)] {
+            for (text, weight) in [
+                (&doc.title, TITLE_WEIGHT),
+                (&doc.heading, HEADING_WEIGHT),
+                (&doc.text, 1.0),
+            ] {
                 for (_, word) in tokenize(text) {
                     *weights.entry(word).or_default() += weight;
                     len += 1;
@@ -122,11 +140,23 @@ impl SearchIndex {
             }
             lengths.push(len as f32);
             for (word, weight) in weights {
-                terms.entry(word).or_default().push(Posting { doc: id as u32, weight });
+                terms.entry(word).or_default().push(Posting {
+                    doc: id as u32,
+                    weight,
+                });
             }
         }
-        let avg_len = if lengths.is_empty() { 1.0 } else { lengths.iter().sum::<f32>() / lengths.len() as f32 };
-        SearchIndex { docs, lengths, avg_len: avg_len.max(1.0), terms }
+        let avg_len = if lengths.is_empty() {
+            1.0
+        } else {
+            lengths.iter().sum::<f32>() / lengths.len() as f32
+        };
+        SearchIndex {
+            docs,
+            lengths,
+            avg_len: avg_len.max(1.0),
+            terms,
+        }
     }
 
     /// The indexed sections.
@@ -141,7 +171,11 @@ impl SearchIndex {
             out.push((w.as_str(), 1.0));
         }
         if word.chars().count() >= 2 {
-            for (w, _) in self.terms.range::<str, _>((Bound::Included(word), Bound::Unbounded)).skip_while(|(w, _)| w.as_str() == word) {
+            for (w, _) in self
+                .terms
+                .range::<str, _>((Bound::Included(word), Bound::Unbounded))
+                .skip_while(|(w, _)| w.as_str() == word)
+            {
                 if !w.starts_with(word) || out.len() >= 64 {
                     break;
                 }
@@ -190,7 +224,8 @@ impl SearchIndex {
                 for p in postings {
                     let len = self.lengths[p.doc as usize];
                     let tf = p.weight;
-                    let s = factor * idf * tf * (K1 + 1.0) / (tf + K1 * (1.0 - B + B * len / self.avg_len));
+                    let s = factor * idf * tf * (K1 + 1.0)
+                        / (tf + K1 * (1.0 - B + B * len / self.avg_len));
                     let e = scores.entry(p.doc).or_default();
                     *e = e.max(s);
                 }
@@ -207,7 +242,11 @@ impl SearchIndex {
         }
         let all = words.len();
         let mut ranked: Vec<(u32, f32)> = if totals.values().any(|&(_, k)| k == all) {
-            totals.iter().filter(|(_, (_, k))| *k == all).map(|(&d, &(s, _))| (d, s)).collect()
+            totals
+                .iter()
+                .filter(|(_, (_, k))| *k == all)
+                .map(|(&d, &(s, _))| (d, s))
+                .collect()
         } else {
             totals.iter().map(|(&d, &(s, _))| (d, s)).collect()
         };
@@ -217,7 +256,11 @@ impl SearchIndex {
             .take(limit)
             .map(|(id, score)| {
                 let doc = &self.docs[id as usize];
-                let source = if doc.text.trim().is_empty() { &doc.heading } else { &doc.text };
+                let source = if doc.text.trim().is_empty() {
+                    &doc.heading
+                } else {
+                    &doc.text
+                };
                 Hit {
                     page: doc.page.clone(),
                     title: doc.title.clone(),
@@ -233,7 +276,11 @@ impl SearchIndex {
     /// Pages (by path, best first, each once) that match any word of `text`; for the 404 page.
     pub fn suggest(&self, text: &str, limit: usize) -> Vec<(String, String)> {
         let mut seen = HashSet::new();
-        let query: String = tokenize(text).into_iter().map(|(_, w)| w).collect::<Vec<_>>().join(" ");
+        let query: String = tokenize(text)
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect::<Vec<_>>()
+            .join(" ");
         let mut out = Vec::new();
         for word in query.split(' ').filter(|w| !w.is_empty()) {
             for hit in self.search(word, limit * 4) {
@@ -250,7 +297,10 @@ impl SearchIndex {
 /// About 180 characters of `text` around the first matched word, escaped, with every matched word marked.
 fn snippet(text: &str, matched: &HashSet<&str>) -> String {
     let tokens = tokenize(text);
-    let first = tokens.iter().find(|(_, w)| matched.contains(w.as_str())).map_or(0, |(at, _)| *at);
+    let first = tokens
+        .iter()
+        .find(|(_, w)| matched.contains(w.as_str()))
+        .map_or(0, |(at, _)| *at);
     let mut start = first.saturating_sub(60);
     while !text.is_char_boundary(start) {
         start -= 1;
@@ -271,7 +321,9 @@ fn snippet(text: &str, matched: &HashSet<&str>) -> String {
         if !matched.contains(word.as_str()) || *at < pos {
             continue;
         }
-        let word_end = text[*at..].find(|c: char| !(c.is_alphanumeric() || c == '_')).map_or(text.len(), |i| at + i);
+        let word_end = text[*at..]
+            .find(|c: char| !(c.is_alphanumeric() || c == '_'))
+            .map_or(text.len(), |i| at + i);
         let word_end = word_end.min(end).max(*at);
         escape_into(&mut out, &text[pos..*at]);
         out.push_str("<mark>");
@@ -291,14 +343,35 @@ mod tests {
     use super::*;
 
     fn doc(page: &str, title: &str, heading: &str, text: &str) -> SearchDoc {
-        SearchDoc { page: page.into(), title: title.into(), anchor: String::new(), heading: heading.into(), text: text.into() }
+        SearchDoc {
+            page: page.into(),
+            title: title.into(),
+            anchor: String::new(),
+            heading: heading.into(),
+            text: text.into(),
+        }
     }
 
     fn index() -> SearchIndex {
         SearchIndex::build(vec![
-            doc("concepts/autotune", "Autotune", "How it works", "Candidates are measured and the winner is cached."),
-            doc("concepts/device", "Device", "Selection", "Set NETCL_DEVICE to gpu, cpu, an index or a name."),
-            doc("faq", "FAQ", "Why OpenCL", "OpenCL runs on GPUs and CPUs alike; the device is chosen at start."),
+            doc(
+                "concepts/autotune",
+                "Autotune",
+                "How it works",
+                "Candidates are measured and the winner is cached.",
+            ),
+            doc(
+                "concepts/device",
+                "Device",
+                "Selection",
+                "Set NETCL_DEVICE to gpu, cpu, an index or a name.",
+            ),
+            doc(
+                "faq",
+                "FAQ",
+                "Why OpenCL",
+                "OpenCL runs on GPUs and CPUs alike; the device is chosen at start.",
+            ),
         ])
     }
 
@@ -308,7 +381,11 @@ mod tests {
         assert_eq!(hits[0].page, "concepts/device");
         assert!(hits.iter().any(|h| h.page == "faq"));
         let faq = hits.iter().find(|h| h.page == "faq").unwrap();
-        assert!(faq.snippet_html.contains("<mark>device</mark>"), "{}", faq.snippet_html);
+        assert!(
+            faq.snippet_html.contains("<mark>device</mark>"),
+            "{}",
+            faq.snippet_html
+        );
     }
 
     #[test]
@@ -316,16 +393,28 @@ mod tests {
         let idx = index();
         assert_eq!(idx.search("autot", 10)[0].page, "concepts/autotune");
         assert_eq!(idx.search("candidats", 10)[0].page, "concepts/autotune");
-        assert!(idx.search("gpz", 10).is_empty(), "typos are tolerated only in words of five or more letters");
+        assert!(
+            idx.search("gpz", 10).is_empty(),
+            "typos are tolerated only in words of five or more letters"
+        );
         assert_eq!(idx.search("netcl_device", 10)[0].page, "concepts/device");
     }
 
     #[test]
     fn snippets_escape_markup() {
-        let idx = SearchIndex::build(vec![doc("a", "A", "", "use <script>alert(1)</script> here")]);
+        let idx = SearchIndex::build(vec![doc(
+            "a",
+            "A",
+            "",
+            "use <script>alert(1)</script> here",
+        )]);
         let hits = idx.search("script", 10);
         assert_eq!(hits.len(), 1);
-        assert!(hits[0].snippet_html.contains("&lt;<mark>script</mark>&gt;"), "{}", hits[0].snippet_html);
+        assert!(
+            hits[0].snippet_html.contains("&lt;<mark>script</mark>&gt;"),
+            "{}",
+            hits[0].snippet_html
+        );
     }
 
     #[test]

@@ -29,8 +29,8 @@ use super::query::{self, QueryError};
 use super::search::SearchIndex;
 use super::site::{self, llms_txt};
 use super::views::{
-    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, HitView, NotFoundView, SearchView,
-    SiteSettings, Suggestion, TuneEntryView, human_bytes, render,
+    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, HitView, NotFoundView,
+    SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes, render,
 };
 use crate::Result;
 
@@ -65,26 +65,55 @@ impl Site {
 
     /// Renders `content` for serving under `base`.
     pub fn build(content: Content, settings: SiteSettings, base: &str) -> Result<Site> {
-        let mode = LinkMode::Server { base: base.to_string() };
+        let mode = LinkMode::Server {
+            base: base.to_string(),
+        };
         let built = site::build(&content, &settings, &mode)?;
         let mut files = HashMap::new();
         for page in built.pages {
-            let route = if page.path == "index" { "/".to_string() } else { format!("/docs/{}", page.path) };
-            files.insert(route, Prepared::new(page.html.into_bytes(), "text/html; charset=utf-8", false));
+            let route = if page.path == "index" {
+                "/".to_string()
+            } else {
+                format!("/docs/{}", page.path)
+            };
+            files.insert(
+                route,
+                Prepared::new(page.html.into_bytes(), "text/html; charset=utf-8", false),
+            );
         }
         for page in content.pages.values() {
-            let md = Prepared::new(page.source.clone().into_bytes(), "text/markdown; charset=utf-8", false);
+            let md = Prepared::new(
+                page.source.clone().into_bytes(),
+                "text/markdown; charset=utf-8",
+                false,
+            );
             files.insert(format!("/docs/{}.md", page.path), md);
         }
         for (path, bytes) in &content.assets {
-            files.insert(format!("/docs/{path}"), Prepared::new(bytes.clone(), content_type(path), true));
+            files.insert(
+                format!("/docs/{path}"),
+                Prepared::new(bytes.clone(), content_type(path), true),
+            );
         }
         for (name, ty, bytes) in STATIC_FILES {
-            files.insert(format!("/static/{name}"), Prepared::new(bytes.to_vec(), ty, true));
+            files.insert(
+                format!("/static/{name}"),
+                Prepared::new(bytes.to_vec(), ty, true),
+            );
         }
         let llms = llms_txt(&content, &settings, &Linker::new(&mode, "index"));
-        files.insert("/llms.txt".into(), Prepared::new(llms.into_bytes(), "text/plain; charset=utf-8", false));
-        Ok(Site { content, settings, mode, index: built.index, problems: built.problems, files })
+        files.insert(
+            "/llms.txt".into(),
+            Prepared::new(llms.into_bytes(), "text/plain; charset=utf-8", false),
+        );
+        Ok(Site {
+            content,
+            settings,
+            mode,
+            index: built.index,
+            problems: built.problems,
+            files,
+        })
     }
 
     /// The prepared response for a route below the base path (`/docs/faq`).
@@ -115,9 +144,18 @@ impl Default for SecurityHeaders {
         let csp = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
                    object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'";
         SecurityHeaders(vec![
-            (header::CONTENT_SECURITY_POLICY, HeaderValue::from_static(csp)),
-            (header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff")),
-            (header::REFERRER_POLICY, HeaderValue::from_static("strict-origin-when-cross-origin")),
+            (
+                header::CONTENT_SECURITY_POLICY,
+                HeaderValue::from_static(csp),
+            ),
+            (
+                header::X_CONTENT_TYPE_OPTIONS,
+                HeaderValue::from_static("nosniff"),
+            ),
+            (
+                header::REFERRER_POLICY,
+                HeaderValue::from_static("strict-origin-when-cross-origin"),
+            ),
             (header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY")),
         ])
     }
@@ -178,7 +216,10 @@ pub fn router(state: Arc<AppState>) -> Router {
         .with_state(state)
         .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(body_limit))
-        .layer(TimeoutLayer::with_status_code(StatusCode::REQUEST_TIMEOUT, timeout))
+        .layer(TimeoutLayer::with_status_code(
+            StatusCode::REQUEST_TIMEOUT,
+            timeout,
+        ))
         .layer(
             TraceLayer::new_for_http()
                 .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
@@ -194,7 +235,9 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     for (name, value) in &state.headers.0 {
         headers.insert(name.clone(), value.clone());
     }
-    state.metrics.record(class, response.status().as_u16(), started.elapsed());
+    state
+        .metrics
+        .record(class, response.status().as_u16(), started.elapsed());
     response
 }
 
@@ -209,12 +252,29 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
     } else {
         path.strip_prefix(base).filter(|r| r.starts_with('/'))
     };
-    let Some(rest) = rest else { return (RouteClass::NotFound, not_found(&site, path)) };
+    let Some(rest) = rest else {
+        return (RouteClass::NotFound, not_found(&site, path));
+    };
     let api = rest.starts_with("/api/");
     if request.method != Method::GET && request.method != Method::HEAD {
-        let mut response = error(&site, api, StatusCode::METHOD_NOT_ALLOWED, "method not allowed", "use GET or HEAD");
-        response.headers_mut().insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
-        return (if api { RouteClass::Api } else { RouteClass::NotFound }, response);
+        let mut response = error(
+            &site,
+            api,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed",
+            "use GET or HEAD",
+        );
+        response
+            .headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return (
+            if api {
+                RouteClass::Api
+            } else {
+                RouteClass::NotFound
+            },
+            response,
+        );
     }
     let headers = &request.headers;
     let query = request.uri.query();
@@ -229,9 +289,15 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
     match rest {
         "/healthz" => (
             RouteClass::Health,
-            json_response(StatusCode::OK, &json!({"status": "ok", "pages": site.content.pages.len()})),
+            json_response(
+                StatusCode::OK,
+                &json!({"status": "ok", "pages": site.content.pages.len()}),
+            ),
         ),
-        "/metrics" => (RouteClass::Metrics, text_response("text/plain; version=0.0.4", state.metrics.render())),
+        "/metrics" => (
+            RouteClass::Metrics,
+            text_response("text/plain; version=0.0.4", state.metrics.render()),
+        ),
         "/search" => (RouteClass::Search, search_page(&site, query)),
         "/api/search" => (RouteClass::Api, search_api(&site, query)),
         "/devices" => (RouteClass::Engine, devices_page(state, &site).await),
@@ -239,9 +305,10 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
         "/autotune" => (RouteClass::Engine, autotune_page(state, &site, query).await),
         "/api/autotune" => (RouteClass::Api, autotune_api(state, query).await),
         "/docs" | "/docs/" | "/docs/index" => (RouteClass::Page, redirect(&format!("{base}/"))),
-        r if r.len() > 1 && r.ends_with('/') && site.file(r.trim_end_matches('/')).is_some() => {
-            (RouteClass::Page, redirect(&format!("{base}{}", r.trim_end_matches('/'))))
-        }
+        r if r.len() > 1 && r.ends_with('/') && site.file(r.trim_end_matches('/')).is_some() => (
+            RouteClass::Page,
+            redirect(&format!("{base}{}", r.trim_end_matches('/'))),
+        ),
         _ if api => (
             RouteClass::Api,
             api_error(StatusCode::NOT_FOUND, "not_found", "no such API endpoint"),
@@ -262,36 +329,61 @@ fn redirect(location: &str) -> Response<Body> {
 fn html_response(status: StatusCode, html: String) -> Response<Body> {
     let mut response = Response::new(Body::from(html));
     *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("text/html; charset=utf-8"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/html; charset=utf-8"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
 fn text_response(content_type: &'static str, text: String) -> Response<Body> {
     let mut response = Response::new(Body::from(text));
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    response
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     response
 }
 
 fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
     let mut response = Response::new(Body::from(value.to_string()));
     *response.status_mut() = status;
-    response.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
-    response.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
+        .headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     response
 }
 
 /// A JSON error: `{"error": {"kind": …, "message": …}}`.
 fn api_error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
-    json_response(status, &json!({"error": {"kind": kind, "message": message}}))
+    json_response(
+        status,
+        &json!({"error": {"kind": kind, "message": message}}),
+    )
 }
 
 /// An error as JSON for API routes and as a page otherwise.
-fn error(site: &Site, api: bool, status: StatusCode, heading: &str, message: &str) -> Response<Body> {
+fn error(
+    site: &Site,
+    api: bool,
+    status: StatusCode,
+    heading: &str,
+    message: &str,
+) -> Response<Body> {
     if api {
         return api_error(status, &heading.replace(' ', "_"), message);
     }
-    let view = ErrorView { chrome: site.chrome(""), heading: capitalise(heading), message: message.to_string() };
+    let view = ErrorView {
+        chrome: site.chrome(""),
+        heading: capitalise(heading),
+        message: message.to_string(),
+    };
     match render(&view) {
         Ok(html) => html_response(status, html),
         Err(e) => plain_error(status, &e.to_string()),
@@ -300,21 +392,35 @@ fn error(site: &Site, api: bool, status: StatusCode, heading: &str, message: &st
 
 fn capitalise(s: &str) -> String {
     let mut chars = s.chars();
-    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
+    chars
+        .next()
+        .map(|c| c.to_uppercase().chain(chars).collect())
+        .unwrap_or_default()
 }
 
 /// Last resort when a template fails: never a 500 page with internals, a short text.
 fn plain_error(status: StatusCode, message: &str) -> Response<Body> {
     tracing::error!(%message, "rendering an answer failed");
-    let mut response = text_response("text/plain; charset=utf-8", "The page could not be rendered.\n".into());
+    let mut response = text_response(
+        "text/plain; charset=utf-8",
+        "The page could not be rendered.\n".into(),
+    );
     *response.status_mut() = status;
     response
 }
 
 fn query_error(site: &Site, api: bool, e: QueryError) -> Response<Body> {
-    let status = if e == QueryError::TooLong { StatusCode::URI_TOO_LONG } else { StatusCode::BAD_REQUEST };
+    let status = if e == QueryError::TooLong {
+        StatusCode::URI_TOO_LONG
+    } else {
+        StatusCode::BAD_REQUEST
+    };
     if api {
-        let kind = if e == QueryError::TooLong { "query_too_long" } else { "bad_query" };
+        let kind = if e == QueryError::TooLong {
+            "query_too_long"
+        } else {
+            "bad_query"
+        };
         return api_error(status, kind, &e.message());
     }
     error(site, false, status, "bad request", &e.message())
@@ -323,14 +429,23 @@ fn query_error(site: &Site, api: bool, e: QueryError) -> Response<Body> {
 fn not_found(site: &Site, path: &str) -> Response<Body> {
     let linker = site.linker();
     let requested: String = path.chars().take(MAX_ECHO_CHARS).collect();
-    let words = percent_encoding::percent_decode_str(&requested).decode_utf8_lossy().replace(['/', '-', '_', '.'], " ");
+    let words = percent_encoding::percent_decode_str(&requested)
+        .decode_utf8_lossy()
+        .replace(['/', '-', '_', '.'], " ");
     let suggestions = site
         .index
         .suggest(&words, 5)
         .into_iter()
-        .map(|(page, title)| Suggestion { url: linker.page(&page), title })
+        .map(|(page, title)| Suggestion {
+            url: linker.page(&page),
+            title,
+        })
         .collect();
-    let view = NotFoundView { chrome: site.chrome(""), requested, suggestions };
+    let view = NotFoundView {
+        chrome: site.chrome(""),
+        requested,
+        suggestions,
+    };
     match render(&view) {
         Ok(html) => html_response(StatusCode::NOT_FOUND, html),
         Err(e) => plain_error(StatusCode::NOT_FOUND, &e.to_string()),
@@ -356,7 +471,12 @@ fn search_page(site: &Site, query: Option<&str>) -> Response<Body> {
         .collect();
     let mut chrome = site.chrome("route:search");
     chrome.query = q;
-    let view = SearchView { chrome, hits, message: None, offline: false };
+    let view = SearchView {
+        chrome,
+        hits,
+        message: None,
+        offline: false,
+    };
     match render(&view) {
         Ok(html) => html_response(StatusCode::OK, html),
         Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
@@ -364,7 +484,11 @@ fn search_page(site: &Site, query: Option<&str>) -> Response<Body> {
 }
 
 fn hit_url(linker: &Linker, page: &str, anchor: &str) -> String {
-    if anchor.is_empty() { linker.page(page) } else { format!("{}#{anchor}", linker.page(page)) }
+    if anchor.is_empty() {
+        linker.page(page)
+    } else {
+        format!("{}#{anchor}", linker.page(page))
+    }
 }
 
 fn search_api(site: &Site, query: Option<&str>) -> Response<Body> {
@@ -442,7 +566,12 @@ fn device_view(d: &DeviceInfo) -> DeviceView {
         local_mem: human_bytes(d.local_mem_bytes),
         max_alloc: human_bytes(d.max_alloc_bytes),
         max_work_group_size: d.max_work_group_size,
-        work_item_sizes: d.max_work_item_sizes.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(" × "),
+        work_item_sizes: d
+            .max_work_item_sizes
+            .iter()
+            .map(|s| s.to_string())
+            .collect::<Vec<_>>()
+            .join(" × "),
         fp16: yes_no(d.fp16),
         fp64: yes_no(d.fp64),
         unified_memory: yes_no(d.unified_memory),
@@ -451,7 +580,10 @@ fn device_view(d: &DeviceInfo) -> DeviceView {
 
 async fn devices_api(state: &Arc<AppState>) -> Response<Body> {
     match devices(state).await {
-        Ok(d) => json_response(StatusCode::OK, &json!({"selection": state.config.device, "devices": d})),
+        Ok(d) => json_response(
+            StatusCode::OK,
+            &json!({"selection": state.config.device, "devices": d}),
+        ),
         Err(e) => api_error(StatusCode::SERVICE_UNAVAILABLE, "engine", &e),
     }
 }
@@ -474,12 +606,22 @@ async fn autotune_page(state: &Arc<AppState>, site: &Site, query: Option<&str>) 
         Err(e) => (None, Some(e)),
     };
     let all = snapshot.as_ref().map_or(&[][..], |s| &s.entries[..]);
-    let entries: Vec<TuneEntryView> = all.iter().filter(|e| entry_matches(e, &needle)).map(tune_entry_view).collect();
+    let entries: Vec<TuneEntryView> = all
+        .iter()
+        .filter(|e| entry_matches(e, &needle))
+        .map(tune_entry_view)
+        .collect();
     let linker = site.linker();
     let view = AutotuneView {
         chrome: site.chrome("route:autotune"),
-        path: snapshot.as_ref().map(|s| s.path.display().to_string()).unwrap_or_default(),
-        status: snapshot.as_ref().map(|s| s.status.clone()).unwrap_or_else(|| "unreadable".into()),
+        path: snapshot
+            .as_ref()
+            .map(|s| s.path.display().to_string())
+            .unwrap_or_default(),
+        status: snapshot
+            .as_ref()
+            .map(|s| s.status.clone())
+            .unwrap_or_else(|| "unreadable".into()),
         error,
         shown: entries.len(),
         total: all.len(),
@@ -500,7 +642,10 @@ fn format_ms(ms: Option<f64>) -> String {
 
 fn tune_entry_view(e: &CacheEntry) -> TuneEntryView {
     let candidates = e.candidates.as_deref().unwrap_or(&[]);
-    let slowest = candidates.iter().filter_map(|c| c.ms).fold(0.0_f64, f64::max);
+    let slowest = candidates
+        .iter()
+        .filter_map(|c| c.ms)
+        .fold(0.0_f64, f64::max);
     TuneEntryView {
         kernel: e.kernel.clone(),
         shape_key: e.shape_key.clone(),
@@ -513,7 +658,10 @@ fn tune_entry_view(e: &CacheEntry) -> TuneEntryView {
                 ms: format_ms(c.ms),
                 median_ms: format_ms(c.median_ms),
                 error: c.error.clone(),
-                fraction: format!("{:.3}", c.ms.map_or(0.0, |ms| if slowest > 0.0 { ms / slowest } else { 0.0 })),
+                fraction: format!(
+                    "{:.3}",
+                    c.ms.map_or(0.0, |ms| if slowest > 0.0 { ms / slowest } else { 0.0 })
+                ),
                 winner: c.candidate == e.winner,
             })
             .collect(),
@@ -533,7 +681,10 @@ async fn autotune_api(state: &Arc<AppState>, query: Option<&str>) -> Response<Bo
         Ok(mut s) => {
             let total = s.entries.len();
             s.entries.retain(|e| entry_matches(e, &filter));
-            json_response(StatusCode::OK, &json!({"total": total, "filter": filter, "cache": s}))
+            json_response(
+                StatusCode::OK,
+                &json!({"total": total, "filter": filter, "cache": s}),
+            )
         }
         Err(e) => api_error(StatusCode::SERVICE_UNAVAILABLE, "engine", &e),
     }

@@ -44,13 +44,15 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
                 current: false,
             })
         };
-        let prev = position.and_then(|i| i.checked_sub(1)).and_then(|i| neighbour(ordered.get(i)));
+        let prev = position
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| neighbour(ordered.get(i)));
         let next = position.and_then(|i| neighbour(ordered.get(i + 1)));
         let section = content
             .manifest
             .sections
             .iter()
-            .find(|s| s.pages.iter().any(|p| *p == page.path))
+            .find(|s| s.pages.contains(&page.path))
             .map(|s| s.title.clone())
             .filter(|_| page.path != "index");
         let view = PageView {
@@ -63,7 +65,10 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
             body: &rendered.html,
             toc: &rendered.toc,
             updated: &page.updated,
-            edit_url: settings.edit_url.as_ref().map(|base| format!("{base}{}.md", page.path)),
+            edit_url: settings
+                .edit_url
+                .as_ref()
+                .map(|base| format!("{base}{}.md", page.path)),
             raw_url: linker.raw(&page.path),
             prev,
             next,
@@ -93,9 +98,17 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
                 text: page.front.summary.clone(),
             });
         }
-        pages.push(BuiltPage { path: page.path.clone(), html, toc: rendered.toc });
+        pages.push(BuiltPage {
+            path: page.path.clone(),
+            html,
+            toc: rendered.toc,
+        });
     }
-    Ok(Build { pages, index: SearchIndex::build(docs), problems })
+    Ok(Build {
+        pages,
+        index: SearchIndex::build(docs),
+        problems,
+    })
 }
 
 fn collapse_space(text: &str) -> String {
@@ -111,7 +124,12 @@ pub fn llms_txt(content: &Content, settings: &SiteSettings, linker: &Linker) -> 
     for section in &content.manifest.sections {
         out.push_str(&format!("## {}\n\n", section.title));
         for page in section.pages.iter().filter_map(|p| content.pages.get(p)) {
-            out.push_str(&format!("- [{}]({}): {}\n", page.front.title, linker.raw(&page.path), page.front.summary));
+            out.push_str(&format!(
+                "- [{}]({}): {}\n",
+                page.front.title,
+                linker.raw(&page.path),
+                page.front.summary
+            ));
         }
         out.push('\n');
     }

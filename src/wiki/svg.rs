@@ -5,21 +5,98 @@
 use super::html::escape_into;
 
 const ELEMENTS: &[&str] = &[
-    "svg", "g", "path", "rect", "circle", "ellipse", "line", "polyline", "polygon", "text", "tspan", "title", "desc",
-    "defs", "marker", "use", "symbol", "lineargradient", "radialgradient", "stop", "clippath", "pattern",
+    "svg",
+    "g",
+    "path",
+    "rect",
+    "circle",
+    "ellipse",
+    "line",
+    "polyline",
+    "polygon",
+    "text",
+    "tspan",
+    "title",
+    "desc",
+    "defs",
+    "marker",
+    "use",
+    "symbol",
+    "lineargradient",
+    "radialgradient",
+    "stop",
+    "clippath",
+    "pattern",
 ];
 
 const ATTRIBUTES: &[&str] = &[
-    "viewbox", "width", "height", "x", "y", "x1", "y1", "x2", "y2", "cx", "cy", "r", "rx", "ry", "d", "points",
-    "fill", "stroke", "stroke-width", "stroke-dasharray", "stroke-linecap", "stroke-linejoin", "opacity",
-    "fill-opacity", "stroke-opacity", "transform", "font-size", "font-family", "font-weight", "text-anchor",
-    "dominant-baseline", "id", "class", "marker-end", "marker-start", "markerwidth", "markerheight", "refx", "refy",
-    "orient", "offset", "stop-color", "stop-opacity", "gradientunits", "preserveaspectratio", "xmlns", "href",
-    "xlink:href", "xmlns:xlink", "dx", "dy", "role", "aria-label", "clip-path", "markerunits", "patternunits",
+    "viewbox",
+    "width",
+    "height",
+    "x",
+    "y",
+    "x1",
+    "y1",
+    "x2",
+    "y2",
+    "cx",
+    "cy",
+    "r",
+    "rx",
+    "ry",
+    "d",
+    "points",
+    "fill",
+    "stroke",
+    "stroke-width",
+    "stroke-dasharray",
+    "stroke-linecap",
+    "stroke-linejoin",
+    "opacity",
+    "fill-opacity",
+    "stroke-opacity",
+    "transform",
+    "font-size",
+    "font-family",
+    "font-weight",
+    "text-anchor",
+    "dominant-baseline",
+    "id",
+    "class",
+    "marker-end",
+    "marker-start",
+    "markerwidth",
+    "markerheight",
+    "refx",
+    "refy",
+    "orient",
+    "offset",
+    "stop-color",
+    "stop-opacity",
+    "gradientunits",
+    "preserveaspectratio",
+    "xmlns",
+    "href",
+    "xlink:href",
+    "xmlns:xlink",
+    "dx",
+    "dy",
+    "role",
+    "aria-label",
+    "clip-path",
+    "markerunits",
+    "patternunits",
 ];
 
 /// Elements whose whole content is dropped.
-const DROPPED_WITH_CONTENT: &[&str] = &["script", "style", "foreignobject", "iframe", "object", "embed"];
+const DROPPED_WITH_CONTENT: &[&str] = &[
+    "script",
+    "style",
+    "foreignobject",
+    "iframe",
+    "object",
+    "embed",
+];
 
 /// Returns sanitised SVG markup, or `None` when the block holds no `<svg>` root.
 pub fn sanitize(src: &str) -> Option<String> {
@@ -39,7 +116,12 @@ pub fn sanitize(src: &str) -> Option<String> {
             text(&mut out, &rest[..lt]);
         }
         rest = &rest[lt..];
-        for (start, end) in [("<!--", "-->"), ("<![CDATA[", "]]>"), ("<?", "?>"), ("<!", ">")] {
+        for (start, end) in [
+            ("<!--", "-->"),
+            ("<![CDATA[", "]]>"),
+            ("<?", "?>"),
+            ("<!", ">"),
+        ] {
             if rest.starts_with(start) {
                 rest = rest.find(end).map_or("", |i| &rest[i + end.len()..]);
                 break;
@@ -54,7 +136,9 @@ pub fn sanitize(src: &str) -> Option<String> {
         if let Some(name) = tag.strip_prefix('/') {
             let name = name.trim().to_ascii_lowercase();
             if skip_depth > 0 {
-                if DROPPED_WITH_CONTENT.contains(&name.as_str()) || !ELEMENTS.contains(&name.as_str()) {
+                if DROPPED_WITH_CONTENT.contains(&name.as_str())
+                    || !ELEMENTS.contains(&name.as_str())
+                {
                     skip_depth -= 1;
                 }
                 continue;
@@ -117,9 +201,13 @@ fn text(out: &mut String, s: &str) {
     while let Some(amp) = rest.find('&') {
         escape_into(out, &rest[..amp]);
         let tail = &rest[amp..];
-        let entity_len = tail
-            .find(';')
-            .filter(|&i| i > 1 && i < 12 && tail[1..i].chars().all(|c| c.is_ascii_alphanumeric() || c == '#'));
+        let entity_len = tail.find(';').filter(|&i| {
+            i > 1
+                && i < 12
+                && tail[1..i]
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '#')
+        });
         match entity_len {
             Some(i) => {
                 out.push_str(&tail[..=i]);
@@ -140,7 +228,9 @@ fn attributes(out: &mut String, mut s: &str) {
         if s.is_empty() {
             return;
         }
-        let name_end = s.find(|c: char| c == '=' || c.is_whitespace()).unwrap_or(s.len());
+        let name_end = s
+            .find(|c: char| c == '=' || c.is_whitespace())
+            .unwrap_or(s.len());
         let name = s[..name_end].to_ascii_lowercase();
         s = s[name_end..].trim_start();
         let mut value = "";
@@ -207,8 +297,21 @@ mod tests {
             r#"<svg onload="alert(1)"><script>alert(2)</script><style>*{}</style><a href="javascript:x"><rect/></a><use href="http://x/y#z"/><rect fill="url(http://x)" style="x" width="1"/><foreignObject><div>hi</div></foreignObject></svg>"#,
         )
         .unwrap();
-        for bad in ["onload", "alert", "<style", "javascript", "http://x", "style=", "foreign", "<div", "<a"] {
-            assert!(!svg.to_ascii_lowercase().contains(&bad.to_ascii_lowercase()), "{bad} in {svg}");
+        for bad in [
+            "onload",
+            "alert",
+            "<style",
+            "javascript",
+            "http://x",
+            "style=",
+            "foreign",
+            "<div",
+            "<a",
+        ] {
+            assert!(
+                !svg.to_ascii_lowercase().contains(&bad.to_ascii_lowercase()),
+                "{bad} in {svg}"
+            );
         }
         assert!(svg.contains("<rect width=\"1\"/>"), "{svg}");
     }

@@ -54,7 +54,12 @@ pub struct SiteSettings {
 
 impl Chrome {
     /// The chrome for the page or route `current` (a content path, or `route:devices` style names).
-    pub fn new(content: &Content, settings: &SiteSettings, linker: &Linker, current: &str) -> Chrome {
+    pub fn new(
+        content: &Content,
+        settings: &SiteSettings,
+        linker: &Linker,
+        current: &str,
+    ) -> Chrome {
         let nav = content
             .manifest
             .sections
@@ -96,7 +101,9 @@ impl Chrome {
             server_links,
             llms: linker.route("llms.txt"),
             search_api: linker.route("api/search"),
-            search_index_js: linker.is_export().then(|| format!("{}search-index.js", linker.root())),
+            search_index_js: linker
+                .is_export()
+                .then(|| format!("{}search-index.js", linker.root())),
             playground: settings.playground,
         }
     }
@@ -231,7 +238,8 @@ pub struct AutotuneView {
 
 /// Renders a view to a string, mapping template errors into the crate error.
 pub fn render<T: Template>(view: &T) -> Result<String> {
-    view.render().map_err(|e| Error::Wiki(format!("template: {e}")))
+    view.render()
+        .map_err(|e| Error::Wiki(format!("template: {e}")))
 }
 
 /// Bytes in binary units, one decimal.
@@ -243,7 +251,11 @@ pub fn human_bytes(bytes: u64) -> String {
         value /= 1024.0;
         unit += 1;
     }
-    if unit == 0 { format!("{bytes} B") } else { format!("{value:.1} {}", UNITS[unit]) }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
 }
 
 #[cfg(test)]

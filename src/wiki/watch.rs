@@ -24,11 +24,15 @@ fn hash_dir(dir: &Path, depth: usize, hasher: &mut DefaultHasher) {
     if depth > 8 {
         return;
     }
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     let mut paths: Vec<_> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
     paths.sort();
     for path in paths {
-        let Ok(meta) = fs::symlink_metadata(&path) else { continue };
+        let Ok(meta) = fs::symlink_metadata(&path) else {
+            continue;
+        };
         path.hash(hasher);
         if meta.is_dir() {
             hash_dir(&path, depth + 1, hasher);

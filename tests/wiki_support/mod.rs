@@ -22,7 +22,8 @@ pub fn content_dir() -> PathBuf {
 pub fn scratch(name: &str) -> PathBuf {
     static COUNTER: AtomicUsize = AtomicUsize::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let dir = std::env::temp_dir().join(format!("netcl-wiki-test-{}-{name}-{n}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("netcl-wiki-test-{}-{name}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
@@ -101,8 +102,14 @@ impl EngineInfo for FailingEngine {
 }
 
 /// The router over the repository's content with `configure` applied to the default config.
-pub fn app_with(engine: Arc<dyn EngineInfo>, configure: impl FnOnce(&mut Config)) -> (Router, Arc<AppState>) {
-    let mut config = Config { content_dir: content_dir(), ..Config::default() };
+pub fn app_with(
+    engine: Arc<dyn EngineInfo>,
+    configure: impl FnOnce(&mut Config),
+) -> (Router, Arc<AppState>) {
+    let mut config = Config {
+        content_dir: content_dir(),
+        ..Config::default()
+    };
     configure(&mut config);
     let state = AppState::new(config.validated().unwrap(), engine).unwrap();
     (router(Arc::clone(&state)), state)
@@ -125,10 +132,14 @@ impl Answer {
         String::from_utf8_lossy(&self.body).into_owned()
     }
     pub fn json(&self) -> serde_json::Value {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
     }
     pub fn header(&self, name: &str) -> String {
-        self.headers.get(name).map(|v| v.to_str().unwrap_or("").to_string()).unwrap_or_default()
+        self.headers
+            .get(name)
+            .map(|v| v.to_str().unwrap_or("").to_string())
+            .unwrap_or_default()
     }
 }
 
@@ -137,8 +148,15 @@ pub async fn send(app: &Router, request: Request<Body>) -> Answer {
     let response = app.clone().oneshot(request).await.unwrap();
     let status = response.status();
     let headers = response.headers().clone();
-    let body = axum::body::to_bytes(response.into_body(), 16 << 20).await.unwrap().to_vec();
-    Answer { status, headers, body }
+    let body = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .unwrap()
+        .to_vec();
+    Answer {
+        status,
+        headers,
+        body,
+    }
 }
 
 /// `GET uri`.
