@@ -19,7 +19,7 @@ use crate::{Error, Result};
 #[derive(Debug, Clone, Args)]
 pub struct ServeArgs {
     /// Address to listen on (default 127.0.0.1:8080).
-    #[arg(long, env = "NETCL_WIKI_BIND")]
+    #[arg(long, visible_alias = "addr", env = "NETCL_WIKI_BIND")]
     pub bind: Option<SocketAddr>,
     /// Markdown content directory (default web-wiki/content).
     #[arg(long, env = "NETCL_WIKI_CONTENT")]
