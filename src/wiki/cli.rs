@@ -12,7 +12,7 @@ use super::engine::{Engine, EngineInfo};
 use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
-use super::watch;
+use super::{listen, watch};
 use crate::{Error, Result};
 
 /// `netcl serve`: the documentation wiki over HTTP.
@@ -99,32 +99,17 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 /// Runs the server with engine data from `engine` until Ctrl-C.
 pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
     let config = args.to_config()?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Error::Wiki(format!("starting the runtime: {e}")))?;
-    runtime.block_on(async move {
-        let state = AppState::new(config.clone(), engine)?;
-        for problem in &state.site().problems {
-            tracing::warn!(%problem, "content problem");
-        }
-        if config.watch {
-            watch::spawn(Arc::clone(&state));
-        }
-        let listener = tokio::net::TcpListener::bind(config.bind)
-            .await
-            .map_err(|e| Error::Wiki(format!("binding {}: {e}", config.bind)))?;
-        let address = listener
-            .local_addr()
-            .map_err(|e| Error::Wiki(e.to_string()))?;
-        tracing::info!(%address, base = %config.base_path, "wiki listening");
-        eprintln!("netcl wiki on http://{address}{}/", config.base_path);
-        axum::serve(listener, router(state))
-            .with_graceful_shutdown(async {
-                let _ = tokio::signal::ctrl_c().await;
-            })
-            .await
-            .map_err(|e| Error::Wiki(format!("server: {e}")))
+    let state = AppState::new(config.clone(), engine)?;
+    for problem in &state.site().problems {
+        tracing::warn!(%problem, "content problem");
+    }
+    if config.watch {
+        watch::spawn(Arc::clone(&state));
+    }
+    let base = config.base_path.clone();
+    listen::serve_on_threads(config.bind, listen::default_threads(), router(state), |address| {
+        tracing::info!(%address, base = %base, "wiki listening");
+        eprintln!("netcl wiki on http://{address}{base}/");
     })
 }
 

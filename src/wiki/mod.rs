@@ -14,6 +14,7 @@ pub mod export;
 pub mod highlight;
 pub mod html;
 pub mod links;
+pub mod listen;
 pub mod markdown;
 pub mod math;
 pub mod metrics;
