@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::content::Content;
-use wiki_support::{FailingEngine, TestEngine, app, app_with, content_dir, get, send};
+use wiki_support::{FailingEngine, SlowEngine, TestEngine, app, app_with, content_dir, get, send};
 
 /// Whether `html` holds `text` HTML-escaped (askama writes `&#60;`, the Markdown renderer `&lt;`).
 fn has_escaped(html: &str, text: &str) -> bool {
@@ -399,4 +399,44 @@ async fn content_reload_replaces_pages() {
     );
     state.replace_site(netcl::wiki::server::Site::load(state.config()).unwrap());
     assert!(get(&app, "/").await.text().contains("second version"));
+}
+
+#[tokio::test]
+async fn slow_engine_calls_time_out_with_json() {
+    let (app, _) = app_with(Arc::new(SlowEngine), |c| c.request_timeout_secs = 1);
+    let started = std::time::Instant::now();
+    let api = get(&app, "/api/autotune").await;
+    assert!(started.elapsed() < std::time::Duration::from_millis(2500));
+    assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        api.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("within 1 s")
+    );
+    assert_eq!(
+        get(&app, "/healthz").await.status,
+        StatusCode::OK,
+        "pages keep answering"
+    );
+}
+
+#[tokio::test]
+async fn dynamic_answers_are_gzipped_when_accepted() {
+    let app = app();
+    let request = |uri: &str| {
+        Request::get(uri)
+            .header("accept-encoding", "gzip")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let search = send(&app, request("/search?q=device")).await;
+    assert_eq!(search.status, StatusCode::OK);
+    assert_eq!(search.header("content-encoding"), "gzip");
+    assert_eq!(&search.body[..2], &[0x1f, 0x8b]);
+    let small = send(&app, request("/healthz")).await;
+    assert!(
+        small.header("content-encoding").is_empty(),
+        "small answers stay plain"
+    );
 }

@@ -107,10 +107,15 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
         watch::spawn(Arc::clone(&state));
     }
     let base = config.base_path.clone();
-    listen::serve_on_threads(config.bind, listen::default_threads(), router(state), |address| {
-        tracing::info!(%address, base = %base, "wiki listening");
-        eprintln!("netcl wiki on http://{address}{base}/");
-    })
+    listen::serve_on_threads(
+        config.bind,
+        listen::default_threads(),
+        router(state),
+        |address| {
+            tracing::info!(%address, base = %base, "wiki listening");
+            eprintln!("netcl wiki on http://{address}{base}/");
+        },
+    )
 }
 
 /// Writes the static site; content problems are printed, and fail the export with `--strict`.

@@ -27,7 +27,7 @@ pub struct Config {
     pub watch: bool,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
-    /// Seconds before a request is answered with 408.
+    /// Seconds an engine call (device list, autotune cache) may take before the answer is a 503.
     pub request_timeout_secs: u64,
     /// Device selection passed to the engine (`NETCL_DEVICE` syntax).
     pub device: Option<String>,

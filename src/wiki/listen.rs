@@ -15,7 +15,11 @@ use crate::{Error, Result};
 const BACKLOG: u32 = 1024;
 
 fn bind(addr: SocketAddr, shared: bool) -> std::io::Result<TcpListener> {
-    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
     socket.set_reuseaddr(true)?;
     #[cfg(unix)]
     socket.set_reuseport(shared)?;
@@ -45,7 +49,11 @@ fn run_thread(
                 return Ok(());
             }
         };
-        let _ = ready.send(listener.local_addr().map_err(|e| Error::Wiki(e.to_string())));
+        let _ = ready.send(
+            listener
+                .local_addr()
+                .map_err(|e| Error::Wiki(e.to_string())),
+        );
         axum::serve(listener, app)
             .with_graceful_shutdown(async move {
                 let _ = stop.changed().await;
@@ -78,12 +86,15 @@ pub fn serve_on_threads(
     };
     // The first loop binds (possibly port 0); the others bind to the address it got.
     handles.push(spawn(addr, tx.clone(), app.clone(), 0)?);
-    let bound = rx.recv().map_err(|_| Error::Wiki("the first server thread stopped".into()))??;
+    let bound = rx
+        .recv()
+        .map_err(|_| Error::Wiki("the first server thread stopped".into()))??;
     for i in 1..threads {
         handles.push(spawn(bound, tx.clone(), app.clone(), i)?);
     }
     for _ in 1..threads {
-        rx.recv().map_err(|_| Error::Wiki("a server thread stopped".into()))??;
+        rx.recv()
+            .map_err(|_| Error::Wiki("a server thread stopped".into()))??;
     }
     on_ready(bound);
     // The stop signal is awaited here, once, and passed on to every loop so each finishes its open requests.
@@ -122,5 +133,7 @@ async fn stop_signal() {
 
 /// The number of accept loops: one per available core.
 pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
 }

@@ -31,7 +31,7 @@ impl Prepared {
         let etag = HeaderValue::from_str(&format!("\"{:016x}\"", hasher.finish()))
             .unwrap_or_else(|_| HeaderValue::from_static("\"0\""));
         let gzip = (body.len() >= GZIP_MIN_BYTES && compressible(content_type))
-            .then(|| gzip(&body))
+            .then(|| gzip(&body, Compression::best()))
             .flatten();
         Prepared {
             body: Bytes::from(body),
@@ -90,8 +90,26 @@ fn compressible(content_type: &str) -> bool {
         || content_type.contains("svg")
 }
 
-fn gzip(bytes: &[u8]) -> Option<Vec<u8>> {
-    let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 3), Compression::best());
+/// Whether a request's `Accept-Encoding` allows gzip.
+pub fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(',').any(|item| {
+                let mut params = item.split(';').map(str::trim);
+                let coding = params.next().unwrap_or("");
+                let quality = params
+                    .find_map(|p| p.strip_prefix("q="))
+                    .map_or(1.0, |q| q.parse::<f32>().unwrap_or(0.0));
+                (coding == "gzip" || coding == "*") && quality > 0.0
+            })
+        })
+}
+
+/// `bytes` gzip-compressed at `level`.
+pub fn gzip(bytes: &[u8], level: Compression) -> Option<Vec<u8>> {
+    let mut encoder = GzEncoder::new(Vec::with_capacity(bytes.len() / 3), level);
     encoder.write_all(bytes).ok()?;
     encoder.finish().ok()
 }
@@ -117,6 +135,16 @@ mod tests {
         );
         let gz = p.respond(&h);
         assert_eq!(gz.headers()[header::CONTENT_ENCODING], "gzip");
+        for (value, accepted) in [
+            ("gzip;q=0", false),
+            ("gzip; q=0.5", true),
+            ("identity", false),
+            ("*", true),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, HeaderValue::from_static(value));
+            assert_eq!(accepts_gzip(&h), accepted, "{value}");
+        }
         let etag = plain.headers()[header::ETAG].clone();
         let mut h = HeaderMap::new();
         h.insert(header::IF_NONE_MATCH, etag);

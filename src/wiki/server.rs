@@ -12,11 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::json;
-use tower_http::compression::CompressionLayer;
 use tower_http::limit::RequestBodyLimitLayer;
-use tower_http::timeout::TimeoutLayer;
-use tower_http::trace::{DefaultMakeSpan, DefaultOnResponse, TraceLayer};
-use tracing::Level;
 
 use super::assets::{STATIC_FILES, content_type};
 use super::config::Config;
@@ -207,38 +203,96 @@ impl AppState {
     }
 }
 
-/// The router with all layers.
+/// The router. Deliberately thin: prepared pages are answered by [`dispatch`] directly, which also does the
+/// logging, metrics, security headers and the compression of dynamic answers; only the body limit is a layer.
+/// Timeouts apply where time can go: the engine calls (see [`engine_call`]).
 pub fn router(state: Arc<AppState>) -> Router {
-    let timeout = Duration::from_secs(state.config.request_timeout_secs);
     let body_limit = state.config.max_body_bytes;
     Router::new()
         .fallback(dispatch)
         .with_state(state)
-        .layer(CompressionLayer::new())
         .layer(RequestBodyLimitLayer::new(body_limit))
-        .layer(TimeoutLayer::with_status_code(
-            StatusCode::REQUEST_TIMEOUT,
-            timeout,
-        ))
-        .layer(
-            TraceLayer::new_for_http()
-                .make_span_with(DefaultMakeSpan::new().level(Level::INFO))
-                .on_response(DefaultOnResponse::new().level(Level::INFO)),
-        )
 }
+
+/// Dynamic answers smaller than this are sent uncompressed.
+const GZIP_DYNAMIC_MIN_BYTES: usize = 1024;
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
     let started = Instant::now();
     let (parts, _body) = request.into_parts();
     let (class, mut response) = route(&state, &parts).await;
+    if !matches!(
+        class,
+        RouteClass::Page | RouteClass::Raw | RouteClass::Static
+    ) {
+        response = compress_dynamic(&parts.headers, response).await;
+    }
     let headers = response.headers_mut();
     for (name, value) in &state.headers.0 {
         headers.insert(name.clone(), value.clone());
     }
-    state
-        .metrics
-        .record(class, response.status().as_u16(), started.elapsed());
+    let elapsed = started.elapsed();
+    let status = response.status().as_u16();
+    state.metrics.record(class, status, elapsed);
+    tracing::info!(
+        method = %parts.method,
+        path = %parts.uri.path(),
+        status,
+        micros = elapsed.as_micros() as u64,
+        "request"
+    );
     response
+}
+
+/// Gzips a rendered dynamic answer when the client accepts it and it is worth it.
+async fn compress_dynamic(
+    request: &axum::http::HeaderMap,
+    response: Response<Body>,
+) -> Response<Body> {
+    if !super::prepared::accepts_gzip(request)
+        || response.headers().contains_key(header::CONTENT_ENCODING)
+    {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    if bytes.len() < GZIP_DYNAMIC_MIN_BYTES {
+        return Response::from_parts(parts, Body::from(bytes));
+    }
+    match super::prepared::gzip(&bytes, flate2::Compression::fast()) {
+        Some(gz) => {
+            parts
+                .headers
+                .insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+            parts
+                .headers
+                .insert(header::VARY, HeaderValue::from_static("accept-encoding"));
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(gz))
+        }
+        None => Response::from_parts(parts, Body::from(bytes)),
+    }
+}
+
+/// Runs a blocking engine call off the async threads, bounded by the configured request timeout.
+async fn engine_call<T: Send + 'static>(
+    state: &Arc<AppState>,
+    call: impl FnOnce(&dyn EngineInfo) -> crate::Result<T> + Send + 'static,
+) -> std::result::Result<T, String> {
+    let engine = Arc::clone(&state.engine);
+    let limit = Duration::from_secs(state.config.request_timeout_secs);
+    let task =
+        tokio::task::spawn_blocking(move || call(engine.as_ref()).map_err(|e| e.to_string()));
+    match tokio::time::timeout(limit, task).await {
+        Ok(Ok(result)) => result,
+        Ok(Err(e)) => Err(format!("the engine call stopped: {e}")),
+        Err(_) => Err(format!(
+            "the engine did not answer within {} s",
+            limit.as_secs()
+        )),
+    }
 }
 
 async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<Body>) {
@@ -516,14 +570,9 @@ fn search_api(site: &Site, query: Option<&str>) -> Response<Body> {
 }
 
 async fn devices(state: &Arc<AppState>) -> std::result::Result<Vec<DeviceInfo>, String> {
-    let engine = Arc::clone(&state.engine);
     state
         .devices
-        .get_or_init(|| async move {
-            tokio::task::spawn_blocking(move || engine.devices().map_err(|e| e.to_string()))
-                .await
-                .unwrap_or_else(|e| Err(format!("device listing stopped: {e}")))
-        })
+        .get_or_init(|| engine_call(state, |engine| engine.devices()))
         .await
         .clone()
 }
@@ -589,10 +638,7 @@ async fn devices_api(state: &Arc<AppState>) -> Response<Body> {
 }
 
 async fn snapshot(state: &Arc<AppState>) -> std::result::Result<CacheSnapshot, String> {
-    let engine = Arc::clone(&state.engine);
-    tokio::task::spawn_blocking(move || engine.autotune().map_err(|e| e.to_string()))
-        .await
-        .unwrap_or_else(|e| Err(format!("reading the autotune cache stopped: {e}")))
+    engine_call(state, |engine| engine.autotune()).await
 }
 
 async fn autotune_page(state: &Arc<AppState>, site: &Site, query: Option<&str>) -> Response<Body> {

@@ -89,6 +89,20 @@ impl EngineInfo for TestEngine {
     }
 }
 
+/// An engine that takes longer than any test's timeout to answer.
+pub struct SlowEngine;
+
+impl EngineInfo for SlowEngine {
+    fn devices(&self) -> netcl::Result<Vec<DeviceInfo>> {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        TestEngine.devices()
+    }
+    fn autotune(&self) -> netcl::Result<CacheSnapshot> {
+        std::thread::sleep(std::time::Duration::from_secs(2));
+        TestEngine.autotune()
+    }
+}
+
 /// An engine whose every call fails.
 pub struct FailingEngine;
 
