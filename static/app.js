@@ -43,8 +43,11 @@
     var code = block.querySelector("pre code");
     if (!button || !code) { return; }
     button.hidden = false;
+    // Shell examples copy without their `$ ` prompts, so they paste as commands.
+    var shell = block.getAttribute("data-lang") === "sh";
     button.addEventListener("click", function () {
-      copyText(code.textContent, function () {
+      var text = shell ? code.textContent.replace(/^\$ /gm, "") : code.textContent;
+      copyText(text, function () {
         button.textContent = "Copied";
         setTimeout(function () { button.textContent = "Copy"; }, 1500);
       });

@@ -298,7 +298,8 @@ fn open_session(chromium: &std::path::Path, chromedriver: &std::path::Path) -> (
     ];
     let capabilities = json!({"capabilities": {"alwaysMatch": {
         "browserName": "chrome",
-        "goog:chromeOptions": {"binary": chromium.display().to_string(), "args": args}
+        "goog:chromeOptions": {"binary": chromium.display().to_string(), "args": args},
+        "goog:loggingPrefs": {"browser": "ALL"}
     }}});
     let answer = http(port, "POST", "/session", Some(&capabilities)).expect("new session");
     let id = answer["value"]["sessionId"]
@@ -409,6 +410,59 @@ fn browser_navigates_toggles_theme_and_searches() {
     });
     assert_eq!(s.text("article h1"), "Autotune");
     s.screenshot("05-result");
+
+    // The autotune page filters on the server and, as you type, in the page.
+    s.go(&format!("{base}/autotune"));
+    assert_eq!(
+        s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length"),
+        json!(2)
+    );
+    let filter = s.find("#autotune-filter");
+    s.call(
+        "POST",
+        &format!("/element/{filter}/value"),
+        Some(json!({"text": "reduce"})),
+    );
+    s.wait_until("the client-side filter", || {
+        s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length") == json!(1)
+    });
+    s.screenshot("06-autotune");
+    s.go(&format!("{base}/devices"));
+    assert!(
+        s.text("main").contains("Test <b>GPU</b>"),
+        "markup in engine data shows as text"
+    );
+    s.go(&format!("{base}/docs/architecture/overview"));
+    assert_eq!(
+        s.js("return document.querySelectorAll('figure.diagram svg, img[src$=\".svg\"]').length"),
+        json!(2)
+    );
+    assert!(
+        s.js("return document.querySelector('img[src$=\".svg\"]').naturalWidth")
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "svg image loads"
+    );
+    s.screenshot("07-architecture");
+
+    // Nothing the pages do is refused by the Content-Security-Policy.
+    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
+    let refused: Vec<&Value> = log
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| {
+                    e["message"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("Content Security Policy")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(refused.is_empty(), "CSP violations: {refused:?}");
 
     // The results page works as a plain form submission too.
     s.go(&format!("{base}/search?q=device"));
