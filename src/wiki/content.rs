@@ -41,13 +41,6 @@ pub struct Page {
     pub updated: String,
 }
 
-impl Page {
-    /// The directory of the page below the content root (`""` for top-level pages).
-    pub fn dir(&self) -> &str {
-        self.path.rsplit_once('/').map_or("", |(dir, _)| dir)
-    }
-}
-
 /// A section of the left navigation.
 #[derive(Debug, Clone, Deserialize, PartialEq, Eq)]
 pub struct NavSection {

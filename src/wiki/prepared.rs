@@ -46,11 +46,6 @@ impl Prepared {
         }
     }
 
-    /// The uncompressed bytes.
-    pub fn body(&self) -> &Bytes {
-        &self.body
-    }
-
     /// The answer to a request with `headers`: 304 when the ETag matches, gzip when accepted.
     pub fn respond(&self, headers: &HeaderMap) -> Response<Body> {
         let not_modified = headers

@@ -117,11 +117,6 @@ impl Site {
         self.files.get(route)
     }
 
-    /// Every prepared route.
-    pub fn routes(&self) -> impl Iterator<Item = &str> {
-        self.files.keys().map(String::as_str)
-    }
-
     fn linker(&self) -> Linker {
         Linker::new(&self.mode, "index")
     }

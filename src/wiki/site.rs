@@ -3,7 +3,7 @@
 
 use super::content::Content;
 use super::links::{LinkMode, Linker};
-use super::markdown::{self, TocEntry};
+use super::markdown;
 use super::search::{SearchDoc, SearchIndex};
 use super::views::{Chrome, NavItem, PageView, SiteSettings, render};
 use crate::Result;
@@ -14,7 +14,6 @@ pub struct BuiltPage {
     /// Content path (`concepts/device`, `index`).
     pub path: String,
     pub html: String,
-    pub toc: Vec<TocEntry>,
 }
 
 /// The rendered wiki.
@@ -101,7 +100,6 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
         pages.push(BuiltPage {
             path: page.path.clone(),
             html,
-            toc: rendered.toc,
         });
     }
     Ok(Build {
