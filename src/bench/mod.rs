@@ -23,6 +23,9 @@ pub enum Work {
     Bytes(f64),
 }
 
+/// A prepared case: each call runs the op once and returns its outputs.
+pub type Runner = Box<dyn FnMut() -> Result<Vec<Tensor>>>;
+
 /// One benchmark case: builds its inputs on a device and returns the closure to time.
 pub struct Case {
     /// The case name (matches the peer script's where it has the case).
@@ -30,7 +33,7 @@ pub struct Case {
     /// The work per call.
     pub work: fn(small: bool) -> Work,
     /// Prepares inputs on `device` and returns a runner producing the output tensors.
-    pub setup: fn(device: &Device, small: bool) -> Result<Box<dyn FnMut() -> Result<Vec<Tensor>>>>,
+    pub setup: fn(device: &Device, small: bool) -> Result<Runner>,
 }
 
 /// One result line.

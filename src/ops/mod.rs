@@ -4,13 +4,17 @@
 
 pub mod elementwise;
 pub mod reduce;
+pub mod update;
 
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use reduce::sum_all;
 
 /// Every primitive family; a device kind implements them all.
-pub(crate) trait Kernels: elementwise::BinaryKernels + reduce::ReduceKernels {}
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels> Kernels for T {}
+pub(crate) trait Kernels:
+    elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels
+{
+}
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + update::UpdateKernels> Kernels for T {}
 
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {
@@ -18,10 +22,20 @@ pub(crate) mod host {
     use crate::{Result, Tensor};
 
     /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
-    pub(crate) fn map_f32<R>(inputs: &[&Tensor], out: &Tensor, f: impl FnOnce(&[&[f32]], &mut [f32]) -> R) -> Result<R> {
-        let guards: Vec<_> = inputs.iter().map(|t| cpu_access::read(t)).collect::<Result<_>>()?;
-        let slices: Vec<&[f32]> =
-            guards.iter().zip(inputs).map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()]).collect();
+    pub(crate) fn map_f32<R>(
+        inputs: &[&Tensor],
+        out: &Tensor,
+        f: impl FnOnce(&[&[f32]], &mut [f32]) -> R,
+    ) -> Result<R> {
+        let guards: Vec<_> = inputs
+            .iter()
+            .map(|t| cpu_access::read(t))
+            .collect::<Result<_>>()?;
+        let slices: Vec<&[f32]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()])
+            .collect();
         let mut w = cpu_access::write(out)?;
         let n = out.numel();
         let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..n];
