@@ -55,7 +55,6 @@ fn start_wiki() -> SocketAddr {
 /// chromedriver, stopped when dropped.
 struct Driver {
     child: Child,
-    port: u16,
 }
 
 impl Drop for Driver {
@@ -273,7 +272,7 @@ fn open_session(chromium: &std::path::Path, chromedriver: &std::path::Path) -> (
         .stderr(Stdio::null())
         .spawn()
         .expect("chromedriver starts");
-    let driver = Driver { child, port };
+    let driver = Driver { child };
     let deadline = Instant::now() + WAIT;
     while !http(port, "GET", "/status", None).is_ok_and(|s| s["value"]["ready"] == true) {
         assert!(
