@@ -463,6 +463,50 @@ fn browser_navigates_toggles_theme_and_searches() {
         .unwrap_or_default();
     assert!(refused.is_empty(), "CSP violations: {refused:?}");
 
+    // An exported copy works from disk: navigation by relative links, and search over the offline index.
+    let export = scratch("browser-export");
+    let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
+    let settings = netcl::wiki::views::SiteSettings {
+        title: "netcl".into(),
+        edit_url: None,
+        playground: false,
+    };
+    netcl::wiki::export::export(&content, &settings, &export).unwrap();
+    s.go(&format!("file://{}/index.html", export.display()));
+    s.click(".sidebar a[href='concepts/device/index.html']");
+    s.wait_until("the exported device page", || {
+        s.url().ends_with("/concepts/device/index.html")
+    });
+    assert_eq!(s.text("article h1"), "Device");
+    s.keys(&["/"]);
+    let input = s.find("#search-input");
+    s.call(
+        "POST",
+        &format!("/element/{input}/value"),
+        Some(json!({"text": "autotune"})),
+    );
+    s.wait_until("offline search results", || {
+        s.js("return document.querySelectorAll('#search-results a').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+    s.screenshot("08-export-search");
+    s.keys(&["\u{E007}"]);
+    s.wait_until("the exported result", || {
+        s.url().contains("/concepts/autotune/index.html")
+    });
+    s.go(&format!(
+        "file://{}/search/index.html?q=device",
+        export.display()
+    ));
+    s.wait_until("the offline results page", || {
+        s.js("return document.querySelectorAll('#search-hits li').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+
     // The results page works as a plain form submission too.
     s.go(&format!("{base}/search?q=device"));
     assert!(s.text("#search-status").contains("for “device”"));
