@@ -319,7 +319,10 @@ impl Lexer<'_> {
             return self.emit(Some("ty"), end);
         }
         if s.shell && at_line_start && c == '$' && rest.starts_with("$ ") {
-            return self.emit(Some("prompt"), self.pos + 1);
+            self.emit(Some("prompt"), self.pos + 1);
+            // The command after a prompt starts the line as far as highlighting goes.
+            self.line_start = true;
+            return;
         }
         if s.shell && c == '$' {
             let len = rest[1..]
@@ -410,6 +413,9 @@ impl Lexer<'_> {
         } else if s.keys && at_line_start && after.trim_start_matches([' ', '\t']).starts_with('=')
         {
             Some("key")
+        } else if s.shell && after.starts_with('=') {
+            // An environment assignment before a command.
+            Some("var")
         } else if (s.shell && at_line_start) || (!s.shell && after.starts_with('(')) {
             // A shell command name, or a call.
             Some("fn")
@@ -503,6 +509,9 @@ mod tests {
         let sh = highlight("sh", "$ NETCL_DEVICE=cpu netcl devices --json # list\n");
         assert!(sh.contains("<span class=\"tok-com\"># list</span>"), "{sh}");
         assert!(sh.contains("<span class=\"tok-prompt\">$</span>"), "{sh}");
+        assert!(sh.contains("<span class=\"tok-var\">NETCL_DEVICE</span>"), "{sh}");
+        let cmd = highlight("sh", "$ cargo build --release\n");
+        assert!(cmd.contains("<span class=\"tok-fn\">cargo</span>"), "{cmd}");
     }
 
     #[test]
