@@ -509,7 +509,10 @@ mod tests {
         let sh = highlight("sh", "$ NETCL_DEVICE=cpu netcl devices --json # list\n");
         assert!(sh.contains("<span class=\"tok-com\"># list</span>"), "{sh}");
         assert!(sh.contains("<span class=\"tok-prompt\">$</span>"), "{sh}");
-        assert!(sh.contains("<span class=\"tok-var\">NETCL_DEVICE</span>"), "{sh}");
+        assert!(
+            sh.contains("<span class=\"tok-var\">NETCL_DEVICE</span>"),
+            "{sh}"
+        );
         let cmd = highlight("sh", "$ cargo build --release\n");
         assert!(cmd.contains("<span class=\"tok-fn\">cargo</span>"), "{cmd}");
     }
