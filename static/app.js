@@ -250,11 +250,16 @@
   document.querySelectorAll("input[data-filter-target]").forEach(function (filter) {
     var target = document.getElementById(filter.getAttribute("data-filter-target"));
     if (!target) { return; }
+    var count = document.getElementById(filter.getAttribute("data-filter-count") || "");
     filter.addEventListener("input", function () {
       var needle = filter.value.toLowerCase().trim();
-      target.querySelectorAll("[data-filter-text]").forEach(function (item) {
+      var items = target.querySelectorAll("[data-filter-text]");
+      var shown = 0;
+      items.forEach(function (item) {
         item.hidden = needle !== "" && item.getAttribute("data-filter-text").indexOf(needle) < 0;
+        if (!item.hidden) { shown++; }
       });
+      if (count) { count.textContent = shown + " of " + items.length + " entries shown."; }
     });
   });
 })();

@@ -425,6 +425,7 @@ fn browser_navigates_toggles_theme_and_searches() {
     s.wait_until("the client-side filter", || {
         s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length") == json!(1)
     });
+    assert_eq!(s.text("#autotune-count"), "1 of 2 entries shown.");
     s.screenshot("06-autotune");
     s.go(&format!("{base}/devices"));
     assert!(

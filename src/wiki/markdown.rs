@@ -127,33 +127,11 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 }
                 continue;
             }
-            Event::Start(Tag::Link {
-                link_type,
-                dest_url,
-                title,
-                id,
-            }) => {
-                let dest_url = rewrite(&dest_url, dir, page_path, content, linker, &mut r.problems);
-                Event::Start(Tag::Link {
-                    link_type,
-                    dest_url,
-                    title,
-                    id,
-                })
-            }
-            Event::Start(Tag::Image {
-                link_type,
-                dest_url,
-                title,
-                id,
-            }) => {
-                let dest_url = rewrite(&dest_url, dir, page_path, content, linker, &mut r.problems);
-                Event::Start(Tag::Image {
-                    link_type,
-                    dest_url,
-                    title,
-                    id,
-                })
+            Event::Start(mut tag @ (Tag::Link { .. } | Tag::Image { .. })) => {
+                if let Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } = &mut tag {
+                    *dest_url = rewrite(dest_url, dir, page_path, content, linker, &mut r.problems);
+                }
+                Event::Start(tag)
             }
             Event::Start(Tag::Table(aligns)) => {
                 // Alignment would be written as a style attribute, which the CSP forbids.
