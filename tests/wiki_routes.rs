@@ -188,8 +188,21 @@ async fn devices_and_autotune_pages_show_engine_data() {
     );
     assert!(!html.contains("<b>GPU"));
     assert!(html.contains("8.0 GiB"));
+    assert!(
+        html.contains("this server&#39;s device") || html.contains("this server's device"),
+        "{html}"
+    );
+    assert!(html.contains("id=\"selected-device\">0: Test"), "{html}");
     let json = get(&app, "/api/devices").await.json();
     assert_eq!(json["devices"][0]["compute_units"], 32);
+    assert_eq!(json["selected"], 0);
+    let (other, _) = app_with(Arc::new(TestEngine), |c| c.device = Some("tpu".into()));
+    let page = get(&other, "/devices").await.text();
+    assert!(page.contains("The selection chooses no device"), "{page}");
+    assert_eq!(
+        get(&other, "/api/devices").await.json()["selected"],
+        serde_json::Value::Null
+    );
     let all = get(&app, "/autotune").await.text();
     assert!(all.contains("2 of 2 entries"), "{all}");
     assert!(all.contains("tile=16"));

@@ -12,6 +12,8 @@ pub trait EngineInfo: Send + Sync + 'static {
     fn devices(&self) -> Result<Vec<DeviceInfo>>;
     /// The current content of the autotune cache file.
     fn autotune(&self) -> Result<CacheSnapshot>;
+    /// The index of the device `selector` (or, without one, the engine's default rule) chooses.
+    fn selected(&self, selector: Option<&str>) -> Result<usize>;
 }
 
 /// The engine of this process: `netcl::device::list_devices` and `netcl::autotune::cache_snapshot`.
@@ -25,6 +27,10 @@ impl EngineInfo for Engine {
 
     fn autotune(&self) -> Result<CacheSnapshot> {
         crate::autotune::cache_snapshot()
+    }
+
+    fn selected(&self, selector: Option<&str>) -> Result<usize> {
+        crate::device::Device::select(selector).map(|device| device.info().index)
     }
 }
 

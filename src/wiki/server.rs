@@ -152,11 +152,18 @@ impl Default for SecurityHeaders {
     }
 }
 
+/// The devices and which of them this server's selection chooses; read once, devices do not come and go.
+#[derive(Debug, Clone)]
+struct DeviceList {
+    devices: Vec<DeviceInfo>,
+    selected: std::result::Result<usize, String>,
+}
+
 /// Shared state of the running server.
 pub struct AppState {
     site: RwLock<Arc<Site>>,
     engine: Arc<dyn EngineInfo>,
-    devices: tokio::sync::OnceCell<std::result::Result<Vec<DeviceInfo>, String>>,
+    devices: tokio::sync::OnceCell<std::result::Result<DeviceList, String>>,
     metrics: Metrics,
     config: Config,
     headers: SecurityHeaders,
@@ -564,23 +571,50 @@ fn search_api(site: &Site, query: Option<&str>) -> Response<Body> {
     json_response(StatusCode::OK, &json!({"query": q, "results": results}))
 }
 
-async fn devices(state: &Arc<AppState>) -> std::result::Result<Vec<DeviceInfo>, String> {
+async fn devices(state: &Arc<AppState>) -> std::result::Result<DeviceList, String> {
     state
         .devices
-        .get_or_init(|| engine_call(state, |engine| engine.devices()))
+        .get_or_init(|| async {
+            let devices = engine_call(state, |engine| engine.devices()).await?;
+            let selector = state.config.device.clone();
+            let selected =
+                engine_call(state, move |engine| engine.selected(selector.as_deref())).await;
+            Ok(DeviceList { devices, selected })
+        })
         .await
         .clone()
 }
 
 async fn devices_page(state: &Arc<AppState>, site: &Site) -> Response<Body> {
-    let (devices, error) = match devices(state).await {
-        Ok(d) => (d, None),
-        Err(e) => (Vec::new(), Some(e)),
+    let (list, error) = match devices(state).await {
+        Ok(list) => (Some(list), None),
+        Err(e) => (None, Some(e)),
     };
+    let selected = list
+        .as_ref()
+        .and_then(|l| l.selected.as_ref().ok().copied());
     let view = DevicesView {
         chrome: site.chrome("route:devices"),
-        devices: devices.iter().map(device_view).collect(),
+        devices: list
+            .as_ref()
+            .map(|l| {
+                l.devices
+                    .iter()
+                    .map(|d| device_view(d, selected == Some(d.index)))
+                    .collect()
+            })
+            .unwrap_or_default(),
         selection: state.config.device.clone(),
+        selected: list.as_ref().and_then(|l| {
+            let index = l.selected.as_ref().ok()?;
+            l.devices
+                .iter()
+                .find(|d| d.index == *index)
+                .map(|d| format!("{}: {}", d.index, d.name))
+        }),
+        selection_error: list
+            .as_ref()
+            .and_then(|l| l.selected.as_ref().err().cloned()),
         error,
         json_url: site.linker().route("api/devices").unwrap_or_default(),
     };
@@ -594,9 +628,10 @@ fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
 
-fn device_view(d: &DeviceInfo) -> DeviceView {
+fn device_view(d: &DeviceInfo, selected: bool) -> DeviceView {
     DeviceView {
         index: d.index,
+        selected,
         name: d.name.clone(),
         kind: d.kind.clone(),
         platform: d.platform.clone(),
@@ -624,9 +659,14 @@ fn device_view(d: &DeviceInfo) -> DeviceView {
 
 async fn devices_api(state: &Arc<AppState>) -> Response<Body> {
     match devices(state).await {
-        Ok(d) => json_response(
+        Ok(list) => json_response(
             StatusCode::OK,
-            &json!({"selection": state.config.device, "devices": d}),
+            &json!({
+                "selection": state.config.device,
+                "selected": list.selected.as_ref().ok(),
+                "selection_error": list.selected.as_ref().err(),
+                "devices": list.devices,
+            }),
         ),
         Err(e) => api_error(StatusCode::SERVICE_UNAVAILABLE, "engine", &e),
     }

@@ -167,6 +167,8 @@ pub struct NotFoundView {
 #[derive(Debug, Clone)]
 pub struct DeviceView {
     pub index: usize,
+    /// Whether this is the device the server's selection chooses.
+    pub selected: bool,
     pub name: String,
     pub kind: String,
     pub platform: String,
@@ -193,6 +195,10 @@ pub struct DevicesView {
     pub chrome: Chrome,
     pub devices: Vec<DeviceView>,
     pub selection: Option<String>,
+    /// The chosen device as `index: name`.
+    pub selected: Option<String>,
+    /// Why the selection matches no device.
+    pub selection_error: Option<String>,
     pub error: Option<String>,
     pub json_url: String,
 }

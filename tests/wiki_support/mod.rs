@@ -87,6 +87,15 @@ impl EngineInfo for TestEngine {
             ],
         })
     }
+
+    fn selected(&self, selector: Option<&str>) -> netcl::Result<usize> {
+        match selector {
+            None | Some("0" | "gpu") => Ok(0),
+            Some(other) => Err(netcl::Error::Device(format!(
+                "selector `{other}` matches no device"
+            ))),
+        }
+    }
 }
 
 /// An engine that takes longer than any test's timeout to answer.
@@ -101,6 +110,9 @@ impl EngineInfo for SlowEngine {
         std::thread::sleep(std::time::Duration::from_secs(2));
         TestEngine.autotune()
     }
+    fn selected(&self, selector: Option<&str>) -> netcl::Result<usize> {
+        TestEngine.selected(selector)
+    }
 }
 
 /// An engine whose every call fails.
@@ -112,6 +124,9 @@ impl EngineInfo for FailingEngine {
     }
     fn autotune(&self) -> netcl::Result<CacheSnapshot> {
         Err(netcl::Error::Wiki("cache unreadable".into()))
+    }
+    fn selected(&self, _selector: Option<&str>) -> netcl::Result<usize> {
+        Err(netcl::Error::Wiki("no OpenCL platform".into()))
     }
 }
 
