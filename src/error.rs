@@ -57,6 +57,9 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The documentation wiki could not read, render, serve or write something.
+    #[error("wiki: {0}")]
+    Wiki(String),
     /// A file's content could not be parsed.
     #[error("format of {}: {message}", path.display())]
     Format {
@@ -99,6 +102,7 @@ impl Error {
             Error::Unsupported(_) => "unsupported",
             Error::Io { .. } => "io",
             Error::Format { .. } => "format",
+            Error::Wiki(_) => "wiki",
         }
     }
 }

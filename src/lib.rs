@@ -30,6 +30,7 @@ pub mod program;
 pub mod rng;
 pub mod script;
 pub mod tensor;
+pub mod wiki;
 
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, Result};

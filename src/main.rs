@@ -29,6 +29,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serves the documentation wiki over HTTP.
+    Serve(netcl::wiki::cli::ServeArgs),
+    /// Writes the documentation wiki as static files.
+    Export(netcl::wiki::cli::ExportArgs),
     /// Reads or clears the autotune cache.
     Tune {
         #[command(subcommand)]
@@ -116,6 +120,11 @@ fn run(cli: Cli) -> netcl::Result<()> {
         } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
         Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
         Command::Tune { action } => tune(action),
+        Command::Serve(mut args) => {
+            args.device = cli.device;
+            netcl::wiki::cli::serve(args)
+        }
+        Command::Export(args) => netcl::wiki::cli::export(args),
         Command::Bench {
             small,
             json: _,
