@@ -14,7 +14,8 @@ pub use fused::{Expr, fused, fused_expr, where_};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu, sigmoid};
 pub use unary::{silu, softplus, sqrt, tanh};
-pub use reduce::sum_all;
+pub use reduce::{ReduceAlgo, ReduceOp, argmax, argmin, global_l2_norm, max, mean, min, prod, reduce, reduce_to_shape};
+pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
