@@ -5,12 +5,15 @@
 pub mod elementwise;
 pub mod fused;
 pub mod reduce;
+pub mod softmax;
 pub mod unary;
 
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use elementwise::{add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar};
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use fused::{Expr, fused, fused_expr, where_};
+pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
+pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu, sigmoid};
 pub use unary::{silu, softplus, sqrt, tanh};
@@ -19,10 +22,13 @@ pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels
+    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels> Kernels for T {}
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels>
+    Kernels for T
+{
+}
 
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {
