@@ -2,15 +2,20 @@
 //! its primitive trait, which every device kind implements (OpenCL kernels, or plain Rust on the built-in
 //! device). Op code never matches on the device kind.
 
+pub mod dropout;
 pub mod elementwise;
 pub mod fused;
+pub mod norm;
 pub mod reduce;
 pub mod softmax;
 pub mod unary;
 
+pub use dropout::{dropout, dropout_backward};
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use elementwise::{add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar};
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
+pub use norm::{BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm, group_norm_backward};
+pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 pub use fused::{Expr, fused, fused_expr, where_};
 pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
@@ -22,10 +27,10 @@ pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels
+    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels>
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels>
     Kernels for T
 {
 }

@@ -10,7 +10,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::autotune::{self, Source, bucket, shape_key};
 use crate::device::opencl::{Arg, events_ms};
@@ -70,9 +70,9 @@ impl ReduceOp {
     }
 }
 
-/// One pass's algorithm, in its autotune cache form.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// One pass's algorithm; its autotune cache form is an array: `["wg", local, groups]`, `["chunk", groups]`
+/// or `["col", vec, groups]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReduceAlgo {
     /// `["wg", local, groups]`: work-groups of `local` items with a local tree per (row, chunk); rows only.
     Wg(usize, usize),
@@ -80,6 +80,16 @@ pub enum ReduceAlgo {
     Chunk(usize),
     /// `["col", vec, groups]`: one work-item per (outer, chunk, `vec` inner elements); needs I > 1.
     Col(usize, usize),
+}
+
+impl Serialize for ReduceAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            ReduceAlgo::Wg(l, g) => ("wg", l, g).serialize(s),
+            ReduceAlgo::Chunk(g) => ("chunk", g).serialize(s),
+            ReduceAlgo::Col(v, g) => ("col", v, g).serialize(s),
+        }
+    }
 }
 
 impl ReduceAlgo {

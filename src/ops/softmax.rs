@@ -5,7 +5,7 @@
 //! work-group per row with local-memory trees (GPUs) and one work-item per row without barriers (CPU
 //! OpenCL); other axes run one work-item per (o, i), coalesced across i.
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
 use crate::autotune::{self, bucket, shape_key};
 use crate::device::opencl::{Arg, events_ms};
@@ -16,14 +16,22 @@ use crate::tensor::{DType, Tensor};
 
 use super::reduce::{Ori, normalize_axes};
 
-/// A softmax row algorithm, in its autotune cache form: `["wg", local]` or `"serial"`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+/// A softmax row algorithm; its autotune cache form is `["wg", local]` or `"serial"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftmaxAlgo {
     /// One work-group of `local` items per row.
     Wg(usize),
     /// One work-item per row.
     Serial,
+}
+
+impl Serialize for SoftmaxAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            SoftmaxAlgo::Wg(l) => ("wg", l).serialize(s),
+            SoftmaxAlgo::Serial => "serial".serialize(s),
+        }
+    }
 }
 
 /// Device primitives for softmax and cross-entropy.
