@@ -6,6 +6,7 @@ pub mod dropout;
 pub mod elementwise;
 pub mod fused;
 pub mod norm;
+pub mod pool;
 pub mod reduce;
 pub mod softmax;
 pub mod unary;
@@ -16,6 +17,8 @@ pub use elementwise::{add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt,
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use norm::{BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm, group_norm_backward};
 pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+pub use pool::{MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d, global_avg_pool2d_backward};
+pub use pool::{max_pool2d, max_pool2d_backward};
 pub use fused::{Expr, fused, fused_expr, where_};
 pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
@@ -27,10 +30,10 @@ pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels
+    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels>
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels>
     Kernels for T
 {
 }
