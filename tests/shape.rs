@@ -92,3 +92,27 @@ fn pad2d_forward_and_backward_match_reference() {
     assert_eq!(y, vec![3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
     assert!(ops::pad2d(&x, [0, 0, 3, 0], PadMode::Reflect).is_err());
 }
+
+#[test]
+fn upsample_matches_reference_forward_and_backward() {
+    // 1e-5 absolute + 1e-5 relative: bilinear weights are computed in f32 on the device, f64 in the reference.
+    let Some(dev) = opencl_device() else { return };
+    for (k, (shape, size)) in [([2, 3, 4, 5], (8, 10)), ([1, 2, 3, 3], (7, 5)), ([1, 1, 5, 4], (2, 3)), ([1, 1, 1, 1], (3, 2))].into_iter().enumerate() {
+        let (c, d) = pair(&dev, &shape, 40 + k as u64);
+        let (gc, gd) = pair(&dev, &[shape[0], shape[1], size.0, size.1], 50 + k as u64);
+        for mode in [ops::Upsample::Nearest, ops::Upsample::Bilinear { align_corners: false }, ops::Upsample::Bilinear { align_corners: true }] {
+            let what = format!("{mode:?} {shape:?} -> {size:?}");
+            let yd = ops::upsample(&d, size, mode).unwrap();
+            let yc = ops::upsample(&c, size, mode).unwrap();
+            assert_close(&yd.to_vec::<f32>().unwrap(), &yc.to_vec::<f32>().unwrap(), 1e-5, 1e-5, &what);
+            let bd = ops::upsample_backward(&gd, &shape, mode).unwrap();
+            let bc = ops::upsample_backward(&gc, &shape, mode).unwrap();
+            assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-5, 1e-5, &format!("backward {what}"));
+        }
+    }
+    let x = Tensor::from_slice(&cpu(), &[1.0f32, 2.0], &[1, 1, 1, 2]).unwrap();
+    let y = ops::upsample(&x, (1, 4), ops::Upsample::Nearest).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y, vec![1.0, 1.0, 2.0, 2.0]);
+    let y = ops::upsample(&x, (1, 3), ops::Upsample::Bilinear { align_corners: true }).unwrap().to_vec::<f32>().unwrap();
+    assert_eq!(y, vec![1.0, 1.5, 2.0]);
+}

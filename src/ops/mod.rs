@@ -8,6 +8,7 @@ pub mod fused;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
+pub mod resize;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
@@ -20,6 +21,7 @@ pub use norm::{BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_back
 pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 pub use pool::{MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d, global_avg_pool2d_backward};
 pub use pool::{max_pool2d, max_pool2d_backward};
+pub use resize::{Upsample, upsample, upsample_backward};
 pub use shape::{PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, transpose};
 pub use fused::{Expr, fused, fused_expr, where_};
 pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
@@ -32,10 +34,10 @@ pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels
+    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels + resize::ResizeKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels>
+impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels + resize::ResizeKernels>
     Kernels for T
 {
 }
