@@ -87,3 +87,44 @@ __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, con
     }
     gx[(p * H + h) * W + w] = acc;
 }
+
+// Whether (a, ia) ranks before (b, ib): larger first (LARGEST) or smaller first, a NaN ranking as the
+// largest value, ties broken by the lower index.
+static inline int ranks_before(float a, int ia, float b, int ib, int largest) {
+    const int na = isnan(a), nb = isnan(b);
+    if (na || nb) {
+        if (na && nb) return ia < ib;
+        return largest ? na : nb;
+    }
+    if (a == b) return ia < ib;
+    return largest ? a > b : a < b;
+}
+
+// The first k of each lane along R of [O, R, I] in rank order: pass j picks the best element ranking after
+// pick j−1, so no scratch memory is needed (O(k·R) per lane). One work-item per (o, i).
+__kernel void topk(const int O, const int R, const int I, const int k, const int largest, __global const float* x,
+                   __global float* vals, __global int* idx) {
+    const int t = get_global_id(0);
+    if (t >= O * I) return;
+    const int o = t / I;
+    const int i = t - o * I;
+    __global const float* p = x + o * R * I + i;
+    float pv = 0.0f;
+    int pi = -1;
+    for (int j = 0; j < k; ++j) {
+        int bi = -1;
+        float bv = 0.0f;
+        for (int r = 0; r < R; ++r) {
+            const float v = p[r * I];
+            if (pi >= 0 && !ranks_before(pv, pi, v, r, largest)) continue;
+            if (bi < 0 || ranks_before(v, r, bv, bi, largest)) {
+                bv = v;
+                bi = r;
+            }
+        }
+        vals[(o * k + j) * I + i] = bv;
+        idx[(o * k + j) * I + i] = bi;
+        pv = bv;
+        pi = bi;
+    }
+}

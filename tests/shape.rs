@@ -116,3 +116,24 @@ fn upsample_matches_reference_forward_and_backward() {
     let y = ops::upsample(&x, (1, 3), ops::Upsample::Bilinear { align_corners: true }).unwrap().to_vec::<f32>().unwrap();
     assert_eq!(y, vec![1.0, 1.5, 2.0]);
 }
+
+#[test]
+fn topk_matches_reference() {
+    let Some(dev) = opencl_device() else { return };
+    let (c, d) = with_specials(&dev, &[4, 9, 3], 60);
+    for axis in [0isize, 1, 2] {
+        for largest in [true, false] {
+            let n = c.shape()[axis as usize];
+            for k in [0, 1, n] {
+                let (vd, id) = ops::topk(&d, k, axis, largest).unwrap();
+                let (vc, ic) = ops::topk(&c, k, axis, largest).unwrap();
+                same(&vd, &vc, &format!("topk values axis {axis} k {k} largest {largest}"));
+                assert_eq!(id.to_vec::<i32>().unwrap(), ic.to_vec::<i32>().unwrap());
+            }
+        }
+    }
+    let x = Tensor::from_slice(&dev, &[3.0f32, 1.0, 3.0, 2.0], &[4]).unwrap();
+    let (v, i) = ops::topk(&x, 3, 0, true).unwrap();
+    assert_eq!((v.to_vec::<f32>().unwrap(), i.to_vec::<i32>().unwrap()), (vec![3.0, 3.0, 2.0], vec![0, 2, 3]));
+    assert!(ops::topk(&x, 5, 0, true).is_err());
+}

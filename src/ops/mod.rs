@@ -22,13 +22,13 @@ pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
 pub use pool::{MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d, global_avg_pool2d_backward};
 pub use pool::{max_pool2d, max_pool2d_backward};
 pub use resize::{Upsample, upsample, upsample_backward};
-pub use shape::{PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, transpose};
+pub use shape::{PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, topk, transpose};
 pub use fused::{Expr, fused, fused_expr, where_};
 pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu, sigmoid};
-pub use unary::{silu, softplus, sqrt, tanh};
+pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
 pub use reduce::{ReduceAlgo, ReduceOp, argmax, argmin, global_l2_norm, max, mean, min, prod, reduce, reduce_to_shape};
 pub use reduce::{reduce_with, sum, sum_all};
 

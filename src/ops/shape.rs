@@ -44,6 +44,9 @@ pub(crate) trait ShapeKernels {
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()>;
     /// pad2d forward (`back` false: x → y) or backward (`back` true: gradient of y → gradient of x).
     fn pad2d(&self, src: &Tensor, dst: &Tensor, top: usize, left: usize, reflect: bool, back: bool) -> Result<()>;
+    /// The first `k` of each lane along R of `[o, r, i]` in rank order into `vals` and `idx` (`[o, k, i]`).
+    #[allow(clippy::too_many_arguments)]
+    fn topk(&self, x: &Tensor, o: usize, r: usize, i: usize, k: usize, largest: bool, vals: &Tensor, idx: &Tensor) -> Result<()>;
 }
 
 fn limit(x: &Tensor, op: &str) -> Result<()> {
@@ -235,6 +238,35 @@ pub fn pad2d_backward(grad: &Tensor, input_shape: &[usize], pads: [usize; 4], mo
     Ok(gx)
 }
 
+/// The `k` largest (or smallest) values along `axis` in order, with their i32 indices. Ties keep the lower
+/// index first; NaN ranks as the largest value.
+pub fn topk(x: &Tensor, k: usize, axis: isize, largest: bool) -> Result<(Tensor, Tensor)> {
+    x.expect_dtype(DType::F32, "topk")?;
+    limit(x, "topk")?;
+    let a = normalize_axes(Some(&[axis]), x.rank(), "topk")?[0];
+    let (o, r, i) = view3(x.shape(), a);
+    if k > r {
+        return Err(Error::Shape(format!("topk: k = {k} exceeds the {r} elements of axis {a} of {:?}", x.shape())));
+    }
+    let mut shape = x.shape().to_vec();
+    shape[a] = k;
+    let vals = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let idx = Tensor::empty(x.device(), &shape, DType::I32)?;
+    if vals.numel() > 0 {
+        x.device().kind().topk(x, o, r, i, k, largest, &vals, &idx)?;
+    }
+    Ok((vals, idx))
+}
+
+fn ranks_before(a: f32, ia: usize, b: f32, ib: usize, largest: bool) -> bool {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => ia < ib,
+        (na, nb) if na || nb => if largest { na } else { nb },
+        _ if a == b => ia < ib,
+        _ => if largest { a > b } else { a < b },
+    }
+}
+
 fn int8(v: &[usize]) -> [i32; 8] {
     let mut out = [1i32; 8];
     for (k, x) in v.iter().enumerate() {
@@ -244,6 +276,15 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl ShapeKernels for ClDevice {
+    fn topk(&self, x: &Tensor, o: usize, r: usize, i: usize, k: usize, largest: bool, vals: &Tensor, idx: &Tensor) -> Result<()> {
+        let kern = self.kernel("shape", &Defines::new(), "topk")?;
+        let mut args: Vec<Arg> = [o, r, i, k].iter().map(|&v| Arg::I32(v as i32)).collect();
+        args.push(Arg::I32(i32::from(largest)));
+        args.extend([Arg::Mem(x.storage()), Arg::Mem(vals.storage()), Arg::Mem(idx.storage())]);
+        self.launch(&kern, &args, &[o * i], Some(&[64.min(self.info.max_work_group_size.max(1))]))?;
+        Ok(())
+    }
+
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
         let k = self.kernel("shape", &Defines::new(), "permute")?;
         let n = y.numel();
@@ -323,6 +364,26 @@ fn pad_src(u: isize, h: usize, reflect: bool) -> Option<usize> {
 }
 
 impl ShapeKernels for CpuDevice {
+    fn topk(&self, x: &Tensor, o: usize, r: usize, i: usize, k: usize, largest: bool, vals: &Tensor, idx: &Tensor) -> Result<()> {
+        let xs = x.to_vec::<f32>()?;
+        let (mut vs, mut is) = (vec![0f32; vals.numel()], vec![0i32; vals.numel()]);
+        for oo in 0..o {
+            for ii in 0..i {
+                // The reference sorts the lane.
+                let mut lane: Vec<(f32, usize)> = (0..r).map(|rr| (xs[(oo * r + rr) * i + ii], rr)).collect();
+                lane.sort_by(|a, b| {
+                    if ranks_before(a.0, a.1, b.0, b.1, largest) { std::cmp::Ordering::Less } else { std::cmp::Ordering::Greater }
+                });
+                for (j, (v, rr)) in lane.into_iter().take(k).enumerate() {
+                    vs[(oo * k + j) * i + ii] = v;
+                    is[(oo * k + j) * i + ii] = rr as i32;
+                }
+            }
+        }
+        vals.device().kind().write(vals.storage(), 0, bytemuck::cast_slice(&vs))?;
+        idx.device().kind().write(idx.storage(), 0, bytemuck::cast_slice(&is))
+    }
+
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
         super::host::map_f32(&[x], y, |ins, o| {
             for (k, v) in o.iter_mut().enumerate() {
