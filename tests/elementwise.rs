@@ -9,9 +9,9 @@ mod common;
 mod opsutil;
 
 use common::{Lcg, assert_close};
-use opsutil::{cpu, opencl_device, pair, with_specials};
-use netcl::ops::{self, BinaryOp, UnaryOp};
 use netcl::Tensor;
+use netcl::ops::{self, BinaryOp, UnaryOp};
+use opsutil::{cpu, opencl_device, pair, with_specials};
 
 fn random_shape(r: &mut Lcg, rank: usize) -> Vec<usize> {
     (0..rank).map(|_| r.range(1, 9)).collect()
@@ -22,35 +22,63 @@ fn binary_broadcast_matches_reference_on_every_path() {
     let Some(dev) = opencl_device() else { return };
     let mut r = Lcg(11);
     let mut cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
-        (vec![37, 64], vec![64]),        // row broadcast, vectorised
-        (vec![37, 63], vec![63]),        // row broadcast, scalar
-        (vec![40, 1], vec![40, 12]),     // column broadcast on the left operand
+        (vec![37, 64], vec![64]),          // row broadcast, vectorised
+        (vec![37, 63], vec![63]),          // row broadcast, scalar
+        (vec![40, 1], vec![40, 12]),       // column broadcast on the left operand
         (vec![3, 5, 7, 8], vec![5, 1, 1]), // per-channel over NCHW
         (vec![2, 1, 4, 1, 5, 1, 2], vec![4, 1, 5, 3, 2]), // deep: general kernel
-        (vec![1001], vec![1001]),        // same shape with a tail
-        (vec![0, 3], vec![3]),           // empty
-        (vec![], vec![4, 4]),            // scalar tensor
+        (vec![1001], vec![1001]),          // same shape with a tail
+        (vec![0, 3], vec![3]),             // empty
+        (vec![], vec![4, 4]),              // scalar tensor
     ];
     for _ in 0..12 {
         let rank = r.range(1, 5);
         let a = random_shape(&mut r, rank);
         let skip = r.range(0, rank - 1);
-        let b: Vec<usize> = a.iter().map(|&d| if r.range(0, 2) == 0 { 1 } else { d }).skip(skip).collect();
+        let b: Vec<usize> = a
+            .iter()
+            .map(|&d| if r.range(0, 2) == 0 { 1 } else { d })
+            .skip(skip)
+            .collect();
         cases.push((a, b));
     }
-    let ops = [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Min, BinaryOp::Pow, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge, BinaryOp::Eq, BinaryOp::Ne];
+    let ops = [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Min,
+        BinaryOp::Pow,
+        BinaryOp::Lt,
+        BinaryOp::Le,
+        BinaryOp::Gt,
+        BinaryOp::Ge,
+        BinaryOp::Eq,
+        BinaryOp::Ne,
+    ];
     for (i, (sa, sb)) in cases.iter().enumerate() {
         let (ac, ad) = with_specials(&dev, sa, 100 + i as u64);
         let (bc, bd) = pair(&dev, sb, 200 + i as u64);
         for (k, op) in ops.iter().enumerate() {
             // Swap operands on odd ops so both sides get broadcast.
-            let (x, y, xc, yc) = if k % 2 == 0 { (&ad, &bd, &ac, &bc) } else { (&bd, &ad, &bc, &ac) };
+            let (x, y, xc, yc) = if k % 2 == 0 {
+                (&ad, &bd, &ac, &bc)
+            } else {
+                (&bd, &ad, &bc, &ac)
+            };
             let got = ops::binary(*op, x, y).unwrap();
             let want = ops::binary(*op, xc, yc).unwrap();
             assert_eq!(got.shape(), want.shape());
             let exact = !matches!(op, BinaryOp::Div | BinaryOp::Pow);
             let (atol, rtol) = if exact { (0.0, 0.0) } else { (1e-6, 1e-5) };
-            assert_close(&got.to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), atol, rtol, &format!("{op:?} {sa:?} {sb:?}"));
+            assert_close(
+                &got.to_vec::<f32>().unwrap(),
+                &want.to_vec::<f32>().unwrap(),
+                atol,
+                rtol,
+                &format!("{op:?} {sa:?} {sb:?}"),
+            );
         }
     }
 }
@@ -68,16 +96,36 @@ fn broadcast_errors_name_both_shapes() {
 fn scalar_ops_match_reference() {
     let Some(dev) = opencl_device() else { return };
     let (c, d) = with_specials(&dev, &[3, 333], 5);
-    for op in [BinaryOp::Add, BinaryOp::Sub, BinaryOp::Mul, BinaryOp::Div, BinaryOp::Max, BinaryOp::Pow, BinaryOp::Gt] {
+    for op in [
+        BinaryOp::Add,
+        BinaryOp::Sub,
+        BinaryOp::Mul,
+        BinaryOp::Div,
+        BinaryOp::Max,
+        BinaryOp::Pow,
+        BinaryOp::Gt,
+    ] {
         for swap in [false, true] {
-            let got = ops::binary_scalar(op, &d, 1.5, swap).unwrap().to_vec::<f32>().unwrap();
-            let want = ops::binary_scalar(op, &c, 1.5, swap).unwrap().to_vec::<f32>().unwrap();
+            let got = ops::binary_scalar(op, &d, 1.5, swap)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let want = ops::binary_scalar(op, &c, 1.5, swap)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
             assert_close(&got, &want, 1e-6, 1e-5, &format!("{op:?} swap {swap}"));
         }
     }
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 4.0], &[3]).unwrap();
-    assert_eq!(ops::rsub_scalar(&x, 10.0).unwrap().to_vec::<f32>().unwrap(), vec![9.0, 8.0, 6.0]);
-    assert_eq!(ops::rdiv_scalar(&x, 8.0).unwrap().to_vec::<f32>().unwrap(), vec![8.0, 4.0, 2.0]);
+    assert_eq!(
+        ops::rsub_scalar(&x, 10.0).unwrap().to_vec::<f32>().unwrap(),
+        vec![9.0, 8.0, 6.0]
+    );
+    assert_eq!(
+        ops::rdiv_scalar(&x, 8.0).unwrap().to_vec::<f32>().unwrap(),
+        vec![8.0, 4.0, 2.0]
+    );
 }
 
 #[test]
@@ -90,13 +138,22 @@ fn unary_forward_and_backward_match_reference() {
         let pd = pc.to_device(&dev).unwrap();
         let (gc, gd) = pair(&dev, &[n], 40 + i as u64);
         for op in UnaryOp::all() {
-            let positive = matches!(op, UnaryOp::Log | UnaryOp::Log1p | UnaryOp::Sqrt | UnaryOp::Rsqrt);
+            let positive = matches!(
+                op,
+                UnaryOp::Log | UnaryOp::Log1p | UnaryOp::Sqrt | UnaryOp::Rsqrt
+            );
             let (c, d) = if positive { (&pc, &pd) } else { (&xc, &xd) };
             let got = ops::unary(op, d).unwrap().to_vec::<f32>().unwrap();
             let want = ops::unary(op, c).unwrap().to_vec::<f32>().unwrap();
             assert_close(&got, &want, 1e-6, 1e-5, &format!("{op:?} forward n={n}"));
-            let got = ops::unary_backward(op, d, &gd).unwrap().to_vec::<f32>().unwrap();
-            let want = ops::unary_backward(op, c, &gc).unwrap().to_vec::<f32>().unwrap();
+            let got = ops::unary_backward(op, d, &gd)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            let want = ops::unary_backward(op, c, &gc)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
             assert_close(&got, &want, 1e-5, 1e-4, &format!("{op:?} backward n={n}"));
         }
     }
@@ -106,8 +163,14 @@ fn unary_forward_and_backward_match_reference() {
 fn activation_values_are_the_documented_formulas() {
     let d = cpu();
     let x = Tensor::from_slice(&d, &[-3.0f32, -1.0, 0.0, 1.0, 3.0], &[5]).unwrap();
-    assert_eq!(ops::hard_sigmoid(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.3, 0.5, 0.7, 1.0]);
-    assert_eq!(ops::relu(&x).unwrap().to_vec::<f32>().unwrap(), vec![0.0, 0.0, 0.0, 1.0, 3.0]);
+    assert_eq!(
+        ops::hard_sigmoid(&x).unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 0.3, 0.5, 0.7, 1.0]
+    );
+    assert_eq!(
+        ops::relu(&x).unwrap().to_vec::<f32>().unwrap(),
+        vec![0.0, 0.0, 0.0, 1.0, 3.0]
+    );
     let g = ops::gelu(&x, false).unwrap().to_vec::<f32>().unwrap();
     assert!((g[3] - 0.841_344_7).abs() < 1e-6, "{g:?}");
     let t = ops::gelu(&x, true).unwrap().to_vec::<f32>().unwrap();
@@ -123,12 +186,31 @@ fn unary_backward_matches_finite_differences_on_cpu() {
     let xs: Vec<f32> = vec![-2.2, -0.7, 0.3, 1.1, 1.9];
     let x = Tensor::from_slice(&d, &xs, &[5]).unwrap();
     let ones = Tensor::ones(&d, &[5]).unwrap();
-    for op in [UnaryOp::Sigmoid, UnaryOp::Tanh, UnaryOp::GeluTanh, UnaryOp::GeluErf, UnaryOp::Silu, UnaryOp::Elu(0.7), UnaryOp::Softplus, UnaryOp::HardSwish, UnaryOp::LeakyRelu(0.2)] {
-        let g = ops::unary_backward(op, &x, &ones).unwrap().to_vec::<f32>().unwrap();
+    for op in [
+        UnaryOp::Sigmoid,
+        UnaryOp::Tanh,
+        UnaryOp::GeluTanh,
+        UnaryOp::GeluErf,
+        UnaryOp::Silu,
+        UnaryOp::Elu(0.7),
+        UnaryOp::Softplus,
+        UnaryOp::HardSwish,
+        UnaryOp::LeakyRelu(0.2),
+    ] {
+        let g = ops::unary_backward(op, &x, &ones)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         for (i, &v) in xs.iter().enumerate() {
             let h = 1e-2f64;
-            let fd = (op.forward_ref((v as f64 + h) as f32) as f64 - op.forward_ref((v as f64 - h) as f32) as f64) / (2.0 * h);
-            assert!((g[i] as f64 - fd).abs() <= 2e-3 * (1.0 + fd.abs()), "{op:?} at {v}: {} vs {fd}", g[i]);
+            let fd = (op.forward_ref((v as f64 + h) as f32) as f64
+                - op.forward_ref((v as f64 - h) as f32) as f64)
+                / (2.0 * h);
+            assert!(
+                (g[i] as f64 - fd).abs() <= 2e-3 * (1.0 + fd.abs()),
+                "{op:?} at {v}: {} vs {fd}",
+                g[i]
+            );
         }
     }
 }
@@ -139,16 +221,36 @@ fn fused_expressions_match_reference_and_broadcast() {
     let (ac, ad) = with_specials(&dev, &[6, 1, 17], 60);
     let (bc, bd) = pair(&dev, &[5, 17], 61);
     let (cc, cd) = pair(&dev, &[6, 5, 17], 62);
-    for e in ["max(x0 * x1 + x2, 0)", "where(x0 > x1, exp(x2), -x0 / 3)", "sigmoid(x0) * tanh(x1) - erf(x2)", "clamp(x0, -1, 1) + pow(abs(x1), 1.5)"] {
+    for e in [
+        "max(x0 * x1 + x2, 0)",
+        "where(x0 > x1, exp(x2), -x0 / 3)",
+        "sigmoid(x0) * tanh(x1) - erf(x2)",
+        "clamp(x0, -1, 1) + pow(abs(x1), 1.5)",
+    ] {
         let got = ops::fused(e, &[&ad, &bd, &cd]).unwrap();
         let want = ops::fused(e, &[&ac, &bc, &cc]).unwrap();
         assert_eq!(got.shape(), &[6, 5, 17]);
-        assert_close(&got.to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-6, 1e-5, e);
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-5,
+            e,
+        );
     }
-    let got = ops::fused("x0 * 2 + 1", &[&cd]).unwrap().to_vec::<f32>().unwrap();
-    let want = ops::fused("x0 * 2 + 1", &[&cc]).unwrap().to_vec::<f32>().unwrap();
+    let got = ops::fused("x0 * 2 + 1", &[&cd])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let want = ops::fused("x0 * 2 + 1", &[&cc])
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     assert_close(&got, &want, 0.0, 1e-6, "same-shape path");
-    let w = ops::where_(&ops::gt(&cd, &bd).unwrap(), &cd, &bd).unwrap().to_vec::<f32>().unwrap();
+    let w = ops::where_(&ops::gt(&cd, &bd).unwrap(), &cd, &bd)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     let m = ops::maximum(&cc, &bc).unwrap().to_vec::<f32>().unwrap();
     assert_close(&w, &m, 0.0, 0.0, "where(a > b, a, b) == maximum");
     assert!(ops::fused("x0 + x2", &[&cd, &bd]).is_err());
@@ -166,8 +268,20 @@ fn prelu_forward_and_backward_match_reference() {
     assert_close(&got, &want, 0.0, 0.0, "prelu");
     let (gxd, gad) = ops::prelu_backward(&xd, &ad, &gd).unwrap();
     let (gxc, gac) = ops::prelu_backward(&xc, &ac, &gc).unwrap();
-    assert_close(&gxd.to_vec::<f32>().unwrap(), &gxc.to_vec::<f32>().unwrap(), 0.0, 0.0, "prelu dx");
+    assert_close(
+        &gxd.to_vec::<f32>().unwrap(),
+        &gxc.to_vec::<f32>().unwrap(),
+        0.0,
+        0.0,
+        "prelu dx",
+    );
     assert_eq!(gad.shape(), &[4]);
-    assert_close(&gad.to_vec::<f32>().unwrap(), &gac.to_vec::<f32>().unwrap(), 1e-4, 1e-5, "prelu dalpha");
+    assert_close(
+        &gad.to_vec::<f32>().unwrap(),
+        &gac.to_vec::<f32>().unwrap(),
+        1e-4,
+        1e-5,
+        "prelu dalpha",
+    );
     assert!(ops::prelu(&xd, &Tensor::zeros(&dev, &[3]).unwrap()).is_err());
 }

@@ -18,7 +18,14 @@ fn pooling_matches_reference_forward_and_backward() {
     let geos = [
         ([2, 3, 8, 8], Pool2d::square(2, 2, 0)),
         ([1, 2, 7, 9], Pool2d::square(3, 2, 1)),
-        ([2, 1, 11, 6], Pool2d { kernel: (3, 2), stride: (1, 3), padding: (1, 1) }),
+        (
+            [2, 1, 11, 6],
+            Pool2d {
+                kernel: (3, 2),
+                stride: (1, 3),
+                padding: (1, 1),
+            },
+        ),
         ([1, 4, 5, 5], Pool2d::square(5, 1, 2)),
         ([3, 2, 9, 7], Pool2d::square(2, 3, 0)),
     ];
@@ -27,34 +34,79 @@ fn pooling_matches_reference_forward_and_backward() {
         let md = ops::max_pool2d(&xd, p).unwrap();
         let mc = ops::max_pool2d(&xc, p).unwrap();
         let what = format!("{shape:?} {p:?}");
-        assert_close(&md.y.to_vec::<f32>().unwrap(), &mc.y.to_vec::<f32>().unwrap(), 0.0, 0.0, &format!("max {what}"));
-        assert_eq!(md.indices.to_vec::<i32>().unwrap(), mc.indices.to_vec::<i32>().unwrap(), "indices {what}");
+        assert_close(
+            &md.y.to_vec::<f32>().unwrap(),
+            &mc.y.to_vec::<f32>().unwrap(),
+            0.0,
+            0.0,
+            &format!("max {what}"),
+        );
+        assert_eq!(
+            md.indices.to_vec::<i32>().unwrap(),
+            mc.indices.to_vec::<i32>().unwrap(),
+            "indices {what}"
+        );
         let (gc, gd) = pair(&dev, md.y.shape(), 60 + k as u64);
         let bd = ops::max_pool2d_backward(&gd, &md, &shape, p).unwrap();
         let bc = ops::max_pool2d_backward(&gc, &mc, &shape, p).unwrap();
-        assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-6, 1e-6, &format!("max bwd {what}"));
+        assert_close(
+            &bd.to_vec::<f32>().unwrap(),
+            &bc.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-6,
+            &format!("max bwd {what}"),
+        );
         let (xc, xd) = pair(&dev, &shape, 70 + k as u64);
         for incl in [true, false] {
             let ad = ops::avg_pool2d(&xd, p, incl).unwrap();
             let ac = ops::avg_pool2d(&xc, p, incl).unwrap();
-            assert_close(&ad.to_vec::<f32>().unwrap(), &ac.to_vec::<f32>().unwrap(), 1e-6, 1e-5, &format!("avg {what}"));
+            assert_close(
+                &ad.to_vec::<f32>().unwrap(),
+                &ac.to_vec::<f32>().unwrap(),
+                1e-6,
+                1e-5,
+                &format!("avg {what}"),
+            );
             let bd = ops::avg_pool2d_backward(&gd, &shape, p, incl).unwrap();
             let bc = ops::avg_pool2d_backward(&gc, &shape, p, incl).unwrap();
-            assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-6, 1e-5, &format!("avg bwd {what}"));
+            assert_close(
+                &bd.to_vec::<f32>().unwrap(),
+                &bc.to_vec::<f32>().unwrap(),
+                1e-6,
+                1e-5,
+                &format!("avg bwd {what}"),
+            );
         }
         let gd_ = ops::global_avg_pool2d(&xd).unwrap();
         let gc_ = ops::global_avg_pool2d(&xc).unwrap();
-        assert_close(&gd_.to_vec::<f32>().unwrap(), &gc_.to_vec::<f32>().unwrap(), 1e-6, 1e-5, "gap");
+        assert_close(
+            &gd_.to_vec::<f32>().unwrap(),
+            &gc_.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-5,
+            "gap",
+        );
         let bd = ops::global_avg_pool2d_backward(&gd_, &shape).unwrap();
         let bc = ops::global_avg_pool2d_backward(&gc_, &shape).unwrap();
-        assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-6, 1e-5, "gap bwd");
+        assert_close(
+            &bd.to_vec::<f32>().unwrap(),
+            &bc.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-5,
+            "gap bwd",
+        );
     }
 }
 
 #[test]
 fn pooling_values_and_errors() {
     let d = cpu();
-    let x = Tensor::from_slice(&d, &(0..16).map(|v| v as f32).collect::<Vec<_>>(), &[1, 1, 4, 4]).unwrap();
+    let x = Tensor::from_slice(
+        &d,
+        &(0..16).map(|v| v as f32).collect::<Vec<_>>(),
+        &[1, 1, 4, 4],
+    )
+    .unwrap();
     let m = ops::max_pool2d(&x, Pool2d::square(2, 2, 0)).unwrap();
     assert_eq!(m.y.to_vec::<f32>().unwrap(), vec![5.0, 7.0, 13.0, 15.0]);
     assert_eq!(m.indices.to_vec::<i32>().unwrap(), vec![5, 7, 13, 15]);

@@ -11,7 +11,13 @@ use opsutil::{cpu, opencl_device, pair, with_specials};
 
 fn same(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
-    assert_close(&a.to_vec::<f32>().unwrap(), &b.to_vec::<f32>().unwrap(), 0.0, 0.0, what);
+    assert_close(
+        &a.to_vec::<f32>().unwrap(),
+        &b.to_vec::<f32>().unwrap(),
+        0.0,
+        0.0,
+        what,
+    );
 }
 
 #[test]
@@ -24,13 +30,25 @@ fn permute_narrow_cat_split_match_reference() {
         let (c, d) = with_specials(&dev, &shape, 10 + case);
         let mut dims: Vec<usize> = (0..rank).collect();
         dims.rotate_left(1);
-        same(&ops::permute(&d, &dims).unwrap(), &ops::permute(&c, &dims).unwrap(), "permute");
-        same(&ops::transpose(&d, 0, -1).unwrap(), &ops::transpose(&c, 0, -1).unwrap(), "transpose");
+        same(
+            &ops::permute(&d, &dims).unwrap(),
+            &ops::permute(&c, &dims).unwrap(),
+            "permute",
+        );
+        same(
+            &ops::transpose(&d, 0, -1).unwrap(),
+            &ops::transpose(&c, 0, -1).unwrap(),
+            "transpose",
+        );
         let a = r.range(0, rank - 1);
         let n = shape[a];
         let start = r.range(0, n - 1);
         let len = n - start;
-        same(&ops::narrow(&d, a as isize, start, len).unwrap(), &ops::narrow(&c, a as isize, start, len).unwrap(), "narrow");
+        same(
+            &ops::narrow(&d, a as isize, start, len).unwrap(),
+            &ops::narrow(&c, a as isize, start, len).unwrap(),
+            "narrow",
+        );
         let parts_d = ops::split(&d, a as isize, &[start, len]).unwrap();
         let parts_c = ops::split(&c, a as isize, &[start, len]).unwrap();
         for (pd, pc) in parts_d.iter().zip(&parts_c) {
@@ -40,11 +58,19 @@ fn permute_narrow_cat_split_match_reference() {
         same(&back, &c, "cat of split is the input");
     }
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
-    assert_eq!(ops::transpose(&x, 0, 1).unwrap().to_vec::<f32>().unwrap(), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+    assert_eq!(
+        ops::transpose(&x, 0, 1).unwrap().to_vec::<f32>().unwrap(),
+        vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]
+    );
     assert!(ops::permute(&x, &[0, 0]).is_err());
     assert!(ops::narrow(&x, 1, 2, 2).is_err());
     assert!(ops::cat(&[&x, &Tensor::zeros(&dev, &[3, 3]).unwrap()], 1).is_err());
-    assert_eq!(ops::cat(&[&x, &Tensor::zeros(&dev, &[3, 3]).unwrap()], 0).unwrap().shape(), &[5, 3]);
+    assert_eq!(
+        ops::cat(&[&x, &Tensor::zeros(&dev, &[3, 3]).unwrap()], 0)
+            .unwrap()
+            .shape(),
+        &[5, 3]
+    );
     assert!(ops::split(&x, 1, &[1, 1]).is_err());
 }
 
@@ -56,20 +82,44 @@ fn index_select_and_one_hot_match_reference() {
     let ic = Tensor::from_slice(&cpu(), &idx, &[4]).unwrap();
     let id = ic.to_device(&dev).unwrap();
     for axis in [0isize, 1] {
-        same(&ops::index_select(&d, axis, &id).unwrap(), &ops::index_select(&c, axis, &ic).unwrap(), "index_select");
+        same(
+            &ops::index_select(&d, axis, &id).unwrap(),
+            &ops::index_select(&c, axis, &ic).unwrap(),
+            "index_select",
+        );
     }
     let bad = Tensor::from_slice(&dev, &[5i32], &[1]).unwrap();
-    assert!(ops::index_select(&d, 1, &bad).unwrap_err().to_string().contains("index 5"));
+    assert!(
+        ops::index_select(&d, 1, &bad)
+            .unwrap_err()
+            .to_string()
+            .contains("index 5")
+    );
     let oh = ops::one_hot(&id, 6).unwrap();
     same(&oh, &ops::one_hot(&ic, 6).unwrap(), "one_hot");
-    assert_eq!(&oh.to_vec::<f32>().unwrap()[..6], &[0.0, 0.0, 0.0, 0.0, 1.0, 0.0]);
-    assert!(ops::one_hot(&id, 4).unwrap_err().to_string().contains("label 4"));
+    assert_eq!(
+        &oh.to_vec::<f32>().unwrap()[..6],
+        &[0.0, 0.0, 0.0, 0.0, 1.0, 0.0]
+    );
+    assert!(
+        ops::one_hot(&id, 4)
+            .unwrap_err()
+            .to_string()
+            .contains("label 4")
+    );
 }
 
 #[test]
 fn pad2d_forward_and_backward_match_reference() {
     let Some(dev) = opencl_device() else { return };
-    for (k, (shape, pads)) in [([2, 3, 5, 4], [1, 2, 3, 0]), ([1, 1, 3, 3], [2, 2, 2, 2]), ([1, 2, 1, 6], [0, 0, 5, 1])].into_iter().enumerate() {
+    for (k, (shape, pads)) in [
+        ([2, 3, 5, 4], [1, 2, 3, 0]),
+        ([1, 1, 3, 3], [2, 2, 2, 2]),
+        ([1, 2, 1, 6], [0, 0, 5, 1]),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let (c, d) = pair(&dev, &shape, 20 + k as u64);
         for mode in [PadMode::Zero, PadMode::Reflect] {
             let yd = match ops::pad2d(&d, pads, mode) {
@@ -84,11 +134,20 @@ fn pad2d_forward_and_backward_match_reference() {
             let (gc, gd) = pair(&dev, yd.shape(), 30 + k as u64);
             let bd = ops::pad2d_backward(&gd, &shape, pads, mode).unwrap();
             let bc = ops::pad2d_backward(&gc, &shape, pads, mode).unwrap();
-            assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-6, 1e-6, &format!("pad2d bwd {mode:?} {shape:?}"));
+            assert_close(
+                &bd.to_vec::<f32>().unwrap(),
+                &bc.to_vec::<f32>().unwrap(),
+                1e-6,
+                1e-6,
+                &format!("pad2d bwd {mode:?} {shape:?}"),
+            );
         }
     }
     let x = Tensor::from_slice(&cpu(), &[1.0f32, 2.0, 3.0], &[1, 1, 1, 3]).unwrap();
-    let y = ops::pad2d(&x, [0, 0, 2, 2], PadMode::Reflect).unwrap().to_vec::<f32>().unwrap();
+    let y = ops::pad2d(&x, [0, 0, 2, 2], PadMode::Reflect)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(y, vec![3.0, 2.0, 1.0, 2.0, 3.0, 2.0, 1.0]);
     assert!(ops::pad2d(&x, [0, 0, 3, 0], PadMode::Reflect).is_err());
 }
@@ -97,23 +156,63 @@ fn pad2d_forward_and_backward_match_reference() {
 fn upsample_matches_reference_forward_and_backward() {
     // 1e-5 absolute + 1e-5 relative: bilinear weights are computed in f32 on the device, f64 in the reference.
     let Some(dev) = opencl_device() else { return };
-    for (k, (shape, size)) in [([2, 3, 4, 5], (8, 10)), ([1, 2, 3, 3], (7, 5)), ([1, 1, 5, 4], (2, 3)), ([1, 1, 1, 1], (3, 2))].into_iter().enumerate() {
+    for (k, (shape, size)) in [
+        ([2, 3, 4, 5], (8, 10)),
+        ([1, 2, 3, 3], (7, 5)),
+        ([1, 1, 5, 4], (2, 3)),
+        ([1, 1, 1, 1], (3, 2)),
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let (c, d) = pair(&dev, &shape, 40 + k as u64);
         let (gc, gd) = pair(&dev, &[shape[0], shape[1], size.0, size.1], 50 + k as u64);
-        for mode in [ops::Upsample::Nearest, ops::Upsample::Bilinear { align_corners: false }, ops::Upsample::Bilinear { align_corners: true }] {
+        for mode in [
+            ops::Upsample::Nearest,
+            ops::Upsample::Bilinear {
+                align_corners: false,
+            },
+            ops::Upsample::Bilinear {
+                align_corners: true,
+            },
+        ] {
             let what = format!("{mode:?} {shape:?} -> {size:?}");
             let yd = ops::upsample(&d, size, mode).unwrap();
             let yc = ops::upsample(&c, size, mode).unwrap();
-            assert_close(&yd.to_vec::<f32>().unwrap(), &yc.to_vec::<f32>().unwrap(), 1e-5, 1e-5, &what);
+            assert_close(
+                &yd.to_vec::<f32>().unwrap(),
+                &yc.to_vec::<f32>().unwrap(),
+                1e-5,
+                1e-5,
+                &what,
+            );
             let bd = ops::upsample_backward(&gd, &shape, mode).unwrap();
             let bc = ops::upsample_backward(&gc, &shape, mode).unwrap();
-            assert_close(&bd.to_vec::<f32>().unwrap(), &bc.to_vec::<f32>().unwrap(), 1e-5, 1e-5, &format!("backward {what}"));
+            assert_close(
+                &bd.to_vec::<f32>().unwrap(),
+                &bc.to_vec::<f32>().unwrap(),
+                1e-5,
+                1e-5,
+                &format!("backward {what}"),
+            );
         }
     }
     let x = Tensor::from_slice(&cpu(), &[1.0f32, 2.0], &[1, 1, 1, 2]).unwrap();
-    let y = ops::upsample(&x, (1, 4), ops::Upsample::Nearest).unwrap().to_vec::<f32>().unwrap();
+    let y = ops::upsample(&x, (1, 4), ops::Upsample::Nearest)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     assert_eq!(y, vec![1.0, 1.0, 2.0, 2.0]);
-    let y = ops::upsample(&x, (1, 3), ops::Upsample::Bilinear { align_corners: true }).unwrap().to_vec::<f32>().unwrap();
+    let y = ops::upsample(
+        &x,
+        (1, 3),
+        ops::Upsample::Bilinear {
+            align_corners: true,
+        },
+    )
+    .unwrap()
+    .to_vec::<f32>()
+    .unwrap();
     assert_eq!(y, vec![1.0, 1.5, 2.0]);
 }
 
@@ -127,13 +226,20 @@ fn topk_matches_reference() {
             for k in [0, 1, n] {
                 let (vd, id) = ops::topk(&d, k, axis, largest).unwrap();
                 let (vc, ic) = ops::topk(&c, k, axis, largest).unwrap();
-                same(&vd, &vc, &format!("topk values axis {axis} k {k} largest {largest}"));
+                same(
+                    &vd,
+                    &vc,
+                    &format!("topk values axis {axis} k {k} largest {largest}"),
+                );
                 assert_eq!(id.to_vec::<i32>().unwrap(), ic.to_vec::<i32>().unwrap());
             }
         }
     }
     let x = Tensor::from_slice(&dev, &[3.0f32, 1.0, 3.0, 2.0], &[4]).unwrap();
     let (v, i) = ops::topk(&x, 3, 0, true).unwrap();
-    assert_eq!((v.to_vec::<f32>().unwrap(), i.to_vec::<i32>().unwrap()), (vec![3.0, 3.0, 2.0], vec![0, 2, 3]));
+    assert_eq!(
+        (v.to_vec::<f32>().unwrap(), i.to_vec::<i32>().unwrap()),
+        (vec![3.0, 3.0, 2.0], vec![0, 2, 3])
+    );
     assert!(ops::topk(&x, 5, 0, true).is_err());
 }

@@ -26,14 +26,31 @@ fn softmax_forward_and_backward_match_reference() {
         let (gc, gd) = pair(&dev, shape, 400 + k as u64);
         for axis in 0..shape.len() as isize {
             for log in [false, true] {
-                for algo in [None, Some(SoftmaxAlgo::Wg(64)), Some(SoftmaxAlgo::Wg(256)), Some(SoftmaxAlgo::Serial)] {
+                for algo in [
+                    None,
+                    Some(SoftmaxAlgo::Wg(64)),
+                    Some(SoftmaxAlgo::Wg(256)),
+                    Some(SoftmaxAlgo::Serial),
+                ] {
                     let what = format!("{shape:?} axis {axis} log {log} {algo:?}");
                     let yd = ops::softmax_with(&xd, axis, log, algo).unwrap();
                     let yc = ops::softmax_with(&xc, axis, log, None).unwrap();
-                    assert_close(&yd.to_vec::<f32>().unwrap(), &yc.to_vec::<f32>().unwrap(), 1e-6, 1e-5, &what);
+                    assert_close(
+                        &yd.to_vec::<f32>().unwrap(),
+                        &yc.to_vec::<f32>().unwrap(),
+                        1e-6,
+                        1e-5,
+                        &what,
+                    );
                     let gxd = ops::softmax_backward_with(&yd, &gd, axis, log, algo).unwrap();
                     let gxc = ops::softmax_backward_with(&yc, &gc, axis, log, None).unwrap();
-                    assert_close(&gxd.to_vec::<f32>().unwrap(), &gxc.to_vec::<f32>().unwrap(), 1e-5, 1e-4, &format!("backward {what}"));
+                    assert_close(
+                        &gxd.to_vec::<f32>().unwrap(),
+                        &gxc.to_vec::<f32>().unwrap(),
+                        1e-5,
+                        1e-4,
+                        &format!("backward {what}"),
+                    );
                 }
             }
         }
@@ -49,7 +66,10 @@ fn softmax_rows_sum_to_one_and_propagate_non_finite() {
     assert_close(&got, &want, 1e-6, 1e-5, "softmax with NaN/inf");
     let x = Tensor::randn(&dev, &[4, 50], 0.0, 3.0, 2).unwrap();
     let y = ops::softmax(&x, 1).unwrap();
-    let s = ops::sum(&y, Some(&[1]), false).unwrap().to_vec::<f32>().unwrap();
+    let s = ops::sum(&y, Some(&[1]), false)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
     assert!(s.iter().all(|v| (v - 1.0).abs() < 1e-5), "{s:?}");
     assert!(ops::softmax(&x, 2).is_err_and(|e| e.to_string().contains("out of range")));
 }
@@ -59,17 +79,37 @@ fn cross_entropy_matches_reference_with_ignore_index() {
     let Some(dev) = opencl_device() else { return };
     for (n, c) in [(1usize, 3usize), (17, 10), (64, 301)] {
         let (xc, xd) = pair(&dev, &[n, c], (n * c) as u64);
-        let labels: Vec<i32> = (0..n).map(|i| if i % 5 == 3 { -100 } else { ((i * 7) % c) as i32 }).collect();
+        let labels: Vec<i32> = (0..n)
+            .map(|i| {
+                if i % 5 == 3 {
+                    -100
+                } else {
+                    ((i * 7) % c) as i32
+                }
+            })
+            .collect();
         let lc = Tensor::from_slice(&cpu(), &labels, &[n]).unwrap();
         let ld = lc.to_device(&dev).unwrap();
         let got = ops::cross_entropy(&xd, &ld, -100).unwrap();
         let want = ops::cross_entropy(&xc, &lc, -100).unwrap();
         assert_eq!(got.shape(), &[] as &[usize]);
-        assert_close(&got.to_vec::<f32>().unwrap(), &want.to_vec::<f32>().unwrap(), 1e-6, 1e-5, "loss");
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-5,
+            "loss",
+        );
         let g = Tensor::from_slice(&dev, &[0.5f32], &[]).unwrap();
         let gcpu = Tensor::from_slice(&cpu(), &[0.5f32], &[]).unwrap();
-        let gd = ops::cross_entropy_backward(&xd, &ld, &g, -100).unwrap().to_vec::<f32>().unwrap();
-        let gc = ops::cross_entropy_backward(&xc, &lc, &gcpu, -100).unwrap().to_vec::<f32>().unwrap();
+        let gd = ops::cross_entropy_backward(&xd, &ld, &g, -100)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let gc = ops::cross_entropy_backward(&xc, &lc, &gcpu, -100)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
         assert_close(&gd, &gc, 1e-6, 1e-5, "cross-entropy gradient");
         // Ignored rows get no gradient.
         if n > 3 {
@@ -83,7 +123,10 @@ fn cross_entropy_equals_log_softmax_pick_and_rejects_bad_labels() {
     let Some(dev) = opencl_device() else { return };
     let x = Tensor::from_slice(&dev, &[1.0f32, 2.0, 3.0, 0.0, 0.0, 0.0], &[2, 3]).unwrap();
     let l = Tensor::from_slice(&dev, &[2i32, 0], &[2]).unwrap();
-    let loss = ops::cross_entropy(&x, &l, -100).unwrap().to_vec::<f32>().unwrap()[0];
+    let loss = ops::cross_entropy(&x, &l, -100)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap()[0];
     let want = ((1f64.exp() + 2f64.exp() + 3f64.exp()).ln() - 3.0 + 3f64.ln()) / 2.0;
     assert!((loss as f64 - want).abs() < 1e-6, "{loss} vs {want}");
     let bad = Tensor::from_slice(&dev, &[3i32, 0], &[2]).unwrap();

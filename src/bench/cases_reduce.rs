@@ -46,7 +46,9 @@ pub(super) fn cases() -> Vec<Case> {
             work: |small| Work::Bytes((nchw(small).iter().product::<usize>() * 4 + 64 * 4) as f64),
             setup: |dev, small| {
                 let g = Tensor::randn(dev, &nchw(small), 0.0, 1.0, 14)?;
-                Ok(Box::new(move || Ok(vec![ops::reduce_to_shape(&g, &[1, 64, 1, 1])?])))
+                Ok(Box::new(move || {
+                    Ok(vec![ops::reduce_to_shape(&g, &[1, 64, 1, 1])?])
+                }))
             },
         },
         Case {
@@ -64,7 +66,9 @@ pub(super) fn cases() -> Vec<Case> {
                 let a = Tensor::randn(dev, &[rows(small), 4096], 0.0, 1.0, 16)?;
                 let b = Tensor::randn(dev, &[rows(small), 4096], 0.0, 1.0, 17)?;
                 let c = Tensor::randn(dev, &[4096], 0.0, 1.0, 18)?;
-                Ok(Box::new(move || Ok(vec![ops::fused("max(x0 * x1 + x2, 0)", &[&a, &b, &c])?])))
+                Ok(Box::new(move || {
+                    Ok(vec![ops::fused("max(x0 * x1 + x2, 0)", &[&a, &b, &c])?])
+                }))
             },
         },
     ]

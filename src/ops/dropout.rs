@@ -20,7 +20,10 @@ fn check(x: &Tensor, p: f32, op: &str) -> Result<f32> {
         return Err(Error::Invalid(format!("{op}: p = {p} must be in [0, 1)")));
     }
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{op}: {} elements exceed the 2^31-1 per-op limit", x.numel())));
+        return Err(Error::Limit(format!(
+            "{op}: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
     }
     Ok(1.0 / (1.0 - p))
 }
@@ -57,7 +60,12 @@ impl DropoutKernels for ClDevice {
             Arg::Mem(x.storage()),
             Arg::Mem(out.storage()),
         ];
-        self.launch(&k, &args, &[n], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+        self.launch(
+            &k,
+            &args,
+            &[n],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
@@ -67,7 +75,11 @@ impl DropoutKernels for CpuDevice {
         let scale = 1.0 / (1.0 - p);
         super::host::map_f32(&[x], out, |ins, o| {
             for (i, (o, &v)) in o.iter_mut().zip(ins[0]).enumerate() {
-                *o = if crate::rng::uniform(seed, i as u64) >= p { v * scale } else { 0.0 };
+                *o = if crate::rng::uniform(seed, i as u64) >= p {
+                    v * scale
+                } else {
+                    0.0
+                };
             }
         })
     }

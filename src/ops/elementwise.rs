@@ -120,8 +120,16 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
-        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
+        let da = if i < rank - a.len() {
+            1
+        } else {
+            a[i - (rank - a.len())]
+        };
+        let db = if i < rank - b.len() {
+            1
+        } else {
+            b[i - (rank - b.len())]
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -157,9 +165,15 @@ impl BroadcastPlan {
         let same = a == out && b == out;
         let aligned = |s: &[usize]| -> Vec<usize> {
             let pad = out.len() - s.len();
-            let full: Vec<usize> = std::iter::repeat_n(1, pad).chain(s.iter().copied()).collect();
+            let full: Vec<usize> = std::iter::repeat_n(1, pad)
+                .chain(s.iter().copied())
+                .collect();
             let st = strides(&full);
-            full.iter().zip(st).zip(out).map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s }).collect()
+            full.iter()
+                .zip(st)
+                .zip(out)
+                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
+                .collect()
         };
         let (sa, sb) = (aligned(a), aligned(b));
         // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.
@@ -190,16 +204,35 @@ impl BroadcastPlan {
                 shape.len()
             )));
         }
-        Ok(BroadcastPlan { shape, sa: ca, sb: cb, same })
+        Ok(BroadcastPlan {
+            shape,
+            sa: ca,
+            sb: cb,
+            same,
+        })
     }
 }
 
 /// Device primitives for binary elementwise ops.
 pub(crate) trait BinaryKernels {
     /// Writes `op(a, b)` into `out` following `plan`.
-    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()>;
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()>;
     /// Writes `op(a, s)` (or `op(s, a)` when `swap`) into `out`.
-    fn binary_scalar(&self, op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()>;
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()>;
 }
 
 /// `op(a, b)` with broadcasting; both inputs f32 on one device.
@@ -214,7 +247,11 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return Ok(out);
     }
     if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{}: {} elements exceed the 2^31-1 per-op limit", op.name(), out.numel())));
+        return Err(Error::Limit(format!(
+            "{}: {} elements exceed the 2^31-1 per-op limit",
+            op.name(),
+            out.numel()
+        )));
     }
     a.device().kind().binary(op, a, b, &out, &plan)?;
     Ok(out)
@@ -253,7 +290,11 @@ pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Ten
         return Ok(out);
     }
     if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{}: {} elements exceed the 2^31-1 per-op limit", op.name(), out.numel())));
+        return Err(Error::Limit(format!(
+            "{}: {} elements exceed the 2^31-1 per-op limit",
+            op.name(),
+            out.numel()
+        )));
     }
     a.device().kind().binary_scalar(op, a, s, swap, &out)?;
     Ok(out)
@@ -320,15 +361,40 @@ pub fn ne(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// limits; `launch` rounds the global size up to it and the kernels bound-check.
 pub(crate) fn local_3d(dev: &ClDevice, g: [usize; 3]) -> [usize; 3] {
     let max = dev.info.max_work_group_size.clamp(1, 256);
-    let lim = |d: usize| dev.info.max_work_item_sizes.get(d).copied().unwrap_or(1).max(1);
-    let lx = g[0].max(1).next_power_of_two().min(max).min(prev_pow2(lim(0)));
-    let ly = g[1].max(1).next_power_of_two().min(max / lx).min(prev_pow2(lim(1))).max(1);
-    let lz = g[2].max(1).next_power_of_two().min(max / (lx * ly)).min(prev_pow2(lim(2))).max(1);
+    let lim = |d: usize| {
+        dev.info
+            .max_work_item_sizes
+            .get(d)
+            .copied()
+            .unwrap_or(1)
+            .max(1)
+    };
+    let lx = g[0]
+        .max(1)
+        .next_power_of_two()
+        .min(max)
+        .min(prev_pow2(lim(0)));
+    let ly = g[1]
+        .max(1)
+        .next_power_of_two()
+        .min(max / lx)
+        .min(prev_pow2(lim(1)))
+        .max(1);
+    let lz = g[2]
+        .max(1)
+        .next_power_of_two()
+        .min(max / (lx * ly))
+        .min(prev_pow2(lim(2)))
+        .max(1);
     [lx, ly, lz]
 }
 
 fn prev_pow2(n: usize) -> usize {
-    if n == 0 { 1 } else { 1 << (usize::BITS - 1 - n.leading_zeros()) }
+    if n == 0 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
 }
 
 fn int8(v: &[usize]) -> [i32; 8] {
@@ -341,14 +407,31 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl BinaryKernels for ClDevice {
-    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()> {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()> {
         use crate::device::opencl::Arg;
         let defines = Defines::new().set("OP(x,y)", op.cl_expr());
         let n = out.numel();
         if plan.same {
             let k = self.kernel("elementwise", &defines, "binary_same")?;
-            let args = [Arg::I32(n as i32), Arg::Mem(a.storage()), Arg::Mem(b.storage()), Arg::Mem(out.storage())];
-            self.launch(&k, &args, &[n.div_ceil(4)], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n.div_ceil(4)],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
             let r = plan.shape.len();
@@ -359,7 +442,10 @@ impl BinaryKernels for ClDevice {
             };
             let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
             let vec = if d[2] % 4 == 0 { 4 } else { 1 };
-            let defines = defines.set("VEC", vec).set("A_INNER", sa[2].min(1)).set("B_INNER", sb[2].min(1));
+            let defines = defines
+                .set("VEC", vec)
+                .set("A_INNER", sa[2].min(1))
+                .set("B_INNER", sb[2].min(1));
             let k = self.kernel("elementwise", &defines, "binary_3d")?;
             let g = [d[2] / vec, d[1], d[0]];
             let local = local_3d(self, g);
@@ -388,24 +474,55 @@ impl BinaryKernels for ClDevice {
                 Arg::Mem(b.storage()),
                 Arg::Mem(out.storage()),
             ];
-            self.launch(&k, &args, &[n], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
         }
         Ok(())
     }
 
-    fn binary_scalar(&self, op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()> {
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
         use crate::device::opencl::Arg;
-        let defines = Defines::new().set("OP(x,y)", op.cl_expr()).set("SWAP", u8::from(swap));
+        let defines = Defines::new()
+            .set("OP(x,y)", op.cl_expr())
+            .set("SWAP", u8::from(swap));
         let k = self.kernel("elementwise", &defines, "binary_scalar")?;
         let n = out.numel();
-        let args = [Arg::I32(n as i32), Arg::F32(s), Arg::Mem(a.storage()), Arg::Mem(out.storage())];
-        self.launch(&k, &args, &[n.div_ceil(4)], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::F32(s),
+            Arg::Mem(a.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
 
 impl BinaryKernels for CpuDevice {
-    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()> {
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()> {
         super::host::map_f32(&[a, b], out, |ins, o| {
             let (x, y) = (ins[0], ins[1]);
             if plan.same {
@@ -434,7 +551,14 @@ impl BinaryKernels for CpuDevice {
         })
     }
 
-    fn binary_scalar(&self, op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()> {
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
         CpuDevice::binary_scalar_ref(op, a, s, swap, out)
     }
 }
@@ -455,7 +579,10 @@ mod tests {
 
     #[test]
     fn broadcast_rules() {
-        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]).ok(), Some(vec![2, 4, 3]));
+        assert_eq!(
+            broadcast_shape(&[2, 1, 3], &[4, 1]).ok(),
+            Some(vec![2, 4, 3])
+        );
         assert_eq!(broadcast_shape(&[], &[5]).ok(), Some(vec![5]));
         assert_eq!(broadcast_shape(&[0, 3], &[1, 3]).ok(), Some(vec![0, 3]));
         let e = broadcast_shape(&[2, 3], &[4, 3]).map_err(|e| e.to_string());
@@ -467,8 +594,14 @@ mod tests {
         let p = BroadcastPlan::new(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]).ok();
         assert_eq!(p.map(|p| (p.shape, p.same)), Some((vec![24], true)));
         let p = BroadcastPlan::new(&[2, 3, 4], &[4], &[2, 3, 4]).ok();
-        assert_eq!(p.map(|p| (p.shape, p.sa, p.sb)), Some((vec![6, 4], vec![4, 1], vec![0, 1])));
+        assert_eq!(
+            p.map(|p| (p.shape, p.sa, p.sb)),
+            Some((vec![6, 4], vec![4, 1], vec![0, 1]))
+        );
         let p = BroadcastPlan::new(&[5, 1], &[1, 7], &[5, 7]).ok();
-        assert_eq!(p.map(|p| (p.shape, p.sa, p.sb)), Some((vec![5, 7], vec![1, 0], vec![0, 1])));
+        assert_eq!(
+            p.map(|p| (p.shape, p.sa, p.sb)),
+            Some((vec![5, 7], vec![1, 0], vec![0, 1]))
+        );
     }
 }

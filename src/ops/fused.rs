@@ -106,7 +106,9 @@ fn lex(text: &str) -> Result<Vec<Tok>> {
                 }
             }
             let s = &text[start..i];
-            let v: f32 = s.parse().map_err(|_| bad(format!("`{s}` is not a number")))?;
+            let v: f32 = s
+                .parse()
+                .map_err(|_| bad(format!("`{s}` is not a number")))?;
             if !v.is_finite() {
                 return Err(bad(format!("`{s}` is not a finite f32")));
             }
@@ -125,7 +127,9 @@ fn lex(text: &str) -> Result<Vec<Tok>> {
                 i += 2;
                 continue;
             }
-            let one = ["+", "-", "*", "/", "<", ">", "(", ")", ","].into_iter().find(|o| o.starts_with(c));
+            let one = ["+", "-", "*", "/", "<", ">", "(", ")", ","]
+                .into_iter()
+                .find(|o| o.starts_with(c));
             match one {
                 Some(o) => out.push(Tok::Op(o)),
                 None => return Err(bad(format!("unexpected character `{c}` at byte {i}"))),
@@ -145,7 +149,10 @@ struct Parser<'a> {
 
 impl Parser<'_> {
     fn err(&self, m: &str) -> Error {
-        Error::Invalid(format!("expression `{}`: {m} (at token {})", self.text, self.pos))
+        Error::Invalid(format!(
+            "expression `{}`: {m} (at token {})",
+            self.text, self.pos
+        ))
     }
     fn peek_op(&self) -> Option<&'static str> {
         match self.toks.get(self.pos) {
@@ -163,7 +170,11 @@ impl Parser<'_> {
     }
     fn enter(&mut self) -> Result<()> {
         self.depth += 1;
-        if self.depth > MAX_DEPTH { Err(self.err(&format!("nested deeper than {MAX_DEPTH} levels"))) } else { Ok(()) }
+        if self.depth > MAX_DEPTH {
+            Err(self.err(&format!("nested deeper than {MAX_DEPTH} levels")))
+        } else {
+            Ok(())
+        }
     }
     fn expr(&mut self) -> Result<Node> {
         self.enter()?;
@@ -193,7 +204,11 @@ impl Parser<'_> {
         while let Some(o @ ("+" | "-")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.term()?;
-            lhs = Node::Bin(if o == "+" { Bin::Add } else { Bin::Sub }, Box::new(lhs), Box::new(rhs));
+            lhs = Node::Bin(
+                if o == "+" { Bin::Add } else { Bin::Sub },
+                Box::new(lhs),
+                Box::new(rhs),
+            );
         }
         Ok(lhs)
     }
@@ -202,7 +217,11 @@ impl Parser<'_> {
         while let Some(o @ ("*" | "/")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.unary()?;
-            lhs = Node::Bin(if o == "*" { Bin::Mul } else { Bin::Div }, Box::new(lhs), Box::new(rhs));
+            lhs = Node::Bin(
+                if o == "*" { Bin::Mul } else { Bin::Div },
+                Box::new(lhs),
+                Box::new(rhs),
+            );
         }
         Ok(lhs)
     }
@@ -254,7 +273,10 @@ impl Parser<'_> {
                 }
                 self.expect(")")?;
                 if args.len() != arity {
-                    return Err(self.err(&format!("`{fname}` takes {arity} argument(s), got {}", args.len())));
+                    return Err(self.err(&format!(
+                        "`{fname}` takes {arity} argument(s), got {}",
+                        args.len()
+                    )));
                 }
                 Ok(Node::Call(fname, args))
             }
@@ -347,10 +369,18 @@ fn emit(n: &Node, out: &mut String) {
 }
 
 fn nan_max(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() { a + b } else { a.max(b) }
+    if a.is_nan() || b.is_nan() {
+        a + b
+    } else {
+        a.max(b)
+    }
 }
 fn nan_min(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() { a + b } else { a.min(b) }
+    if a.is_nan() || b.is_nan() {
+        a + b
+    } else {
+        a.min(b)
+    }
 }
 
 fn eval(n: &Node, x: &[f32]) -> f32 {
@@ -419,10 +449,18 @@ impl Expr {
     /// Parses and validates `text`.
     pub fn parse(text: &str) -> Result<Expr> {
         if text.len() > MAX_LEN {
-            return Err(Error::Limit(format!("expression of {} bytes; at most {MAX_LEN}", text.len())));
+            return Err(Error::Limit(format!(
+                "expression of {} bytes; at most {MAX_LEN}",
+                text.len()
+            )));
         }
         let toks = lex(text)?;
-        let mut p = Parser { toks, pos: 0, text, depth: 0 };
+        let mut p = Parser {
+            toks,
+            pos: 0,
+            text,
+            depth: 0,
+        };
         let root = p.expr()?;
         if p.pos != p.toks.len() {
             return Err(p.err("unexpected trailing input"));
@@ -463,9 +501,15 @@ fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
         .iter()
         .map(|s| {
             let pad = out.len() - s.len();
-            let f: Vec<usize> = std::iter::repeat_n(1, pad).chain(s.iter().copied()).collect();
+            let f: Vec<usize> = std::iter::repeat_n(1, pad)
+                .chain(s.iter().copied())
+                .collect();
             let st = strides(&f);
-            f.iter().zip(st).zip(out).map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s }).collect()
+            f.iter()
+                .zip(st)
+                .zip(out)
+                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
+                .collect()
         })
         .collect();
     let mut shape: Vec<usize> = Vec::new();
@@ -474,7 +518,11 @@ fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
         if o == 1 {
             continue;
         }
-        let mergeable = !shape.is_empty() && cs.iter().zip(&full).all(|(c, f)| c[c.len() - 1] == f[i] * o);
+        let mergeable = !shape.is_empty()
+            && cs
+                .iter()
+                .zip(&full)
+                .all(|(c, f)| c[c.len() - 1] == f[i] * o);
         if mergeable {
             let k = shape.len() - 1;
             shape[k] *= o;
@@ -494,7 +542,11 @@ fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
             shape.len()
         )));
     }
-    Ok(MultiPlan { shape, strides: cs, same })
+    Ok(MultiPlan {
+        shape,
+        strides: cs,
+        same,
+    })
 }
 
 /// Device primitives for fused expressions.
@@ -516,10 +568,15 @@ pub fn fused(expr: &str, inputs: &[&Tensor]) -> Result<Tensor> {
 /// Evaluates a parsed expression over `inputs` with broadcasting.
 pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
     let Some(first) = inputs.first() else {
-        return Err(Error::Invalid("fused: at least one input tensor is needed".into()));
+        return Err(Error::Invalid(
+            "fused: at least one input tensor is needed".into(),
+        ));
     };
     if inputs.len() > MAX_INPUTS {
-        return Err(Error::Invalid(format!("fused: {} inputs given; at most {MAX_INPUTS}", inputs.len())));
+        return Err(Error::Invalid(format!(
+            "fused: {} inputs given; at most {MAX_INPUTS}",
+            inputs.len()
+        )));
     }
     if e.inputs() > inputs.len() {
         return Err(Error::Invalid(format!(
@@ -541,7 +598,10 @@ pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
         return Ok(out);
     }
     if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("fused: {} elements exceed the 2^31-1 per-op limit", out.numel())));
+        return Err(Error::Limit(format!(
+            "fused: {} elements exceed the 2^31-1 per-op limit",
+            out.numel()
+        )));
     }
     first.device().kind().fused(e, inputs, &out, &p)?;
     Ok(out)
@@ -562,10 +622,13 @@ fn int8(v: &[usize]) -> [i32; 8] {
 
 impl FusedKernels for ClDevice {
     fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
-        let defines = Defines::new().set("NIN", inputs.len()).set("EXPR", expr.code());
+        let defines = Defines::new()
+            .set("NIN", inputs.len())
+            .set("EXPR", expr.code());
         let n = out.numel();
-        let bufs: Vec<&crate::memory::Storage> =
-            (0..MAX_INPUTS).map(|k| inputs.get(k).unwrap_or(&inputs[0]).storage()).collect();
+        let bufs: Vec<&crate::memory::Storage> = (0..MAX_INPUTS)
+            .map(|k| inputs.get(k).unwrap_or(&inputs[0]).storage())
+            .collect();
         let local = [256.min(self.info.max_work_group_size.max(1))];
         if plan.same {
             let k = self.kernel("fused", &defines, "fused_same")?;
@@ -579,7 +642,11 @@ impl FusedKernels for ClDevice {
             for (i, d) in plan.shape.iter().rev().enumerate() {
                 shape[i] = *d as i32;
             }
-            let mut args = vec![Arg::I32(n as i32), Arg::I32(plan.shape.len() as i32), Arg::I32x8(shape)];
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(plan.shape.len() as i32),
+                Arg::I32x8(shape),
+            ];
             for k in 0..MAX_INPUTS {
                 args.push(Arg::I32x8(plan.strides.get(k).map_or([0; 8], |s| int8(s))));
             }
@@ -636,7 +703,17 @@ mod tests {
 
     #[test]
     fn rejects_anything_outside_the_language() {
-        for bad in ["x0; }", "system(x0)", "x0 +", "x4", "exp(x0, x1)", "1e99", "x0 # 2", "((((x0)", "x0 x1"] {
+        for bad in [
+            "x0; }",
+            "system(x0)",
+            "x0 +",
+            "x4",
+            "exp(x0, x1)",
+            "1e99",
+            "x0 # 2",
+            "((((x0)",
+            "x0 x1",
+        ] {
             assert!(Expr::parse(bad).is_err(), "{bad} accepted");
         }
         let deep = format!("{}x0{}", "(".repeat(100), ")".repeat(100));

@@ -15,30 +15,66 @@ pub mod unary;
 
 pub use dropout::{dropout, dropout_backward};
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
-pub use elementwise::{add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar};
+pub use elementwise::{
+    add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar,
+};
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
-pub use norm::{BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm, group_norm_backward};
-pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
-pub use pool::{MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d, global_avg_pool2d_backward};
-pub use pool::{max_pool2d, max_pool2d_backward};
-pub use resize::{Upsample, upsample, upsample_backward};
-pub use shape::{PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, topk, transpose};
 pub use fused::{Expr, fused, fused_expr, where_};
-pub use softmax::{SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax};
+pub use norm::{
+    BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm,
+    group_norm_backward,
+};
+pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+pub use pool::{
+    MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d,
+    global_avg_pool2d_backward,
+};
+pub use pool::{max_pool2d, max_pool2d_backward};
+pub use reduce::{
+    ReduceAlgo, ReduceOp, argmax, argmin, global_l2_norm, max, mean, min, prod, reduce,
+    reduce_to_shape,
+};
+pub use reduce::{reduce_with, sum, sum_all};
+pub use resize::{Upsample, upsample, upsample_backward};
+pub use shape::{
+    PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, topk,
+    transpose,
+};
+pub use softmax::{
+    SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax,
+};
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
 pub use unary::{UnaryOp, unary, unary_backward};
-pub use unary::{abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu, sigmoid};
+pub use unary::{
+    abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu,
+    sigmoid,
+};
 pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
-pub use reduce::{ReduceAlgo, ReduceOp, argmax, argmin, global_l2_norm, max, mean, min, prod, reduce, reduce_to_shape};
-pub use reduce::{reduce_with, sum, sum_all};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels + resize::ResizeKernels
+    elementwise::BinaryKernels
+    + reduce::ReduceKernels
+    + unary::UnaryKernels
+    + fused::FusedKernels
+    + softmax::SoftmaxKernels
+    + dropout::DropoutKernels
+    + pool::PoolKernels
+    + shape::ShapeKernels
+    + resize::ResizeKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + unary::UnaryKernels + fused::FusedKernels + softmax::SoftmaxKernels + dropout::DropoutKernels + pool::PoolKernels + shape::ShapeKernels + resize::ResizeKernels>
-    Kernels for T
+impl<
+    T: elementwise::BinaryKernels
+        + reduce::ReduceKernels
+        + unary::UnaryKernels
+        + fused::FusedKernels
+        + softmax::SoftmaxKernels
+        + dropout::DropoutKernels
+        + pool::PoolKernels
+        + shape::ShapeKernels
+        + resize::ResizeKernels,
+> Kernels for T
 {
 }
 
@@ -48,10 +84,20 @@ pub(crate) mod host {
     use crate::{Result, Tensor};
 
     /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
-    pub(crate) fn map_f32<R>(inputs: &[&Tensor], out: &Tensor, f: impl FnOnce(&[&[f32]], &mut [f32]) -> R) -> Result<R> {
-        let guards: Vec<_> = inputs.iter().map(|t| cpu_access::read(t)).collect::<Result<_>>()?;
-        let slices: Vec<&[f32]> =
-            guards.iter().zip(inputs).map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()]).collect();
+    pub(crate) fn map_f32<R>(
+        inputs: &[&Tensor],
+        out: &Tensor,
+        f: impl FnOnce(&[&[f32]], &mut [f32]) -> R,
+    ) -> Result<R> {
+        let guards: Vec<_> = inputs
+            .iter()
+            .map(|t| cpu_access::read(t))
+            .collect::<Result<_>>()?;
+        let slices: Vec<&[f32]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()])
+            .collect();
         let mut w = cpu_access::write(out)?;
         let n = out.numel();
         let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..n];

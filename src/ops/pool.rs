@@ -24,7 +24,11 @@ pub struct Pool2d {
 impl Pool2d {
     /// A square window `k` with stride `s` and padding `p`.
     pub fn square(k: usize, s: usize, p: usize) -> Pool2d {
-        Pool2d { kernel: (k, k), stride: (s, s), padding: (p, p) }
+        Pool2d {
+            kernel: (k, k),
+            stride: (s, s),
+            padding: (p, p),
+        }
     }
 
     fn out_hw(&self, h: usize, w: usize, op: &str) -> Result<(usize, usize)> {
@@ -32,19 +36,36 @@ impl Pool2d {
         let (sh, sw) = self.stride;
         let (ph, pw) = self.padding;
         if kh == 0 || kw == 0 || sh == 0 || sw == 0 {
-            return Err(Error::Invalid(format!("{op}: kernel {:?} and stride {:?} must be positive", self.kernel, self.stride)));
+            return Err(Error::Invalid(format!(
+                "{op}: kernel {:?} and stride {:?} must be positive",
+                self.kernel, self.stride
+            )));
         }
         if 2 * ph > kh || 2 * pw > kw {
-            return Err(Error::Invalid(format!("{op}: padding {:?} must be at most half the kernel {:?}", self.padding, self.kernel)));
+            return Err(Error::Invalid(format!(
+                "{op}: padding {:?} must be at most half the kernel {:?}",
+                self.padding, self.kernel
+            )));
         }
         if h + 2 * ph < kh || w + 2 * pw < kw {
-            return Err(Error::Shape(format!("{op}: a {kh}×{kw} window does not fit a padded {h}×{w} input (padding {:?})", self.padding)));
+            return Err(Error::Shape(format!(
+                "{op}: a {kh}×{kw} window does not fit a padded {h}×{w} input (padding {:?})",
+                self.padding
+            )));
         }
         Ok(((h + 2 * ph - kh) / sh + 1, (w + 2 * pw - kw) / sw + 1))
     }
 
     fn args(&self) -> [i32; 6] {
-        [self.kernel.0, self.kernel.1, self.stride.0, self.stride.1, self.padding.0, self.padding.1].map(|v| v as i32)
+        [
+            self.kernel.0,
+            self.kernel.1,
+            self.stride.0,
+            self.stride.1,
+            self.padding.0,
+            self.padding.1,
+        ]
+        .map(|v| v as i32)
     }
 }
 
@@ -74,11 +95,17 @@ pub(crate) trait PoolKernels {
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
     x.expect_dtype(DType::F32, op)?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{op}: {} elements exceed the 2^31-1 per-op limit", x.numel())));
+        return Err(Error::Limit(format!(
+            "{op}: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
     }
     match *x.shape() {
         [n, c, h, w] => Ok([n, c, h, w]),
-        _ => Err(Error::Shape(format!("{op}: expected an N×C×H×W input, got {:?}", x.shape()))),
+        _ => Err(Error::Shape(format!(
+            "{op}: expected an N×C×H×W input, got {:?}",
+            x.shape()
+        ))),
     }
 }
 
@@ -95,19 +122,33 @@ pub fn max_pool2d(x: &Tensor, p: Pool2d) -> Result<MaxPoolOut> {
 }
 
 /// The input gradient of max pooling: each output gradient goes to its window's (first) maximum.
-pub fn max_pool2d_backward(grad: &Tensor, out: &MaxPoolOut, input_shape: &[usize], p: Pool2d) -> Result<Tensor> {
+pub fn max_pool2d_backward(
+    grad: &Tensor,
+    out: &MaxPoolOut,
+    input_shape: &[usize],
+    p: Pool2d,
+) -> Result<Tensor> {
     let [n, c, h, w] = match *input_shape {
         [n, c, h, w] => [n, c, h, w],
-        _ => return Err(Error::Shape(format!("max_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"))),
+        _ => {
+            return Err(Error::Shape(format!(
+                "max_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
+            )));
+        }
     };
     let (oh, ow) = p.out_hw(h, w, "max_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] || out.indices.shape() != grad.shape() {
-        return Err(Error::Shape(format!("max_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]", grad.shape())));
+        return Err(Error::Shape(format!(
+            "max_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]",
+            grad.shape()
+        )));
     }
     grad.expect_dtype(DType::F32, "max_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
-        grad.device().kind().maxpool_backward(grad, &out.indices, &p, &gx)?;
+        grad.device()
+            .kind()
+            .maxpool_backward(grad, &out.indices, &p, &gx)?;
     }
     Ok(gx)
 }
@@ -124,19 +165,33 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2d, count_include_pad: bool) -> Result<Tens
 }
 
 /// The input gradient of [`avg_pool2d`].
-pub fn avg_pool2d_backward(grad: &Tensor, input_shape: &[usize], p: Pool2d, count_include_pad: bool) -> Result<Tensor> {
+pub fn avg_pool2d_backward(
+    grad: &Tensor,
+    input_shape: &[usize],
+    p: Pool2d,
+    count_include_pad: bool,
+) -> Result<Tensor> {
     let [n, c, h, w] = match *input_shape {
         [n, c, h, w] => [n, c, h, w],
-        _ => return Err(Error::Shape(format!("avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"))),
+        _ => {
+            return Err(Error::Shape(format!(
+                "avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
+            )));
+        }
     };
     let (oh, ow) = p.out_hw(h, w, "avg_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] {
-        return Err(Error::Shape(format!("avg_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]", grad.shape())));
+        return Err(Error::Shape(format!(
+            "avg_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]",
+            grad.shape()
+        )));
     }
     grad.expect_dtype(DType::F32, "avg_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
-        grad.device().kind().avgpool_backward(grad, &p, count_include_pad, &gx)?;
+        grad.device()
+            .kind()
+            .avgpool_backward(grad, &p, count_include_pad, &gx)?;
     }
     Ok(gx)
 }
@@ -151,10 +206,17 @@ pub fn global_avg_pool2d(x: &Tensor) -> Result<Tensor> {
 pub fn global_avg_pool2d_backward(grad: &Tensor, input_shape: &[usize]) -> Result<Tensor> {
     let [n, c, _, _] = match *input_shape {
         [n, c, h, w] => [n, c, h, w],
-        _ => return Err(Error::Shape(format!("global_avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"))),
+        _ => {
+            return Err(Error::Shape(format!(
+                "global_avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
+            )));
+        }
     };
     if grad.numel() != n * c {
-        return Err(Error::Shape(format!("global_avg_pool2d_backward: gradient {:?} does not match [{n}, {c}, 1, 1]", grad.shape())));
+        return Err(Error::Shape(format!(
+            "global_avg_pool2d_backward: gradient {:?} does not match [{n}, {c}, 1, 1]",
+            grad.shape()
+        )));
     }
     grad.expect_dtype(DType::F32, "global_avg_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
@@ -165,14 +227,33 @@ pub fn global_avg_pool2d_backward(grad: &Tensor, input_shape: &[usize]) -> Resul
 }
 
 fn geometry(x_shape: &[usize], y_shape: &[usize]) -> [i32; 5] {
-    [x_shape[0] * x_shape[1], x_shape[2], x_shape[3], y_shape[2], y_shape[3]].map(|v| v as i32)
+    [
+        x_shape[0] * x_shape[1],
+        x_shape[2],
+        x_shape[3],
+        y_shape[2],
+        y_shape[3],
+    ]
+    .map(|v| v as i32)
 }
 
 impl ClDevice {
     #[allow(clippy::too_many_arguments)]
-    fn pool_launch(&self, name: &str, geo: [i32; 5], p: &Pool2d, incl: Option<bool>, bufs: &[&Tensor], range: [usize; 3]) -> Result<()> {
+    fn pool_launch(
+        &self,
+        name: &str,
+        geo: [i32; 5],
+        p: &Pool2d,
+        incl: Option<bool>,
+        bufs: &[&Tensor],
+        range: [usize; 3],
+    ) -> Result<()> {
         let k = self.kernel("pool", &Defines::new(), name)?;
-        let mut args: Vec<Arg> = geo.iter().chain(p.args().iter()).map(|&v| Arg::I32(v)).collect();
+        let mut args: Vec<Arg> = geo
+            .iter()
+            .chain(p.args().iter())
+            .map(|&v| Arg::I32(v))
+            .collect();
         if let Some(i) = incl {
             args.push(Arg::I32(i32::from(i)));
         }
@@ -186,33 +267,83 @@ impl ClDevice {
 impl PoolKernels for ClDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
         let g = geometry(x.shape(), y.shape());
-        self.pool_launch("maxpool_fwd", g, p, None, &[x, y, idx], [g[4] as usize, g[3] as usize, g[0] as usize])
+        self.pool_launch(
+            "maxpool_fwd",
+            g,
+            p,
+            None,
+            &[x, y, idx],
+            [g[4] as usize, g[3] as usize, g[0] as usize],
+        )
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, p: &Pool2d, gx: &Tensor) -> Result<()> {
         let geo = geometry(gx.shape(), g.shape());
-        self.pool_launch("maxpool_bwd", geo, p, None, &[g, idx, gx], [geo[2] as usize, geo[1] as usize, geo[0] as usize])
+        self.pool_launch(
+            "maxpool_bwd",
+            geo,
+            p,
+            None,
+            &[g, idx, gx],
+            [geo[2] as usize, geo[1] as usize, geo[0] as usize],
+        )
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
         let g = geometry(x.shape(), y.shape());
-        self.pool_launch("avgpool_fwd", g, p, Some(incl), &[x, y], [g[4] as usize, g[3] as usize, g[0] as usize])
+        self.pool_launch(
+            "avgpool_fwd",
+            g,
+            p,
+            Some(incl),
+            &[x, y],
+            [g[4] as usize, g[3] as usize, g[0] as usize],
+        )
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
         let geo = geometry(gx.shape(), g.shape());
-        self.pool_launch("avgpool_bwd", geo, p, Some(incl), &[g, gx], [geo[2] as usize, geo[1] as usize, geo[0] as usize])
+        self.pool_launch(
+            "avgpool_bwd",
+            geo,
+            p,
+            Some(incl),
+            &[g, gx],
+            [geo[2] as usize, geo[1] as usize, geo[0] as usize],
+        )
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
         let k = self.kernel("pool", &Defines::new(), "gap_bwd")?;
         let n = gx.numel();
         let hw = gx.shape()[2] * gx.shape()[3];
-        let args = [Arg::I32(n as i32), Arg::I32(hw as i32), Arg::F32(1.0 / hw as f32), Arg::Mem(g.storage()), Arg::Mem(gx.storage())];
-        self.launch(&k, &args, &[n], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::I32(hw as i32),
+            Arg::F32(1.0 / hw as f32),
+            Arg::Mem(g.storage()),
+            Arg::Mem(gx.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
 
 /// Reference window walk: calls `f(o, in_index)` for every in-bounds element of every output window.
-fn windows(x_shape: &[usize], y_shape: &[usize], p: &Pool2d, mut f: impl FnMut(usize, usize, usize)) {
-    let (planes, h, w, oh, ow) = (x_shape[0] * x_shape[1], x_shape[2], x_shape[3], y_shape[2], y_shape[3]);
+fn windows(
+    x_shape: &[usize],
+    y_shape: &[usize],
+    p: &Pool2d,
+    mut f: impl FnMut(usize, usize, usize),
+) {
+    let (planes, h, w, oh, ow) = (
+        x_shape[0] * x_shape[1],
+        x_shape[2],
+        x_shape[3],
+        y_shape[2],
+        y_shape[3],
+    );
     for pl in 0..planes {
         for a in 0..oh {
             for b in 0..ow {
@@ -256,8 +387,12 @@ impl PoolKernels for CpuDevice {
                 bi[o] = k as i32;
             }
         });
-        y.device().kind().write(y.storage(), 0, bytemuck::cast_slice(&best))?;
-        idx.device().kind().write(idx.storage(), 0, bytemuck::cast_slice(&bi))
+        y.device()
+            .kind()
+            .write(y.storage(), 0, bytemuck::cast_slice(&best))?;
+        idx.device()
+            .kind()
+            .write(idx.storage(), 0, bytemuck::cast_slice(&bi))
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, _p: &Pool2d, gx: &Tensor) -> Result<()> {
         let (gs, is) = (g.to_vec::<f32>()?, idx.to_vec::<i32>()?);
@@ -269,23 +404,37 @@ impl PoolKernels for CpuDevice {
                 out[(o / ohw) * hw + i as usize] += gv;
             }
         }
-        gx.device().kind().write(gx.storage(), 0, bytemuck::cast_slice(&out))
+        gx.device()
+            .kind()
+            .write(gx.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
         let mut acc = vec![0f64; y.numel()];
-        windows(x.shape(), y.shape(), p, |o, base, k| acc[o] += xs[base + k] as f64);
+        windows(x.shape(), y.shape(), p, |o, base, k| {
+            acc[o] += xs[base + k] as f64
+        });
         let cnt = window_counts(x.shape(), y.shape(), p, incl);
-        let out: Vec<f32> = acc.iter().zip(&cnt).map(|(a, c)| (*a / *c as f64) as f32).collect();
-        y.device().kind().write(y.storage(), 0, bytemuck::cast_slice(&out))
+        let out: Vec<f32> = acc
+            .iter()
+            .zip(&cnt)
+            .map(|(a, c)| (*a / *c as f64) as f32)
+            .collect();
+        y.device()
+            .kind()
+            .write(y.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
         let gs = g.to_vec::<f32>()?;
         let cnt = window_counts(gx.shape(), g.shape(), p, incl);
         let mut out = vec![0f64; gx.numel()];
-        windows(gx.shape(), g.shape(), p, |o, base, k| out[base + k] += gs[o] as f64 / cnt[o] as f64);
+        windows(gx.shape(), g.shape(), p, |o, base, k| {
+            out[base + k] += gs[o] as f64 / cnt[o] as f64
+        });
         let out: Vec<f32> = out.into_iter().map(|v| v as f32).collect();
-        gx.device().kind().write(gx.storage(), 0, bytemuck::cast_slice(&out))
+        gx.device()
+            .kind()
+            .write(gx.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
         let hw = gx.shape()[2] * gx.shape()[3];

@@ -55,18 +55,36 @@ impl ReduceOp {
         let (comb, ident) = match self {
             ReduceOp::Sum | ReduceOp::Mean | ReduceOp::SumSq => ("((a)+(b))", "0.0f"),
             ReduceOp::Prod => ("((a)*(b))", "1.0f"),
-            ReduceOp::Max => ("select(fmax((a),(b)),(a)+(b),isnan(a)|isnan(b))", "(-INFINITY)"),
-            ReduceOp::Min => ("select(fmin((a),(b)),(a)+(b),isnan(a)|isnan(b))", "INFINITY"),
+            ReduceOp::Max => (
+                "select(fmax((a),(b)),(a)+(b),isnan(a)|isnan(b))",
+                "(-INFINITY)",
+            ),
+            ReduceOp::Min => (
+                "select(fmin((a),(b)),(a)+(b),isnan(a)|isnan(b))",
+                "INFINITY",
+            ),
         };
-        let pre = if first && self == ReduceOp::SumSq { "((v)*(v))" } else { "(v)" };
+        let pre = if first && self == ReduceOp::SumSq {
+            "((v)*(v))"
+        } else {
+            "(v)"
+        };
         // Sums are compensated in the serial column loop, whose length is the whole reduced extent.
         let kahan = matches!(self, ReduceOp::Sum | ReduceOp::Mean | ReduceOp::SumSq);
-        Defines::new().set("COMB(a,b)", comb).set("IDENT", ident).set("PRE(v)", pre).set("KAHAN", u8::from(kahan))
+        Defines::new()
+            .set("COMB(a,b)", comb)
+            .set("IDENT", ident)
+            .set("PRE(v)", pre)
+            .set("KAHAN", u8::from(kahan))
     }
 
     /// The op after the first pass (a sum of squares continues as a sum).
     fn rest(self) -> ReduceOp {
-        if self == ReduceOp::SumSq { ReduceOp::Sum } else { self }
+        if self == ReduceOp::SumSq {
+            ReduceOp::Sum
+        } else {
+            self
+        }
     }
 }
 
@@ -128,7 +146,13 @@ pub(crate) trait ReduceKernels {
     /// argmax (`max`) or argmin along R of [O, R, I] into i32 `out` ([O, I]).
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()>;
     /// Sums `grad` over the reduced axes of `plan` into `out`.
-    fn reduce_to_shape(&self, device: &Device, grad: &Tensor, out: &Tensor, plan: &RtsPlan) -> Result<()>;
+    fn reduce_to_shape(
+        &self,
+        device: &Device,
+        grad: &Tensor,
+        out: &Tensor,
+        plan: &RtsPlan,
+    ) -> Result<()>;
     /// `out[0] = sqrt(Σ parts)`.
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()>;
 }
@@ -165,21 +189,46 @@ pub fn reduce(op: ReduceOp, x: &Tensor, axes: Option<&[isize]>, keepdims: bool) 
 
 /// [`reduce`] with every pass forced to `algo` when given (`Wg`/`Chunk` apply to passes with I = 1, `Col` to
 /// passes with I > 1; the other kind is autotuned).
-pub fn reduce_with(op: ReduceOp, x: &Tensor, axes: Option<&[isize]>, keepdims: bool, algo: Option<ReduceAlgo>) -> Result<Tensor> {
+pub fn reduce_with(
+    op: ReduceOp,
+    x: &Tensor,
+    axes: Option<&[isize]>,
+    keepdims: bool,
+    algo: Option<ReduceAlgo>,
+) -> Result<Tensor> {
     x.expect_dtype(DType::F32, op.name())?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{}: {} elements exceed the 2^31-1 per-op limit", op.name(), x.numel())));
+        return Err(Error::Limit(format!(
+            "{}: {} elements exceed the 2^31-1 per-op limit",
+            op.name(),
+            x.numel()
+        )));
     }
     let shape = x.shape().to_vec();
     let axes = normalize_axes(axes, shape.len(), op.name())?;
     let out_shape: Vec<usize> = if keepdims {
-        shape.iter().enumerate().map(|(d, &s)| if axes.contains(&d) { 1 } else { s }).collect()
+        shape
+            .iter()
+            .enumerate()
+            .map(|(d, &s)| if axes.contains(&d) { 1 } else { s })
+            .collect()
     } else {
-        shape.iter().enumerate().filter(|(d, _)| !axes.contains(d)).map(|(_, &s)| s).collect()
+        shape
+            .iter()
+            .enumerate()
+            .filter(|(d, _)| !axes.contains(d))
+            .map(|(_, &s)| s)
+            .collect()
     };
     let count: usize = axes.iter().map(|&a| shape[a]).product();
-    if count == 0 && matches!(op, ReduceOp::Max | ReduceOp::Min) && out_shape.iter().product::<usize>() > 0 {
-        return Err(Error::Shape(format!("{}: reduction over an empty axis of shape {shape:?} has no identity", op.name())));
+    if count == 0
+        && matches!(op, ReduceOp::Max | ReduceOp::Min)
+        && out_shape.iter().product::<usize>() > 0
+    {
+        return Err(Error::Shape(format!(
+            "{}: reduction over an empty axis of shape {shape:?} has no identity",
+            op.name()
+        )));
     }
     let out = Tensor::empty(x.device(), &out_shape, DType::F32)?;
     if out.numel() == 0 {
@@ -196,11 +245,20 @@ pub fn reduce_with(op: ReduceOp, x: &Tensor, axes: Option<&[isize]>, keepdims: b
     let dev = x.device();
     if groups.is_empty() {
         // Nothing to reduce: the op of one element (the pre-map still applies to a sum of squares).
-        let v = Ori { o: x.numel(), r: 1, i: 1 };
-        dev.kind().reduce_pass(dev, op, true, v, 1.0, x, &out, 0, algo)?;
+        let v = Ori {
+            o: x.numel(),
+            r: 1,
+            i: 1,
+        };
+        dev.kind()
+            .reduce_pass(dev, op, true, v, 1.0, x, &out, 0, algo)?;
         return Ok(out);
     }
-    let scale = if op == ReduceOp::Mean { 1.0 / count as f32 } else { 1.0 };
+    let scale = if op == ReduceOp::Mean {
+        1.0 / count as f32
+    } else {
+        1.0
+    };
     let mut cur = x.clone();
     let mut cur_shape = shape.clone();
     let n = groups.len();
@@ -209,12 +267,24 @@ pub fn reduce_with(op: ReduceOp, x: &Tensor, axes: Option<&[isize]>, keepdims: b
         let r: usize = cur_shape[s..e].iter().product();
         let i: usize = cur_shape[e..].iter().product();
         let last = k + 1 == n;
-        let dst = if last { out.clone() } else { Tensor::empty(dev, &[o * i], DType::F32)? };
+        let dst = if last {
+            out.clone()
+        } else {
+            Tensor::empty(dev, &[o * i], DType::F32)?
+        };
         let this_op = if k == 0 { op } else { op.rest() };
-        dev.kind().reduce_pass(dev, this_op, k == 0, Ori { o, r, i }, if last { scale } else { 1.0 }, &cur, &dst, 0, algo)?;
-        for d in s..e {
-            cur_shape[d] = 1;
-        }
+        dev.kind().reduce_pass(
+            dev,
+            this_op,
+            k == 0,
+            Ori { o, r, i },
+            if last { scale } else { 1.0 },
+            &cur,
+            &dst,
+            0,
+            algo,
+        )?;
+        cur_shape[s..e].fill(1);
         cur = dst;
     }
     Ok(out)
@@ -250,7 +320,10 @@ fn arg_reduce(max: bool, x: &Tensor, axis: isize, keepdims: bool) -> Result<Tens
     let name = if max { "argmax" } else { "argmin" };
     x.expect_dtype(DType::F32, name)?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{name}: {} elements exceed the 2^31-1 per-op limit", x.numel())));
+        return Err(Error::Limit(format!(
+            "{name}: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
     }
     let shape = x.shape();
     let a = normalize_axes(Some(&[axis]), shape.len(), name)?[0];
@@ -265,9 +338,15 @@ fn arg_reduce(max: bool, x: &Tensor, axis: isize, keepdims: bool) -> Result<Tens
         return Ok(out);
     }
     if shape[a] == 0 {
-        return Err(Error::Shape(format!("{name}: axis {a} of shape {shape:?} is empty")));
+        return Err(Error::Shape(format!(
+            "{name}: axis {a} of shape {shape:?} is empty"
+        )));
     }
-    let v = Ori { o: shape[..a].iter().product(), r: shape[a], i: shape[a + 1..].iter().product() };
+    let v = Ori {
+        o: shape[..a].iter().product(),
+        r: shape[a],
+        i: shape[a + 1..].iter().product(),
+    };
     x.device().kind().arg_reduce(max, v, x, &out)?;
     Ok(out)
 }
@@ -309,7 +388,9 @@ impl RtsPlan {
         let t: Vec<usize> = if target.len() >= grad.len() {
             target[target.len() - grad.len()..].to_vec()
         } else {
-            std::iter::repeat_n(1, grad.len() - target.len()).chain(target.iter().copied()).collect()
+            std::iter::repeat_n(1, grad.len() - target.len())
+                .chain(target.iter().copied())
+                .collect()
         };
         let st = crate::tensor::strides(grad);
         // (extent, stride, reduced), merged with the next-inner dimension when of the same kind.
@@ -344,10 +425,18 @@ impl RtsPlan {
             }
         }
         if kshape.len() > 8 || rshape.len() > 8 {
-            return Err(Error::Shape(format!("reduce_to_shape: {grad:?} → {target:?} alternates kept and summed axes more than 8 times")));
+            return Err(Error::Shape(format!(
+                "reduce_to_shape: {grad:?} → {target:?} alternates kept and summed axes more than 8 times"
+            )));
         }
         let r = rshape.iter().product();
-        Ok(RtsPlan { kshape, kstride, rshape, rstride, r })
+        Ok(RtsPlan {
+            kshape,
+            kstride,
+            rshape,
+            rstride,
+            r,
+        })
     }
 }
 
@@ -359,7 +448,10 @@ impl RtsPlan {
 pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> {
     grad.expect_dtype(DType::F32, "reduce_to_shape")?;
     if grad.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("reduce_to_shape: {} elements exceed the 2^31-1 per-op limit", grad.numel())));
+        return Err(Error::Limit(format!(
+            "reduce_to_shape: {} elements exceed the 2^31-1 per-op limit",
+            grad.numel()
+        )));
     }
     let plan = RtsPlan::new(grad.shape(), target_shape)?;
     if grad.shape() == target_shape {
@@ -369,7 +461,9 @@ pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> 
     if out.numel() == 0 {
         return Ok(out);
     }
-    grad.device().kind().reduce_to_shape(grad.device(), grad, &out, &plan)?;
+    grad.device()
+        .kind()
+        .reduce_to_shape(grad.device(), grad, &out, &plan)?;
     Ok(out)
 }
 
@@ -384,13 +478,21 @@ pub fn global_l2_norm(tensors: &[&Tensor]) -> Result<Tensor> {
     for (k, t) in tensors.iter().enumerate() {
         t.expect_dtype(DType::F32, "global_l2_norm")?;
         if t.numel() > i32::MAX as usize {
-            return Err(Error::Limit(format!("global_l2_norm: {} elements exceed the 2^31-1 per-op limit", t.numel())));
+            return Err(Error::Limit(format!(
+                "global_l2_norm: {} elements exceed the 2^31-1 per-op limit",
+                t.numel()
+            )));
         }
         if t.numel() == 0 {
             continue;
         }
-        let v = Ori { o: 1, r: t.numel(), i: 1 };
-        dev.kind().reduce_pass(dev, ReduceOp::SumSq, true, v, 1.0, t, &parts, k, None)?;
+        let v = Ori {
+            o: 1,
+            r: t.numel(),
+            i: 1,
+        };
+        dev.kind()
+            .reduce_pass(dev, ReduceOp::SumSq, true, v, 1.0, t, &parts, k, None)?;
     }
     let out = Tensor::empty(dev, &[], DType::F32)?;
     dev.kind().sqrt_sum(&parts, &out)?;
@@ -416,7 +518,11 @@ fn int8(v: &[usize]) -> [i32; 8] {
 impl ClDevice {
     /// Candidates for one pass; they depend only on the bucketed key (O, R, I, I % 4 == 0).
     fn reduce_candidates(&self, v: Ori) -> (Vec<ReduceAlgo>, usize) {
-        let (o, r, i) = (bucket(v.o) as usize, bucket(v.r) as usize, bucket(v.i) as usize);
+        let (o, r, i) = (
+            bucket(v.o) as usize,
+            bucket(v.r) as usize,
+            bucket(v.i) as usize,
+        );
         let cu = self.info.compute_units.max(1) as usize;
         let max_wg = self.info.max_work_group_size.max(1);
         let cpu = self.info.kind == "cpu";
@@ -432,7 +538,9 @@ impl ClDevice {
             let g = (cu * 4).div_ceil(o).clamp(1, (r / 256).max(1));
             c.push(ReduceAlgo::Chunk(g));
             if g > 1 {
-                c.push(ReduceAlgo::Chunk(((cu * 16).div_ceil(o)).clamp(1, (r / 256).max(1))));
+                c.push(ReduceAlgo::Chunk(
+                    ((cu * 16).div_ceil(o)).clamp(1, (r / 256).max(1)),
+                ));
             }
             let default = if cpu {
                 c.iter().position(|a| matches!(a, ReduceAlgo::Chunk(_)))
@@ -442,7 +550,7 @@ impl ClDevice {
             let default = default.unwrap_or(0);
             (c, default)
         } else {
-            let vecs: &[usize] = if v.i % 4 == 0 { &[1, 4] } else { &[1] };
+            let vecs: &[usize] = if v.i.is_multiple_of(4) { &[1, 4] } else { &[1] };
             for &vec in vecs {
                 let items = (o * i / vec).max(1);
                 let g = (cu * 256).div_ceil(items).clamp(1, (r / 16).max(1));
@@ -471,7 +579,9 @@ impl ClDevice {
     ) -> Result<Vec<opencl3::event::Event>> {
         let g = algo.groups().min(v.r.max(1));
         if g == 1 {
-            return Ok(vec![self.launch_pass(op, first, v, 1, scale, x, out, out_off, algo)?]);
+            return Ok(vec![
+                self.launch_pass(op, first, v, 1, scale, x, out, out_off, algo)?,
+            ]);
         }
         // Two stages: partials [O, G, I], then fold G with the same kind of kernel.
         let partial = Tensor::empty(device, &[v.o * g * v.i], DType::F32)?;
@@ -481,7 +591,21 @@ impl ClDevice {
             ReduceAlgo::Chunk(_) => ReduceAlgo::Chunk(1),
             ReduceAlgo::Col(vec, _) => ReduceAlgo::Col(vec, 1),
         };
-        let e2 = self.launch_pass(op.rest(), false, Ori { o: v.o, r: g, i: v.i }, 1, scale, &partial, out, out_off, second)?;
+        let e2 = self.launch_pass(
+            op.rest(),
+            false,
+            Ori {
+                o: v.o,
+                r: g,
+                i: v.i,
+            },
+            1,
+            scale,
+            &partial,
+            out,
+            out_off,
+            second,
+        )?;
         Ok(vec![e1, e2])
     }
 
@@ -533,7 +657,7 @@ impl ClDevice {
             }
             _ => {
                 let vec = match algo {
-                    ReduceAlgo::Col(4, _) if v.i % 4 == 0 => 4,
+                    ReduceAlgo::Col(4, _) if v.i.is_multiple_of(4) => 4,
                     _ => 1,
                 };
                 let k = self.kernel("reduce", &defines.set("V", vec), "red_col")?;
@@ -569,13 +693,25 @@ impl ReduceKernels for ClDevice {
         out_off: usize,
         algo: Option<ReduceAlgo>,
     ) -> Result<()> {
-        let key = shape_key(&[bucket(v.o), bucket(v.r), bucket(v.i), i64::from(v.i % 4 == 0)]);
+        let key = shape_key(&[
+            bucket(v.o),
+            bucket(v.r),
+            bucket(v.i),
+            i64::from(v.i.is_multiple_of(4)),
+        ]);
         let (cands, default) = self.reduce_candidates(v);
         let eligible = |a: &ReduceAlgo| matches!(a, ReduceAlgo::Col(..)) == (v.i > 1);
         let chosen = match algo.filter(eligible) {
             Some(a) => {
                 if once_per_key(&format!("reduce|{key}|{a:?}")) {
-                    autotune::record_choice(device, "reduce", &key, &a, Source::Forced, "algorithm given by the caller");
+                    autotune::record_choice(
+                        device,
+                        "reduce",
+                        &key,
+                        &a,
+                        Source::Forced,
+                        "algorithm given by the caller",
+                    );
                 }
                 a
             }
@@ -589,14 +725,35 @@ impl ReduceKernels for ClDevice {
     }
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("reduce", &Defines::new(), if max { "argmax_col" } else { "argmin_col" })?;
+        let k = self.kernel(
+            "reduce",
+            &Defines::new(),
+            if max { "argmax_col" } else { "argmin_col" },
+        )?;
         let total = v.o * v.i;
-        let args = [Arg::I32(v.o as i32), Arg::I32(v.r as i32), Arg::I32(v.i as i32), Arg::Mem(x.storage()), Arg::Mem(out.storage())];
-        self.launch(&k, &args, &[total], Some(&[64.min(self.info.max_work_group_size.max(1))]))?;
+        let args = [
+            Arg::I32(v.o as i32),
+            Arg::I32(v.r as i32),
+            Arg::I32(v.i as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[total],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 
-    fn reduce_to_shape(&self, device: &Device, grad: &Tensor, out: &Tensor, plan: &RtsPlan) -> Result<()> {
+    fn reduce_to_shape(
+        &self,
+        device: &Device,
+        grad: &Tensor,
+        out: &Tensor,
+        plan: &RtsPlan,
+    ) -> Result<()> {
         let total = out.numel();
         let wg = plan.r >= 256 && self.info.max_work_group_size >= 256;
         let key = shape_key(&[bucket(total), bucket(plan.r)]);
@@ -623,14 +780,23 @@ impl ReduceKernels for ClDevice {
             let k = self.kernel("reduce", &Defines::new(), "rts_item")?;
             let mut args = vec![Arg::I32(total as i32)];
             args.extend(common);
-            self.launch(&k, &args, &[total], Some(&[64.min(self.info.max_work_group_size.max(1))]))?;
+            self.launch(
+                &k,
+                &args,
+                &[total],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            )?;
         }
         Ok(())
     }
 
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()> {
         let k = self.kernel("reduce", &Defines::new(), "sqrt_sum")?;
-        let args = [Arg::I32(parts.numel() as i32), Arg::Mem(parts.storage()), Arg::Mem(out.storage())];
+        let args = [
+            Arg::I32(parts.numel() as i32),
+            Arg::Mem(parts.storage()),
+            Arg::Mem(out.storage()),
+        ];
         self.launch(&k, &args, &[1], Some(&[1]))?;
         Ok(())
     }
@@ -692,7 +858,9 @@ impl ReduceKernels for CpuDevice {
                 cur[out_off + o * v.i + i] = (fold_ref(op, vals, first) * scale as f64) as f32;
             }
         }
-        out.device().kind().write(out.storage(), 0, bytemuck::cast_slice(&cur))
+        out.device()
+            .kind()
+            .write(out.storage(), 0, bytemuck::cast_slice(&cur))
     }
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
@@ -718,10 +886,18 @@ impl ReduceKernels for CpuDevice {
                 res[o * v.i + i] = bi as i32;
             }
         }
-        out.device().kind().write(out.storage(), 0, bytemuck::cast_slice(&res))
+        out.device()
+            .kind()
+            .write(out.storage(), 0, bytemuck::cast_slice(&res))
     }
 
-    fn reduce_to_shape(&self, _device: &Device, grad: &Tensor, out: &Tensor, plan: &RtsPlan) -> Result<()> {
+    fn reduce_to_shape(
+        &self,
+        _device: &Device,
+        grad: &Tensor,
+        out: &Tensor,
+        plan: &RtsPlan,
+    ) -> Result<()> {
         super::host::map_f32(&[grad], out, |ins, o| {
             let g = ins[0];
             let decomp = |mut rem: usize, shape: &[usize], stride: &[usize]| -> usize {
@@ -734,7 +910,9 @@ impl ReduceKernels for CpuDevice {
             };
             for (k, v) in o.iter_mut().enumerate() {
                 let base = decomp(k, &plan.kshape, &plan.kstride);
-                let acc: f64 = (0..plan.r).map(|r| g[base + decomp(r, &plan.rshape, &plan.rstride)] as f64).sum();
+                let acc: f64 = (0..plan.r)
+                    .map(|r| g[base + decomp(r, &plan.rshape, &plan.rstride)] as f64)
+                    .sum();
                 *v = acc as f32;
             }
         })
@@ -754,7 +932,11 @@ mod tests {
     #[test]
     fn rts_plan_merges_axes() {
         let p = RtsPlan::new(&[8, 3, 5, 5], &[3, 1, 1]).ok();
-        assert_eq!(p.as_ref().map(|p| (p.kshape.clone(), p.rshape.clone(), p.r)), Some((vec![3], vec![25, 8], 200)));
+        assert_eq!(
+            p.as_ref()
+                .map(|p| (p.kshape.clone(), p.rshape.clone(), p.r)),
+            Some((vec![3], vec![25, 8], 200))
+        );
         assert!(RtsPlan::new(&[4, 3], &[2, 3]).is_err());
         assert!(RtsPlan::new(&[4, 3], &[1, 1, 3]).is_ok());
         assert!(RtsPlan::new(&[4, 3], &[2, 4, 3]).is_err());
@@ -762,8 +944,14 @@ mod tests {
 
     #[test]
     fn axes_are_validated() {
-        assert_eq!(normalize_axes(Some(&[-1, 0]), 3, "sum").ok(), Some(vec![0, 2]));
-        assert!(normalize_axes(Some(&[3]), 3, "sum").is_err_and(|e| e.to_string().contains("out of range")));
+        assert_eq!(
+            normalize_axes(Some(&[-1, 0]), 3, "sum").ok(),
+            Some(vec![0, 2])
+        );
+        assert!(
+            normalize_axes(Some(&[3]), 3, "sum")
+                .is_err_and(|e| e.to_string().contains("out of range"))
+        );
         assert!(normalize_axes(Some(&[1, -2]), 3, "sum").is_err());
     }
 }

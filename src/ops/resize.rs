@@ -23,13 +23,25 @@ pub enum Upsample {
 /// Device primitives for resizing.
 pub(crate) trait ResizeKernels {
     /// Forward (`back` false: x → y) or backward (`back` true: gradient of y → gradient of x).
-    fn upsample(&self, mode: Upsample, x_shape: &[usize], y_shape: &[usize], src: &Tensor, dst: &Tensor, back: bool) -> Result<()>;
+    fn upsample(
+        &self,
+        mode: Upsample,
+        x_shape: &[usize],
+        y_shape: &[usize],
+        src: &Tensor,
+        dst: &Tensor,
+        back: bool,
+    ) -> Result<()>;
 }
 
 fn check(shape: &[usize], size: (usize, usize), op: &str) -> Result<Vec<usize>> {
     match *shape {
-        [n, c, h, w] if h > 0 && w > 0 && size.0 > 0 && size.1 > 0 => Ok(vec![n, c, size.0, size.1]),
-        _ => Err(Error::Shape(format!("{op}: needs a non-empty N×C×H×W input and output size, got {shape:?} → {size:?}"))),
+        [n, c, h, w] if h > 0 && w > 0 && size.0 > 0 && size.1 > 0 => {
+            Ok(vec![n, c, size.0, size.1])
+        }
+        _ => Err(Error::Shape(format!(
+            "{op}: needs a non-empty N×C×H×W input and output size, got {shape:?} → {size:?}"
+        ))),
     }
 }
 
@@ -39,10 +51,15 @@ pub fn upsample(x: &Tensor, size: (usize, usize), mode: Upsample) -> Result<Tens
     let shape = check(x.shape(), size, "upsample")?;
     let y = Tensor::empty(x.device(), &shape, DType::F32)?;
     if y.numel() > i32::MAX as usize || x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("upsample: {} elements exceed the 2^31-1 per-op limit", y.numel())));
+        return Err(Error::Limit(format!(
+            "upsample: {} elements exceed the 2^31-1 per-op limit",
+            y.numel()
+        )));
     }
     if y.numel() > 0 {
-        x.device().kind().upsample(mode, x.shape(), &shape, x, &y, false)?;
+        x.device()
+            .kind()
+            .upsample(mode, x.shape(), &shape, x, &y, false)?;
     }
     Ok(y)
 }
@@ -52,34 +69,66 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
     grad.expect_dtype(DType::F32, "upsample_backward")?;
     let size = match *grad.shape() {
         [_, _, h, w] => (h, w),
-        _ => return Err(Error::Shape(format!("upsample_backward: gradient {:?} is not N×C×H×W", grad.shape()))),
+        _ => {
+            return Err(Error::Shape(format!(
+                "upsample_backward: gradient {:?} is not N×C×H×W",
+                grad.shape()
+            )));
+        }
     };
     let shape = check(input_shape, size, "upsample_backward")?;
     if shape != grad.shape() {
-        return Err(Error::Shape(format!("upsample_backward: gradient {:?} does not match {shape:?}", grad.shape())));
+        return Err(Error::Shape(format!(
+            "upsample_backward: gradient {:?} does not match {shape:?}",
+            grad.shape()
+        )));
     }
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if grad.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("upsample_backward: {} elements exceed the 2^31-1 per-op limit", grad.numel())));
+        return Err(Error::Limit(format!(
+            "upsample_backward: {} elements exceed the 2^31-1 per-op limit",
+            grad.numel()
+        )));
     }
     if gx.numel() > 0 {
-        grad.device().kind().upsample(mode, input_shape, grad.shape(), grad, &gx, true)?;
+        grad.device()
+            .kind()
+            .upsample(mode, input_shape, grad.shape(), grad, &gx, true)?;
     }
     Ok(gx)
 }
 
 impl ResizeKernels for ClDevice {
-    fn upsample(&self, mode: Upsample, xs: &[usize], ys: &[usize], src: &Tensor, dst: &Tensor, back: bool) -> Result<()> {
+    fn upsample(
+        &self,
+        mode: Upsample,
+        xs: &[usize],
+        ys: &[usize],
+        src: &Tensor,
+        dst: &Tensor,
+        back: bool,
+    ) -> Result<()> {
         let (bil, align) = match mode {
             Upsample::Nearest => (0, 0),
             Upsample::Bilinear { align_corners } => (1, u8::from(align_corners)),
         };
         let d = Defines::new().set("BILINEAR", bil).set("ALIGN", align);
-        let k = self.kernel("resize", &d, if back { "upsample_bwd" } else { "upsample_fwd" })?;
-        let mut args: Vec<Arg> = [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]].iter().map(|&v| Arg::I32(v as i32)).collect();
+        let k = self.kernel(
+            "resize",
+            &d,
+            if back { "upsample_bwd" } else { "upsample_fwd" },
+        )?;
+        let mut args: Vec<Arg> = [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]]
+            .iter()
+            .map(|&v| Arg::I32(v as i32))
+            .collect();
         args.push(Arg::Mem(src.storage()));
         args.push(Arg::Mem(dst.storage()));
-        let range = if back { [xs[3], xs[2], xs[0] * xs[1]] } else { [ys[3], ys[2], ys[0] * ys[1]] };
+        let range = if back {
+            [xs[3], xs[2], xs[0] * xs[1]]
+        } else {
+            [ys[3], ys[2], ys[0] * ys[1]]
+        };
         self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
         Ok(())
     }
@@ -91,7 +140,11 @@ fn taps(mode: Upsample, o: usize, inp: usize, out: usize) -> [(usize, f64); 2] {
         Upsample::Nearest => [((o * inp) / out, 1.0), (0, 0.0)],
         Upsample::Bilinear { align_corners } => {
             let s = if align_corners {
-                if out > 1 { o as f64 * (inp - 1) as f64 / (out - 1) as f64 } else { 0.0 }
+                if out > 1 {
+                    o as f64 * (inp - 1) as f64 / (out - 1) as f64
+                } else {
+                    0.0
+                }
             } else {
                 ((o as f64 + 0.5) * inp as f64 / out as f64 - 0.5).max(0.0)
             };
@@ -104,7 +157,15 @@ fn taps(mode: Upsample, o: usize, inp: usize, out: usize) -> [(usize, f64); 2] {
 }
 
 impl ResizeKernels for CpuDevice {
-    fn upsample(&self, mode: Upsample, xs: &[usize], ys: &[usize], src: &Tensor, dst: &Tensor, back: bool) -> Result<()> {
+    fn upsample(
+        &self,
+        mode: Upsample,
+        xs: &[usize],
+        ys: &[usize],
+        src: &Tensor,
+        dst: &Tensor,
+        back: bool,
+    ) -> Result<()> {
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
         let mut d = vec![0f64; dst.numel()];
@@ -126,6 +187,8 @@ impl ResizeKernels for CpuDevice {
             }
         }
         let d: Vec<f32> = d.into_iter().map(|v| v as f32).collect();
-        dst.device().kind().write(dst.storage(), 0, bytemuck::cast_slice(&d))
+        dst.device()
+            .kind()
+            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
     }
 }

@@ -37,7 +37,15 @@ impl Serialize for SoftmaxAlgo {
 /// Device primitives for softmax and cross-entropy.
 pub(crate) trait SoftmaxKernels {
     /// `y = (log_)softmax(x)` over R of the view.
-    fn softmax(&self, device: &Device, log: bool, v: Ori, x: &Tensor, y: &Tensor, algo: Option<SoftmaxAlgo>) -> Result<()>;
+    fn softmax(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()>;
     /// The input gradient from the forward output `y` and the output gradient `g`.
     #[allow(clippy::too_many_arguments)]
     fn softmax_backward(
@@ -51,22 +59,43 @@ pub(crate) trait SoftmaxKernels {
         algo: Option<SoftmaxAlgo>,
     ) -> Result<()>;
     /// Writes `stats = [mean loss, count, first bad row or -1]`.
-    fn cross_entropy(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor) -> Result<()>;
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+    ) -> Result<()>;
     /// The logits' gradient given `stats` from the forward and the scalar output gradient `gout`.
-    fn cross_entropy_backward(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor, gout: &Tensor, gx: &Tensor) -> Result<()>;
+    fn cross_entropy_backward(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()>;
 }
 
 fn view(x: &Tensor, axis: isize, op: &str) -> Result<Ori> {
     x.expect_dtype(DType::F32, op)?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{op}: {} elements exceed the 2^31-1 per-op limit", x.numel())));
+        return Err(Error::Limit(format!(
+            "{op}: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
     }
     let shape = x.shape();
     if shape.is_empty() {
         return Ok(Ori { o: 1, r: 1, i: 1 });
     }
     let a = normalize_axes(Some(&[axis]), shape.len(), op)?[0];
-    Ok(Ori { o: shape[..a].iter().product(), r: shape[a], i: shape[a + 1..].iter().product() })
+    Ok(Ori {
+        o: shape[..a].iter().product(),
+        r: shape[a],
+        i: shape[a + 1..].iter().product(),
+    })
 }
 
 fn forward(log: bool, x: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Result<Tensor> {
@@ -79,17 +108,33 @@ fn forward(log: bool, x: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Res
     Ok(y)
 }
 
-fn backward(log: bool, y: &Tensor, g: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Result<Tensor> {
-    let name = if log { "log_softmax_backward" } else { "softmax_backward" };
+fn backward(
+    log: bool,
+    y: &Tensor,
+    g: &Tensor,
+    axis: isize,
+    algo: Option<SoftmaxAlgo>,
+) -> Result<Tensor> {
+    let name = if log {
+        "log_softmax_backward"
+    } else {
+        "softmax_backward"
+    };
     let v = view(y, axis, name)?;
     y.same_device(&[g], name)?;
     g.expect_dtype(DType::F32, name)?;
     if g.shape() != y.shape() {
-        return Err(Error::Shape(format!("{name}: gradient shape {:?} differs from output shape {:?}", g.shape(), y.shape())));
+        return Err(Error::Shape(format!(
+            "{name}: gradient shape {:?} differs from output shape {:?}",
+            g.shape(),
+            y.shape()
+        )));
     }
     let gx = Tensor::empty(y.device(), y.shape(), DType::F32)?;
     if gx.numel() > 0 {
-        y.device().kind().softmax_backward(y.device(), log, v, y, g, &gx, algo)?;
+        y.device()
+            .kind()
+            .softmax_backward(y.device(), log, v, y, g, &gx, algo)?;
     }
     Ok(gx)
 }
@@ -103,7 +148,12 @@ pub fn log_softmax(x: &Tensor, axis: isize) -> Result<Tensor> {
     forward(true, x, axis, None)
 }
 /// [`softmax`] (or [`log_softmax`] when `log`) with the row algorithm forced when given.
-pub fn softmax_with(x: &Tensor, axis: isize, log: bool, algo: Option<SoftmaxAlgo>) -> Result<Tensor> {
+pub fn softmax_with(
+    x: &Tensor,
+    axis: isize,
+    log: bool,
+    algo: Option<SoftmaxAlgo>,
+) -> Result<Tensor> {
     forward(log, x, axis, algo)
 }
 /// The softmax input gradient `y·(g − Σ g·y)` from the output `y` and output gradient `grad`.
@@ -115,7 +165,13 @@ pub fn log_softmax_backward(y: &Tensor, grad: &Tensor, axis: isize) -> Result<Te
     backward(true, y, grad, axis, None)
 }
 /// Either backward with the row algorithm forced when given.
-pub fn softmax_backward_with(y: &Tensor, grad: &Tensor, axis: isize, log: bool, algo: Option<SoftmaxAlgo>) -> Result<Tensor> {
+pub fn softmax_backward_with(
+    y: &Tensor,
+    grad: &Tensor,
+    axis: isize,
+    log: bool,
+    algo: Option<SoftmaxAlgo>,
+) -> Result<Tensor> {
     backward(log, y, grad, axis, algo)
 }
 
@@ -131,7 +187,10 @@ fn check_ce(logits: &Tensor, labels: &Tensor) -> Result<()> {
         )));
     }
     if logits.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("cross_entropy: {} logits exceed the 2^31-1 per-op limit", logits.numel())));
+        return Err(Error::Limit(format!(
+            "cross_entropy: {} logits exceed the 2^31-1 per-op limit",
+            logits.numel()
+        )));
     }
     Ok(())
 }
@@ -140,7 +199,8 @@ fn ce_stats(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tenso
     check_ce(logits, labels)?;
     let dev = logits.device();
     let stats = Tensor::empty(dev, &[3], DType::F32)?;
-    dev.kind().cross_entropy(logits, labels, ignore_index, &stats)?;
+    dev.kind()
+        .cross_entropy(logits, labels, ignore_index, &stats)?;
     let s = stats.to_vec::<f32>()?;
     if s[2] >= 0.0 {
         let row = s[2] as usize;
@@ -168,22 +228,43 @@ fn first_element(s: &Tensor) -> Result<Tensor> {
 
 /// The logits' gradient of [`cross_entropy`] times the scalar output gradient `grad`:
 /// `(softmax(x) − onehot(label))·grad / count` on counted rows, 0 on ignored rows.
-pub fn cross_entropy_backward(logits: &Tensor, labels: &Tensor, grad: &Tensor, ignore_index: i32) -> Result<Tensor> {
+pub fn cross_entropy_backward(
+    logits: &Tensor,
+    labels: &Tensor,
+    grad: &Tensor,
+    ignore_index: i32,
+) -> Result<Tensor> {
     let stats = ce_stats(logits, labels, ignore_index)?;
     logits.same_device(&[grad], "cross_entropy_backward")?;
     grad.expect_dtype(DType::F32, "cross_entropy_backward")?;
     if grad.numel() != 1 {
-        return Err(Error::Shape(format!("cross_entropy_backward: the output gradient must be a scalar, got {:?}", grad.shape())));
+        return Err(Error::Shape(format!(
+            "cross_entropy_backward: the output gradient must be a scalar, got {:?}",
+            grad.shape()
+        )));
     }
     let gx = Tensor::empty(logits.device(), logits.shape(), DType::F32)?;
     if gx.numel() > 0 {
-        logits.device().kind().cross_entropy_backward(logits, labels, ignore_index, &stats, grad, &gx)?;
+        logits.device().kind().cross_entropy_backward(
+            logits,
+            labels,
+            ignore_index,
+            &stats,
+            grad,
+            &gx,
+        )?;
     }
     Ok(gx)
 }
 
 impl ClDevice {
-    fn softmax_algo(&self, device: &Device, v: Ori, forced: Option<SoftmaxAlgo>, mut bench: impl FnMut(SoftmaxAlgo) -> Result<f64>) -> Result<SoftmaxAlgo> {
+    fn softmax_algo(
+        &self,
+        device: &Device,
+        v: Ori,
+        forced: Option<SoftmaxAlgo>,
+        mut bench: impl FnMut(SoftmaxAlgo) -> Result<f64>,
+    ) -> Result<SoftmaxAlgo> {
         if v.i > 1 {
             return Ok(SoftmaxAlgo::Serial);
         }
@@ -191,35 +272,79 @@ impl ClDevice {
             return Ok(a);
         }
         let max_wg = self.info.max_work_group_size.max(1);
-        let mut cands: Vec<SoftmaxAlgo> = [64usize, 128, 256].into_iter().filter(|&l| l <= max_wg).map(SoftmaxAlgo::Wg).collect();
+        let mut cands: Vec<SoftmaxAlgo> = [64usize, 128, 256]
+            .into_iter()
+            .filter(|&l| l <= max_wg)
+            .map(SoftmaxAlgo::Wg)
+            .collect();
         cands.push(SoftmaxAlgo::Serial);
-        let default = if self.info.kind == "cpu" { cands.len() - 1 } else { cands.len().saturating_sub(2) };
+        let default = if self.info.kind == "cpu" {
+            cands.len() - 1
+        } else {
+            cands.len().saturating_sub(2)
+        };
         let key = shape_key(&[bucket(v.o), bucket(v.r)]);
         autotune::tune(device, "softmax", &key, &cands, default, |c| bench(*c))
     }
 
-    fn run_softmax(&self, log: bool, v: Ori, x: &Tensor, y: &Tensor, algo: SoftmaxAlgo) -> Result<opencl3::event::Event> {
+    fn run_softmax(
+        &self,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: SoftmaxAlgo,
+    ) -> Result<opencl3::event::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "sm_col")?;
-            let args = [Arg::I32(v.o as i32), Arg::I32(v.r as i32), Arg::I32(v.i as i32), Arg::Mem(x.storage()), Arg::Mem(y.storage())];
-            return self.launch(&k, &args, &[v.o * v.i], Some(&[64.min(self.info.max_work_group_size.max(1))]));
+            let args = [
+                Arg::I32(v.o as i32),
+                Arg::I32(v.r as i32),
+                Arg::I32(v.i as i32),
+                Arg::Mem(x.storage()),
+                Arg::Mem(y.storage()),
+            ];
+            return self.launch(
+                &k,
+                &args,
+                &[v.o * v.i],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            );
         }
         match algo {
             SoftmaxAlgo::Wg(l) => {
                 let k = self.kernel("softmax", &d, "sm_row_wg")?;
-                let args = [Arg::I32(v.r as i32), Arg::Mem(x.storage()), Arg::Mem(y.storage()), Arg::Local(l * 4)];
+                let args = [
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(y.storage()),
+                    Arg::Local(l * 4),
+                ];
                 self.launch(&k, &args, &[l * v.o], Some(&[l]))
             }
             SoftmaxAlgo::Serial => {
                 let k = self.kernel("softmax", &d, "sm_row_serial")?;
-                let args = [Arg::I32(v.o as i32), Arg::I32(v.r as i32), Arg::Mem(x.storage()), Arg::Mem(y.storage())];
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(y.storage()),
+                ];
                 self.launch(&k, &args, &[v.o], None)
             }
         }
     }
 
-    fn run_softmax_bwd(&self, log: bool, v: Ori, y: &Tensor, g: &Tensor, gx: &Tensor, algo: SoftmaxAlgo) -> Result<opencl3::event::Event> {
+    fn run_softmax_bwd(
+        &self,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        algo: SoftmaxAlgo,
+    ) -> Result<opencl3::event::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "smb_col")?;
@@ -231,17 +356,34 @@ impl ClDevice {
                 Arg::Mem(g.storage()),
                 Arg::Mem(gx.storage()),
             ];
-            return self.launch(&k, &args, &[v.o * v.i], Some(&[64.min(self.info.max_work_group_size.max(1))]));
+            return self.launch(
+                &k,
+                &args,
+                &[v.o * v.i],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            );
         }
         match algo {
             SoftmaxAlgo::Wg(l) => {
                 let k = self.kernel("softmax", &d, "smb_row_wg")?;
-                let args = [Arg::I32(v.r as i32), Arg::Mem(y.storage()), Arg::Mem(g.storage()), Arg::Mem(gx.storage()), Arg::Local(l * 4)];
+                let args = [
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(y.storage()),
+                    Arg::Mem(g.storage()),
+                    Arg::Mem(gx.storage()),
+                    Arg::Local(l * 4),
+                ];
                 self.launch(&k, &args, &[l * v.o], Some(&[l]))
             }
             SoftmaxAlgo::Serial => {
                 let k = self.kernel("softmax", &d, "smb_row_serial")?;
-                let args = [Arg::I32(v.o as i32), Arg::I32(v.r as i32), Arg::Mem(y.storage()), Arg::Mem(g.storage()), Arg::Mem(gx.storage())];
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(y.storage()),
+                    Arg::Mem(g.storage()),
+                    Arg::Mem(gx.storage()),
+                ];
                 self.launch(&k, &args, &[v.o], None)
             }
         }
@@ -249,19 +391,46 @@ impl ClDevice {
 }
 
 impl SoftmaxKernels for ClDevice {
-    fn softmax(&self, device: &Device, log: bool, v: Ori, x: &Tensor, y: &Tensor, algo: Option<SoftmaxAlgo>) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, |c| events_ms(&[self.run_softmax(log, v, x, y, c)?]))?;
+    fn softmax(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
+        let a = self.softmax_algo(device, v, algo, |c| {
+            events_ms(&[self.run_softmax(log, v, x, y, c)?])
+        })?;
         self.run_softmax(log, v, x, y, a)?;
         Ok(())
     }
 
-    fn softmax_backward(&self, device: &Device, log: bool, v: Ori, y: &Tensor, g: &Tensor, gx: &Tensor, algo: Option<SoftmaxAlgo>) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, |c| events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?]))?;
+    fn softmax_backward(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
+        let a = self.softmax_algo(device, v, algo, |c| {
+            events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?])
+        })?;
         self.run_softmax_bwd(log, v, y, g, gx, a)?;
         Ok(())
     }
 
-    fn cross_entropy(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor) -> Result<()> {
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+    ) -> Result<()> {
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let dev = logits.device();
         let loss = Tensor::empty(dev, &[n.max(1)], DType::F32)?;
@@ -278,7 +447,12 @@ impl SoftmaxKernels for ClDevice {
                 Arg::Mem(loss.storage()),
                 Arg::Mem(valid.storage()),
             ];
-            self.launch(&k, &args, &[n], Some(&[64.min(self.info.max_work_group_size.max(1))]))?;
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            )?;
         }
         // The largest power of two up to 256 that the device allows in a group.
         let max = self.info.max_work_group_size.clamp(1, 256);
@@ -297,7 +471,15 @@ impl SoftmaxKernels for ClDevice {
         Ok(())
     }
 
-    fn cross_entropy_backward(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor, gout: &Tensor, gx: &Tensor) -> Result<()> {
+    fn cross_entropy_backward(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()> {
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let k = self.kernel("softmax", &Defines::new(), "ce_bwd")?;
         let args = [
@@ -310,14 +492,33 @@ impl SoftmaxKernels for ClDevice {
             Arg::Mem(gout.storage()),
             Arg::Mem(gx.storage()),
         ];
-        self.launch(&k, &args, &[n], Some(&[64.min(self.info.max_work_group_size.max(1))]))?;
+        self.launch(
+            &k,
+            &args,
+            &[n],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
 
 /// Reference softmax of one strided lane in f64.
-fn lane_softmax(x: &[f32], log: bool, idx: impl Fn(usize) -> usize + Copy, r: usize, out: &mut [f32]) {
-    let m = (0..r).map(|k| x[idx(k)] as f64).fold(f64::NEG_INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) });
+fn lane_softmax(
+    x: &[f32],
+    log: bool,
+    idx: impl Fn(usize) -> usize + Copy,
+    r: usize,
+    out: &mut [f32],
+) {
+    let m = (0..r)
+        .map(|k| x[idx(k)] as f64)
+        .fold(f64::NEG_INFINITY, |a, b| {
+            if a.is_nan() || b.is_nan() {
+                f64::NAN
+            } else {
+                a.max(b)
+            }
+        });
     let z: f64 = (0..r).map(|k| (x[idx(k)] as f64 - m).exp()).sum();
     for k in 0..r {
         let v = x[idx(k)] as f64 - m;
@@ -326,7 +527,15 @@ fn lane_softmax(x: &[f32], log: bool, idx: impl Fn(usize) -> usize + Copy, r: us
 }
 
 impl SoftmaxKernels for CpuDevice {
-    fn softmax(&self, _device: &Device, log: bool, v: Ori, x: &Tensor, y: &Tensor, _algo: Option<SoftmaxAlgo>) -> Result<()> {
+    fn softmax(
+        &self,
+        _device: &Device,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        _algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
         super::host::map_f32(&[x], y, |ins, out| {
             for o in 0..v.o {
                 for i in 0..v.i {
@@ -336,23 +545,50 @@ impl SoftmaxKernels for CpuDevice {
         })
     }
 
-    fn softmax_backward(&self, _device: &Device, log: bool, v: Ori, y: &Tensor, g: &Tensor, gx: &Tensor, _algo: Option<SoftmaxAlgo>) -> Result<()> {
+    fn softmax_backward(
+        &self,
+        _device: &Device,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        _algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
         super::host::map_f32(&[y, g], gx, |ins, out| {
             let (ys, gs) = (ins[0], ins[1]);
             for o in 0..v.o {
                 for i in 0..v.i {
                     let idx = |k: usize| (o * v.r + k) * v.i + i;
-                    let d: f64 = (0..v.r).map(|k| if log { gs[idx(k)] as f64 } else { gs[idx(k)] as f64 * ys[idx(k)] as f64 }).sum();
+                    let d: f64 = (0..v.r)
+                        .map(|k| {
+                            if log {
+                                gs[idx(k)] as f64
+                            } else {
+                                gs[idx(k)] as f64 * ys[idx(k)] as f64
+                            }
+                        })
+                        .sum();
                     for k in 0..v.r {
                         let (yv, gv) = (ys[idx(k)] as f64, gs[idx(k)] as f64);
-                        out[idx(k)] = if log { gv - yv.exp() * d } else { yv * (gv - d) } as f32;
+                        out[idx(k)] = if log {
+                            gv - yv.exp() * d
+                        } else {
+                            yv * (gv - d)
+                        } as f32;
                     }
                 }
             }
         })
     }
 
-    fn cross_entropy(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor) -> Result<()> {
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+    ) -> Result<()> {
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let x = logits.to_vec::<f32>()?;
         let labs = labels.to_vec::<i32>()?;
@@ -368,16 +604,33 @@ impl SoftmaxKernels for CpuDevice {
                 continue;
             }
             let p = &x[row * c..(row + 1) * c];
-            let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) });
+            let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| {
+                if a.is_nan() || b.is_nan() {
+                    f64::NAN
+                } else {
+                    a.max(b)
+                }
+            });
             let z: f64 = p.iter().map(|&v| (v as f64 - m).exp()).sum();
             sum += z.ln() + m - p[lab as usize] as f64;
             count += 1;
         }
         let s = [(sum / count as f64) as f32, count as f32, bad];
-        stats.device().kind().write(stats.storage(), 0, bytemuck::cast_slice(&s))
+        stats
+            .device()
+            .kind()
+            .write(stats.storage(), 0, bytemuck::cast_slice(&s))
     }
 
-    fn cross_entropy_backward(&self, logits: &Tensor, labels: &Tensor, ignore: i32, stats: &Tensor, gout: &Tensor, gx: &Tensor) -> Result<()> {
+    fn cross_entropy_backward(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()> {
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let labs = labels.to_vec::<i32>()?;
         let count = stats.to_vec::<f32>()?[1] as f64;
@@ -392,7 +645,13 @@ impl SoftmaxKernels for CpuDevice {
                     continue;
                 }
                 let p = &x[row * c..(row + 1) * c];
-                let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) });
+                let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(b)
+                    }
+                });
                 let z: f64 = p.iter().map(|&v| (v as f64 - m).exp()).sum();
                 for k in 0..c {
                     let s = (p[k] as f64 - m).exp() / z - if k == lab as usize { 1.0 } else { 0.0 };

@@ -90,8 +90,26 @@ impl UnaryOp {
     pub fn all() -> Vec<UnaryOp> {
         use UnaryOp::*;
         vec![
-            Neg, Abs, Exp, Log, Log1p, Sqrt, Rsqrt, Square, Relu, LeakyRelu(0.1), Sigmoid, Tanh, GeluTanh, GeluErf, Silu,
-            Elu(1.0), Softplus, HardSigmoid, HardSwish, Clamp(-0.5, 0.75),
+            Neg,
+            Abs,
+            Exp,
+            Log,
+            Log1p,
+            Sqrt,
+            Rsqrt,
+            Square,
+            Relu,
+            LeakyRelu(0.1),
+            Sigmoid,
+            Tanh,
+            GeluTanh,
+            GeluErf,
+            Silu,
+            Elu(1.0),
+            Softplus,
+            HardSigmoid,
+            HardSwish,
+            Clamp(-0.5, 0.75),
         ]
     }
 
@@ -119,21 +137,36 @@ impl UnaryOp {
             UnaryOp::Sigmoid => ("sigm(v)", "((g)*sigm(v)*(1.0f-sigm(v)))"),
             UnaryOp::Tanh => ("tanh(v)", "((g)*(1.0f-tanh(v)*tanh(v)))"),
             // x·gate(x) forms take their limits at ±inf (0 and x; slopes 0 and 1) instead of inf·0 = NaN.
-            UnaryOp::GeluTanh => ("(isinf(v)?XLIM(v):gelu_t(v))", "(isinf(v)?GLIM(v,g):(g)*gelu_t_d(v))"),
-            UnaryOp::GeluErf => ("(isinf(v)?XLIM(v):gelu_e(v))", "(isinf(v)?GLIM(v,g):(g)*gelu_e_d(v))"),
-            UnaryOp::Silu => ("(isinf(v)?XLIM(v):(v)*sigm(v))", "(isinf(v)?GLIM(v,g):(g)*sigm(v)*(1.0f+(v)*(1.0f-sigm(v))))"),
+            UnaryOp::GeluTanh => (
+                "(isinf(v)?XLIM(v):gelu_t(v))",
+                "(isinf(v)?GLIM(v,g):(g)*gelu_t_d(v))",
+            ),
+            UnaryOp::GeluErf => (
+                "(isinf(v)?XLIM(v):gelu_e(v))",
+                "(isinf(v)?GLIM(v,g):(g)*gelu_e_d(v))",
+            ),
+            UnaryOp::Silu => (
+                "(isinf(v)?XLIM(v):(v)*sigm(v))",
+                "(isinf(v)?GLIM(v,g):(g)*sigm(v)*(1.0f+(v)*(1.0f-sigm(v))))",
+            ),
             UnaryOp::Elu(_) => ("((v)>0.0f?(v):p0*expm1(v))", "((v)>0.0f?(g):(g)*p0*exp(v))"),
             UnaryOp::Softplus => ("softplus_f(v)", "((g)*sigm(v))"),
             UnaryOp::HardSigmoid => ("hsig(v)", "(((v)>-2.5f&&(v)<2.5f)?0.2f*(g):0.0f)"),
             // The seed's fused backward: g·(hard_sigmoid(x) + [−2.5 < x < 2.5]·0.2x).
-            UnaryOp::HardSwish => ("(isinf(v)?XLIM(v):(v)*hsig(v))", "((g)*(hsig(v)+(((v)>-2.5f&&(v)<2.5f)?0.2f*(v):0.0f)))"),
+            UnaryOp::HardSwish => (
+                "(isinf(v)?XLIM(v):(v)*hsig(v))",
+                "((g)*(hsig(v)+(((v)>-2.5f&&(v)<2.5f)?0.2f*(v):0.0f)))",
+            ),
             UnaryOp::Clamp(..) => ("clampn(v,p0,p1)", "(((v)>=p0&&(v)<=p1)?(g):0.0f)"),
         }
     }
 
     /// Whether the op is `x·gate(x)` with a gate going to 0 and 1 at ∓inf (its value at ±inf is the limit).
     fn gated(self) -> bool {
-        matches!(self, UnaryOp::GeluTanh | UnaryOp::GeluErf | UnaryOp::Silu | UnaryOp::HardSwish)
+        matches!(
+            self,
+            UnaryOp::GeluTanh | UnaryOp::GeluErf | UnaryOp::Silu | UnaryOp::HardSwish
+        )
     }
 
     /// The forward on the host, in f64 (the reference).
@@ -235,11 +268,13 @@ impl UnaryOp {
             UnaryOp::Tanh => g * (1.0 - v.tanh() * v.tanh()),
             UnaryOp::GeluTanh => {
                 let t = (GELU_K * (v + GELU_C * v * v * v)).tanh();
-                g * (0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * v * v))
+                g * (0.5 * (1.0 + t)
+                    + 0.5 * v * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * v * v))
             }
             UnaryOp::GeluErf => {
                 let c = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-                g * (0.5 * (1.0 + erf(v * std::f64::consts::FRAC_1_SQRT_2)) + v * (-0.5 * v * v).exp() * c)
+                g * (0.5 * (1.0 + erf(v * std::f64::consts::FRAC_1_SQRT_2))
+                    + v * (-0.5 * v * v).exp() * c)
             }
             UnaryOp::Silu => {
                 let s = sigmoid64(v);
@@ -260,7 +295,9 @@ impl UnaryOp {
                     0.0
                 }
             }
-            UnaryOp::HardSwish => g * (clampn(0.2 * v + 0.5, 0.0, 1.0) + if inside(v) { 0.2 * v } else { 0.0 }),
+            UnaryOp::HardSwish => {
+                g * (clampn(0.2 * v + 0.5, 0.0, 1.0) + if inside(v) { 0.2 * v } else { 0.0 })
+            }
             UnaryOp::Clamp(..) => {
                 if v >= p0 && v <= p1 {
                     g
@@ -275,12 +312,17 @@ impl UnaryOp {
     fn validate(self) -> Result<()> {
         let (p0, p1) = self.params();
         if !(p0.is_finite() && p1.is_finite()) {
-            return Err(Error::Invalid(format!("{}: parameters must be finite, got {p0} and {p1}", self.name())));
+            return Err(Error::Invalid(format!(
+                "{}: parameters must be finite, got {p0} and {p1}",
+                self.name()
+            )));
         }
         if let UnaryOp::Clamp(lo, hi) = self
             && lo > hi
         {
-            return Err(Error::Invalid(format!("clamp: lower bound {lo} is above upper bound {hi}")));
+            return Err(Error::Invalid(format!(
+                "clamp: lower bound {lo} is above upper bound {hi}"
+            )));
         }
         Ok(())
     }
@@ -337,7 +379,11 @@ fn check(op: UnaryOp, x: &Tensor) -> Result<()> {
     op.validate()?;
     x.expect_dtype(DType::F32, op.name())?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!("{}: {} elements exceed the 2^31-1 per-op limit", op.name(), x.numel())));
+        return Err(Error::Limit(format!(
+            "{}: {} elements exceed the 2^31-1 per-op limit",
+            op.name(),
+            x.numel()
+        )));
     }
     Ok(())
 }
@@ -414,7 +460,14 @@ pub fn elu(x: &Tensor, alpha: f32) -> Result<Tensor> {
 }
 /// GELU, in its tanh approximation (`approximate`, netcl's default) or the exact erf form.
 pub fn gelu(x: &Tensor, approximate: bool) -> Result<Tensor> {
-    unary(if approximate { UnaryOp::GeluTanh } else { UnaryOp::GeluErf }, x)
+    unary(
+        if approximate {
+            UnaryOp::GeluTanh
+        } else {
+            UnaryOp::GeluErf
+        },
+        x,
+    )
 }
 /// `min(max(x, lo), hi)`.
 pub fn clamp(x: &Tensor, lo: f32, hi: f32) -> Result<Tensor> {
@@ -437,8 +490,19 @@ impl UnaryKernels for ClDevice {
         let k = self.kernel("unary", &ClDevice::unary_defines(op), "unary_fwd")?;
         let (p0, p1) = op.params();
         let n = x.numel();
-        let args = [Arg::I32(n as i32), Arg::F32(p0), Arg::F32(p1), Arg::Mem(x.storage()), Arg::Mem(out.storage())];
-        self.launch(&k, &args, &[n.div_ceil(4)], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::F32(p0),
+            Arg::F32(p1),
+            Arg::Mem(x.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 
@@ -454,7 +518,12 @@ impl UnaryKernels for ClDevice {
             Arg::Mem(g.storage()),
             Arg::Mem(out.storage()),
         ];
-        self.launch(&k, &args, &[n.div_ceil(4)], Some(&[256.min(self.info.max_work_group_size.max(1))]))?;
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
         Ok(())
     }
 }
@@ -477,37 +546,24 @@ impl UnaryKernels for CpuDevice {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn erf_matches_known_values() {
-        for (x, want) in [(0.0, 0.0), (0.5, 0.520_499_877_813_046_5), (1.0, 0.842_700_792_949_714_9), (-2.0, -0.995_322_265_018_952_7), (3.5, 0.999_999_256_901_627_7)] {
-            assert!((erf(x) - want).abs() < 1e-12, "erf({x}) = {} want {want}", erf(x));
-        }
-    }
-
-    #[test]
-    fn hard_sigmoid_is_keras_form() {
-        assert_eq!(UnaryOp::HardSigmoid.forward_ref(1.0), 0.7);
-        assert_eq!(UnaryOp::HardSigmoid.forward_ref(3.0), 1.0);
-        assert_eq!(UnaryOp::HardSigmoid.forward_ref(-3.0), 0.0);
-        assert!((UnaryOp::HardSwish.backward_ref(1.0, 1.0) - 0.9).abs() < 1e-6);
-    }
-}
-
 /// The per-channel slope `alpha` ([C], or [1] for one shared slope) shaped to broadcast over axis 1 of `x`.
 fn prelu_alpha(x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
     x.same_device(&[alpha], "prelu")?;
     x.expect_dtype(DType::F32, "prelu")?;
     alpha.expect_dtype(DType::F32, "prelu")?;
     if x.rank() < 2 {
-        return Err(Error::Shape(format!("prelu: the input needs a channel axis 1, got {:?}", x.shape())));
+        return Err(Error::Shape(format!(
+            "prelu: the input needs a channel axis 1, got {:?}",
+            x.shape()
+        )));
     }
     let c = x.shape()[1];
     if alpha.numel() != c && alpha.numel() != 1 {
-        return Err(Error::Shape(format!("prelu: alpha {:?} must hold 1 or {c} slopes for input {:?}", alpha.shape(), x.shape())));
+        return Err(Error::Shape(format!(
+            "prelu: alpha {:?} must hold 1 or {c} slopes for input {:?}",
+            alpha.shape(),
+            x.shape()
+        )));
     }
     let mut shape = vec![1usize; x.rank() - 1];
     shape[0] = alpha.numel();
@@ -524,10 +580,44 @@ pub fn prelu(x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
 pub fn prelu_backward(x: &Tensor, alpha: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)> {
     let a = prelu_alpha(x, alpha)?;
     if grad.shape() != x.shape() {
-        return Err(Error::Shape(format!("prelu_backward: gradient {:?} differs from input {:?}", grad.shape(), x.shape())));
+        return Err(Error::Shape(format!(
+            "prelu_backward: gradient {:?} differs from input {:?}",
+            grad.shape(),
+            x.shape()
+        )));
     }
     let gx = super::fused::fused("where(x0 > 0, x2, x1 * x2)", &[x, &a, grad])?;
     let ga = super::fused::fused("where(x0 > 0, 0, x0 * x1)", &[x, grad])?;
     let ga = super::reduce::reduce_to_shape(&ga, a.shape())?.reshape(alpha.shape())?;
     Ok((gx, ga))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn erf_matches_known_values() {
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.520_499_877_813_046_5),
+            (1.0, 0.842_700_792_949_714_9),
+            (-2.0, -0.995_322_265_018_952_7),
+            (3.5, 0.999_999_256_901_627_7),
+        ] {
+            assert!(
+                (erf(x) - want).abs() < 1e-12,
+                "erf({x}) = {} want {want}",
+                erf(x)
+            );
+        }
+    }
+
+    #[test]
+    fn hard_sigmoid_is_keras_form() {
+        assert_eq!(UnaryOp::HardSigmoid.forward_ref(1.0), 0.7);
+        assert_eq!(UnaryOp::HardSigmoid.forward_ref(3.0), 1.0);
+        assert_eq!(UnaryOp::HardSigmoid.forward_ref(-3.0), 0.0);
+        assert!((UnaryOp::HardSwish.backward_ref(1.0, 1.0) - 0.9).abs() < 1e-6);
+    }
 }

@@ -41,8 +41,14 @@ pub fn pair(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
 /// Normal values (std 2) with NaN, ±inf and ±0 planted every 7th element from the start.
 pub fn with_specials(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
     let n: usize = shape.iter().product();
-    let mut v = Tensor::randn(&cpu(), shape, 0.0, 2.0, seed).expect("randn").to_vec::<f32>().expect("read");
-    for (i, s) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0].into_iter().enumerate() {
+    let mut v = Tensor::randn(&cpu(), shape, 0.0, 2.0, seed)
+        .expect("randn")
+        .to_vec::<f32>()
+        .expect("read");
+    for (i, s) in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY, 0.0, -0.0]
+        .into_iter()
+        .enumerate()
+    {
         if i * 7 < n {
             v[i * 7] = s;
         }
