@@ -110,6 +110,39 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
 #endif
 }
 
+#ifndef NB
+#define NB 4
+#endif
+
+// I > 1 on CPU OpenCL: one work-item per (o, g, 8·NB consecutive i) with NB float8 accumulators, so each row
+// step reads whole cache lines; requires I % (8·NB) == 0.
+__kernel void red_col_blk(const int O, const int R, const int I, const int rc, const int G, const float scale,
+                          __global const float* x, __global float* out, const int out_off) {
+    const int i = get_global_id(0) * (8 * NB);
+    const int g = get_global_id(1);
+    const int o = get_global_id(2);
+    if (i >= I || g >= G || o >= O) return;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global const float* p = x + o * R * I + i;
+    float8 acc[NB];
+    float8 comp[NB];
+    for (int k = 0; k < NB; ++k) {
+        acc[k] = (float8)(IDENT);
+        comp[k] = (float8)(0.0f);
+    }
+    for (int r = start; r < end; ++r) {
+        for (int k = 0; k < NB; ++k) {
+#if KAHAN
+            KSTEP(acc[k], comp[k], PRE(vload8(k, p + r * I)), (float8)(0.0f), float8);
+#else
+            acc[k] = COMB(acc[k], PRE(vload8(k, p + r * I)));
+#endif
+        }
+    }
+    for (int k = 0; k < NB; ++k) vstore8(acc[k] * scale, k, out + out_off + (o * G + g) * I + i);
+}
+
 // The first index of the largest (argmax) or smallest (argmin) value along R; the first NaN if any.
 #define ARG_KERNEL(name, BETTER)                                                                          \
     __kernel void name(const int O, const int R, const int I, __global const float* x, __global int* out) { \
@@ -149,6 +182,17 @@ ARG_KERNEL(argmin_col, LT)
         }                                                             \
     }
 
+// DECOMP over dimensions 1..rank-1 (dimension 0 is walked by the caller).
+#define DECOMP_FROM1(rank, shape, stride, rem, off)                   \
+    for (int k = 1; k < KMAX; ++k) {                                  \
+        if (k < rank) {                                               \
+            const int sz = ((const int*)&shape)[k];                   \
+            const int dq_ = rem / sz;                                 \
+            off += (rem - dq_ * sz) * ((const int*)&stride)[k];       \
+            rem = dq_;                                                \
+        }                                                             \
+    }
+
 // reduce_to_shape: sum a gradient over its broadcast axes. Kept axes (kshape, kstride) index the output; the
 // reduced axes (rshape, rstride) are summed, R positions in all.
 // rts_wg: one work-group of 256 per output element, strided loop plus a local tree (used when R >= 256).
@@ -160,10 +204,22 @@ void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, c
     int rem = o, base = 0;
     DECOMP(nk, kshape, kstride, rem, base)
     float acc = 0.0f;
-    for (int r = lid; r < R; r += 256) {
-        int q = r, off = base;
-        DECOMP(nr, rshape, rstride, q, off)
-        acc += grad[off];
+    const int inner = rshape.s0;
+    if (nr > 0 && inner >= 256) {
+        // The innermost reduced axis is long: walk it contiguously, decomposing only the outer reduced index.
+        const int istr = rstride.s0;
+        const int outer = R / inner;
+        for (int ro = 0; ro < outer; ++ro) {
+            int q = ro, off = base;
+            DECOMP_FROM1(nr, rshape, rstride, q, off)
+            for (int ri = lid; ri < inner; ri += 256) acc += grad[off + ri * istr];
+        }
+    } else {
+        for (int r = lid; r < R; r += 256) {
+            int q = r, off = base;
+            DECOMP(nr, rshape, rstride, q, off)
+            acc += grad[off];
+        }
     }
     __local float red[256];
     red[lid] = acc;

@@ -53,13 +53,19 @@ __kernel void sm_row_serial(const int O, const int R, __global const float* x, _
     float m = -INFINITY;
     for (int r = 0; r < R; ++r) m = nmax(m, p[r]);
     float z = 0.0f;
-    for (int r = 0; r < R; ++r) z += exp(p[r] - m);
 #if LOG
+    for (int r = 0; r < R; ++r) z += exp(p[r] - m);
     const float lz = log(z);
     for (int r = 0; r < R; ++r) q[r] = p[r] - m - lz;
 #else
+    // One exp per element: the numerators are stored, then scaled.
+    for (int r = 0; r < R; ++r) {
+        const float e = exp(p[r] - m);
+        q[r] = e;
+        z += e;
+    }
     const float iz = 1.0f / z;
-    for (int r = 0; r < R; ++r) q[r] = exp(p[r] - m) * iz;
+    for (int r = 0; r < R; ++r) q[r] *= iz;
 #endif
 }
 
@@ -73,13 +79,18 @@ __kernel void sm_col(const int O, const int R, const int I, __global const float
     float m = -INFINITY;
     for (int r = 0; r < R; ++r) m = nmax(m, p[r * I]);
     float z = 0.0f;
-    for (int r = 0; r < R; ++r) z += exp(p[r * I] - m);
 #if LOG
+    for (int r = 0; r < R; ++r) z += exp(p[r * I] - m);
     const float lz = log(z);
     for (int r = 0; r < R; ++r) q[r * I] = p[r * I] - m - lz;
 #else
+    for (int r = 0; r < R; ++r) {
+        const float e = exp(p[r * I] - m);
+        q[r * I] = e;
+        z += e;
+    }
     const float iz = 1.0f / z;
-    for (int r = 0; r < R; ++r) q[r * I] = exp(p[r * I] - m) * iz;
+    for (int r = 0; r < R; ++r) q[r * I] *= iz;
 #endif
 }
 

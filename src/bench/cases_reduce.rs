@@ -14,7 +14,8 @@ fn nchw(small: bool) -> [usize; 4] {
 
 /// `sum_axis1_4096` (the peer script's case: reduce_sum over axis 1 of 4096×4096 in every size), the sum
 /// of every element of 4096×4096, a bias gradient N×C×H×W → C through `reduce_to_shape`, a row softmax and a
-/// fused multiply-add-ReLU chain over three inputs.
+/// fused multiply-add-ReLU chain over three inputs, and a training batch_norm2d (the compulsory traffic: read x,
+/// write y).
 pub(super) fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -68,6 +69,20 @@ pub(super) fn cases() -> Vec<Case> {
                 let c = Tensor::randn(dev, &[4096], 0.0, 1.0, 18)?;
                 Ok(Box::new(move || {
                     Ok(vec![ops::fused("max(x0 * x1 + x2, 0)", &[&a, &b, &c])?])
+                }))
+            },
+        },
+        Case {
+            name: "batch_norm_train_nchw",
+            work: |small| Work::Bytes((2 * nchw(small).iter().product::<usize>() * 4) as f64),
+            setup: |dev, small| {
+                let x = Tensor::randn(dev, &nchw(small), 0.0, 1.0, 19)?;
+                let g = Tensor::ones(dev, &[64])?;
+                let b = Tensor::zeros(dev, &[64])?;
+                let (rm, rv) = (Tensor::zeros(dev, &[64])?, Tensor::ones(dev, &[64])?);
+                Ok(Box::new(move || {
+                    let o = ops::batch_norm2d(&x, Some(&g), Some(&b), &rm, &rv, 0.1, 1e-5, true)?;
+                    Ok(vec![o.out.y, o.running_var])
                 }))
             },
         },

@@ -98,6 +98,9 @@ pub enum ReduceAlgo {
     Chunk(usize),
     /// `["col", vec, groups]`: one work-item per (outer, chunk, `vec` inner elements); needs I > 1.
     Col(usize, usize),
+    /// `["colblk", cols, groups]`: one work-item per (outer, chunk, `cols` = 8·NB inner elements) with float8
+    /// accumulators and no barriers (CPU OpenCL); needs I a multiple of `cols`.
+    ColBlk(usize, usize),
 }
 
 impl Serialize for ReduceAlgo {
@@ -106,6 +109,7 @@ impl Serialize for ReduceAlgo {
             ReduceAlgo::Wg(l, g) => ("wg", l, g).serialize(s),
             ReduceAlgo::Chunk(g) => ("chunk", g).serialize(s),
             ReduceAlgo::Col(v, g) => ("col", v, g).serialize(s),
+            ReduceAlgo::ColBlk(c, g) => ("colblk", c, g).serialize(s),
         }
     }
 }
@@ -113,7 +117,10 @@ impl Serialize for ReduceAlgo {
 impl ReduceAlgo {
     fn groups(self) -> usize {
         match self {
-            ReduceAlgo::Wg(_, g) | ReduceAlgo::Chunk(g) | ReduceAlgo::Col(_, g) => g.max(1),
+            ReduceAlgo::Wg(_, g)
+            | ReduceAlgo::Chunk(g)
+            | ReduceAlgo::Col(_, g)
+            | ReduceAlgo::ColBlk(_, g) => g.max(1),
         }
     }
 }
@@ -516,7 +523,7 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl ClDevice {
-    /// Candidates for one pass; they depend only on the bucketed key (O, R, I, I % 4 == 0).
+    /// Candidates for one pass; they depend only on the bucketed key (O, R, I, largest of 32/8/4 dividing I).
     fn reduce_candidates(&self, v: Ori) -> (Vec<ReduceAlgo>, usize) {
         let (o, r, i) = (
             bucket(v.o) as usize,
@@ -559,7 +566,27 @@ impl ClDevice {
                     c.push(ReduceAlgo::Col(vec, g));
                 }
             }
-            let default = c.len() - 1;
+            // Column blocks of 32 or 8 for CPU OpenCL, whole rows split into chunks for parallelism.
+            for cols in [32usize, 8] {
+                if v.i.is_multiple_of(cols) {
+                    let items = (o * i / cols).max(1);
+                    c.push(ReduceAlgo::ColBlk(cols, 1));
+                    let g = (cu * 8).div_ceil(items).clamp(1, (r / 16).max(1));
+                    if g > 1 {
+                        c.push(ReduceAlgo::ColBlk(cols, g));
+                    }
+                    break;
+                }
+            }
+            let default = if cpu {
+                c.iter()
+                    .position(|a| matches!(a, ReduceAlgo::ColBlk(..)))
+                    .unwrap_or(0)
+            } else {
+                c.iter()
+                    .rposition(|a| matches!(a, ReduceAlgo::Col(..)))
+                    .unwrap_or(0)
+            };
             (c, default)
         }
     }
@@ -590,6 +617,7 @@ impl ClDevice {
             ReduceAlgo::Wg(l, _) => ReduceAlgo::Wg(l.min(g.next_power_of_two()).max(1), 1),
             ReduceAlgo::Chunk(_) => ReduceAlgo::Chunk(1),
             ReduceAlgo::Col(vec, _) => ReduceAlgo::Col(vec, 1),
+            ReduceAlgo::ColBlk(cols, _) => ReduceAlgo::ColBlk(cols, 1),
         };
         let e2 = self.launch_pass(
             op.rest(),
@@ -655,6 +683,25 @@ impl ClDevice {
                 ];
                 self.launch(&k, &args, &[total], None)
             }
+            ReduceAlgo::ColBlk(cols, _)
+                if v.i > 1 && (cols == 8 || cols == 32) && v.i.is_multiple_of(cols) =>
+            {
+                let k = self.kernel("reduce", &defines.set("NB", cols / 8), "red_col_blk")?;
+                let gr = [v.i / cols, g, v.o];
+                let local = super::elementwise::local_3d(self, gr);
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::I32(v.i as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::F32(scale),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(out.storage()),
+                    Arg::I32(out_off as i32),
+                ];
+                self.launch(&k, &args, &gr, Some(&local))
+            }
             _ => {
                 let vec = match algo {
                     ReduceAlgo::Col(4, _) if v.i.is_multiple_of(4) => 4,
@@ -697,10 +744,20 @@ impl ReduceKernels for ClDevice {
             bucket(v.o),
             bucket(v.r),
             bucket(v.i),
-            i64::from(v.i.is_multiple_of(4)),
+            // The largest of 32, 8, 4 dividing I: column candidates depend on it.
+            [32i64, 8, 4]
+                .into_iter()
+                .find(|&m| v.i.is_multiple_of(m as usize))
+                .unwrap_or(1),
         ]);
         let (cands, default) = self.reduce_candidates(v);
-        let eligible = |a: &ReduceAlgo| matches!(a, ReduceAlgo::Col(..)) == (v.i > 1);
+        let eligible = |a: &ReduceAlgo| match a {
+            ReduceAlgo::Col(..) => v.i > 1,
+            ReduceAlgo::ColBlk(cols, _) => {
+                v.i > 1 && (*cols == 8 || *cols == 32) && v.i.is_multiple_of(*cols)
+            }
+            _ => v.i == 1,
+        };
         let chosen = match algo.filter(eligible) {
             Some(a) => {
                 if once_per_key(&format!("reduce|{key}|{a:?}")) {
