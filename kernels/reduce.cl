@@ -143,6 +143,27 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
     for (int k = 0; k < NB; ++k) vstore8(acc[k] * scale, k, out + out_off + (o * G + g) * I + i);
 }
 
+// I > 1 on CPU OpenCL, streaming: one work-item per (o, g) reads its chunk of rows front to back (sequential
+// memory, no strided walks) and folds each row into its own partial row out[o, g, :], which stays in cache.
+// Requires I % 8 == 0. The caller folds G partial rows in a second pass.
+__kernel void red_col_stream(const int O, const int R, const int I, const int rc, const int G, const float scale,
+                             __global const float* x, __global float* out, const int out_off) {
+    const int t = get_global_id(0);
+    if (t >= O * G) return;
+    const int o = t / G;
+    const int g = t - o * G;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global float* q = out + out_off + t * I;
+    const int i8 = I >> 3;
+    for (int k = 0; k < i8; ++k) vstore8((float8)(IDENT), k, q);
+    for (int r = start; r < end; ++r) {
+        __global const float* p = x + (o * R + r) * I;
+        for (int k = 0; k < i8; ++k) vstore8(COMB(vload8(k, q), PRE(vload8(k, p))), k, q);
+    }
+    for (int k = 0; k < i8; ++k) vstore8(vload8(k, q) * scale, k, q);
+}
+
 // The first index of the largest (argmax) or smallest (argmin) value along R; the first NaN if any.
 #define ARG_KERNEL(name, BETTER)                                                                          \
     __kernel void name(const int O, const int R, const int I, __global const float* x, __global int* out) { \

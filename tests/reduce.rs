@@ -52,7 +52,9 @@ fn check_reduce(
     }
 }
 
-const ALGOS: [Option<ReduceAlgo>; 9] = [
+const ALGOS: [Option<ReduceAlgo>; 11] = [
+    Some(ReduceAlgo::Stream(1)),
+    Some(ReduceAlgo::Stream(3)),
     Some(ReduceAlgo::ColBlk(8, 1)),
     Some(ReduceAlgo::ColBlk(32, 4)),
     None,

@@ -101,6 +101,9 @@ pub enum ReduceAlgo {
     /// `["colblk", cols, groups]`: one work-item per (outer, chunk, `cols` = 8·NB inner elements) with float8
     /// accumulators and no barriers (CPU OpenCL); needs I a multiple of `cols`.
     ColBlk(usize, usize),
+    /// `["stream", groups]`: one work-item per (outer, chunk of rows) streaming its rows into a partial row of
+    /// I in cache, then a second pass over the partials (CPU OpenCL); needs I a multiple of 8.
+    Stream(usize),
 }
 
 impl Serialize for ReduceAlgo {
@@ -110,6 +113,7 @@ impl Serialize for ReduceAlgo {
             ReduceAlgo::Chunk(g) => ("chunk", g).serialize(s),
             ReduceAlgo::Col(v, g) => ("col", v, g).serialize(s),
             ReduceAlgo::ColBlk(c, g) => ("colblk", c, g).serialize(s),
+            ReduceAlgo::Stream(g) => ("stream", g).serialize(s),
         }
     }
 }
@@ -120,7 +124,8 @@ impl ReduceAlgo {
             ReduceAlgo::Wg(_, g)
             | ReduceAlgo::Chunk(g)
             | ReduceAlgo::Col(_, g)
-            | ReduceAlgo::ColBlk(_, g) => g.max(1),
+            | ReduceAlgo::ColBlk(_, g)
+            | ReduceAlgo::Stream(g) => g.max(1),
         }
     }
 }
@@ -578,9 +583,14 @@ impl ClDevice {
                     break;
                 }
             }
+            if v.i.is_multiple_of(8) {
+                // At least two chunks and at most 1024 rows each, so no partial sums more than 1024 rows.
+                let g = (cu * 4).max(r.div_ceil(1024)).clamp(2, r.max(2));
+                c.push(ReduceAlgo::Stream(g));
+            }
             let default = if cpu {
                 c.iter()
-                    .position(|a| matches!(a, ReduceAlgo::ColBlk(..)))
+                    .position(|a| matches!(a, ReduceAlgo::Stream(..) | ReduceAlgo::ColBlk(..)))
                     .unwrap_or(0)
             } else {
                 c.iter()
@@ -618,6 +628,7 @@ impl ClDevice {
             ReduceAlgo::Chunk(_) => ReduceAlgo::Chunk(1),
             ReduceAlgo::Col(vec, _) => ReduceAlgo::Col(vec, 1),
             ReduceAlgo::ColBlk(cols, _) => ReduceAlgo::ColBlk(cols, 1),
+            ReduceAlgo::Stream(_) => ReduceAlgo::ColBlk(8, 1),
         };
         let e2 = self.launch_pass(
             op.rest(),
@@ -676,6 +687,22 @@ impl ClDevice {
                     Arg::I32(rc as i32),
                     Arg::I32(g as i32),
                     Arg::I32(total as i32),
+                    Arg::F32(scale),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(out.storage()),
+                    Arg::I32(out_off as i32),
+                ];
+                self.launch(&k, &args, &[total], None)
+            }
+            ReduceAlgo::Stream(_) if v.i > 1 && v.i.is_multiple_of(8) => {
+                let k = self.kernel("reduce", &defines, "red_col_stream")?;
+                let total = v.o * g;
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::I32(v.i as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
                     Arg::F32(scale),
                     Arg::Mem(x.storage()),
                     Arg::Mem(out.storage()),
@@ -756,6 +783,7 @@ impl ReduceKernels for ClDevice {
             ReduceAlgo::ColBlk(cols, _) => {
                 v.i > 1 && (*cols == 8 || *cols == 32) && v.i.is_multiple_of(*cols)
             }
+            ReduceAlgo::Stream(_) => v.i > 1 && v.i.is_multiple_of(8),
             _ => v.i == 1,
         };
         let chosen = match algo.filter(eligible) {
