@@ -1,43 +1,278 @@
-// Sum reductions. Two families, chosen by the autotuner per device and size:
-//  - sum_wg: a grid-strided loop per work-item, then a tree in local memory (GPUs);
-//  - sum_chunk: one contiguous chunk per work-item with float8 loads and no barriers (CPU OpenCL).
-// Both write one partial per group or work-item; sum_serial folds the partials.
+// Reductions over the canonical view [O, R, I] of a contiguous tensor (reduce R, keep O and I), one pass per
+// contiguous group of reduced axes. With G > 1 a pass writes partials [O, G, I] (each chunk of rc elements of
+// R reduced separately) and a second pass folds G. Defines per build:
+//   COMB(a, b)  the combine, valid on scalars and vectors (NaN-propagating select for max/min);
+//   IDENT       its identity;  PRE(v) a map applied to loaded values (x*x for the sum of squares).
+// The result is multiplied by `scale` (1, or 1/count for a mean; x*1 == x exactly in IEEE).
+// Kernels:
+//   red_row_wg    I == 1: work-groups of L per (o, g), float4 loads, a local-memory tree (GPUs);
+//   red_row_chunk I == 1: one work-item per (o, g), float8 loads, no barriers (CPU OpenCL);
+//   red_col       I > 1: one work-item per (o, g, V consecutive i), coalesced across i;
+//   argmax_col / argmin_col: the first extreme index along R (a NaN wins, as in NumPy).
 
-__kernel void sum_wg(const int n, __global const float* x, __global float* partial, __local float* scratch) {
+#ifndef COMB
+#define COMB(a, b) ((a) + (b))
+#endif
+#ifndef IDENT
+#define IDENT 0.0f
+#endif
+#ifndef PRE
+#define PRE(v) (v)
+#endif
+#ifndef V
+#define V 1
+#endif
+
+#ifndef KAHAN
+#define KAHAN 0
+#endif
+// Compensated (Kahan) summation step for the serial column loop; the compensation is dropped once the sum
+// is not finite, so infinities and NaN propagate as in a plain sum.
+#define KSTEP(acc, comp, val, zero, T)                            \
+    {                                                            \
+        const T y_ = (val) - (comp);                              \
+        const T t_ = (acc) + y_;                                  \
+        comp = select((zero), (t_ - (acc)) - y_, isfinite(t_));  \
+        acc = t_;                                                \
+    }
+
+#define RED4(a) COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3))
+#define RED8(a) COMB(COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3)), COMB(COMB((a).s4, (a).s5), COMB((a).s6, (a).s7)))
+
+__kernel void red_row_wg(const int R, const int rc, const int G, const float scale, __global const float* x,
+                         __global float* out, const int out_off, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
-    const int stride = get_global_size(0);
-    const int gid = get_global_id(0);
-    const int n4 = n >> 2;
-    float4 acc4 = (float4)(0.0f);
-    for (int i = gid; i < n4; i += stride) acc4 += vload4(i, x);
-    float acc = (acc4.s0 + acc4.s1) + (acc4.s2 + acc4.s3);
-    const int t = (n4 << 2) + gid;
-    if (t < n) acc += x[t];
-    scratch[lid] = acc;
+    const int g = get_group_id(0);
+    const int o = get_global_id(1);
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global const float* row = x + o * R + start;
+    const int len = end - start;
+    const int n4 = len >> 2;
+    float4 a4 = (float4)(IDENT);
+    for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(vload4(k, row)));
+    float acc = RED4(a4);
+    for (int i = (n4 << 2) + lid; i < len; i += L) acc = COMB(acc, PRE(row[i]));
+    sc[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L >> 1; s > 0; s >>= 1) {
-        if (lid < s) scratch[lid] += scratch[lid + s];
+        if (lid < s) sc[lid] = COMB(sc[lid], sc[lid + s]);
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0) partial[get_group_id(0)] = scratch[0];
+    if (lid == 0) out[out_off + o * G + g] = sc[0] * scale;
 }
 
-__kernel void sum_chunk(const int n, const int chunk, __global const float* x, __global float* partial) {
-    const int g = get_global_id(0);
-    const int start = g * chunk;
-    const int end = min(n, start + chunk);
-    float8 a = (float8)(0.0f);
+__kernel void red_row_chunk(const int R, const int rc, const int G, const int total, const float scale,
+                            __global const float* x, __global float* out, const int out_off) {
+    const int t = get_global_id(0);
+    if (t >= total) return;
+    const int o = t / G;
+    const int g = t - o * G;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global const float* row = x + o * R;
+    float8 a8 = (float8)(IDENT);
     int i = start;
-    for (; i + 8 <= end; i += 8) a += vload8(0, x + i);
-    float s = ((a.s0 + a.s1) + (a.s2 + a.s3)) + ((a.s4 + a.s5) + (a.s6 + a.s7));
-    for (; i < end; ++i) s += x[i];
-    partial[g] = s;
+    for (; i + 8 <= end; i += 8) a8 = COMB(a8, PRE(vload8(0, row + i)));
+    float acc = RED8(a8);
+    for (; i < end; ++i) acc = COMB(acc, PRE(row[i]));
+    out[out_off + t] = acc * scale;
 }
 
-__kernel void sum_serial(const int n, __global const float* x, __global float* out) {
+__kernel void red_col(const int O, const int R, const int I, const int rc, const int G, const float scale,
+                      __global const float* x, __global float* out, const int out_off) {
+    const int i = get_global_id(0) * V;
+    const int g = get_global_id(1);
+    const int o = get_global_id(2);
+    if (i >= I || g >= G || o >= O) return;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global const float* p = x + o * R * I + i;
+#if V == 4
+    float4 acc = (float4)(IDENT);
+#if KAHAN
+    float4 comp = (float4)(0.0f);
+    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(vload4(0, p + r * I)), (float4)(0.0f), float4);
+#else
+    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(vload4(0, p + r * I)));
+#endif
+    vstore4(acc * scale, 0, out + out_off + (o * G + g) * I + i);
+#else
+    float acc = IDENT;
+#if KAHAN
+    float comp = 0.0f;
+    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(p[r * I]), 0.0f, float);
+#else
+    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(p[r * I]));
+#endif
+    out[out_off + (o * G + g) * I + i] = acc * scale;
+#endif
+}
+
+#ifndef NB
+#define NB 4
+#endif
+
+// I > 1 on CPU OpenCL: one work-item per (o, g, 8·NB consecutive i) with NB float8 accumulators, so each row
+// step reads whole cache lines; requires I % (8·NB) == 0.
+__kernel void red_col_blk(const int O, const int R, const int I, const int rc, const int G, const float scale,
+                          __global const float* x, __global float* out, const int out_off) {
+    const int i = get_global_id(0) * (8 * NB);
+    const int g = get_global_id(1);
+    const int o = get_global_id(2);
+    if (i >= I || g >= G || o >= O) return;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global const float* p = x + o * R * I + i;
+    float8 acc[NB];
+    float8 comp[NB];
+    for (int k = 0; k < NB; ++k) {
+        acc[k] = (float8)(IDENT);
+        comp[k] = (float8)(0.0f);
+    }
+    for (int r = start; r < end; ++r) {
+        for (int k = 0; k < NB; ++k) {
+#if KAHAN
+            KSTEP(acc[k], comp[k], PRE(vload8(k, p + r * I)), (float8)(0.0f), float8);
+#else
+            acc[k] = COMB(acc[k], PRE(vload8(k, p + r * I)));
+#endif
+        }
+    }
+    for (int k = 0; k < NB; ++k) vstore8(acc[k] * scale, k, out + out_off + (o * G + g) * I + i);
+}
+
+// I > 1 on CPU OpenCL, streaming: one work-item per (o, g) reads its chunk of rows front to back (sequential
+// memory, no strided walks) and folds each row into its own partial row out[o, g, :], which stays in cache.
+// Requires I % 8 == 0. The caller folds G partial rows in a second pass.
+__kernel void red_col_stream(const int O, const int R, const int I, const int rc, const int G, const float scale,
+                             __global const float* x, __global float* out, const int out_off) {
+    const int t = get_global_id(0);
+    if (t >= O * G) return;
+    const int o = t / G;
+    const int g = t - o * G;
+    const int start = min(R, g * rc);
+    const int end = min(R, start + rc);
+    __global float* q = out + out_off + t * I;
+    const int i8 = I >> 3;
+    for (int k = 0; k < i8; ++k) vstore8((float8)(IDENT), k, q);
+    for (int r = start; r < end; ++r) {
+        __global const float* p = x + (o * R + r) * I;
+        for (int k = 0; k < i8; ++k) vstore8(COMB(vload8(k, q), PRE(vload8(k, p))), k, q);
+    }
+    for (int k = 0; k < i8; ++k) vstore8(vload8(k, q) * scale, k, q);
+}
+
+// The first index of the largest (argmax) or smallest (argmin) value along R; the first NaN if any.
+#define ARG_KERNEL(name, BETTER)                                                                          \
+    __kernel void name(const int O, const int R, const int I, __global const float* x, __global int* out) { \
+        const int t = get_global_id(0);                                                                   \
+        if (t >= O * I) return;                                                                           \
+        const int o = t / I;                                                                              \
+        const int i = t - o * I;                                                                          \
+        __global const float* p = x + o * R * I + i;                                                      \
+        float best = p[0];                                                                                \
+        int bi = 0;                                                                                       \
+        if (!isnan(best)) {                                                                               \
+            for (int r = 1; r < R; ++r) {                                                                 \
+                const float v = p[r * I];                                                                 \
+                if (isnan(v)) { bi = r; break; }                                                          \
+                if (BETTER(v, best)) { best = v; bi = r; }                                                \
+            }                                                                                             \
+        }                                                                                                 \
+        out[t] = bi;                                                                                      \
+    }
+#define GT(a, b) ((a) > (b))
+#define LT(a, b) ((a) < (b))
+ARG_KERNEL(argmax_col, GT)
+ARG_KERNEL(argmin_col, LT)
+
+#ifndef KMAX
+#define KMAX 8
+#endif
+
+// Decomposes `rem` over up to 8 dimensions (innermost in .s0) into an element offset.
+#define DECOMP(rank, shape, stride, rem, off)                         \
+    for (int k = 0; k < KMAX; ++k) {                                  \
+        if (k < rank) {                                               \
+            const int sz = ((const int*)&shape)[k];                   \
+            const int dq_ = rem / sz;                                 \
+            off += (rem - dq_ * sz) * ((const int*)&stride)[k];       \
+            rem = dq_;                                                \
+        }                                                             \
+    }
+
+// DECOMP over dimensions 1..rank-1 (dimension 0 is walked by the caller).
+#define DECOMP_FROM1(rank, shape, stride, rem, off)                   \
+    for (int k = 1; k < KMAX; ++k) {                                  \
+        if (k < rank) {                                               \
+            const int sz = ((const int*)&shape)[k];                   \
+            const int dq_ = rem / sz;                                 \
+            off += (rem - dq_ * sz) * ((const int*)&stride)[k];       \
+            rem = dq_;                                                \
+        }                                                             \
+    }
+
+// reduce_to_shape: sum a gradient over its broadcast axes. Kept axes (kshape, kstride) index the output; the
+// reduced axes (rshape, rstride) are summed, R positions in all.
+// rts_wg: one work-group of 256 per output element, strided loop plus a local tree (used when R >= 256).
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, const int8 rshape, const int8 rstride,
+            const int R, __global const float* grad, __global float* out) {
+    const int o = get_group_id(0);
+    const int lid = get_local_id(0);
+    int rem = o, base = 0;
+    DECOMP(nk, kshape, kstride, rem, base)
+    float acc = 0.0f;
+    const int inner = rshape.s0;
+    if (nr > 0 && inner >= 256) {
+        // The innermost reduced axis is long: walk it contiguously, decomposing only the outer reduced index.
+        const int istr = rstride.s0;
+        const int outer = R / inner;
+        for (int ro = 0; ro < outer; ++ro) {
+            int q = ro, off = base;
+            DECOMP_FROM1(nr, rshape, rstride, q, off)
+            for (int ri = lid; ri < inner; ri += 256) acc += grad[off + ri * istr];
+        }
+    } else {
+        for (int r = lid; r < R; r += 256) {
+            int q = r, off = base;
+            DECOMP(nr, rshape, rstride, q, off)
+            acc += grad[off];
+        }
+    }
+    __local float red[256];
+    red[lid] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 128; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) out[o] = red[0];
+}
+
+// rts_item: one work-item per output element (used when R < 256).
+__kernel void rts_item(const int total, const int nk, const int8 kshape, const int8 kstride, const int nr,
+                       const int8 rshape, const int8 rstride, const int R, __global const float* grad,
+                       __global float* out) {
+    const int o = get_global_id(0);
+    if (o >= total) return;
+    int rem = o, base = 0;
+    DECOMP(nk, kshape, kstride, rem, base)
+    float acc = 0.0f;
+    for (int r = 0; r < R; ++r) {
+        int q = r, off = base;
+        DECOMP(nr, rshape, rstride, q, off)
+        acc += grad[off];
+    }
+    out[o] = acc;
+}
+
+// sqrt of the sum of `n` partial sums of squares (the global L2 norm's last step).
+__kernel void sqrt_sum(const int n, __global const float* x, __global float* out) {
     if (get_global_id(0) != 0) return;
     float s = 0.0f;
     for (int i = 0; i < n; ++i) s += x[i];
-    out[0] = s;
+    out[0] = sqrt(s);
 }

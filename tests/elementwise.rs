@@ -256,3 +256,32 @@ fn fused_expressions_match_reference_and_broadcast() {
     assert!(ops::fused("x0 + x2", &[&cd, &bd]).is_err());
     assert!(ops::fused("x0 + x1", &[&cd, &Tensor::zeros(&dev, &[4]).unwrap()]).is_err());
 }
+
+#[test]
+fn prelu_forward_and_backward_match_reference() {
+    let Some(dev) = opencl_device() else { return };
+    let (xc, xd) = with_specials(&dev, &[3, 4, 5, 6], 80);
+    let (ac, ad) = pair(&dev, &[4], 81);
+    let (gc, gd) = pair(&dev, &[3, 4, 5, 6], 82);
+    let got = ops::prelu(&xd, &ad).unwrap().to_vec::<f32>().unwrap();
+    let want = ops::prelu(&xc, &ac).unwrap().to_vec::<f32>().unwrap();
+    assert_close(&got, &want, 0.0, 0.0, "prelu");
+    let (gxd, gad) = ops::prelu_backward(&xd, &ad, &gd).unwrap();
+    let (gxc, gac) = ops::prelu_backward(&xc, &ac, &gc).unwrap();
+    assert_close(
+        &gxd.to_vec::<f32>().unwrap(),
+        &gxc.to_vec::<f32>().unwrap(),
+        0.0,
+        0.0,
+        "prelu dx",
+    );
+    assert_eq!(gad.shape(), &[4]);
+    assert_close(
+        &gad.to_vec::<f32>().unwrap(),
+        &gac.to_vec::<f32>().unwrap(),
+        1e-4,
+        1e-5,
+        "prelu dalpha",
+    );
+    assert!(ops::prelu(&xd, &Tensor::zeros(&dev, &[3]).unwrap()).is_err());
+}

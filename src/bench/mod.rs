@@ -5,6 +5,7 @@
 //! the op plus a device synchronisation, like the peer's, after two warm-up calls.
 
 mod cases_core;
+mod cases_reduce;
 
 use std::time::Instant;
 
@@ -68,6 +69,7 @@ pub struct BenchLine {
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(cases_core::cases());
+    v.extend(cases_reduce::cases());
     v
 }
 

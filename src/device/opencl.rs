@@ -115,6 +115,7 @@ pub(crate) enum Arg<'a> {
     /// A device buffer.
     Mem(&'a Storage),
     I32(i32),
+    U32(u32),
     F32(f32),
     /// Eight ints passed by value as an `int8` (shapes and strides, never uploaded).
     I32x8([i32; 8]),
@@ -200,6 +201,9 @@ impl ClDevice {
                     }
                     Arg::I32(v) => {
                         cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void)
+                    }
+                    Arg::U32(v) => {
+                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void)
                     }
                     Arg::F32(v) => {
                         cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void)

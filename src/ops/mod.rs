@@ -2,25 +2,55 @@
 //! its primitive trait, which every device kind implements (OpenCL kernels, or plain Rust on the built-in
 //! device). Op code never matches on the device kind.
 
+pub mod dropout;
 pub mod elementwise;
 pub mod fused;
+pub mod norm;
+pub mod pool;
 pub mod reduce;
+pub mod resize;
+pub mod shape;
+pub mod softmax;
 pub mod unary;
 pub mod update;
 
+pub use dropout::{dropout, dropout_backward};
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use elementwise::{
     add_scalar, binary_scalar, div_scalar, eq, ge, gt, le, lt, mul_scalar, ne, pow, pow_scalar,
 };
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use fused::{Expr, fused, fused_expr, where_};
-pub use reduce::sum_all;
+pub use norm::{
+    BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm,
+    group_norm_backward,
+};
+pub use norm::{layer_norm, layer_norm_backward, rms_norm, rms_norm_backward};
+pub use pool::{
+    MaxPoolOut, Pool2d, avg_pool2d, avg_pool2d_backward, global_avg_pool2d,
+    global_avg_pool2d_backward,
+};
+pub use pool::{max_pool2d, max_pool2d_backward};
+pub use reduce::{
+    ReduceAlgo, ReduceOp, argmax, argmin, global_l2_norm, max, mean, min, prod, reduce,
+    reduce_to_shape,
+};
+pub use reduce::{reduce_with, sum, sum_all};
+pub use resize::{Upsample, upsample, upsample_backward};
+pub use shape::{
+    PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, topk,
+    transpose,
+};
+pub use softmax::{
+    SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax,
+};
+pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{
     abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu,
     sigmoid,
 };
-pub use unary::{silu, softplus, sqrt, tanh};
+pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
@@ -28,15 +58,26 @@ pub(crate) trait Kernels:
     + reduce::ReduceKernels
     + unary::UnaryKernels
     + fused::FusedKernels
+    + softmax::SoftmaxKernels
+    + dropout::DropoutKernels
+    + pool::PoolKernels
+    + shape::ShapeKernels
+    + resize::ResizeKernels
     + update::UpdateKernels
 {
 }
-impl<T> Kernels for T where
+impl<
     T: elementwise::BinaryKernels
         + reduce::ReduceKernels
         + unary::UnaryKernels
         + fused::FusedKernels
-        + update::UpdateKernels
+        + softmax::SoftmaxKernels
+        + dropout::DropoutKernels
+        + pool::PoolKernels
+        + shape::ShapeKernels
+        + resize::ResizeKernels
+        + update::UpdateKernels,
+> Kernels for T
 {
 }
 

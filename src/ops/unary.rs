@@ -546,6 +546,52 @@ impl UnaryKernels for CpuDevice {
     }
 }
 
+/// The per-channel slope `alpha` ([C], or [1] for one shared slope) shaped to broadcast over axis 1 of `x`.
+fn prelu_alpha(x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
+    x.same_device(&[alpha], "prelu")?;
+    x.expect_dtype(DType::F32, "prelu")?;
+    alpha.expect_dtype(DType::F32, "prelu")?;
+    if x.rank() < 2 {
+        return Err(Error::Shape(format!(
+            "prelu: the input needs a channel axis 1, got {:?}",
+            x.shape()
+        )));
+    }
+    let c = x.shape()[1];
+    if alpha.numel() != c && alpha.numel() != 1 {
+        return Err(Error::Shape(format!(
+            "prelu: alpha {:?} must hold 1 or {c} slopes for input {:?}",
+            alpha.shape(),
+            x.shape()
+        )));
+    }
+    let mut shape = vec![1usize; x.rank() - 1];
+    shape[0] = alpha.numel();
+    alpha.reshape(&shape)
+}
+
+/// `x > 0 ? x : alpha[c]·x` with one slope per channel (axis 1), as one fused kernel.
+pub fn prelu(x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
+    let a = prelu_alpha(x, alpha)?;
+    super::fused::fused("where(x0 > 0, x0, x1 * x0)", &[x, &a])
+}
+
+/// The gradients of [`prelu`]: (input gradient, slope gradient of `alpha`'s shape).
+pub fn prelu_backward(x: &Tensor, alpha: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)> {
+    let a = prelu_alpha(x, alpha)?;
+    if grad.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "prelu_backward: gradient {:?} differs from input {:?}",
+            grad.shape(),
+            x.shape()
+        )));
+    }
+    let gx = super::fused::fused("where(x0 > 0, x2, x1 * x2)", &[x, &a, grad])?;
+    let ga = super::fused::fused("where(x0 > 0, 0, x0 * x1)", &[x, grad])?;
+    let ga = super::reduce::reduce_to_shape(&ga, a.shape())?.reshape(alpha.shape())?;
+    Ok((gx, ga))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

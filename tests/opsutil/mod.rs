@@ -23,6 +23,7 @@ pub fn cpu() -> Device {
 /// The OpenCL device under test (see `common::opencl_device`), or `None` (skipped loudly) without one.
 pub fn opencl_device() -> Option<Device> {
     static D: OnceLock<Option<Device>> = OnceLock::new();
+    let _ = cpu();
     D.get_or_init(|| {
         let _g = LOCK.lock();
         super::common::opencl_device()

@@ -1,0 +1,225 @@
+// softmax / log_softmax over R of the view [O, R, I], forward and backward, and fused cross-entropy.
+// LOG = 1 builds log_softmax. Kernels:
+//   sm_row_wg / smb_row_wg:   I == 1, one work-group per row, local-memory trees (GPUs);
+//   sm_row_serial / smb_row_serial: I == 1, one work-item per row, no barriers (CPU OpenCL);
+//   sm_col / smb_col:         I > 1, one work-item per (o, i), coalesced across i.
+// Backward: softmax gx = y·(g − Σg·y); log_softmax gx = g − e^y·Σg, from the forward output y.
+
+#ifndef LOG
+#define LOG 0
+#endif
+
+static inline float nmax(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }
+
+__kernel void sm_row_wg(const int R, __global const float* x, __global float* y, __local float* sc) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int o = get_group_id(0);
+    __global const float* p = x + o * R;
+    __global float* q = y + o * R;
+    float m = -INFINITY;
+    for (int r = lid; r < R; r += L) m = nmax(m, p[r]);
+    sc[lid] = m;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L >> 1; s > 0; s >>= 1) {
+        if (lid < s) sc[lid] = nmax(sc[lid], sc[lid + s]);
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    m = sc[0];
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float z = 0.0f;
+    for (int r = lid; r < R; r += L) z += exp(p[r] - m);
+    sc[lid] = z;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L >> 1; s > 0; s >>= 1) {
+        if (lid < s) sc[lid] += sc[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    z = sc[0];
+#if LOG
+    const float lz = log(z);
+    for (int r = lid; r < R; r += L) q[r] = p[r] - m - lz;
+#else
+    const float iz = 1.0f / z;
+    for (int r = lid; r < R; r += L) q[r] = exp(p[r] - m) * iz;
+#endif
+}
+
+__kernel void sm_row_serial(const int O, const int R, __global const float* x, __global float* y) {
+    const int o = get_global_id(0);
+    if (o >= O) return;
+    __global const float* p = x + o * R;
+    __global float* q = y + o * R;
+    float m = -INFINITY;
+    for (int r = 0; r < R; ++r) m = nmax(m, p[r]);
+    float z = 0.0f;
+#if LOG
+    for (int r = 0; r < R; ++r) z += exp(p[r] - m);
+    const float lz = log(z);
+    for (int r = 0; r < R; ++r) q[r] = p[r] - m - lz;
+#else
+    // One exp per element: the numerators are stored, then scaled.
+    for (int r = 0; r < R; ++r) {
+        const float e = exp(p[r] - m);
+        q[r] = e;
+        z += e;
+    }
+    const float iz = 1.0f / z;
+    for (int r = 0; r < R; ++r) q[r] *= iz;
+#endif
+}
+
+__kernel void sm_col(const int O, const int R, const int I, __global const float* x, __global float* y) {
+    const int t = get_global_id(0);
+    if (t >= O * I) return;
+    const int o = t / I;
+    const int i = t - o * I;
+    __global const float* p = x + o * R * I + i;
+    __global float* q = y + o * R * I + i;
+    float m = -INFINITY;
+    for (int r = 0; r < R; ++r) m = nmax(m, p[r * I]);
+    float z = 0.0f;
+#if LOG
+    for (int r = 0; r < R; ++r) z += exp(p[r * I] - m);
+    const float lz = log(z);
+    for (int r = 0; r < R; ++r) q[r * I] = p[r * I] - m - lz;
+#else
+    for (int r = 0; r < R; ++r) {
+        const float e = exp(p[r * I] - m);
+        q[r * I] = e;
+        z += e;
+    }
+    const float iz = 1.0f / z;
+    for (int r = 0; r < R; ++r) q[r * I] *= iz;
+#endif
+}
+
+#if LOG
+#define DOT_TERM(yv, gv) (gv)
+#define GRAD(yv, gv, d) ((gv) - exp(yv) * (d))
+#else
+#define DOT_TERM(yv, gv) ((gv) * (yv))
+#define GRAD(yv, gv, d) ((yv) * ((gv) - (d)))
+#endif
+
+__kernel void smb_row_wg(const int R, __global const float* y, __global const float* g, __global float* gx,
+                         __local float* sc) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int o = get_group_id(0);
+    __global const float* py = y + o * R;
+    __global const float* pg = g + o * R;
+    float d = 0.0f;
+    for (int r = lid; r < R; r += L) d += DOT_TERM(py[r], pg[r]);
+    sc[lid] = d;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = L >> 1; s > 0; s >>= 1) {
+        if (lid < s) sc[lid] += sc[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    d = sc[0];
+    for (int r = lid; r < R; r += L) gx[o * R + r] = GRAD(py[r], pg[r], d);
+}
+
+__kernel void smb_row_serial(const int O, const int R, __global const float* y, __global const float* g,
+                             __global float* gx) {
+    const int o = get_global_id(0);
+    if (o >= O) return;
+    __global const float* py = y + o * R;
+    __global const float* pg = g + o * R;
+    float d = 0.0f;
+    for (int r = 0; r < R; ++r) d += DOT_TERM(py[r], pg[r]);
+    for (int r = 0; r < R; ++r) gx[o * R + r] = GRAD(py[r], pg[r], d);
+}
+
+__kernel void smb_col(const int O, const int R, const int I, __global const float* y, __global const float* g,
+                      __global float* gx) {
+    const int t = get_global_id(0);
+    if (t >= O * I) return;
+    const int o = t / I;
+    const int i = t - o * I;
+    const int base = o * R * I + i;
+    float d = 0.0f;
+    for (int r = 0; r < R; ++r) d += DOT_TERM(y[base + r * I], g[base + r * I]);
+    for (int r = 0; r < R; ++r) gx[base + r * I] = GRAD(y[base + r * I], g[base + r * I], d);
+}
+
+// Cross-entropy rows: loss_n = log Σ e^x − x[label] for labels in [0, C); 0 for ignored rows.
+// valid[n] = 1 (counted), 0 (ignored) or -1 (label out of range).
+__kernel void ce_rows(const int N, const int C, const int ignore, __global const float* x, __global const int* labels,
+                      __global float* loss, __global int* valid) {
+    const int n = get_global_id(0);
+    if (n >= N) return;
+    const int lab = labels[n];
+    if (lab == ignore) {
+        loss[n] = 0.0f;
+        valid[n] = 0;
+        return;
+    }
+    if (lab < 0 || lab >= C) {
+        loss[n] = 0.0f;
+        valid[n] = -1;
+        return;
+    }
+    __global const float* p = x + n * C;
+    float m = -INFINITY;
+    for (int c = 0; c < C; ++c) m = nmax(m, p[c]);
+    float z = 0.0f;
+    for (int c = 0; c < C; ++c) z += exp(p[c] - m);
+    loss[n] = log(z) + m - p[lab];
+    valid[n] = 1;
+}
+
+// stats = [mean loss, count, first bad row or -1]; one work-group of L items.
+__kernel void ce_finish(const int N, __global const float* loss, __global const int* valid, __global float* stats,
+                        __local float* sl, __local int* sc, __local int* sb) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    float s = 0.0f;
+    int c = 0;
+    int bad = N;
+    for (int n = lid; n < N; n += L) {
+        s += loss[n];
+        const int v = valid[n];
+        if (v > 0) c += 1;
+        if (v < 0 && n < bad) bad = n;
+    }
+    sl[lid] = s;
+    sc[lid] = c;
+    sb[lid] = bad;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int k = L >> 1; k > 0; k >>= 1) {
+        if (lid < k) {
+            sl[lid] += sl[lid + k];
+            sc[lid] += sc[lid + k];
+            sb[lid] = min(sb[lid], sb[lid + k]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        stats[0] = sl[0] / (float)sc[0];
+        stats[1] = (float)sc[0];
+        stats[2] = sb[0] == N ? -1.0f : (float)sb[0];
+    }
+}
+
+// gx = (softmax(x) − onehot(label)) · gout / count for counted rows, 0 for ignored rows; one item per row.
+__kernel void ce_bwd(const int N, const int C, const int ignore, __global const float* x, __global const int* labels,
+                     __global const float* stats, __global const float* gout, __global float* gx) {
+    const int n = get_global_id(0);
+    if (n >= N) return;
+    const int lab = labels[n];
+    __global const float* p = x + n * C;
+    __global float* q = gx + n * C;
+    if (lab == ignore || lab < 0 || lab >= C) {
+        for (int c = 0; c < C; ++c) q[c] = 0.0f;
+        return;
+    }
+    const float k = gout[0] / stats[1];
+    float m = -INFINITY;
+    for (int c = 0; c < C; ++c) m = nmax(m, p[c]);
+    float z = 0.0f;
+    for (int c = 0; c < C; ++c) z += exp(p[c] - m);
+    const float iz = 1.0f / z;
+    for (int c = 0; c < C; ++c) q[c] = (exp(p[c] - m) * iz - (c == lab ? 1.0f : 0.0f)) * k;
+}

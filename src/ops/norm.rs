@@ -1,0 +1,442 @@
+//! Normalisation layers, forward and backward, entirely on the device: batch_norm2d (training statistics,
+//! running statistics, eval mode), layer_norm, group_norm and rms_norm.
+//!
+//! Each is composed from the reduction passes (autotuned per shape) and fused elementwise kernels, so no
+//! value goes through the host. ε and momentum travel as kernel arguments (scalar ops), never as source.
+
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+use super::fused::fused;
+use super::reduce::{mean, sum};
+use super::{UnaryOp, add_scalar, mul_scalar, unary};
+
+/// A normalisation's output with the statistics its backward needs.
+#[derive(Debug, Clone)]
+pub struct NormOut {
+    /// The normalised (and affine-transformed) output.
+    pub y: Tensor,
+    /// The mean per normalised group, with kept (size-1) reduced axes.
+    pub mean: Tensor,
+    /// 1/√(var + ε) per group, same shape as `mean`.
+    pub rstd: Tensor,
+}
+
+/// Gradients of a normalisation.
+#[derive(Debug, Clone)]
+pub struct NormGrads {
+    /// Gradient of the input.
+    pub dx: Tensor,
+    /// Gradient of the scale γ, if the layer has one.
+    pub dgamma: Option<Tensor>,
+    /// Gradient of the shift β, if the layer has one.
+    pub dbeta: Option<Tensor>,
+}
+
+fn check_eps(eps: f32, op: &str) -> Result<()> {
+    if !(eps.is_finite() && eps >= 0.0) {
+        return Err(Error::Invalid(format!(
+            "{op}: eps = {eps} must be finite and ≥ 0"
+        )));
+    }
+    Ok(())
+}
+
+fn check_param(p: Option<&Tensor>, want: &[usize], x: &Tensor, what: &str, op: &str) -> Result<()> {
+    if let Some(p) = p {
+        x.same_device(&[p], op)?;
+        p.expect_dtype(DType::F32, op)?;
+        if p.numel() != want.iter().product::<usize>() {
+            return Err(Error::Shape(format!(
+                "{op}: {what} has shape {:?}; expected {want:?} for input {:?}",
+                p.shape(),
+                x.shape()
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Mean and 1/√(biased var + ε) over `axes` (kept as size 1).
+fn stats(x: &Tensor, axes: &[isize], eps: f32) -> Result<(Tensor, Tensor)> {
+    let m = mean(x, Some(axes), true)?;
+    let var = mean(&fused("(x0 - x1) * (x0 - x1)", &[x, &m])?, Some(axes), true)?;
+    let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&var, eps)?)?;
+    Ok((m, rstd))
+}
+
+/// `(x − mean)·rstd·γ + β` with γ, β already shaped to broadcast.
+fn affine(
+    x: &Tensor,
+    m: &Tensor,
+    rstd: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+) -> Result<Tensor> {
+    let xhat = fused("(x0 - x1) * x2", &[x, m, rstd])?;
+    match (gamma, beta) {
+        (Some(g), Some(b)) => fused("x0 * x1 + x2", &[&xhat, g, b]),
+        (Some(g), None) => fused("x0 * x1", &[&xhat, g]),
+        (None, Some(b)) => fused("x0 + x1", &[&xhat, b]),
+        (None, None) => Ok(xhat),
+    }
+}
+
+/// The shared backward: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) over `axes`, with ĝ = g·γ, and the parameter
+/// gradients summed over `param_axes` into `param_shape`.
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    x: &Tensor,
+    g: &Tensor,
+    m: &Tensor,
+    rstd: &Tensor,
+    gamma: Option<&Tensor>,
+    axes: &[isize],
+    param_axes: &[isize],
+    param_shape: &[usize],
+    has_beta: bool,
+    center: bool,
+) -> Result<NormGrads> {
+    let xhat = if center {
+        fused("(x0 - x1) * x2", &[x, m, rstd])?
+    } else {
+        fused("x0 * x1", &[x, rstd])?
+    };
+    let gh = match gamma {
+        Some(gm) => fused("x0 * x1", &[g, gm])?,
+        None => g.clone(),
+    };
+    let mgx = mean(&fused("x0 * x1", &[&gh, &xhat])?, Some(axes), true)?;
+    let dx = if center {
+        let mg = mean(&gh, Some(axes), true)?;
+        let t = fused("x0 - x1 - x2 * x3", &[&gh, &mg, &xhat, &mgx])?;
+        fused("x0 * x1", &[&t, rstd])?
+    } else {
+        fused("(x0 - x2 * x3) * x1", &[&gh, rstd, &xhat, &mgx])?
+    };
+    let dgamma = match gamma {
+        Some(_) => Some(
+            sum(&fused("x0 * x1", &[g, &xhat])?, Some(param_axes), false)?.reshape(param_shape)?,
+        ),
+        None => None,
+    };
+    let dbeta = if has_beta {
+        Some(sum(g, Some(param_axes), false)?.reshape(param_shape)?)
+    } else {
+        None
+    };
+    Ok(NormGrads { dx, dgamma, dbeta })
+}
+
+/// Layer normalisation over the last `normalized` dimensions, with optional γ and β of those dimensions.
+pub fn layer_norm(
+    x: &Tensor,
+    normalized: usize,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+) -> Result<NormOut> {
+    x.expect_dtype(DType::F32, "layer_norm")?;
+    check_eps(eps, "layer_norm")?;
+    let r = x.rank();
+    if normalized == 0 || normalized > r {
+        return Err(Error::Shape(format!(
+            "layer_norm: cannot normalise the last {normalized} dimensions of {:?}",
+            x.shape()
+        )));
+    }
+    let inner = &x.shape()[r - normalized..];
+    check_param(gamma, inner, x, "gamma", "layer_norm")?;
+    check_param(beta, inner, x, "beta", "layer_norm")?;
+    let axes: Vec<isize> = (r - normalized..r).map(|a| a as isize).collect();
+    let (m, rstd) = stats(x, &axes, eps)?;
+    let g = gamma.map(|t| t.reshape(inner)).transpose()?;
+    let b = beta.map(|t| t.reshape(inner)).transpose()?;
+    let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
+    Ok(NormOut { y, mean: m, rstd })
+}
+
+/// The gradients of [`layer_norm`] from its input, output gradient and saved statistics.
+pub fn layer_norm_backward(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    normalized: usize,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+) -> Result<NormGrads> {
+    let r = x.rank();
+    if normalized == 0 || normalized > r || grad.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "layer_norm_backward: input {:?}, gradient {:?}, {normalized} normalised dims",
+            x.shape(),
+            grad.shape()
+        )));
+    }
+    let inner = x.shape()[r - normalized..].to_vec();
+    let axes: Vec<isize> = (r - normalized..r).map(|a| a as isize).collect();
+    let lead: Vec<isize> = (0..r - normalized).map(|a| a as isize).collect();
+    let g = gamma.map(|t| t.reshape(&inner)).transpose()?;
+    backward(
+        x,
+        grad,
+        &out.mean,
+        &out.rstd,
+        g.as_ref(),
+        &axes,
+        &lead,
+        &inner,
+        has_beta,
+        true,
+    )
+}
+
+/// RMS normalisation over the last dimension: `x / √(mean(x²) + ε) · γ`.
+pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut> {
+    x.expect_dtype(DType::F32, "rms_norm")?;
+    check_eps(eps, "rms_norm")?;
+    let Some(&d) = x.shape().last() else {
+        return Err(Error::Shape(
+            "rms_norm: the input needs at least one dimension".into(),
+        ));
+    };
+    check_param(gamma, &[d], x, "gamma", "rms_norm")?;
+    let ms = mean(&fused("x0 * x0", &[x])?, Some(&[-1]), true)?;
+    let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
+    let y = match gamma {
+        Some(g) => fused("x0 * x1 * x2", &[x, &rstd, &g.reshape(&[d])?])?,
+        None => fused("x0 * x1", &[x, &rstd])?,
+    };
+    let zero = mul_scalar(&ms, 0.0)?;
+    Ok(NormOut {
+        y,
+        mean: zero,
+        rstd,
+    })
+}
+
+/// The gradients of [`rms_norm`].
+pub fn rms_norm_backward(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+) -> Result<NormGrads> {
+    let r = x.rank();
+    if r == 0 || grad.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "rms_norm_backward: input {:?}, gradient {:?}",
+            x.shape(),
+            grad.shape()
+        )));
+    }
+    let d = x.shape()[r - 1];
+    let lead: Vec<isize> = (0..r - 1).map(|a| a as isize).collect();
+    let g = gamma.map(|t| t.reshape(&[d])).transpose()?;
+    backward(
+        x,
+        grad,
+        &out.mean,
+        &out.rstd,
+        g.as_ref(),
+        &[-1],
+        &lead,
+        &[d],
+        false,
+        false,
+    )
+}
+
+fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
+    x.expect_dtype(DType::F32, op)?;
+    match *x.shape() {
+        [n, c, h, w] => Ok([n, c, h, w]),
+        _ => Err(Error::Shape(format!(
+            "{op}: expected an N×C×H×W input, got {:?}",
+            x.shape()
+        ))),
+    }
+}
+
+/// Group normalisation of N×C×H×W over (C/groups, H, W) per (n, group), then per-channel γ and β.
+pub fn group_norm(
+    x: &Tensor,
+    groups: usize,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+) -> Result<NormOut> {
+    let [n, c, h, w] = nchw(x, "group_norm")?;
+    check_eps(eps, "group_norm")?;
+    if groups == 0 || c % groups != 0 {
+        return Err(Error::Shape(format!(
+            "group_norm: {c} channels do not split into {groups} groups"
+        )));
+    }
+    check_param(gamma, &[c], x, "gamma", "group_norm")?;
+    check_param(beta, &[c], x, "beta", "group_norm")?;
+    let xg = x.reshape(&[n, groups, c / groups * h * w])?;
+    let (m, rstd) = stats(&xg, &[2], eps)?;
+    let xhat = fused("(x0 - x1) * x2", &[&xg, &m, &rstd])?.reshape(&[n, c, h * w])?;
+    let g = gamma.map(|t| t.reshape(&[c, 1])).transpose()?;
+    let b = beta.map(|t| t.reshape(&[c, 1])).transpose()?;
+    let y = match (&g, &b) {
+        (Some(g), Some(b)) => fused("x0 * x1 + x2", &[&xhat, g, b])?,
+        (Some(g), None) => fused("x0 * x1", &[&xhat, g])?,
+        (None, Some(b)) => fused("x0 + x1", &[&xhat, b])?,
+        (None, None) => xhat,
+    };
+    Ok(NormOut {
+        y: y.reshape(&[n, c, h, w])?,
+        mean: m,
+        rstd,
+    })
+}
+
+/// The gradients of [`group_norm`].
+pub fn group_norm_backward(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    groups: usize,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+) -> Result<NormGrads> {
+    let [n, c, h, w] = nchw(x, "group_norm_backward")?;
+    if groups == 0 || c % groups != 0 || grad.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "group_norm_backward: input {:?}, gradient {:?}, {groups} groups",
+            x.shape(),
+            grad.shape()
+        )));
+    }
+    let xg = x.reshape(&[n, groups, c / groups * h * w])?;
+    let xhat = fused("(x0 - x1) * x2", &[&xg, &out.mean, &out.rstd])?.reshape(&[n, c, h * w])?;
+    let g3 = grad.reshape(&[n, c, h * w])?;
+    let gh = match gamma {
+        Some(gm) => fused("x0 * x1", &[&g3, &gm.reshape(&[c, 1])?])?,
+        None => g3.clone(),
+    };
+    let ghg = gh.reshape(&[n, groups, c / groups * h * w])?;
+    let xhg = xhat.reshape(&[n, groups, c / groups * h * w])?;
+    let mg = mean(&ghg, Some(&[2]), true)?;
+    let mgx = mean(&fused("x0 * x1", &[&ghg, &xhg])?, Some(&[2]), true)?;
+    let dx = fused("x0 - x1 - x2 * x3", &[&ghg, &mg, &xhg, &mgx])?;
+    let dx = fused("x0 * x1", &[&dx, &out.rstd])?.reshape(&[n, c, h, w])?;
+    let dgamma = match gamma {
+        Some(_) => Some(sum(
+            &fused("x0 * x1", &[&g3, &xhat])?,
+            Some(&[0, 2]),
+            false,
+        )?),
+        None => None,
+    };
+    let dbeta = if has_beta {
+        Some(sum(&g3, Some(&[0, 2]), false)?)
+    } else {
+        None
+    };
+    Ok(NormGrads { dx, dgamma, dbeta })
+}
+
+/// batch_norm2d's output: the normalised tensor, the batch statistics used, and the updated running statistics.
+#[derive(Debug, Clone)]
+pub struct BatchNormOut {
+    /// Output and the statistics used (mean and rstd shaped [1, C, 1, 1]).
+    pub out: NormOut,
+    /// `(1 − momentum)·running_mean + momentum·batch mean` in training; the input running mean in eval.
+    pub running_mean: Tensor,
+    /// `(1 − momentum)·running_var + momentum·batch variance` (biased, as netcl) in training; unchanged in eval.
+    pub running_var: Tensor,
+}
+
+/// Batch normalisation of N×C×H×W per channel. In training the batch mean and biased variance over
+/// (N, H, W) normalise the input and update the running statistics; in eval the running statistics are used.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm2d(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f32,
+    eps: f32,
+    training: bool,
+) -> Result<BatchNormOut> {
+    let [_, c, _, _] = nchw(x, "batch_norm2d")?;
+    check_eps(eps, "batch_norm2d")?;
+    if !(0.0..=1.0).contains(&momentum) {
+        return Err(Error::Invalid(format!(
+            "batch_norm2d: momentum {momentum} must be in [0, 1]"
+        )));
+    }
+    check_param(gamma, &[c], x, "gamma", "batch_norm2d")?;
+    check_param(beta, &[c], x, "beta", "batch_norm2d")?;
+    check_param(Some(running_mean), &[c], x, "running_mean", "batch_norm2d")?;
+    check_param(Some(running_var), &[c], x, "running_var", "batch_norm2d")?;
+    let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
+    let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
+    if training {
+        let (m, rstd) = stats(x, &[0, 2, 3], eps)?;
+        let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
+        // Biased variance back from rstd: 1/rstd² − ε, exactly the variance the kernel normalised with.
+        let var = add_scalar(&fused("1 / (x0 * x0)", &[&rstd])?, -eps)?;
+        let mo = Tensor::full(x.device(), &[1], momentum)?;
+        let rm = fused(
+            "(1 - x2) * x0 + x2 * x1",
+            &[running_mean, &m.reshape(&[c])?, &mo],
+        )?;
+        let rv = fused(
+            "(1 - x2) * x0 + x2 * x1",
+            &[running_var, &var.reshape(&[c])?, &mo],
+        )?;
+        Ok(BatchNormOut {
+            out: NormOut { y, mean: m, rstd },
+            running_mean: rm,
+            running_var: rv,
+        })
+    } else {
+        let m = running_mean.reshape(&[1, c, 1, 1])?;
+        let rstd = unary(
+            UnaryOp::Rsqrt,
+            &add_scalar(&running_var.reshape(&[1, c, 1, 1])?, eps)?,
+        )?;
+        let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
+        Ok(BatchNormOut {
+            out: NormOut { y, mean: m, rstd },
+            running_mean: running_mean.clone(),
+            running_var: running_var.clone(),
+        })
+    }
+}
+
+/// The gradients of training-mode [`batch_norm2d`] from its input, output gradient and batch statistics.
+pub fn batch_norm2d_backward(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+) -> Result<NormGrads> {
+    let [_, c, _, _] = nchw(x, "batch_norm2d_backward")?;
+    if grad.shape() != x.shape() {
+        return Err(Error::Shape(format!(
+            "batch_norm2d_backward: gradient {:?} differs from input {:?}",
+            grad.shape(),
+            x.shape()
+        )));
+    }
+    let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
+    backward(
+        x,
+        grad,
+        &out.mean,
+        &out.rstd,
+        g.as_ref(),
+        &[0, 2, 3],
+        &[0, 2, 3],
+        &[c],
+        has_beta,
+        true,
+    )
+}

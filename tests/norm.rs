@@ -1,0 +1,252 @@
+//! Normalisation and dropout on OpenCL against the built-in device, forward and backward, plus analytic
+//! checks (unit statistics, the running-statistics update with the biased variance, finite differences of
+//! layer_norm on the built-in device) and reproducible dropout masks.
+//!
+//! Tolerances: 1e-4 absolute + 1e-4 relative (several reductions chained in f32 against f64 passes).
+
+mod common;
+mod opsutil;
+
+use common::assert_close;
+use netcl::Tensor;
+use netcl::ops;
+use opsutil::{cpu, opencl_device, pair};
+
+fn close(a: &Tensor, b: &Tensor, what: &str) {
+    assert_eq!(a.shape(), b.shape(), "{what}");
+    assert_close(
+        &a.to_vec::<f32>().unwrap(),
+        &b.to_vec::<f32>().unwrap(),
+        1e-4,
+        1e-4,
+        what,
+    );
+}
+
+#[test]
+fn batch_norm2d_training_eval_and_backward_match_reference() {
+    let Some(dev) = opencl_device() else { return };
+    let shape = [3, 5, 7, 6];
+    let (xc, xd) = pair(&dev, &shape, 1);
+    let (gc, gd) = pair(&dev, &shape, 2);
+    let (gamc, gamd) = pair(&dev, &[5], 3);
+    let (betc, betd) = pair(&dev, &[5], 4);
+    let rmc = Tensor::zeros(&cpu(), &[5]).unwrap();
+    let rvc = Tensor::ones(&cpu(), &[5]).unwrap();
+    let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
+    for training in [true, false] {
+        let od = ops::batch_norm2d(
+            &xd,
+            Some(&gamd),
+            Some(&betd),
+            &rmd,
+            &rvd,
+            0.1,
+            1e-5,
+            training,
+        )
+        .unwrap();
+        let oc = ops::batch_norm2d(
+            &xc,
+            Some(&gamc),
+            Some(&betc),
+            &rmc,
+            &rvc,
+            0.1,
+            1e-5,
+            training,
+        )
+        .unwrap();
+        close(&od.out.y, &oc.out.y, "bn y");
+        close(&od.running_mean, &oc.running_mean, "bn running mean");
+        close(&od.running_var, &oc.running_var, "bn running var");
+        if training {
+            let bd = ops::batch_norm2d_backward(&xd, &gd, &od.out, Some(&gamd), true).unwrap();
+            let bc = ops::batch_norm2d_backward(&xc, &gc, &oc.out, Some(&gamc), true).unwrap();
+            close(&bd.dx, &bc.dx, "bn dx");
+            close(
+                bd.dgamma.as_ref().unwrap(),
+                bc.dgamma.as_ref().unwrap(),
+                "bn dgamma",
+            );
+            close(
+                bd.dbeta.as_ref().unwrap(),
+                bc.dbeta.as_ref().unwrap(),
+                "bn dbeta",
+            );
+            // Running var uses the biased batch variance: check channel 0 directly.
+            let x = xc.to_vec::<f32>().unwrap();
+            let ch0: Vec<f64> = (0..3)
+                .flat_map(|n| (0..42).map(move |k| (n, k)))
+                .map(|(n, k)| x[n * 5 * 42 + k] as f64)
+                .collect();
+            let m = ch0.iter().sum::<f64>() / ch0.len() as f64;
+            let var = ch0.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / ch0.len() as f64;
+            let rv = oc.running_var.to_vec::<f32>().unwrap()[0] as f64;
+            assert!(
+                (rv - (0.9 + 0.1 * var)).abs() < 1e-5,
+                "{rv} vs {}",
+                0.9 + 0.1 * var
+            );
+        }
+    }
+    let e = ops::batch_norm2d(
+        &xd,
+        None,
+        None,
+        &rmd,
+        &Tensor::ones(&dev, &[4]).unwrap(),
+        0.1,
+        1e-5,
+        true,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("running_var"), "{e}");
+}
+
+#[test]
+fn layer_group_and_rms_norm_match_reference() {
+    let Some(dev) = opencl_device() else { return };
+    let (xc, xd) = pair(&dev, &[4, 3, 10], 5);
+    let (gc, gd) = pair(&dev, &[4, 3, 10], 6);
+    let (wc, wd) = pair(&dev, &[10], 7);
+    let (bc, bd) = pair(&dev, &[10], 8);
+    let od = ops::layer_norm(&xd, 1, Some(&wd), Some(&bd), 1e-5).unwrap();
+    let oc = ops::layer_norm(&xc, 1, Some(&wc), Some(&bc), 1e-5).unwrap();
+    close(&od.y, &oc.y, "ln y");
+    let gd_ = ops::layer_norm_backward(&xd, &gd, &od, 1, Some(&wd), true).unwrap();
+    let gc_ = ops::layer_norm_backward(&xc, &gc, &oc, 1, Some(&wc), true).unwrap();
+    close(&gd_.dx, &gc_.dx, "ln dx");
+    close(
+        gd_.dgamma.as_ref().unwrap(),
+        gc_.dgamma.as_ref().unwrap(),
+        "ln dgamma",
+    );
+    close(
+        gd_.dbeta.as_ref().unwrap(),
+        gc_.dbeta.as_ref().unwrap(),
+        "ln dbeta",
+    );
+    // Without affine parameters each row has mean 0 and variance 1.
+    let plain = ops::layer_norm(&xc, 2, None, None, 0.0).unwrap().y;
+    let m = ops::mean(&plain, Some(&[1, 2]), false)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert!(m.iter().all(|v| v.abs() < 1e-5), "{m:?}");
+
+    let od = ops::rms_norm(&xd, Some(&wd), 1e-6).unwrap();
+    let oc = ops::rms_norm(&xc, Some(&wc), 1e-6).unwrap();
+    close(&od.y, &oc.y, "rms y");
+    let gd_ = ops::rms_norm_backward(&xd, &gd, &od, Some(&wd)).unwrap();
+    let gc_ = ops::rms_norm_backward(&xc, &gc, &oc, Some(&wc)).unwrap();
+    close(&gd_.dx, &gc_.dx, "rms dx");
+    close(
+        gd_.dgamma.as_ref().unwrap(),
+        gc_.dgamma.as_ref().unwrap(),
+        "rms dgamma",
+    );
+
+    let (xc, xd) = pair(&dev, &[2, 6, 3, 5], 9);
+    let (gc, gd) = pair(&dev, &[2, 6, 3, 5], 10);
+    let (wc, wd) = pair(&dev, &[6], 11);
+    let (bc, bd) = pair(&dev, &[6], 12);
+    let od = ops::group_norm(&xd, 3, Some(&wd), Some(&bd), 1e-5).unwrap();
+    let oc = ops::group_norm(&xc, 3, Some(&wc), Some(&bc), 1e-5).unwrap();
+    close(&od.y, &oc.y, "gn y");
+    let gd_ = ops::group_norm_backward(&xd, &gd, &od, 3, Some(&wd), true).unwrap();
+    let gc_ = ops::group_norm_backward(&xc, &gc, &oc, 3, Some(&wc), true).unwrap();
+    close(&gd_.dx, &gc_.dx, "gn dx");
+    close(
+        gd_.dgamma.as_ref().unwrap(),
+        gc_.dgamma.as_ref().unwrap(),
+        "gn dgamma",
+    );
+    assert!(ops::group_norm(&xd, 4, None, None, 1e-5).is_err());
+}
+
+#[test]
+fn layer_norm_backward_matches_finite_differences() {
+    // f32 central differences (h = 1e-2) of L = Σ g·y on the built-in device: 2e-2 relative.
+    let d = cpu();
+    let x0 = Tensor::randn(&d, &[2, 6], 0.0, 1.0, 31).unwrap();
+    let g = Tensor::randn(&d, &[2, 6], 0.0, 1.0, 32).unwrap();
+    let w = Tensor::randn(&d, &[6], 1.0, 0.2, 33).unwrap();
+    let loss = |x: &Tensor| -> f64 {
+        let y = ops::layer_norm(x, 1, Some(&w), None, 1e-5)
+            .unwrap()
+            .y
+            .to_vec::<f32>()
+            .unwrap();
+        y.iter()
+            .zip(g.to_vec::<f32>().unwrap())
+            .map(|(a, b)| *a as f64 * b as f64)
+            .sum()
+    };
+    let out = ops::layer_norm(&x0, 1, Some(&w), None, 1e-5).unwrap();
+    let dx = ops::layer_norm_backward(&x0, &g, &out, 1, Some(&w), false)
+        .unwrap()
+        .dx
+        .to_vec::<f32>()
+        .unwrap();
+    let xv = x0.to_vec::<f32>().unwrap();
+    for i in 0..xv.len() {
+        let h = 1e-2f32;
+        let mut p = xv.clone();
+        p[i] += h;
+        let mut m = xv.clone();
+        m[i] -= h;
+        let fd = (loss(&Tensor::from_slice(&d, &p, &[2, 6]).unwrap())
+            - loss(&Tensor::from_slice(&d, &m, &[2, 6]).unwrap()))
+            / (2.0 * h as f64);
+        assert!(
+            (dx[i] as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
+            "dx[{i}] {} vs {fd}",
+            dx[i]
+        );
+    }
+}
+
+#[test]
+fn dropout_masks_are_identical_across_devices_and_reproducible() {
+    let Some(dev) = opencl_device() else { return };
+    let (xc, xd) = pair(&dev, &[1000, 37], 40);
+    let a = ops::dropout(&xd, 0.3, 1234)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let b = ops::dropout(&xc, 0.3, 1234)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_close(&a, &b, 0.0, 1e-6, "dropout on both devices");
+    assert_eq!(
+        a,
+        ops::dropout(&xd, 0.3, 1234)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    );
+    assert_ne!(
+        a,
+        ops::dropout(&xd, 0.3, 1235)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap()
+    );
+    let kept = a.iter().filter(|v| **v != 0.0).count() as f64 / a.len() as f64;
+    assert!((kept - 0.7).abs() < 0.02, "kept fraction {kept}");
+    let g = ops::dropout_backward(&xd, 0.3, 1234)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(g, a);
+    for p in [-0.1f32, 1.0, f32::NAN] {
+        let e = ops::dropout(&xd, p, 1).unwrap_err().to_string();
+        assert!(e.contains("p ="), "{e}");
+    }
+    assert_eq!(
+        ops::dropout(&xd, 0.0, 9).unwrap().to_vec::<f32>().unwrap(),
+        xd.to_vec::<f32>().unwrap()
+    );
+}
