@@ -3,6 +3,7 @@
 //! device). Op code never matches on the device kind.
 
 pub mod conv;
+pub mod depthwise;
 pub mod elementwise;
 pub mod gemm;
 pub mod reduce;
@@ -11,17 +12,30 @@ pub use conv::{
     Conv2dGrads, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, conv_transpose2d,
     conv_transpose2d_backward, conv2d, conv2d_backward,
 };
+pub use depthwise::{
+    DwAlgo, depthwise_conv2d, depthwise_conv2d_algo, depthwise_conv2d_backward,
+    depthwise_conv2d_backward_algo,
+};
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use gemm::{bmm, matmul, matmul_candidates, matmul_t, matmul_with};
 pub use reduce::sum_all;
 
 /// Every primitive family; a device kind implements them all.
 pub(crate) trait Kernels:
-    elementwise::BinaryKernels + reduce::ReduceKernels + gemm::GemmKernels + conv::ConvKernels
+    elementwise::BinaryKernels
+    + reduce::ReduceKernels
+    + gemm::GemmKernels
+    + conv::ConvKernels
+    + depthwise::DepthwiseKernels
 {
 }
-impl<T: elementwise::BinaryKernels + reduce::ReduceKernels + gemm::GemmKernels + conv::ConvKernels>
-    Kernels for T
+impl<
+    T: elementwise::BinaryKernels
+        + reduce::ReduceKernels
+        + gemm::GemmKernels
+        + conv::ConvKernels
+        + depthwise::DepthwiseKernels,
+> Kernels for T
 {
 }
 

@@ -670,6 +670,37 @@ pub fn conv_transpose2d_backward(
     })
 }
 
+/// The bias gradient of an (N, F, OH, OW) output gradient: its sum over N, OH and OW.
+pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
+    let s = go.shape();
+    let dev = go.device();
+    let gb = Tensor::empty(dev, &[s[1]], DType::F32)?;
+    if go.numel() == 0 {
+        dev.kind().fill(gb.storage(), [0; 4], gb.numel() * 4)?;
+        return Ok(gb);
+    }
+    let g = ConvGeom {
+        n: s[0],
+        c: s[1],
+        h: s[2],
+        w: s[3],
+        f: s[1],
+        oh: s[2],
+        ow: s[3],
+        groups: 1,
+        kh: 1,
+        kw: 1,
+        sh: 1,
+        sw: 1,
+        ph: 0,
+        pw: 0,
+        dh: 1,
+        dw: 1,
+    };
+    cl_or_cpu_bias_grad(dev, go, &gb, &g)?;
+    Ok(gb)
+}
+
 /// The per-channel sum of `go` (N, F, OH, OW) through the device's backward primitive (bias gradient only).
 fn cl_or_cpu_bias_grad(dev: &crate::Device, go: &Tensor, gb: &Tensor, g: &ConvGeom) -> Result<()> {
     dev.kind().conv2d_bwd(
