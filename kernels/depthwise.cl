@@ -10,6 +10,16 @@
 #define GEO                                                                                    \
     const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, S = g.s6, P = g.s7;
 
+// The row kernels are built per (K, stride) when RK / RS are defined, so their span loops have constant
+// strides and trip counts the compiler can vectorise and unroll.
+#ifdef RS
+#define ROW_S RS
+#define ROW_K RK
+#else
+#define ROW_S S
+#define ROW_K K
+#endif
+
 __kernel void dw_fwd_naive(const int8 g, const int K, __global const float* restrict x, __global const float* restrict w,
                            __global const float* restrict bias, const int has_bias, __global float* restrict out)
 {
@@ -59,6 +69,8 @@ __kernel void dw_fwd_rows(const int8 g, const int K, __global const float* restr
                           __global const float* restrict bias, const int has_bias, __global float* restrict out)
 {
     GEO
+    (void)S;
+    (void)K;
     const int r = get_global_id(0);
     if (r >= N * C * OH) return;
     const int oh = r % OH, nc = r / OH, c = nc % C;
@@ -68,23 +80,23 @@ __kernel void dw_fwd_rows(const int8 g, const int K, __global const float* restr
     for (int o0 = 0; o0 < OW; o0 += 128) {
         const int n = min(128, OW - o0);
         for (int o = 0; o < n; ++o) row[o] = b;
-        for (int kh = 0; kh < K; ++kh) {
-            const int y = oh * S - P + kh;
+        for (int kh = 0; kh < ROW_K; ++kh) {
+            const int y = oh * ROW_S - P + kh;
             if (y < 0 || y >= H) continue;
             __global const float* xr = x + ((size_t)nc * H + y) * W;
-            for (int kw = 0; kw < K; ++kw) {
-                const float wv = w[(c * K + kh) * K + kw];
-                // Columns o with 0 <= (o0 + o) * S - P + kw < W.
-                int lo = P - kw > 0 ? (P - kw + S - 1) / S - o0 : -o0;
-                int hi = (W - 1 + P - kw) >= 0 ? (W - 1 + P - kw) / S - o0 : -1 - o0;
+            for (int kw = 0; kw < ROW_K; ++kw) {
+                const float wv = w[(c * ROW_K + kh) * ROW_K + kw];
+                // Columns o with 0 <= (o0 + o) * ROW_S - P + kw < W.
+                int lo = P - kw > 0 ? (P - kw + ROW_S - 1) / ROW_S - o0 : -o0;
+                int hi = (W - 1 + P - kw) >= 0 ? (W - 1 + P - kw) / ROW_S - o0 : -1 - o0;
                 lo = max(lo, 0);
                 hi = min(hi, n - 1);
-                if (S == 1) {
+                if (ROW_S == 1) {
                     __global const float* xs = xr + o0 - P + kw;
                     for (int o = lo; o <= hi; ++o) row[o] = fma(xs[o], wv, row[o]);
                 } else {
-                    __global const float* xs = xr + o0 * S - P + kw;
-                    for (int o = lo; o <= hi; ++o) row[o] = fma(xs[o * S], wv, row[o]);
+                    __global const float* xs = xr + o0 * ROW_S - P + kw;
+                    for (int o = lo; o <= hi; ++o) row[o] = fma(xs[o * ROW_S], wv, row[o]);
                 }
             }
         }
@@ -112,6 +124,42 @@ __kernel void dw_bwd_x_naive(const int8 g, const int K, __global const float* re
         }
     }
     gx[i] = acc;
+}
+
+// gx row (n, c, y) per work-item: every tap scatters its span of grad_out into a private row buffer, which
+// the work-item owns (no atomics); any stride.
+__kernel void dw_bwd_x_rows(const int8 g, const int K, __global const float* restrict go, __global const float* restrict w,
+                            __global float* restrict gx)
+{
+    GEO
+    (void)S;
+    (void)K;
+    const int r = get_global_id(0);
+    if (r >= N * C * H) return;
+    const int y = r % H, nc = r / H, c = nc % C;
+    float row[128];
+    for (int x0 = 0; x0 < W; x0 += 128) {
+        const int n = min(128, W - x0);
+        for (int i = 0; i < n; ++i) row[i] = 0.0f;
+        for (int kh = 0; kh < ROW_K; ++kh) {
+            const int ty = y + P - kh;
+            if (ty < 0 || ty % ROW_S != 0 || ty / ROW_S >= OH) continue;
+            __global const float* gr = go + ((size_t)nc * OH + ty / ROW_S) * OW;
+            for (int kw = 0; kw < ROW_K; ++kw) {
+                const float wv = w[(c * ROW_K + kh) * ROW_K + kw];
+                // Output columns ow with x0 <= ow * S - P + kw < x0 + n.
+                const int a = x0 + P - kw, b = x0 + n - 1 + P - kw;
+                const int lo = max(0, a > 0 ? (a + ROW_S - 1) / ROW_S : 0);
+                const int hi = min(OW - 1, b >= 0 ? b / ROW_S : -1);
+                for (int ow = lo; ow <= hi; ++ow) {
+                    const int i = ow * ROW_S - P + kw - x0;
+                    row[i] = fma(gr[ow], wv, row[i]);
+                }
+            }
+        }
+        __global float* out = gx + (size_t)r * W + x0;
+        for (int i = 0; i < n; ++i) out[i] = row[i];
+    }
 }
 
 // wf[c][kh][kw] = w[c][K-1-kh][K-1-kw]: grad_x of a stride-1 depthwise convolution is the forward
@@ -155,25 +203,43 @@ __kernel void dw_bwd_w_rows(const int8 g, const int K, const int bands_per, cons
                             __global float* restrict part)
 {
     GEO
+    (void)S;
+    (void)K;
     const int c = get_global_id(0), band = get_global_id(1);
     if (c >= C || band >= N * bands_per) return;
     const int n = band / bands_per, b = band % bands_per;
     __global const float* xp = x + ((size_t)n * C + c) * H * W;
     __global const float* gp = go + ((size_t)n * C + c) * OH * OW;
-    __global float* out = part + ((size_t)c * N * bands_per + band) * K * K;
-    for (int kh = 0; kh < K; ++kh)
-        for (int kw = 0; kw < K; ++kw) {
+    __global float* out = part + ((size_t)c * N * bands_per + band) * ROW_K * ROW_K;
+    for (int kh = 0; kh < ROW_K; ++kh)
+        for (int kw = 0; kw < ROW_K; ++kw) {
             float acc = 0.0f;
-            const int lo = max(0, P - kw > 0 ? (P - kw + S - 1) / S : 0);
-            const int hi = min(OW - 1, W - 1 + P - kw >= 0 ? (W - 1 + P - kw) / S : -1);
+            const int lo = max(0, P - kw > 0 ? (P - kw + ROW_S - 1) / ROW_S : 0);
+            const int hi = min(OW - 1, W - 1 + P - kw >= 0 ? (W - 1 + P - kw) / ROW_S : -1);
             for (int oh = b * rows; oh < min(OH, (b + 1) * rows); ++oh) {
-                const int y = oh * S - P + kh;
+                const int y = oh * ROW_S - P + kh;
                 if (y < 0 || y >= H) continue;
                 __global const float* gr = gp + oh * OW;
                 __global const float* xr = xp + y * W - P + kw;
-                for (int ow = lo; ow <= hi; ++ow) acc = fma(gr[ow], xr[ow * S], acc);
+                // Eight independent partial sums: a single running sum would serialise on the FMA latency
+                // (no reassociation without fast-math).
+                float8 a8 = (float8)(0.0f);
+                int ow = lo;
+                for (; ow + 8 <= hi + 1; ow += 8) {
+                    const float8 gv = vload8(0, gr + ow);
+#if ROW_S == 1
+                    const float8 xv = vload8(0, xr + ow);
+#else
+                    __global const float* xq = xr + ow * ROW_S;
+                    const float8 xv = (float8)(xq[0], xq[ROW_S], xq[2 * ROW_S], xq[3 * ROW_S], xq[4 * ROW_S], xq[5 * ROW_S],
+                                               xq[6 * ROW_S], xq[7 * ROW_S]);
+#endif
+                    a8 = fma(gv, xv, a8);
+                }
+                for (; ow <= hi; ++ow) acc = fma(gr[ow], xr[ow * ROW_S], acc);
+                acc += (a8.s0 + a8.s1) + (a8.s2 + a8.s3) + (a8.s4 + a8.s5) + (a8.s6 + a8.s7);
             }
-            out[kh * K + kw] = acc;
+            out[kh * ROW_K + kw] = acc;
         }
 }
 

@@ -345,7 +345,11 @@ impl ClDevice {
                 )
             }
             DwAlgo::Rows => {
-                let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_rows")?;
+                let kern = self.kernel(
+                    "depthwise",
+                    &Defines::new().set("RK", g.k).set("RS", g.s),
+                    "dw_fwd_rows",
+                )?;
                 let args = [
                     Arg::I32x8(g.arg()),
                     Arg::I32(k),
@@ -435,6 +439,21 @@ impl ClDevice {
                     )?);
                     ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
                 }
+                _ if a == DwAlgo::Rows || a == DwAlgo::Local => {
+                    let kern = self.kernel(
+                        "depthwise",
+                        &Defines::new().set("RK", g.k).set("RS", g.s),
+                        "dw_bwd_x_rows",
+                    )?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::I32(k),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                }
                 _ => {
                     let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_x_naive")?;
                     let args = [
@@ -482,7 +501,11 @@ impl ClDevice {
                     ];
                     ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 } else {
-                    let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_w_rows")?;
+                    let kern = self.kernel(
+                        "depthwise",
+                        &Defines::new().set("RK", g.k).set("RS", g.s),
+                        "dw_bwd_w_rows",
+                    )?;
                     let args = [
                         Arg::I32x8(g.arg()),
                         Arg::I32(k),
