@@ -100,45 +100,75 @@ __kernel void conv_direct_bwd_w(const int8 g0, const int8 g1,
 }
 
 // col[b][c * KH * KW + kh * KW + kw][oh * OW + ow] = x[n0 + b][c][...] (0 in the padding), for nb samples.
+// One col row (r, b) per work-item, written output row by output row over bounds-free spans: per-work-item
+// costs dominate on CPU OpenCL, so each work-item copies a few thousand elements.
 __kernel void conv_im2col(const int8 g0, const int8 g1, const int n0, const int nb,
                           __global const float* restrict x, __global float* restrict col)
 {
     GEOM
     const int P = OH * OW;
-    const int p = get_global_id(0), r = get_global_id(1), b = get_global_id(2);
-    if (p >= P || r >= C * KH * KW || b >= nb) return;
+    const int r = get_global_id(0), b = get_global_id(1);
+    if (r >= C * KH * KW || b >= nb) return;
     const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
-    const int ow = p % OW, oh = p / OW;
-    const int y = oh * SH - PH + kh * DH, xx = ow * SW - PW + kw * DW;
-    float v = 0.0f;
-    if (y >= 0 && y < H && xx >= 0 && xx < W) v = x[(((size_t)(n0 + b) * C + c) * H + y) * W + xx];
-    col[((size_t)b * C * KH * KW + r) * P + p] = v;
+    __global const float* xp = x + ((size_t)(n0 + b) * C + c) * H * W;
+    __global float* dst = col + ((size_t)b * C * KH * KW + r) * P;
+    // Output columns whose input column ow * SW - PW + kw * DW lies in [0, W).
+    const int a0 = PW - kw * DW, a1 = W - 1 + PW - kw * DW;
+    const int lo = min(OW, max(0, a0 > 0 ? (a0 + SW - 1) / SW : 0));
+    const int hi = min(OW - 1, a1 >= 0 ? a1 / SW : -1);
+    for (int oh = 0; oh < OH; ++oh) {
+        __global float* d = dst + oh * OW;
+        const int y = oh * SH - PH + kh * DH;
+        if (y < 0 || y >= H) {
+            for (int ow = 0; ow < OW; ++ow) d[ow] = 0.0f;
+            continue;
+        }
+        __global const float* xr = xp + y * W - PW + kw * DW;
+        for (int ow = 0; ow < lo; ++ow) d[ow] = 0.0f;
+        if (SW == 1) {
+            for (int ow = lo; ow <= hi; ++ow) d[ow] = xr[ow];
+        } else {
+            for (int ow = lo; ow <= hi; ++ow) d[ow] = xr[ow * SW];
+        }
+        for (int ow = max(lo, hi + 1); ow < OW; ++ow) d[ow] = 0.0f;
+    }
 }
 
 // gx[n0 + b][c][y][x] = sum of the col entries that im2col copied from (y, x): the adjoint of conv_im2col.
+// One input row (b, c, y) per work-item; every tap adds its span into a private row buffer (no atomics).
 __kernel void conv_col2im(const int8 g0, const int8 g1, const int n0, const int nb,
                           __global const float* restrict col, __global float* restrict gx)
 {
     GEOM
     const int P = OH * OW;
     const int i = get_global_id(0);
-    if (i >= nb * C * H * W) return;
-    const int xx = i % W, y = (i / W) % H, c = (i / (W * H)) % C, b = i / (W * H * C);
-    float acc = 0.0f;
-    for (int kh = 0; kh < KH; ++kh) {
-        const int ty = y + PH - kh * DH;
-        if (ty < 0 || ty % SH != 0) continue;
-        const int oh = ty / SH;
-        if (oh >= OH) continue;
-        for (int kw = 0; kw < KW; ++kw) {
-            const int tx = xx + PW - kw * DW;
-            if (tx < 0 || tx % SW != 0) continue;
-            const int ow = tx / SW;
-            if (ow >= OW) continue;
-            acc += col[((size_t)b * C * KH * KW + (c * KH + kh) * KW + kw) * P + oh * OW + ow];
+    if (i >= nb * C * H) return;
+    const int y = i % H, c = (i / H) % C, b = i / (H * C);
+    float row[128];
+    for (int x0 = 0; x0 < W; x0 += 128) {
+        const int n = min(128, W - x0);
+        for (int j = 0; j < n; ++j) row[j] = 0.0f;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ty = y + PH - kh * DH;
+            if (ty < 0 || ty % SH != 0 || ty / SH >= OH) continue;
+            const int oh = ty / SH;
+            for (int kw = 0; kw < KW; ++kw) {
+                __global const float* cr = col + ((size_t)b * C * KH * KW + (c * KH + kh) * KW + kw) * P + oh * OW;
+                // Output columns ow with x0 <= ow * SW - PW + kw * DW < x0 + n.
+                const int a0 = x0 + PW - kw * DW, a1 = x0 + n - 1 + PW - kw * DW;
+                const int lo = max(0, a0 > 0 ? (a0 + SW - 1) / SW : 0);
+                const int hi = min(OW - 1, a1 >= 0 ? a1 / SW : -1);
+                const int off = -PW + kw * DW - x0;
+                if (SW == 1) {
+                    for (int ow = lo; ow <= hi; ++ow) row[ow + off] += cr[ow];
+                } else {
+                    for (int ow = lo; ow <= hi; ++ow) row[ow * SW + off] += cr[ow];
+                }
+            }
         }
+        __global float* out = gx + (((size_t)(n0 + b) * C + c) * H + y) * W + x0;
+        for (int j = 0; j < n; ++j) out[j] = row[j];
     }
-    gx[(size_t)n0 * C * H * W + i] = acc;
 }
 
 // out[i] (+)= sum over b of part[b * len + i]; accumulate != 0 adds to what out holds.
@@ -190,21 +220,24 @@ __kernel void conv_bias_grad_serial(const int N, const int F, const int P,
 }
 
 // wr[c][f][kh][kw] = w[f][c][KH-1-kh][KW-1-kw]: the weights of the stride-1 grad_x convolution.
+// One (c, f) filter per work-item.
 __kernel void conv_flip_weights(const int F, const int C, const int KH, const int KW,
                                 __global const float* restrict w, __global float* restrict wr)
 {
     const int i = get_global_id(0);
-    if (i >= F * C * KH * KW) return;
-    const int kw = i % KW, kh = (i / KW) % KH, f = (i / (KW * KH)) % F, c = i / (KW * KH * F);
-    wr[i] = w[(((size_t)f * C + c) * KH + (KH - 1 - kh)) * KW + (KW - 1 - kw)];
+    if (i >= F * C) return;
+    const int f = i % F, c = i / F;
+    __global const float* src = w + ((size_t)f * C + c) * KH * KW;
+    __global float* dst = wr + (size_t)i * KH * KW;
+    for (int t = 0; t < KH * KW; ++t) dst[t] = src[KH * KW - 1 - t];
 }
 
 // ------------------------------------------------------------------------------ Winograd F(2x2, 3x3)
-// U[ab][f][c] = (G g G^T)[a][b] for the 3x3 filter g = w[f][c].
+// U[ab][f][c] = (G g G^T)[a][b] for the 3x3 filter g = w[f][c]. A run of 16 filters per work-item.
 __kernel void wino_filter(const int F, const int C, __global const float* restrict w, __global float* restrict U)
 {
-    const int i = get_global_id(0);
-    if (i >= F * C) return;
+    const int i0 = get_global_id(0) * 16;
+    for (int i = i0; i < min(F * C, i0 + 16); ++i) {
     __global const float* g = w + (size_t)i * 9;
     float t[4][3];
     for (int j = 0; j < 3; ++j) {
@@ -222,16 +255,20 @@ __kernel void wino_filter(const int F, const int C, __global const float* restri
         U[(a * 4 + 2) * FC + i] = 0.5f * (r0 - r1 + r2);
         U[(a * 4 + 3) * FC + i] = r2;
     }
+    }
 }
 
 // V[ab][c][n * T + t] = (B^T d B)[a][b] for the 4x4 input patch d of tile t (stride 2, zero padded).
+// One row of tiles per work-item.
 __kernel void wino_input(const int N, const int C, const int H, const int W, const int PH, const int PW,
                          const int TH, const int TW, __global const float* restrict x, __global float* restrict V)
 {
-    const int t = get_global_id(0), c = get_global_id(1), n = get_global_id(2);
+    const int ty = get_global_id(0), c = get_global_id(1), n = get_global_id(2);
     const int T = TH * TW;
-    if (t >= T || c >= C || n >= N) return;
-    const int y0 = (t / TW) * 2 - PH, x0 = (t % TW) * 2 - PW;
+    if (ty >= TH || c >= C || n >= N) return;
+    for (int tx = 0; tx < TW; ++tx) {
+    const int t = ty * TW + tx;
+    const int y0 = ty * 2 - PH, x0 = tx * 2 - PW;
     __global const float* xp = x + ((size_t)n * C + c) * H * W;
     float d[4][4];
     for (int i = 0; i < 4; ++i)
@@ -253,16 +290,20 @@ __kernel void wino_input(const int N, const int C, const int H, const int W, con
         V[(i * 4 + 2) * stride + o] = e[i][2] - e[i][1];
         V[(i * 4 + 3) * stride + o] = e[i][1] - e[i][3];
     }
+    }
 }
 
 // out[n][f][2 ty + i][2 tx + j] = (A^T M A)[i][j] + bias[f] (cropped to OH x OW), optional ReLU.
+// One row of tiles per work-item.
 __kernel void wino_output(const int N, const int F, const int OH, const int OW, const int TH, const int TW,
                           __global const float* restrict Mt, __global const float* restrict bias,
                           const int has_bias, const int relu, __global float* restrict out)
 {
-    const int t = get_global_id(0), f = get_global_id(1), n = get_global_id(2);
+    const int ty = get_global_id(0), f = get_global_id(1), n = get_global_id(2);
     const int T = TH * TW;
-    if (t >= T || f >= F || n >= N) return;
+    if (ty >= TH || f >= F || n >= N) return;
+    for (int tx = 0; tx < TW; ++tx) {
+    const int t = ty * TW + tx;
     const size_t NT = (size_t)N * T, stride = (size_t)F * NT, o = (size_t)f * NT + (size_t)n * T + t;
     float m[4][4];
     for (int i = 0; i < 16; ++i) m[i / 4][i % 4] = Mt[i * stride + o];
@@ -272,7 +313,7 @@ __kernel void wino_output(const int N, const int F, const int OH, const int OW, 
         r[1][j] = m[1][j] - m[2][j] - m[3][j];
     }
     const float bb = has_bias ? bias[f] : 0.0f;
-    const int oy = (t / TW) * 2, ox = (t % TW) * 2;
+    const int oy = ty * 2, ox = tx * 2;
     __global float* op = out + ((size_t)n * F + f) * OH * OW;
     for (int i = 0; i < 2; ++i) {
         float v0 = r[i][0] + r[i][1] + r[i][2] + bb;
@@ -282,6 +323,7 @@ __kernel void wino_output(const int N, const int F, const int OH, const int OW, 
             op[(oy + i) * OW + ox] = v0;
             if (ox + 1 < OW) op[(oy + i) * OW + ox + 1] = v1;
         }
+    }
     }
 }
 

@@ -175,47 +175,64 @@ void gemm_tiled(const int M, const int N, const int K,
 #define VSTORE vstore4
 #endif
 
-// Ap[b][panel][k][MR] = op(A[b])[panel * MR + r][k], zero beyond M. One work-item per (k, panel, b).
+// Packing runs KC consecutive k per work-item: per-work-item overhead dominates short work-items on CPU
+// OpenCL, and a run of k reads each source row sequentially.
+#define KC 32
+
+// Ap[b][panel][k][MR] = op(A[b])[panel * MR + r][k], zero beyond M. One work-item per (k-run, panel, b).
 __kernel void gemm_pack_a(const int M, const int K,
                           __global const float* restrict A, const int offA, const int lda, const int sA,
                           __global float* restrict Ap)
 {
-    const int k = get_global_id(0), p = get_global_id(1), b = get_global_id(2);
-    if (k >= K) return;
+    const int k0 = get_global_id(0) * KC, p = get_global_id(1), b = get_global_id(2);
     const int panels = (M + MR - 1) / MR;
-    if (p >= panels) return;
+    if (k0 >= K || p >= panels) return;
+    const int k1 = min(K, k0 + KC);
     __global const float* Ab = A + offA + (size_t)b * sA;
-    __global float* dst = Ap + (((size_t)b * panels + p) * K + k) * MR;
-#pragma unroll
+    __global float* dst = Ap + ((size_t)b * panels + p) * K * MR;
+#if TRANS_A
+    for (int k = k0; k < k1; ++k)
+        for (int r = 0; r < MR; ++r) {
+            const int m = p * MR + r;
+            dst[k * MR + r] = m < M ? Ab[(size_t)k * lda + m] : 0.0f;
+        }
+#else
     for (int r = 0; r < MR; ++r) {
         const int m = p * MR + r;
-        dst[r] = m < M ? OPA(Ab, m, k, lda) : 0.0f;
+        for (int k = k0; k < k1; ++k) dst[k * MR + r] = m < M ? Ab[(size_t)m * lda + k] : 0.0f;
     }
+#endif
 }
 
-// Bp[b][panel][k][NR] = op(B[b])[k][panel * NR + c], zero beyond N. One work-item per (k, panel, b).
+// Bp[b][panel][k][NR] = op(B[b])[k][panel * NR + c], zero beyond N. One work-item per (k-run, panel, b).
 __kernel void gemm_pack_b(const int N, const int K,
                           __global const float* restrict B, const int offB, const int ldb, const int sB,
                           __global float* restrict Bp)
 {
-    const int k = get_global_id(0), p = get_global_id(1), b = get_global_id(2);
-    if (k >= K) return;
+    const int k0 = get_global_id(0) * KC, p = get_global_id(1), b = get_global_id(2);
     const int panels = (N + NR - 1) / NR;
-    if (p >= panels) return;
+    if (k0 >= K || p >= panels) return;
+    const int k1 = min(K, k0 + KC);
     __global const float* Bb = B + offB + (size_t)b * sB;
-    __global float* dst = Bp + (((size_t)b * panels + p) * K + k) * NR;
+    __global float* dst = Bp + ((size_t)b * panels + p) * K * NR;
     const int n0 = p * NR;
-#if !TRANS_B
-    if (n0 + NR <= N) {
-#pragma unroll
-        for (int v = 0; v < NB; ++v) VSTORE(VLOAD(0, Bb + (size_t)k * ldb + n0 + v * VW), v, dst);
-        return;
-    }
-#endif
+#if TRANS_B
     for (int c = 0; c < NR; ++c) {
         const int n = n0 + c;
-        dst[c] = n < N ? OPB(Bb, k, n, ldb) : 0.0f;
+        for (int k = k0; k < k1; ++k) dst[k * NR + c] = n < N ? Bb[(size_t)n * ldb + k] : 0.0f;
     }
+#else
+    for (int k = k0; k < k1; ++k) {
+        if (n0 + NR <= N) {
+            for (int v = 0; v < NB; ++v) VSTORE(VLOAD(0, Bb + (size_t)k * ldb + n0 + v * VW), 0, dst + k * NR + v * VW);
+        } else {
+            for (int c = 0; c < NR; ++c) {
+                const int n = n0 + c;
+                dst[k * NR + c] = n < N ? Bb[(size_t)k * ldb + n] : 0.0f;
+            }
+        }
+    }
+#endif
 }
 
 // Stores one MR x NR register block (rows m0.., columns n0..) with bounds checks and the epilogue.

@@ -152,7 +152,7 @@ impl ClDevice {
             Arg::Mem(x.storage()),
             Arg::Mem(col.storage()),
         ];
-        self.launch(&k, &args, &[g.p(), g.c * g.kh * g.kw, nb], None)
+        self.launch(&k, &args, &[g.c * g.kh * g.kw, nb], None)
     }
 
     fn fwd_im2col(
@@ -285,7 +285,7 @@ impl ClDevice {
         ev.push(self.launch(
             &k,
             &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
-            &[g.f * g.c],
+            &[(g.f * g.c).div_ceil(16)],
             None,
         )?);
         let k = self.kernel("conv", &d, "wino_input")?;
@@ -301,7 +301,7 @@ impl ClDevice {
             Arg::Mem(x.storage()),
             Arg::Mem(v.storage()),
         ];
-        ev.push(self.launch(&k, &args, &[t, g.c, g.n], None)?);
+        ev.push(self.launch(&k, &args, &[th, g.c, g.n], None)?);
         let gm = Gemm {
             m: g.f,
             n: nt,
@@ -338,7 +338,7 @@ impl ClDevice {
             Arg::I32(relu as i32),
             Arg::Mem(out.storage()),
         ];
-        ev.push(self.launch(&k, &args, &[t, g.f, g.n], None)?);
+        ev.push(self.launch(&k, &args, &[th, g.f, g.n], None)?);
         Ok(ev)
     }
 
@@ -588,7 +588,7 @@ impl ClDevice {
                     Arg::Mem(col.storage()),
                     Arg::Mem(gx.storage()),
                 ];
-                ev.push(self.launch(&k, &args, &[nb * g.c * g.h * g.w], None)?);
+                ev.push(self.launch(&k, &args, &[nb * g.c * g.h], None)?);
             }
             n0 += nb;
         }
@@ -668,7 +668,7 @@ impl ClDevice {
                 Arg::Mem(w.storage()),
                 Arg::Mem(wr.storage()),
             ];
-            ev.push(self.launch(&k, &args, &[wr.numel()], None)?);
+            ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
             ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
         }
         if gr.gw.is_some() {

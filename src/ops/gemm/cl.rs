@@ -224,7 +224,7 @@ impl ClDevice {
                     i(g.s_a),
                     Arg::Mem(ap.storage()),
                 ];
-                evs.push(self.launch(&ka, &args, &[g.k, pm, ba], None)?);
+                evs.push(self.launch(&ka, &args, &[g.k.div_ceil(32), pm, ba], None)?);
                 let kb = self.kernel("gemm", &d, "gemm_pack_b")?;
                 let args = [
                     i(g.n),
@@ -235,7 +235,7 @@ impl ClDevice {
                     i(g.s_b),
                     Arg::Mem(bp.storage()),
                 ];
-                evs.push(self.launch(&kb, &args, &[g.k, pn, bb], None)?);
+                evs.push(self.launch(&kb, &args, &[g.k.div_ceil(32), pn, bb], None)?);
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
                 let k = self.kernel("gemm", &d, "gemm_packed")?;
