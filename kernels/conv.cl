@@ -263,20 +263,25 @@ __kernel void wino_filter(const int F, const int C, __global const float* restri
 __kernel void wino_input(const int N, const int C, const int H, const int W, const int PH, const int PW,
                          const int TH, const int TW, __global const float* restrict x, __global float* restrict V)
 {
-    const int ty = get_global_id(0), c = get_global_id(1), n = get_global_id(2);
+    // Dimension 0 is 1: a tile row per work-item, rows and channels along dimension 1 (CPU OpenCL would
+    // otherwise vectorise across work-items and turn the transform's stores into scatters).
+    const int ty = get_global_id(1) % TH, c = get_global_id(1) / TH, n = get_global_id(2);
     const int T = TH * TW;
-    if (ty >= TH || c >= C || n >= N) return;
+    if (c >= C || n >= N) return;
     for (int tx = 0; tx < TW; ++tx) {
     const int t = ty * TW + tx;
     const int y0 = ty * 2 - PH, x0 = tx * 2 - PW;
     __global const float* xp = x + ((size_t)n * C + c) * H * W;
     float d[4][4];
+#pragma unroll
     for (int i = 0; i < 4; ++i)
+#pragma unroll
         for (int j = 0; j < 4; ++j) {
             const int y = y0 + i, xx = x0 + j;
             d[i][j] = (y >= 0 && y < H && xx >= 0 && xx < W) ? xp[y * W + xx] : 0.0f;
         }
     float e[4][4];
+#pragma unroll
     for (int j = 0; j < 4; ++j) {
         e[0][j] = d[0][j] - d[2][j];
         e[1][j] = d[1][j] + d[2][j];
@@ -284,6 +289,7 @@ __kernel void wino_input(const int N, const int C, const int H, const int W, con
         e[3][j] = d[1][j] - d[3][j];
     }
     const size_t NT = (size_t)N * T, stride = (size_t)C * NT, o = (size_t)c * NT + (size_t)n * T + t;
+#pragma unroll
     for (int i = 0; i < 4; ++i) {
         V[(i * 4 + 0) * stride + o] = e[i][0] - e[i][2];
         V[(i * 4 + 1) * stride + o] = e[i][1] + e[i][2];
@@ -299,15 +305,17 @@ __kernel void wino_output(const int N, const int F, const int OH, const int OW, 
                           __global const float* restrict Mt, __global const float* restrict bias,
                           const int has_bias, const int relu, __global float* restrict out)
 {
-    const int ty = get_global_id(0), f = get_global_id(1), n = get_global_id(2);
+    const int ty = get_global_id(1) % TH, f = get_global_id(1) / TH, n = get_global_id(2);
     const int T = TH * TW;
-    if (ty >= TH || f >= F || n >= N) return;
+    if (f >= F || n >= N) return;
     for (int tx = 0; tx < TW; ++tx) {
     const int t = ty * TW + tx;
     const size_t NT = (size_t)N * T, stride = (size_t)F * NT, o = (size_t)f * NT + (size_t)n * T + t;
     float m[4][4];
+#pragma unroll
     for (int i = 0; i < 16; ++i) m[i / 4][i % 4] = Mt[i * stride + o];
     float r[2][4];
+#pragma unroll
     for (int j = 0; j < 4; ++j) {
         r[0][j] = m[0][j] + m[1][j] + m[2][j];
         r[1][j] = m[1][j] - m[2][j] - m[3][j];
@@ -315,6 +323,7 @@ __kernel void wino_output(const int N, const int F, const int OH, const int OW, 
     const float bb = has_bias ? bias[f] : 0.0f;
     const int oy = ty * 2, ox = tx * 2;
     __global float* op = out + ((size_t)n * F + f) * OH * OW;
+#pragma unroll
     for (int i = 0; i < 2; ++i) {
         float v0 = r[i][0] + r[i][1] + r[i][2] + bb;
         float v1 = r[i][1] - r[i][2] - r[i][3] + bb;

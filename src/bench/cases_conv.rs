@@ -77,8 +77,10 @@ fn backward(
 macro_rules! conv_cases {
     ($v:ident; $($name:literal, $bwd:literal => $shape:expr;)*) => {
         $(
-            $v.push(Case { name: $name, work: |small| Work::Flops(flops($shape, small)), setup: |dev, small| forward(dev, $shape, small) });
-            $v.push(Case { name: $bwd, work: |small| Work::Flops(2.0 * flops($shape, small)), setup: |dev, small| backward(dev, $shape, small) });
+            $v.extend([
+                Case { name: $name, work: |small| Work::Flops(flops($shape, small)), setup: |dev, small| forward(dev, $shape, small) },
+                Case { name: $bwd, work: |small| Work::Flops(2.0 * flops($shape, small)), setup: |dev, small| backward(dev, $shape, small) },
+            ]);
         )*
     };
 }

@@ -7,6 +7,8 @@
 //! the flipped filter (so it uses the same kernels); otherwise a gather. grad_w sums band partials
 //! (a sample × a range of output rows) and reduces them.
 
+#![allow(clippy::too_many_arguments)]
+
 use opencl3::event::Event;
 use serde::Serialize;
 

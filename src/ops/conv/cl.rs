@@ -1,6 +1,8 @@
 //! OpenCL convolution: the direct, im2col + GEMM, Winograd and pointwise algorithms, forward and backward,
 //! and the measured choice between them.
 
+#![allow(clippy::too_many_arguments)]
+
 use opencl3::event::Event;
 use serde::Serialize;
 
@@ -301,7 +303,7 @@ impl ClDevice {
             Arg::Mem(x.storage()),
             Arg::Mem(v.storage()),
         ];
-        ev.push(self.launch(&k, &args, &[th, g.c, g.n], None)?);
+        ev.push(self.launch(&k, &args, &[1, th * g.c, g.n], None)?);
         let gm = Gemm {
             m: g.f,
             n: nt,
@@ -338,7 +340,7 @@ impl ClDevice {
             Arg::I32(relu as i32),
             Arg::Mem(out.storage()),
         ];
-        ev.push(self.launch(&k, &args, &[th, g.f, g.n], None)?);
+        ev.push(self.launch(&k, &args, &[1, th * g.f, g.n], None)?);
         Ok(ev)
     }
 

@@ -7,6 +7,8 @@
 //! [`Conv2dOptions::algo`] forces one. 1×1 convolutions follow netcl's measured pointwise dispatch
 //! (`NETCL_CONV_POINTWISE=auto|1|0`, keys `conv2d_pointwise_fwd_select` / `conv2d_pointwise_bwd_select`).
 
+#![allow(clippy::too_many_arguments)]
+
 mod cl;
 mod cpu;
 
@@ -157,7 +159,7 @@ impl ConvGeom {
         let g = o.groups;
         let (n, c, h, wd) = (x[0], x[1], x[2], x[3]);
         let (f, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
-        if g == 0 || c % g != 0 || f % g != 0 {
+        if g == 0 || !c.is_multiple_of(g) || !f.is_multiple_of(g) {
             return Err(Error::Invalid(format!(
                 "{op}: groups = {g} must divide the input channels ({c}) and the filters ({f})"
             )));
@@ -528,7 +530,7 @@ fn transpose_geom(
         )));
     }
     let g = c.groups;
-    if g == 0 || x[1] % g != 0 {
+    if g == 0 || !x[1].is_multiple_of(g) {
         return Err(Error::Invalid(format!(
             "{op}: groups = {g} must divide the input channels ({})",
             x[1]

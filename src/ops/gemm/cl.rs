@@ -1,5 +1,7 @@
 //! OpenCL GEMM: the kernel candidates of `kernels/gemm.cl`, their launch geometry, and measured selection.
 
+#![allow(clippy::too_many_arguments)]
+
 use opencl3::event::Event;
 use serde::Serialize;
 

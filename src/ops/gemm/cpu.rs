@@ -35,9 +35,8 @@ pub(crate) fn gemm_host(a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]
             }
             for (j, &r) in row.iter().enumerate() {
                 let mut v = r as f32;
-                match (g.bias, bias) {
-                    (BiasMode::Row, Some(bs)) => v += bs[i],
-                    _ => {}
+                if let (BiasMode::Row, Some(bs)) = (g.bias, bias) {
+                    v += bs[i];
                 }
                 if g.relu && v < 0.0 {
                     v = 0.0;
