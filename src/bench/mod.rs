@@ -4,6 +4,7 @@
 //! `rel_err`), so runs compare line by line; `device` and `decisions` are added. Times are wall-clock around
 //! the op plus a device synchronisation, like the peer's, after two warm-up calls.
 
+mod cases_conv;
 mod cases_core;
 mod cases_reduce;
 
@@ -69,6 +70,7 @@ pub struct BenchLine {
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(cases_core::cases());
+    v.extend(cases_conv::cases());
     v.extend(cases_reduce::cases());
     v
 }
