@@ -24,6 +24,7 @@ pub mod error;
 pub mod half;
 pub mod io;
 pub mod memory;
+pub mod nn;
 pub mod ops;
 pub mod optim;
 pub mod program;

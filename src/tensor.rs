@@ -341,6 +341,33 @@ impl Tensor {
         Ok(t)
     }
 
+    /// Overwrites this tensor's elements with `src`'s (same shape and dtype; any device). Every view of this
+    /// storage sees the new values; on a mismatch nothing changes.
+    pub fn assign(&self, src: &Tensor) -> Result<()> {
+        if src.shape() != self.shape() || src.dtype != self.dtype {
+            return Err(Error::Shape(format!(
+                "assign: a {} tensor of shape {:?} cannot take a {} tensor of shape {:?}",
+                self.dtype,
+                self.shape(),
+                src.dtype,
+                src.shape()
+            )));
+        }
+        let bytes = self.numel * self.dtype.size();
+        if src.shares_storage(self) || bytes == 0 {
+            return Ok(());
+        }
+        if src.device == self.device {
+            return self
+                .device
+                .kind()
+                .copy(src.storage(), self.storage(), bytes);
+        }
+        let mut host = vec![0u8; bytes];
+        src.device.kind().read(src.storage(), 0, &mut host)?;
+        self.device.kind().write(self.storage(), 0, &host)
+    }
+
     /// Converts to `dtype` (through the host; f16 conversion rounds to nearest even).
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {

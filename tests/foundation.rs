@@ -395,7 +395,7 @@ fn launches_are_recorded_with_device_times() {
         "{launches:?}"
     );
     assert!(
-        launches.iter().any(|l| l.kernel.starts_with("sum_")),
+        launches.iter().any(|l| l.kernel.starts_with("red_")),
         "{launches:?}"
     );
     assert!(launches.iter().all(|l| l.ms >= 0.0));

@@ -7,6 +7,8 @@
 //! [`Var::zero_grad`]; intermediate gradients are dropped once propagated unless [`Var::retain_grad`] was
 //! called. Inside [`no_grad`] no graph is recorded.
 
+pub mod ops;
+
 use std::cell::Cell;
 use std::collections::HashMap;
 use std::fmt;
