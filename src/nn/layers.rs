@@ -163,7 +163,7 @@ impl Conv2d {
         ] {
             positive(v, n, "Conv2d")?;
         }
-        if in_channels % groups != 0 || out_channels % groups != 0 {
+        if !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
             return Err(Error::Invalid(format!(
                 "Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels {out_channels}"
             )));
@@ -487,7 +487,7 @@ impl BatchNorm2d {
     /// γ = 1, β = 0, running mean 0 and variance 1.
     pub fn new(device: &Device, num_features: usize, momentum: f32, eps: f32) -> Result<Self> {
         positive(num_features, "num_features", "BatchNorm2d")?;
-        if !(0.0..=1.0).contains(&momentum) || !(eps > 0.0 && eps.is_finite()) {
+        if !((0.0..=1.0).contains(&momentum) && eps > 0.0 && eps.is_finite()) {
             return Err(Error::Invalid(format!(
                 "BatchNorm2d: momentum {momentum} must be in [0, 1] and eps {eps} > 0"
             )));
@@ -634,7 +634,7 @@ impl GroupNorm {
     /// γ = 1, β = 0; `num_groups` must divide `num_channels`.
     pub fn new(device: &Device, num_groups: usize, num_channels: usize, eps: f32) -> Result<Self> {
         positive(num_groups, "num_groups", "GroupNorm")?;
-        if num_channels % num_groups != 0 {
+        if !num_channels.is_multiple_of(num_groups) {
             return Err(Error::Invalid(format!(
                 "GroupNorm: {num_groups} groups do not divide {num_channels} channels"
             )));
