@@ -31,6 +31,7 @@ pub mod program;
 pub mod rng;
 pub mod script;
 pub mod tensor;
+pub mod train;
 pub mod wiki;
 
 pub use device::{Device, DeviceInfo};

@@ -71,6 +71,33 @@ enum Command {
     },
     /// Serves playground jobs over stdin/stdout as JSON lines (started by `netcl serve`).
     Worker,
+    /// Trains a preset CNN on the UCI 8×8 digits and prints the metrics of each epoch.
+    Train {
+        /// The model preset (tiny_cnn, fast_cnn, fast_bn_cnn, example_cnn, example_mlp, digits_cnn).
+        #[arg(long, default_value = "digits_cnn")]
+        preset: String,
+        /// Passes over the training data.
+        #[arg(long, default_value_t = 12)]
+        epochs: usize,
+        /// Samples per batch.
+        #[arg(long, default_value_t = 32)]
+        batch: usize,
+        /// Learning rate.
+        #[arg(long, default_value_t = 0.002)]
+        lr: f32,
+        /// sgd (momentum 0.9), adam or adamw.
+        #[arg(long, default_value = "adam")]
+        optimizer: String,
+        /// Seed of the split, the shuffle and the initial weights.
+        #[arg(long, default_value_t = 0)]
+        seed: u64,
+        /// Write the trained model to this file (netcl's single-file format).
+        #[arg(long)]
+        save: Option<std::path::PathBuf>,
+        /// One JSON object per epoch instead of a progress bar.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Subcommand)]
@@ -118,6 +145,9 @@ fn run(cli: Cli) -> netcl::Result<()> {
             json,
             timeout_ms,
         } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
+        Command::Train { preset, epochs, batch, lr, optimizer, seed, save, json } => {
+            train_digits(cli.device.as_deref(), &preset, epochs, batch, lr, &optimizer, seed, save.as_deref(), json)
+        }
         Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
         Command::Tune { action } => tune(action),
         Command::Serve(mut args) => {
@@ -405,4 +435,74 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
         ))),
         None => Ok(()),
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn train_digits(
+    device: Option<&str>,
+    preset: &str,
+    epochs: usize,
+    batch: usize,
+    lr: f32,
+    optimizer: &str,
+    seed: u64,
+    save: Option<&std::path::Path>,
+    json: bool,
+) -> netcl::Result<()> {
+    use netcl::nn::Module;
+    let device = Device::select(device)?;
+    let (train, test) = netcl::data::Digits::load()?.split(0.2, seed)?;
+    let norm = netcl::data::Transform::Normalize { mean: vec![0.3], std: vec![0.38] };
+    let train = netcl::data::DataLoader::new(std::sync::Arc::new(train), batch)?.shuffle(seed).transform(norm.clone())?;
+    let test = netcl::data::DataLoader::new(std::sync::Arc::new(test), 256)?.transform(norm)?;
+    let mut model = netcl::nn::build_sequential(&device, &netcl::nn::preset(preset, 1, 8, 10)?, seed)?;
+    let params = model.parameters();
+    let mut opt = match optimizer {
+        "sgd" => netcl::optim::Optimizer::sgd(params, lr, 0.9, 0.0)?,
+        "adam" => netcl::optim::Optimizer::adam(params, lr, 0.0)?,
+        "adamw" => netcl::optim::Optimizer::adamw(params, lr, 0.01)?,
+        o => return Err(netcl::Error::Invalid(format!("unknown optimizer `{o}` (sgd, adam, adamw)"))),
+    };
+    if !json {
+        eprintln!("training {preset} on the UCI digits (1,437 train / 360 test) on {}", device.name());
+    }
+    use std::io::IsTerminal;
+    let bar = !json && std::io::stderr().is_terminal();
+    let opts = netcl::train::FitOptions { epochs, progress_bar: bar, ..Default::default() };
+    let mut on_event = |e: &netcl::train::FitEvent| {
+        if let netcl::train::FitEvent::Epoch(m) = e {
+            if json {
+                println!("{}", serde_json::to_string(m).unwrap_or_default());
+            } else if !bar {
+                println!(
+                    "epoch {}: loss {:.4} acc {:.2}%, test loss {:.4} acc {:.2}% ({:.0} samples/s)",
+                    m.epoch,
+                    m.train_loss,
+                    m.train_accuracy * 100.0,
+                    m.val_loss.unwrap_or(f32::NAN),
+                    m.val_accuracy.unwrap_or(0.0) * 100.0,
+                    m.samples_per_second
+                );
+            }
+        }
+    };
+    let history = netcl::train::fit(&mut model, &mut opt, &device, &train, Some(&test), &opts, &mut on_event)?;
+    if let Some(last) = history.last()
+        && !json
+    {
+        println!(
+            "final: train loss {:.4}, train accuracy {:.2}%, test loss {:.4}, test accuracy {:.2}%",
+            last.train_loss,
+            last.train_accuracy * 100.0,
+            last.val_loss.unwrap_or(f32::NAN),
+            last.val_accuracy.unwrap_or(0.0) * 100.0
+        );
+    }
+    if let Some(path) = save {
+        netcl::io::save_model(&model, path)?;
+        if !json {
+            println!("saved {}", path.display());
+        }
+    }
+    Ok(())
 }

@@ -1,3 +1,6 @@
-//! Files: NumPy `.npy`/`.npz` arrays (the container of netcl's model files and checkpoints).
+//! Files: NumPy `.npy`/`.npz` arrays, netcl's model files and training checkpoints.
 
+pub mod model;
 pub mod npz;
+
+pub use model::{load_checkpoint, load_model, save_checkpoint, save_model};

@@ -110,6 +110,13 @@ pub struct Sequential {
     training: bool,
 }
 
+impl std::fmt::Debug for Sequential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.layers.iter().map(|l| l.type_name()).collect();
+        write!(f, "Sequential({})", names.join(", "))
+    }
+}
+
 impl Sequential {
     /// A container of `layers`, in training mode.
     pub fn new(layers: Vec<Box<dyn Module>>) -> Self {
