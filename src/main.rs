@@ -145,9 +145,26 @@ fn run(cli: Cli) -> netcl::Result<()> {
             json,
             timeout_ms,
         } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
-        Command::Train { preset, epochs, batch, lr, optimizer, seed, save, json } => {
-            train_digits(cli.device.as_deref(), &preset, epochs, batch, lr, &optimizer, seed, save.as_deref(), json)
-        }
+        Command::Train {
+            preset,
+            epochs,
+            batch,
+            lr,
+            optimizer,
+            seed,
+            save,
+            json,
+        } => train_digits(
+            cli.device.as_deref(),
+            &preset,
+            epochs,
+            batch,
+            lr,
+            &optimizer,
+            seed,
+            save.as_deref(),
+            json,
+        ),
         Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
         Command::Tune { action } => tune(action),
         Command::Serve(mut args) => {
@@ -452,23 +469,40 @@ fn train_digits(
     use netcl::nn::Module;
     let device = Device::select(device)?;
     let (train, test) = netcl::data::Digits::load()?.split(0.2, seed)?;
-    let norm = netcl::data::Transform::Normalize { mean: vec![0.3], std: vec![0.38] };
-    let train = netcl::data::DataLoader::new(std::sync::Arc::new(train), batch)?.shuffle(seed).transform(norm.clone())?;
+    let norm = netcl::data::Transform::Normalize {
+        mean: vec![0.3],
+        std: vec![0.38],
+    };
+    let train = netcl::data::DataLoader::new(std::sync::Arc::new(train), batch)?
+        .shuffle(seed)
+        .transform(norm.clone())?;
     let test = netcl::data::DataLoader::new(std::sync::Arc::new(test), 256)?.transform(norm)?;
-    let mut model = netcl::nn::build_sequential(&device, &netcl::nn::preset(preset, 1, 8, 10)?, seed)?;
+    let mut model =
+        netcl::nn::build_sequential(&device, &netcl::nn::preset(preset, 1, 8, 10)?, seed)?;
     let params = model.parameters();
     let mut opt = match optimizer {
         "sgd" => netcl::optim::Optimizer::sgd(params, lr, 0.9, 0.0)?,
         "adam" => netcl::optim::Optimizer::adam(params, lr, 0.0)?,
         "adamw" => netcl::optim::Optimizer::adamw(params, lr, 0.01)?,
-        o => return Err(netcl::Error::Invalid(format!("unknown optimizer `{o}` (sgd, adam, adamw)"))),
+        o => {
+            return Err(netcl::Error::Invalid(format!(
+                "unknown optimizer `{o}` (sgd, adam, adamw)"
+            )));
+        }
     };
     if !json {
-        eprintln!("training {preset} on the UCI digits (1,437 train / 360 test) on {}", device.name());
+        eprintln!(
+            "training {preset} on the UCI digits (1,437 train / 360 test) on {}",
+            device.name()
+        );
     }
     use std::io::IsTerminal;
     let bar = !json && std::io::stderr().is_terminal();
-    let opts = netcl::train::FitOptions { epochs, progress_bar: bar, ..Default::default() };
+    let opts = netcl::train::FitOptions {
+        epochs,
+        progress_bar: bar,
+        ..Default::default()
+    };
     let mut on_event = |e: &netcl::train::FitEvent| {
         if let netcl::train::FitEvent::Epoch(m) = e {
             if json {
@@ -486,7 +520,15 @@ fn train_digits(
             }
         }
     };
-    let history = netcl::train::fit(&mut model, &mut opt, &device, &train, Some(&test), &opts, &mut on_event)?;
+    let history = netcl::train::fit(
+        &mut model,
+        &mut opt,
+        &device,
+        &train,
+        Some(&test),
+        &opts,
+        &mut on_event,
+    )?;
     if let Some(last) = history.last()
         && !json
     {

@@ -12,10 +12,23 @@ use netcl::train::{FitEvent, FitOptions, fit};
 use netcl::{Device, Tensor};
 
 fn loaders(seed: u64) -> (DataLoader, DataLoader) {
-    let (train, test) = Digits::load().expect("digits").split(0.2, seed).expect("split");
-    let norm = Transform::Normalize { mean: vec![0.3], std: vec![0.38] };
-    let train = DataLoader::new(Arc::new(train), 32).expect("loader").shuffle(seed).transform(norm.clone()).expect("norm");
-    let test = DataLoader::new(Arc::new(test), 256).expect("loader").transform(norm).expect("norm");
+    let (train, test) = Digits::load()
+        .expect("digits")
+        .split(0.2, seed)
+        .expect("split");
+    let norm = Transform::Normalize {
+        mean: vec![0.3],
+        std: vec![0.38],
+    };
+    let train = DataLoader::new(Arc::new(train), 32)
+        .expect("loader")
+        .shuffle(seed)
+        .transform(norm.clone())
+        .expect("norm");
+    let test = DataLoader::new(Arc::new(test), 256)
+        .expect("loader")
+        .transform(norm)
+        .expect("norm");
     (train, test)
 }
 
@@ -23,21 +36,40 @@ fn loaders(seed: u64) -> (DataLoader, DataLoader) {
 fn a_small_cnn_learns_the_digits() {
     let dev = common::opencl_device().unwrap_or_else(Device::builtin);
     let (train, test) = loaders(0);
-    let mut model = build_sequential(&dev, &preset("digits_cnn", 1, 8, 10).expect("preset"), 0).expect("model");
+    let mut model =
+        build_sequential(&dev, &preset("digits_cnn", 1, 8, 10).expect("preset"), 0).expect("model");
     let mut opt = Optimizer::adam(model.parameters(), 0.002, 0.0).expect("adam");
     let mut steps = 0;
-    let history = fit(&mut model, &mut opt, &dev, &train, Some(&test), &FitOptions { epochs: 6, ..Default::default() }, &mut |e| {
-        if let FitEvent::Step { .. } = e {
-            steps += 1;
-        }
-    })
+    let history = fit(
+        &mut model,
+        &mut opt,
+        &dev,
+        &train,
+        Some(&test),
+        &FitOptions {
+            epochs: 6,
+            ..Default::default()
+        },
+        &mut |e| {
+            if let FitEvent::Step { .. } = e {
+                steps += 1;
+            }
+        },
+    )
     .expect("fit");
     assert_eq!(steps, 6 * train.len());
     let last = history.last().expect("metrics");
-    assert!(history[0].train_loss > last.train_loss, "the loss falls: {history:?}");
+    assert!(
+        history[0].train_loss > last.train_loss,
+        "the loss falls: {history:?}"
+    );
     let acc = last.val_accuracy.expect("val");
     assert!(acc >= 0.95, "test accuracy {acc} below 95%: {history:?}");
-    eprintln!("digits test accuracy after 6 epochs on {}: {:.2}%", dev.name(), acc * 100.0);
+    eprintln!(
+        "digits test accuracy after 6 epochs on {}: {:.2}%",
+        dev.name(),
+        acc * 100.0
+    );
 
     // The trained model survives a save/load round trip bit for bit.
     let dir = std::env::temp_dir().join(format!("netcl-train-{}", std::process::id()));
@@ -46,7 +78,10 @@ fn a_small_cnn_learns_the_digits() {
     netcl::io::save_model(&model, &path).expect("save");
     let mut loaded = netcl::io::load_model(&dev, &path).expect("load");
     let x = Tensor::randn(&dev, &[4, 1, 8, 8], 0.0, 1.0, 5).expect("x");
-    assert_eq!(model.predict(&x).expect("p").to_vec::<f32>().expect("r"), loaded.predict(&x).expect("p").to_vec::<f32>().expect("r"));
+    assert_eq!(
+        model.predict(&x).expect("p").to_vec::<f32>().expect("r"),
+        loaded.predict(&x).expect("p").to_vec::<f32>().expect("r")
+    );
     // Without the extension, netcl's `path.netcl` fallback finds the file.
     assert!(netcl::io::load_model(&dev, &dir.join("digits")).is_ok());
 }
@@ -55,9 +90,19 @@ fn a_small_cnn_learns_the_digits() {
 fn checkpoints_restore_the_optimizer() {
     let dev = Device::builtin();
     let (train, _) = loaders(1);
-    let mut model = build_sequential(&dev, &preset("example_mlp", 1, 8, 10).expect("preset"), 3).expect("model");
+    let mut model = build_sequential(&dev, &preset("example_mlp", 1, 8, 10).expect("preset"), 3)
+        .expect("model");
     let mut opt = Optimizer::adamw(model.parameters(), 0.01, 0.01).expect("adamw");
-    fit(&mut model, &mut opt, &dev, &train, None, &FitOptions::default(), &mut |_| {}).expect("fit");
+    fit(
+        &mut model,
+        &mut opt,
+        &dev,
+        &train,
+        None,
+        &FitOptions::default(),
+        &mut |_| {},
+    )
+    .expect("fit");
     let path = std::env::temp_dir().join(format!("netcl-ckpt-{}.npz", std::process::id()));
     netcl::io::save_checkpoint(&model, &opt, &path).expect("save");
     let (mut m2, state) = netcl::io::load_checkpoint(&dev, &path).expect("load");
@@ -69,26 +114,61 @@ fn checkpoints_restore_the_optimizer() {
     for (m, o) in [(&mut model, &mut opt), (&mut m2, &mut o2)] {
         let x = Var::constant(Tensor::from_slice(&dev, &b.x, &b.x_shape).expect("x"));
         let y = Tensor::from_slice(&dev, &b.y, &[b.y.len()]).expect("y");
-        let loss = netcl::autograd::ops::cross_entropy(&m.forward(&x).expect("fwd"), &y, -100).expect("loss");
+        let loss = netcl::autograd::ops::cross_entropy(&m.forward(&x).expect("fwd"), &y, -100)
+            .expect("loss");
         loss.backward().expect("bwd");
         o.step().expect("step");
         o.zero_grad();
     }
-    let w1: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.value().to_vec().expect("r")).collect();
-    let w2: Vec<Vec<f32>> = m2.parameters().iter().map(|p| p.value().to_vec().expect("r")).collect();
+    let w1: Vec<Vec<f32>> = model
+        .parameters()
+        .iter()
+        .map(|p| p.value().to_vec().expect("r"))
+        .collect();
+    let w2: Vec<Vec<f32>> = m2
+        .parameters()
+        .iter()
+        .map(|p| p.value().to_vec().expect("r"))
+        .collect();
     assert_eq!(w1, w2);
 }
 
 #[test]
 fn bad_models_and_files_are_clear_errors() {
     let dev = Device::builtin();
-    let mut model = build_sequential(&dev, &preset("tiny_cnn", 1, 8, 10).expect("preset"), 0).expect("model");
-    let e = model.forward(&Var::constant(Tensor::zeros(&dev, &[2, 3, 8, 8]).expect("x"))).expect_err("3 channels into a 1-channel conv");
-    assert!(e.to_string().contains("layer 0") && e.to_string().contains("Conv2d"), "{e}");
-    let e = model.forward(&Var::constant(Tensor::zeros(&dev, &[2, 1, 12, 12]).expect("x"))).expect_err("wrong size for the Linear");
+    let mut model =
+        build_sequential(&dev, &preset("tiny_cnn", 1, 8, 10).expect("preset"), 0).expect("model");
+    let e = model
+        .forward(&Var::constant(
+            Tensor::zeros(&dev, &[2, 3, 8, 8]).expect("x"),
+        ))
+        .expect_err("3 channels into a 1-channel conv");
+    assert!(
+        e.to_string().contains("layer 0") && e.to_string().contains("Conv2d"),
+        "{e}"
+    );
+    let e = model
+        .forward(&Var::constant(
+            Tensor::zeros(&dev, &[2, 1, 12, 12]).expect("x"),
+        ))
+        .expect_err("wrong size for the Linear");
     assert!(e.to_string().contains("Linear"), "{e}");
-    assert!(build_sequential(&dev, &[LayerConfig { kind: "Nope".into(), args: Default::default() }], 0).is_err());
-    assert!(netcl::nn::configs_from_json("[{\"type\": \"Conv2d\", \"args\": {\"in_channels\": 1}}]").and_then(|c| build_sequential(&dev, &c, 0).map(|_| ())).is_err());
+    assert!(
+        build_sequential(
+            &dev,
+            &[LayerConfig {
+                kind: "Nope".into(),
+                args: Default::default()
+            }],
+            0
+        )
+        .is_err()
+    );
+    assert!(
+        netcl::nn::configs_from_json("[{\"type\": \"Conv2d\", \"args\": {\"in_channels\": 1}}]")
+            .and_then(|c| build_sequential(&dev, &c, 0).map(|_| ()))
+            .is_err()
+    );
 
     let dir = std::env::temp_dir().join(format!("netcl-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -97,10 +177,16 @@ fn bad_models_and_files_are_clear_errors() {
     let bytes = std::fs::read(&good).expect("read");
     let truncated = dir.join("t.netcl");
     std::fs::write(&truncated, &bytes[..bytes.len() - 100]).expect("write");
-    assert!(matches!(netcl::io::load_model(&dev, &truncated), Err(netcl::Error::Format { .. })));
+    assert!(matches!(
+        netcl::io::load_model(&dev, &truncated),
+        Err(netcl::Error::Format { .. })
+    ));
     // A model file missing one tensor, and one with a misshapen tensor.
-    let mut members: Vec<(String, netcl::io::npz::NpyArray)> =
-        netcl::io::npz::read_npz(&good).expect("members").into_iter().filter(|(k, _)| k != "3:bias").collect();
+    let mut members: Vec<(String, netcl::io::npz::NpyArray)> = netcl::io::npz::read_npz(&good)
+        .expect("members")
+        .into_iter()
+        .filter(|(k, _)| k != "3:bias")
+        .collect();
     let missing = dir.join("missing.netcl");
     netcl::io::npz::write_npz(&missing, &members).expect("write");
     let e = netcl::io::load_model(&dev, &missing).expect_err("missing tensor");
@@ -110,18 +196,38 @@ fn bad_models_and_files_are_clear_errors() {
             *v = netcl::io::npz::NpyArray::f32(&[8, 1, 3, 2], vec![0.0; 48]);
         }
     }
-    members.push(("3:bias".into(), netcl::io::npz::NpyArray::f32(&[8], vec![0.0; 8])));
+    members.push((
+        "3:bias".into(),
+        netcl::io::npz::NpyArray::f32(&[8], vec![0.0; 8]),
+    ));
     let misshapen = dir.join("misshapen.netcl");
     netcl::io::npz::write_npz(&misshapen, &members).expect("write");
     let e = netcl::io::load_model(&dev, &misshapen).expect_err("misshapen tensor");
     assert!(e.to_string().contains("0:weight"), "{e}");
     // Out-of-range labels stop training with a clear error and change nothing.
-    let before: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.value().to_vec().expect("r")).collect();
+    let before: Vec<Vec<f32>> = model
+        .parameters()
+        .iter()
+        .map(|p| p.value().to_vec().expect("r"))
+        .collect();
     let bad = netcl::data::InMemory::new(vec![0.0; 2 * 64], &[1, 8, 8], vec![3, 12]).expect("data");
     let loader = DataLoader::new(Arc::new(bad), 2).expect("loader");
     let mut opt = Optimizer::sgd(model.parameters(), 0.1, 0.0, 0.0).expect("sgd");
-    let e = fit(&mut model, &mut opt, &dev, &loader, None, &FitOptions::default(), &mut |_| {}).expect_err("label 12");
+    let e = fit(
+        &mut model,
+        &mut opt,
+        &dev,
+        &loader,
+        None,
+        &FitOptions::default(),
+        &mut |_| {},
+    )
+    .expect_err("label 12");
     assert!(e.to_string().contains("label 12"), "{e}");
-    let after: Vec<Vec<f32>> = model.parameters().iter().map(|p| p.value().to_vec().expect("r")).collect();
+    let after: Vec<Vec<f32>> = model
+        .parameters()
+        .iter()
+        .map(|p| p.value().to_vec().expect("r"))
+        .collect();
     assert_eq!(before, after);
 }

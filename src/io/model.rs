@@ -48,38 +48,64 @@ fn resolve(path: &Path) -> Result<(std::collections::BTreeMap<String, NpyArray>,
         let meta = members
             .get(META_KEY)
             .and_then(NpyArray::as_str)
-            .ok_or_else(|| Error::Format { path: path.to_owned(), message: format!("no `{META_KEY}` member: not a netcl model file") })?;
-        let meta: Value = serde_json::from_str(meta).map_err(|e| Error::Format { path: path.to_owned(), message: format!("metadata: {e}") })?;
+            .ok_or_else(|| Error::Format {
+                path: path.to_owned(),
+                message: format!("no `{META_KEY}` member: not a netcl model file"),
+            })?;
+        let meta: Value = serde_json::from_str(meta).map_err(|e| Error::Format {
+            path: path.to_owned(),
+            message: format!("metadata: {e}"),
+        })?;
         return Ok((members, meta));
     }
     let (json_path, npz_path) = (with(".json"), with(".npz"));
     if json_path.exists() && npz_path.exists() {
         let text = std::fs::read_to_string(&json_path).map_err(|e| Error::io(&json_path, e))?;
-        let meta: Value = serde_json::from_str(&text).map_err(|e| Error::Format { path: json_path.clone(), message: e.to_string() })?;
+        let meta: Value = serde_json::from_str(&text).map_err(|e| Error::Format {
+            path: json_path.clone(),
+            message: e.to_string(),
+        })?;
         return Ok((read_npz(&npz_path)?, meta));
     }
     let alt = with(".netcl");
     if alt.exists() {
         return resolve(&alt);
     }
-    Err(Error::io(path, std::io::Error::new(std::io::ErrorKind::NotFound, "model file not found (also tried .json+.npz and .netcl)")))
+    Err(Error::io(
+        path,
+        std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "model file not found (also tried .json+.npz and .netcl)",
+        ),
+    ))
 }
 
 fn configs_of(meta: &Value, path: &Path) -> Result<Vec<LayerConfig>> {
-    let bad = |m: String| Error::Format { path: path.to_owned(), message: m };
+    let bad = |m: String| Error::Format {
+        path: path.to_owned(),
+        message: m,
+    };
     if meta.get("type").and_then(Value::as_str) != Some("Sequential") {
-        return Err(bad("only Sequential models are stored in netcl model files".into()));
+        return Err(bad(
+            "only Sequential models are stored in netcl model files".into(),
+        ));
     }
     if let Some(c) = meta.get("config") {
         return serde_json::from_value(c.clone()).map_err(|e| bad(format!("config: {e}")));
     }
     // netcl's older layout: "layers": [{"type": …, arg: …}, …].
-    let layers = meta.get("layers").and_then(Value::as_array).ok_or_else(|| bad("metadata has neither `config` nor `layers`".into()))?;
+    let layers = meta
+        .get("layers")
+        .and_then(Value::as_array)
+        .ok_or_else(|| bad("metadata has neither `config` nor `layers`".into()))?;
     layers
         .iter()
         .map(|l| {
             let mut args = l.as_object().cloned().unwrap_or_default();
-            let kind = args.remove("type").and_then(|t| t.as_str().map(str::to_owned)).ok_or_else(|| bad("a layer has no type".into()))?;
+            let kind = args
+                .remove("type")
+                .and_then(|t| t.as_str().map(str::to_owned))
+                .ok_or_else(|| bad("a layer has no type".into()))?;
             Ok(LayerConfig { kind, args })
         })
         .collect()
@@ -95,11 +121,17 @@ pub fn load_model(device: &Device, path: &Path) -> Result<Sequential> {
         if name == META_KEY || name == OPTIM_KEY || name.starts_with("optim:") {
             continue;
         }
-        let t = Tensor::from_slice(device, &arr.to_f32()?, &arr.shape)
-            .map_err(|e| Error::Format { path: path.to_owned(), message: format!("member `{name}`: {e}") })?;
+        let t =
+            Tensor::from_slice(device, &arr.to_f32()?, &arr.shape).map_err(|e| Error::Format {
+                path: path.to_owned(),
+                message: format!("member `{name}`: {e}"),
+            })?;
         state.push((name.clone(), t));
     }
-    model.load_state_dict(&state).map_err(|e| Error::Format { path: path.to_owned(), message: e.to_string() })?;
+    model.load_state_dict(&state).map_err(|e| Error::Format {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })?;
     Ok(model)
 }
 
@@ -109,7 +141,10 @@ pub fn save_checkpoint(model: &Sequential, optimizer: &Optimizer, path: &Path) -
     let st = optimizer.state_dict()?;
     for (i, (bufs, p)) in st.buffers.iter().zip(optimizer.params()).enumerate() {
         for (j, b) in bufs.iter().enumerate() {
-            members.push((format!("optim:{i}:{j}"), NpyArray::f32(p.shape(), b.clone())));
+            members.push((
+                format!("optim:{i}:{j}"),
+                NpyArray::f32(p.shape(), b.clone()),
+            ));
         }
     }
     let meta = json!({"rule": st.rule, "lr": st.lr, "t": st.t, "params": st.buffers.len()});
@@ -121,19 +156,34 @@ pub fn save_checkpoint(model: &Sequential, optimizer: &Optimizer, path: &Path) -
 pub fn load_checkpoint(device: &Device, path: &Path) -> Result<(Sequential, OptimState)> {
     let model = load_model(device, path)?;
     let members = read_npz(path)?;
-    let bad = |m: String| Error::Format { path: path.to_owned(), message: m };
+    let bad = |m: String| Error::Format {
+        path: path.to_owned(),
+        message: m,
+    };
     let meta: Value = members
         .get(OPTIM_KEY)
         .and_then(NpyArray::as_str)
-        .ok_or_else(|| bad(format!("no `{OPTIM_KEY}` member: a model file, not a checkpoint")))
+        .ok_or_else(|| {
+            bad(format!(
+                "no `{OPTIM_KEY}` member: a model file, not a checkpoint"
+            ))
+        })
         .and_then(|s| serde_json::from_str(s).map_err(|e| bad(e.to_string())))?;
-    let rule = serde_json::from_value(meta["rule"].clone()).map_err(|e| bad(format!("rule: {e}")))?;
-    let n = meta["params"].as_u64().ok_or_else(|| bad("optimiser metadata lacks `params`".into()))? as usize;
+    let rule =
+        serde_json::from_value(meta["rule"].clone()).map_err(|e| bad(format!("rule: {e}")))?;
+    let n = meta["params"]
+        .as_u64()
+        .ok_or_else(|| bad("optimiser metadata lacks `params`".into()))? as usize;
     let mut buffers = vec![Vec::new(); n];
     for (name, arr) in &members {
         if let Some(rest) = name.strip_prefix("optim:") {
-            let (i, j) = rest.split_once(':').and_then(|(i, j)| Some((i.parse::<usize>().ok()?, j.parse::<usize>().ok()?))).ok_or_else(|| bad(format!("bad member `{name}`")))?;
-            let slot = buffers.get_mut(i).ok_or_else(|| bad(format!("`{name}` names parameter {i} of {n}")))?;
+            let (i, j) = rest
+                .split_once(':')
+                .and_then(|(i, j)| Some((i.parse::<usize>().ok()?, j.parse::<usize>().ok()?)))
+                .ok_or_else(|| bad(format!("bad member `{name}`")))?;
+            let slot = buffers
+                .get_mut(i)
+                .ok_or_else(|| bad(format!("`{name}` names parameter {i} of {n}")))?;
             if slot.len() <= j {
                 slot.resize(j + 1, Vec::new());
             }
@@ -142,8 +192,12 @@ pub fn load_checkpoint(device: &Device, path: &Path) -> Result<(Sequential, Opti
     }
     let state = OptimState {
         rule,
-        lr: meta["lr"].as_f64().ok_or_else(|| bad("optimiser metadata lacks `lr`".into()))? as f32,
-        t: meta["t"].as_u64().ok_or_else(|| bad("optimiser metadata lacks `t`".into()))?,
+        lr: meta["lr"]
+            .as_f64()
+            .ok_or_else(|| bad("optimiser metadata lacks `lr`".into()))? as f32,
+        t: meta["t"]
+            .as_u64()
+            .ok_or_else(|| bad("optimiser metadata lacks `t`".into()))?,
         buffers,
     };
     Ok((model, state))

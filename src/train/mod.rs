@@ -34,7 +34,13 @@ pub struct FitOptions {
 
 impl Default for FitOptions {
     fn default() -> Self {
-        FitOptions { epochs: 1, accumulation_steps: 1, grad_clip: None, ema_decay: None, progress_bar: false }
+        FitOptions {
+            epochs: 1,
+            accumulation_steps: 1,
+            grad_clip: None,
+            ema_decay: None,
+            progress_bar: false,
+        }
     }
 }
 
@@ -80,9 +86,14 @@ pub enum FitEvent {
 
 fn upload(device: &Device, b: &Batch, classes: usize) -> Result<(Tensor, Tensor)> {
     if let Some(bad) = b.y.iter().find(|&&l| l < 0 || l as usize >= classes) {
-        return Err(Error::Invalid(format!("label {bad} is outside [0, {classes}) for a model with {classes} outputs")));
+        return Err(Error::Invalid(format!(
+            "label {bad} is outside [0, {classes}) for a model with {classes} outputs"
+        )));
     }
-    Ok((Tensor::from_slice(device, &b.x, &b.x_shape)?, Tensor::from_slice(device, &b.y, &[b.y.len()])?))
+    Ok((
+        Tensor::from_slice(device, &b.x, &b.x_shape)?,
+        Tensor::from_slice(device, &b.y, &[b.y.len()])?,
+    ))
 }
 
 fn correct(logits: &Tensor, labels: &[i32]) -> Result<usize> {
@@ -91,7 +102,10 @@ fn correct(logits: &Tensor, labels: &[i32]) -> Result<usize> {
 }
 
 fn classes_of(model: &mut Sequential, device: &Device, loader: &DataLoader) -> Result<usize> {
-    let probe = loader.epoch(0).next().ok_or_else(|| Error::Invalid("the training data is empty".into()))?;
+    let probe = loader
+        .epoch(0)
+        .next()
+        .ok_or_else(|| Error::Invalid("the training data is empty".into()))?;
     let x = Tensor::from_slice(device, &probe.x, &probe.x_shape)?;
     let was = model.is_training();
     model.set_training(false);
@@ -100,12 +114,18 @@ fn classes_of(model: &mut Sequential, device: &Device, loader: &DataLoader) -> R
     let out = out?;
     match out.shape() {
         [_, c] => Ok(*c),
-        s => Err(Error::Shape(format!("the model must output (batch, classes) logits, got {s:?}"))),
+        s => Err(Error::Shape(format!(
+            "the model must output (batch, classes) logits, got {s:?}"
+        ))),
     }
 }
 
 /// Mean loss and accuracy of `model` over `loader`, in evaluation mode, without recording a graph.
-pub fn evaluate(model: &mut Sequential, device: &Device, loader: &DataLoader) -> Result<(f32, f32)> {
+pub fn evaluate(
+    model: &mut Sequential,
+    device: &Device,
+    loader: &DataLoader,
+) -> Result<(f32, f32)> {
     let was = model.is_training();
     model.set_training(false);
     let r = no_grad(|| -> Result<(f32, f32)> {
@@ -119,7 +139,10 @@ pub fn evaluate(model: &mut Sequential, device: &Device, loader: &DataLoader) ->
             hits += correct(logits.value(), &b.y)?;
             n += b.y.len();
         }
-        Ok(((loss / n.max(1) as f64) as f32, hits as f32 / n.max(1) as f32))
+        Ok((
+            (loss / n.max(1) as f64) as f32,
+            hits as f32 / n.max(1) as f32,
+        ))
     });
     model.set_training(was);
     r
@@ -137,7 +160,9 @@ pub fn fit(
     callback: &mut dyn FnMut(&FitEvent),
 ) -> Result<Vec<EpochMetrics>> {
     if opts.accumulation_steps == 0 {
-        return Err(Error::Invalid("accumulation_steps must be at least 1".into()));
+        return Err(Error::Invalid(
+            "accumulation_steps must be at least 1".into(),
+        ));
     }
     let classes = classes_of(model, device, train)?;
     let params = model.parameters();
@@ -155,9 +180,16 @@ pub fn fit(
             let loss = ag::cross_entropy(&logits, &y, -100)?;
             let value = loss.value().to_vec::<f32>()?[0];
             if !value.is_finite() {
-                return Err(Error::Invalid(format!("the loss became {value} at epoch {epoch}, step {}; lower the learning rate", i + 1)));
+                return Err(Error::Invalid(format!(
+                    "the loss became {value} at epoch {epoch}, step {}; lower the learning rate",
+                    i + 1
+                )));
             }
-            let scaled = if opts.accumulation_steps > 1 { ag::mul_scalar(&loss, 1.0 / opts.accumulation_steps as f32)? } else { loss };
+            let scaled = if opts.accumulation_steps > 1 {
+                ag::mul_scalar(&loss, 1.0 / opts.accumulation_steps as f32)?
+            } else {
+                loss
+            };
             scaled.backward()?;
             if (i + 1) % opts.accumulation_steps == 0 || i + 1 == steps {
                 if let Some(max) = opts.grad_clip {
@@ -172,9 +204,20 @@ pub fn fit(
             loss_sum += value as f64 * b.y.len() as f64;
             hits += correct(logits.value(), &b.y)?;
             seen += b.y.len();
-            callback(&FitEvent::Step { epoch, step: i + 1, steps, loss: value });
+            callback(&FitEvent::Step {
+                epoch,
+                step: i + 1,
+                steps,
+                loss: value,
+            });
             if opts.progress_bar {
-                draw_bar(epoch, opts.epochs, i + 1, steps, (loss_sum / seen as f64) as f32);
+                draw_bar(
+                    epoch,
+                    opts.epochs,
+                    i + 1,
+                    steps,
+                    (loss_sum / seen as f64) as f32,
+                );
             }
         }
         let train_secs = started.elapsed().as_secs_f64();
@@ -218,9 +261,16 @@ pub fn fit(
 }
 
 /// Runs `f` with the model's parameters temporarily replaced by `weights` (in parameter order).
-fn with_weights<R>(model: &mut Sequential, weights: &[Tensor], f: impl FnOnce(&mut Sequential) -> Result<R>) -> Result<R> {
+fn with_weights<R>(
+    model: &mut Sequential,
+    weights: &[Tensor],
+    f: impl FnOnce(&mut Sequential) -> Result<R>,
+) -> Result<R> {
     let params = model.parameters();
-    let saved = params.iter().map(|p| p.value().deep_clone()).collect::<Result<Vec<_>>>()?;
+    let saved = params
+        .iter()
+        .map(|p| p.value().deep_clone())
+        .collect::<Result<Vec<_>>>()?;
     for (p, w) in params.iter().zip(weights) {
         p.value().assign(w)?;
     }
@@ -236,6 +286,9 @@ fn draw_bar(epoch: usize, epochs: usize, step: usize, steps: usize, loss: f32) {
     let done = width * step / steps.max(1);
     let bar = format!("{}{}", "█".repeat(done), "·".repeat(width - done));
     let mut err = std::io::stderr().lock();
-    let _ = write!(err, "\repoch {epoch}/{epochs} {bar} {step}/{steps} loss {loss:.4}");
+    let _ = write!(
+        err,
+        "\repoch {epoch}/{epochs} {bar} {step}/{steps} loss {loss:.4}"
+    );
     let _ = err.flush();
 }
