@@ -83,7 +83,7 @@ fn check(
     let h = 1e-2f32;
     for (k, g) in got.iter().enumerate() {
         let Some(g) = g else { continue };
-        for i in 0..inputs[k].0.len() {
+        for (i, &gi) in g.iter().enumerate() {
             let mut plus = inputs.clone();
             plus[k].0[i] += h;
             let mut minus = inputs.clone();
