@@ -90,11 +90,10 @@ fn check(
             minus[k].0[i] -= h;
             let num =
                 ((loss(&dev, build, &plus) - loss(&dev, build, &minus)) / (2.0 * h as f64)) as f32;
-            let scale = num.abs().max(g[i].abs()).max(1.0);
+            let scale = num.abs().max(gi.abs()).max(1.0);
             assert!(
-                (num - g[i]).abs() <= tol * scale,
-                "{name}: input {k}[{i}]: analytic {} vs numeric {num}",
-                g[i]
+                (num - gi).abs() <= tol * scale,
+                "{name}: input {k}[{i}]: analytic {gi} vs numeric {num}"
             );
         }
     }
