@@ -61,3 +61,25 @@ __kernel void fused_bcast(const int n, const int rank, const int8 shape, const i
 #endif
     out[i] = EXPR;
 }
+
+// At most three collapsed dimensions (d0 outermost): a 3-D range (d2, d1, d0) with per-input strides and no
+// division. s.s0..s2 are input k's strides of d0, d1, d2 (in sk).
+__kernel void fused_3d(const int d0, const int d1, const int d2, const int8 s0, const int8 s1, const int8 s2,
+                       const int8 s3, __global const float* a0, __global const float* a1, __global const float* a2,
+                       __global const float* a3, __global float* out) {
+    const int x = get_global_id(0);
+    const int y = get_global_id(1);
+    const int z = get_global_id(2);
+    if (x >= d2 || y >= d1 || z >= d0) return;
+    const float x0 = a0[z * s0.s0 + y * s0.s1 + x * s0.s2];
+#if NIN > 1
+    const float x1 = a1[z * s1.s0 + y * s1.s1 + x * s1.s2];
+#endif
+#if NIN > 2
+    const float x2 = a2[z * s2.s0 + y * s2.s1 + x * s2.s2];
+#endif
+#if NIN > 3
+    const float x3 = a3[z * s3.s0 + y * s3.s1 + x * s3.s2];
+#endif
+    out[(z * d1 + y) * d2 + x] = EXPR;
+}

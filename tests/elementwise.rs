@@ -238,6 +238,19 @@ fn fused_expressions_match_reference_and_broadcast() {
             e,
         );
     }
+    // Five alternating broadcast dimensions: the general (dividing) kernel.
+    let (pc, pd) = pair(&dev, &[2, 1, 3, 1, 5], 63);
+    let (qc, qd) = pair(&dev, &[4, 1, 6, 1], 64);
+    let got = ops::fused("x0 * x1 - x0", &[&pd, &qd]).unwrap();
+    let want = ops::fused("x0 * x1 - x0", &[&pc, &qc]).unwrap();
+    assert_eq!(got.shape(), &[2, 4, 3, 6, 5]);
+    assert_close(
+        &got.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        1e-7,
+        1e-6,
+        "rank-5 broadcast (FMA contraction allowed)",
+    );
     let got = ops::fused("x0 * 2 + 1", &[&cd])
         .unwrap()
         .to_vec::<f32>()

@@ -636,6 +636,31 @@ impl FusedKernels for ClDevice {
             args.extend(bufs.iter().map(|b| Arg::Mem(b)));
             args.push(Arg::Mem(out.storage()));
             self.launch(&k, &args, &[n], Some(&local))?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
+            let r = plan.shape.len();
+            let mut d = [1usize; 3];
+            d[3 - r..].copy_from_slice(&plan.shape);
+            let k = self.kernel("fused", &defines, "fused_3d")?;
+            let mut args = vec![
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+            ];
+            for k in 0..MAX_INPUTS {
+                let mut st = [0i32; 8];
+                if let Some(s) = plan.strides.get(k) {
+                    for (j, v) in s.iter().enumerate() {
+                        st[3 - r + j] = *v as i32;
+                    }
+                }
+                args.push(Arg::I32x8(st));
+            }
+            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
+            args.push(Arg::Mem(out.storage()));
+            let range = [d[2], d[1], d[0]];
+            let local = super::elementwise::local_3d(self, range);
+            self.launch(&k, &args, &range, Some(&local))?;
         } else {
             let k = self.kernel("fused", &defines, "fused_bcast")?;
             let mut shape = [1i32; 8];
