@@ -51,9 +51,10 @@ __kernel void binary_same(const int n, __global const float* a, __global const f
 __kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0, const int sa1, const int sb0,
                         const int sb1, __global const float* a, __global const float* b, __global float* out) {
     const int x = get_global_id(0) * VEC;
-    const int y = get_global_id(1);
-    const int z = get_global_id(2);
-    if (x >= d2 || y >= d1 || z >= d0) return;
+    if (x >= d2) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int z = get_global_id(2); z < d0; z += get_global_size(2))
+    for (int y = get_global_id(1); y < d1; y += get_global_size(1)) {
     const int o = (z * d1 + y) * d2 + x;
     const int ia = z * sa0 + y * sa1 + x * A_INNER;
     const int ib = z * sb0 + y * sb1 + x * B_INNER;
@@ -69,6 +70,7 @@ __kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0,
 #else
     out[o] = OP(a[ia], b[ib]);
 #endif
+    }
 }
 
 #define BCAST_STEP(k)                              \

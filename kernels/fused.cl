@@ -68,9 +68,10 @@ __kernel void fused_3d(const int d0, const int d1, const int d2, const int8 s0, 
                        const int8 s3, __global const float* a0, __global const float* a1, __global const float* a2,
                        __global const float* a3, __global float* out) {
     const int x = get_global_id(0);
-    const int y = get_global_id(1);
-    const int z = get_global_id(2);
-    if (x >= d2 || y >= d1 || z >= d0) return;
+    if (x >= d2) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int z = get_global_id(2); z < d0; z += get_global_size(2))
+    for (int y = get_global_id(1); y < d1; y += get_global_size(1)) {
     const float x0 = a0[z * s0.s0 + y * s0.s1 + x * s0.s2];
 #if NIN > 1
     const float x1 = a1[z * s1.s0 + y * s1.s1 + x * s1.s2];
@@ -82,4 +83,5 @@ __kernel void fused_3d(const int d0, const int d1, const int d2, const int8 s0, 
     const float x3 = a3[z * s3.s0 + y * s3.s1 + x * s3.s2];
 #endif
     out[(z * d1 + y) * d2 + x] = EXPR;
+    }
 }

@@ -12,9 +12,10 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
                           const int sh, const int sw, const int ph, const int pw, __global const float* x,
                           __global float* y, __global int* idx) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
     __global const float* plane = x + p * H * W;
     float best = -INFINITY;
     int bi = -1;
@@ -34,15 +35,17 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
     const int o = (p * OH + oh) * OW + ow;
     y[o] = best;
     idx[o] = bi;
+    }
 }
 
 __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, const int OW, const int kh, const int kw,
                           const int sh, const int sw, const int ph, const int pw, __global const float* g,
                           __global const int* idx, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     const int me = h * W + w;
@@ -53,6 +56,7 @@ __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, c
             if (idx[o] == me) acc += g[o];
         }
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // The divisor of output (oh, ow): the whole window, or only its part inside the input.
@@ -67,9 +71,10 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
                           const int sh, const int sw, const int ph, const int pw, const int incl,
                           __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
     __global const float* plane = x + p * H * W;
     float s = 0.0f;
     for (int i = 0; i < kh; ++i) {
@@ -81,15 +86,17 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
         }
     }
     y[(p * OH + oh) * OW + ow] = s / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
+    }
 }
 
 __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, const int OW, const int kh, const int kw,
                           const int sh, const int sw, const int ph, const int pw, const int incl,
                           __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     float acc = 0.0f;
@@ -97,6 +104,7 @@ __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, c
         for (int ow = ow0; ow <= ow1; ++ow)
             acc += g[(p * OH + oh) * OW + ow] / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // Global average pooling's backward: every element of plane p gets g[p] / (H·W).

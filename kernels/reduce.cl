@@ -39,12 +39,13 @@
 #define RED4(a) COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3))
 #define RED8(a) COMB(COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3)), COMB(COMB((a).s4, (a).s5), COMB((a).s6, (a).s7)))
 
-__kernel void red_row_wg(const int R, const int rc, const int G, const float scale, __global const float* x,
-                         __global float* out, const int out_off, __local float* sc) {
+__kernel void red_row_wg(const int O, const int R, const int rc, const int G, const float scale,
+                         __global const float* x, __global float* out, const int out_off, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int g = get_group_id(0);
-    const int o = get_global_id(1);
+    // Rows stride over the grid's y extent (capped at 65535 groups); uniform within a work-group.
+    for (int o = get_global_id(1); o < O; o += get_global_size(1)) {
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* row = x + o * R + start;
@@ -61,6 +62,8 @@ __kernel void red_row_wg(const int R, const int rc, const int G, const float sca
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) out[out_off + o * G + g] = sc[0] * scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    }
 }
 
 __kernel void red_row_chunk(const int R, const int rc, const int G, const int total, const float scale,
@@ -83,9 +86,10 @@ __kernel void red_row_chunk(const int R, const int rc, const int G, const int to
 __kernel void red_col(const int O, const int R, const int I, const int rc, const int G, const float scale,
                       __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * V;
-    const int g = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || g >= G || o >= O) return;
+    if (i >= I) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int o = get_global_id(2); o < O; o += get_global_size(2))
+    for (int g = get_global_id(1); g < G; g += get_global_size(1)) {
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
@@ -108,6 +112,7 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
 #endif
     out[out_off + (o * G + g) * I + i] = acc * scale;
 #endif
+    }
 }
 
 #ifndef NB
@@ -119,9 +124,10 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
 __kernel void red_col_blk(const int O, const int R, const int I, const int rc, const int G, const float scale,
                           __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * (8 * NB);
-    const int g = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || g >= G || o >= O) return;
+    if (i >= I) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int o = get_global_id(2); o < O; o += get_global_size(2))
+    for (int g = get_global_id(1); g < G; g += get_global_size(1)) {
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
@@ -141,6 +147,7 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
         }
     }
     for (int k = 0; k < NB; ++k) vstore8(acc[k] * scale, k, out + out_off + (o * G + g) * I + i);
+    }
 }
 
 // I > 1 on CPU OpenCL, streaming: one work-item per (o, g) reads its chunk of rows front to back (sequential

@@ -34,9 +34,10 @@ static inline float axis_weight(int o, int i, int in, int out) {
 __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, const int OW, __global const float* x,
                            __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
     __global const float* pl = x + p * H * W;
 #if BILINEAR
     const float sh = src_coord(oh, H, OH), sw = src_coord(ow, W, OW);
@@ -49,6 +50,7 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
 #else
     y[(p * OH + oh) * OW + ow] = pl[((oh * H) / OH) * W + (ow * W) / OW];
 #endif
+    }
 }
 
 // Output indices that may read input i: a window around i·out/in, widened by 2 on each side.
@@ -59,9 +61,10 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
 __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, const int OW, __global const float* g,
                            __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
     RANGE(h, H, OH, oh0, oh1)
     RANGE(w, W, OW, ow0, ow1)
     float acc = 0.0f;
@@ -74,4 +77,5 @@ __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, 
         }
     }
     gx[(p * H + h) * W + w] = acc;
+    }
 }

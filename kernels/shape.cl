@@ -22,28 +22,31 @@ __kernel void permute(const int n, const int rank, const int8 oshape, const int8
 __kernel void block_copy(const int O, const int len, const int I, const int sA, const int soff, const int dA,
                          const int doff, __global const float* x, __global float* y) {
     const int i = get_global_id(0);
-    const int a = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || a >= len || o >= O) return;
+    if (i >= I) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int o = get_global_id(2); o < O; o += get_global_size(2))
+    for (int a = get_global_id(1); a < len; a += get_global_size(1)) {
     y[(o * dA + doff + a) * I + i] = x[(o * sA + soff + a) * I + i];
+    }
 }
 
 // y[o, k, i] = x[o, idx[k], i]; range (I, K, O). Indices were checked on the host.
 __kernel void index_select(const int O, const int K, const int A, const int I, __global const float* x,
                            __global const int* idx, __global float* y) {
     const int i = get_global_id(0);
-    const int k = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || k >= K || o >= O) return;
+    if (i >= I) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int o = get_global_id(2); o < O; o += get_global_size(2))
+    for (int k = get_global_id(1); k < K; k += get_global_size(1)) {
     y[(o * K + k) * I + i] = x[(o * A + idx[k]) * I + i];
+    }
 }
 
 // y[n, c] = labels[n] == c; range (C, N).
 __kernel void one_hot(const int N, const int C, __global const int* labels, __global float* y) {
     const int c = get_global_id(0);
-    const int n = get_global_id(1);
-    if (c >= C || n >= N) return;
-    y[n * C + c] = labels[n] == c ? 1.0f : 0.0f;
+    if (c >= C) return;
+    for (int n = get_global_id(1); n < N; n += get_global_size(1)) y[n * C + c] = labels[n] == c ? 1.0f : 0.0f;
 }
 
 // The source row of padded coordinate u (= output − pad): -1 for zero padding outside, else reflected.
@@ -56,21 +59,24 @@ static inline int pad_src(int u, int H, int reflect) {
 __kernel void pad2d(const int P, const int H, const int W, const int OH, const int OW, const int pt, const int pl,
                     const int reflect, __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
     const int h = pad_src(oh - pt, H, reflect);
     const int w = pad_src(ow - pl, W, reflect);
     y[(p * OH + oh) * OW + ow] = (h < 0 || w < 0) ? 0.0f : x[(p * H + h) * W + w];
+    }
 }
 
 // Gather: input (h, w) sums the output positions that read it (at most 3 candidates per axis under reflect).
 __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, const int OW, const int pt, const int pl,
                         const int reflect, __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
+    for (int p = get_global_id(2); p < P; p += get_global_size(2))
+    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
     const int ch[3] = {h, -h, 2 * (H - 1) - h};
     const int cw[3] = {w, -w, 2 * (W - 1) - w};
     float acc = 0.0f;
@@ -86,6 +92,7 @@ __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, con
         }
     }
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // Whether (a, ia) ranks before (b, ib): larger first (LARGEST) or smaller first, a NaN ranking as the

@@ -389,6 +389,14 @@ pub(crate) fn local_3d(dev: &ClDevice, g: [usize; 3]) -> [usize; 3] {
     [lx, ly, lz]
 }
 
+/// The 3-D range `g` with its work-group shape, the y and z extents capped at 65535 groups (the most some
+/// drivers allow per grid dimension); the 3-D kernels stride over y and z, so any range fits.
+pub(crate) fn grid_3d(dev: &ClDevice, g: [usize; 3]) -> ([usize; 3], [usize; 3]) {
+    let l = local_3d(dev, g);
+    let cap = |d: usize| g[d].min(65535 * l[d]);
+    ([g[0], cap(1), cap(2)], l)
+}
+
 fn prev_pow2(n: usize) -> usize {
     if n == 0 {
         1
@@ -448,7 +456,7 @@ impl BinaryKernels for ClDevice {
                 .set("B_INNER", sb[2].min(1));
             let k = self.kernel("elementwise", &defines, "binary_3d")?;
             let g = [d[2] / vec, d[1], d[0]];
-            let local = local_3d(self, g);
+            let (g, local) = grid_3d(self, g);
             let args = [
                 Arg::I32(d[0] as i32),
                 Arg::I32(d[1] as i32),

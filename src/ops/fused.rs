@@ -659,7 +659,7 @@ impl FusedKernels for ClDevice {
             args.extend(bufs.iter().map(|b| Arg::Mem(b)));
             args.push(Arg::Mem(out.storage()));
             let range = [d[2], d[1], d[0]];
-            let local = super::elementwise::local_3d(self, range);
+            let (range, local) = super::elementwise::grid_3d(self, range);
             self.launch(&k, &args, &range, Some(&local))?;
         } else {
             let k = self.kernel("fused", &defines, "fused_bcast")?;

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
-use super::elementwise::local_3d;
+use super::elementwise::grid_3d;
 use super::reduce::mean;
 
 /// Window geometry of a 2-D pooling.
@@ -258,7 +258,7 @@ impl ClDevice {
             args.push(Arg::I32(i32::from(i)));
         }
         args.extend(bufs.iter().map(|t| Arg::Mem(t.storage())));
-        let local = local_3d(self, range);
+        let (range, local) = grid_3d(self, range);
         self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }

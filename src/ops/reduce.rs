@@ -668,6 +668,7 @@ impl ClDevice {
                 let local = local.min(self.info.max_work_group_size.max(1));
                 let k = self.kernel("reduce", &defines, "red_row_wg")?;
                 let args = [
+                    Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
                     Arg::I32(rc as i32),
                     Arg::I32(g as i32),
@@ -677,7 +678,7 @@ impl ClDevice {
                     Arg::I32(out_off as i32),
                     Arg::Local(local * 4),
                 ];
-                self.launch(&k, &args, &[local * g, v.o], Some(&[local, 1]))
+                self.launch(&k, &args, &[local * g, v.o.min(65535)], Some(&[local, 1]))
             }
             ReduceAlgo::Chunk(_) if v.i == 1 => {
                 let k = self.kernel("reduce", &defines, "red_row_chunk")?;
@@ -715,7 +716,7 @@ impl ClDevice {
             {
                 let k = self.kernel("reduce", &defines.set("NB", cols / 8), "red_col_blk")?;
                 let gr = [v.i / cols, g, v.o];
-                let local = super::elementwise::local_3d(self, gr);
+                let (gr, local) = super::elementwise::grid_3d(self, gr);
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
@@ -736,7 +737,7 @@ impl ClDevice {
                 };
                 let k = self.kernel("reduce", &defines.set("V", vec), "red_col")?;
                 let gr = [v.i / vec, g, v.o];
-                let local = super::elementwise::local_3d(self, gr);
+                let (gr, local) = super::elementwise::grid_3d(self, gr);
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::program::Defines;
 use crate::tensor::{DType, Tensor, strides};
 
-use super::elementwise::local_3d;
+use super::elementwise::grid_3d;
 use super::reduce::normalize_axes;
 
 /// The copy of one block: `dst[o, doff + a, i] = src[o, soff + a, i]` for `a < len`, with the axis extents
@@ -464,7 +464,8 @@ impl ShapeKernels for ClDevice {
         args.push(Arg::Mem(x.storage()));
         args.push(Arg::Mem(y.storage()));
         let range = [b.i, b.len, b.o];
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local) = grid_3d(self, range);
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
@@ -489,7 +490,8 @@ impl ShapeKernels for ClDevice {
             Arg::Mem(y.storage()),
         ];
         let range = [i, kk, o];
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local) = grid_3d(self, range);
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
@@ -503,7 +505,7 @@ impl ShapeKernels for ClDevice {
             Arg::Mem(y.storage()),
         ];
         let range = [c, n, 1];
-        let l = local_3d(self, range);
+        let (range, l) = grid_3d(self, range);
         self.launch(&k, &args, &range[..2], Some(&l[..2]))?;
         Ok(())
     }
@@ -536,7 +538,8 @@ impl ShapeKernels for ClDevice {
         } else {
             [ys[3], ys[2], ys[0] * ys[1]]
         };
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local) = grid_3d(self, range);
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 }
