@@ -3,6 +3,23 @@
 // outputs whose window covers it), so no atomics are needed. Max pooling stores the index h·W + w of the
 // first maximum in scan order (a NaN wins) for its backward.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 // Output rows whose window covers input row h: oh·s − p ≤ h ≤ oh·s − p + k − 1.
 #define COVER(h, k, s, p, O, lo, hi)                      \
     const int lo = max(0, (h + p - k + s) / s);           \
@@ -13,9 +30,7 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
                           __global float* y, __global int* idx) {
     const int ow = get_global_id(0);
     if (ow >= OW) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* plane = x + p * H * W;
     float best = -INFINITY;
     int bi = -1;
@@ -43,9 +58,7 @@ __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, c
                           __global const int* idx, __global float* gx) {
     const int w = get_global_id(0);
     if (w >= W) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
+    YZ_BEGIN(h, H, p, P)
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     const int me = h * W + w;
@@ -72,9 +85,7 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
                           __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
     if (ow >= OW) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* plane = x + p * H * W;
     float s = 0.0f;
     for (int i = 0; i < kh; ++i) {
@@ -94,9 +105,7 @@ __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, c
                           __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
     if (w >= W) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
+    YZ_BEGIN(h, H, p, P)
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     float acc = 0.0f;

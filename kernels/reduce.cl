@@ -10,6 +10,23 @@
 //   red_col       I > 1: one work-item per (o, g, V consecutive i), coalesced across i;
 //   argmax_col / argmin_col: the first extreme index along R (a NaN wins, as in NumPy).
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 #ifndef COMB
 #define COMB(a, b) ((a) + (b))
 #endif
@@ -87,9 +104,7 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
                       __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * V;
     if (i >= I) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int o = get_global_id(2); o < O; o += get_global_size(2))
-    for (int g = get_global_id(1); g < G; g += get_global_size(1)) {
+    YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
@@ -125,9 +140,7 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
                           __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * (8 * NB);
     if (i >= I) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int o = get_global_id(2); o < O; o += get_global_size(2))
-    for (int g = get_global_id(1); g < G; g += get_global_size(1)) {
+    YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;

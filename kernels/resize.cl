@@ -3,6 +3,23 @@
 // defines. Nearest: src = ⌊o·in/out⌋. Bilinear: src = o·(in−1)/(out−1) with ALIGN (corners), else
 // max(0, (o+½)·in/out − ½); it reads rows ⌊src⌋ and min(⌊src⌋+1, in−1) with weights 1−f and f.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 #ifndef BILINEAR
 #define BILINEAR 0
 #endif
@@ -35,9 +52,7 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
                            __global float* y) {
     const int ow = get_global_id(0);
     if (ow >= OW) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* pl = x + p * H * W;
 #if BILINEAR
     const float sh = src_coord(oh, H, OH), sw = src_coord(ow, W, OW);
@@ -62,9 +77,7 @@ __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, 
                            __global float* gx) {
     const int w = get_global_id(0);
     if (w >= W) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
+    YZ_BEGIN(h, H, p, P)
     RANGE(h, H, OH, oh0, oh1)
     RANGE(w, W, OW, ow0, ow1)
     float acc = 0.0f;

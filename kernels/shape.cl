@@ -1,6 +1,23 @@
 // Data movement: permute, block copies (narrow, cat, split), index_select, one_hot and pad2d (zero or
 // reflect) with its gather backward. Shapes travel by value; 3-D ranges avoid divisions where they can.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 // y[i] = x[Σ c_k·istride_k] where (c_k) is i decomposed over the output shape (innermost in .s0).
 __kernel void permute(const int n, const int rank, const int8 oshape, const int8 istride, __global const float* x,
                       __global float* y) {
@@ -23,9 +40,7 @@ __kernel void block_copy(const int O, const int len, const int I, const int sA, 
                          const int doff, __global const float* x, __global float* y) {
     const int i = get_global_id(0);
     if (i >= I) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int o = get_global_id(2); o < O; o += get_global_size(2))
-    for (int a = get_global_id(1); a < len; a += get_global_size(1)) {
+    YZ_BEGIN(a, len, o, O)
     y[(o * dA + doff + a) * I + i] = x[(o * sA + soff + a) * I + i];
     }
 }
@@ -35,9 +50,7 @@ __kernel void index_select(const int O, const int K, const int A, const int I, _
                            __global const int* idx, __global float* y) {
     const int i = get_global_id(0);
     if (i >= I) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int o = get_global_id(2); o < O; o += get_global_size(2))
-    for (int k = get_global_id(1); k < K; k += get_global_size(1)) {
+    YZ_BEGIN(k, K, o, O)
     y[(o * K + k) * I + i] = x[(o * A + idx[k]) * I + i];
     }
 }
@@ -60,9 +73,7 @@ __kernel void pad2d(const int P, const int H, const int W, const int OH, const i
                     const int reflect, __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
     if (ow >= OW) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int oh = get_global_id(1); oh < OH; oh += get_global_size(1)) {
+    YZ_BEGIN(oh, OH, p, P)
     const int h = pad_src(oh - pt, H, reflect);
     const int w = pad_src(ow - pl, W, reflect);
     y[(p * OH + oh) * OW + ow] = (h < 0 || w < 0) ? 0.0f : x[(p * H + h) * W + w];
@@ -74,9 +85,7 @@ __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, con
                         const int reflect, __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
     if (w >= W) return;
-    // y and z stride over the grid: some drivers cap the blocks per grid dimension at 65535.
-    for (int p = get_global_id(2); p < P; p += get_global_size(2))
-    for (int h = get_global_id(1); h < H; h += get_global_size(1)) {
+    YZ_BEGIN(h, H, p, P)
     const int ch[3] = {h, -h, 2 * (H - 1) - h};
     const int cw[3] = {w, -w, 2 * (W - 1) - w};
     float acc = 0.0f;

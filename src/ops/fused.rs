@@ -641,6 +641,9 @@ impl FusedKernels for ClDevice {
             let r = plan.shape.len();
             let mut d = [1usize; 3];
             d[3 - r..].copy_from_slice(&plan.shape);
+            let range = [d[2], d[1], d[0]];
+            let (range, local, capped) = super::elementwise::grid_3d(self, range);
+            let defines = super::elementwise::grid_defines(&defines, capped);
             let k = self.kernel("fused", &defines, "fused_3d")?;
             let mut args = vec![
                 Arg::I32(d[0] as i32),
@@ -658,8 +661,6 @@ impl FusedKernels for ClDevice {
             }
             args.extend(bufs.iter().map(|b| Arg::Mem(b)));
             args.push(Arg::Mem(out.storage()));
-            let range = [d[2], d[1], d[0]];
-            let (range, local) = super::elementwise::grid_3d(self, range);
             self.launch(&k, &args, &range, Some(&local))?;
         } else {
             let k = self.kernel("fused", &defines, "fused_bcast")?;

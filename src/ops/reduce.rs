@@ -714,9 +714,10 @@ impl ClDevice {
             ReduceAlgo::ColBlk(cols, _)
                 if v.i > 1 && (cols == 8 || cols == 32) && v.i.is_multiple_of(cols) =>
             {
-                let k = self.kernel("reduce", &defines.set("NB", cols / 8), "red_col_blk")?;
                 let gr = [v.i / cols, g, v.o];
-                let (gr, local) = super::elementwise::grid_3d(self, gr);
+                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
+                let d = super::elementwise::grid_defines(&defines.set("NB", cols / 8), capped);
+                let k = self.kernel("reduce", &d, "red_col_blk")?;
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
@@ -735,9 +736,10 @@ impl ClDevice {
                     ReduceAlgo::Col(4, _) if v.i.is_multiple_of(4) => 4,
                     _ => 1,
                 };
-                let k = self.kernel("reduce", &defines.set("V", vec), "red_col")?;
                 let gr = [v.i / vec, g, v.o];
-                let (gr, local) = super::elementwise::grid_3d(self, gr);
+                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
+                let d = super::elementwise::grid_defines(&defines.set("V", vec), capped);
+                let k = self.kernel("reduce", &d, "red_col")?;
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
