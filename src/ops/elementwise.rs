@@ -578,12 +578,6 @@ impl BinaryKernels for CpuDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        CpuDevice::binary_scalar_ref(op, a, s, swap, out)
-    }
-}
-
-impl CpuDevice {
-    fn binary_scalar_ref(op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()> {
         super::host::map_f32(&[a], out, |ins, o| {
             for (o, &x) in o.iter_mut().zip(ins[0]) {
                 *o = if swap { op.apply(s, x) } else { op.apply(x, s) };
