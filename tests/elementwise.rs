@@ -298,3 +298,36 @@ fn prelu_forward_and_backward_match_reference() {
     );
     assert!(ops::prelu(&xd, &Tensor::zeros(&dev, &[3]).unwrap()).is_err());
 }
+
+#[test]
+fn fused_expressions_with_six_inputs() {
+    // 1e-6 relative: products and sums may contract into FMA on the device.
+    let Some(dev) = opencl_device() else { return };
+    let e = "x0 * x1 + x2 * x3 - x4 / (abs(x5) + 1)";
+    let shapes: [&[usize]; 6] = [&[3, 7], &[3, 7], &[3, 7], &[3, 7], &[3, 7], &[3, 7]];
+    let bshapes: [&[usize]; 6] = [
+        &[2, 3, 7],
+        &[7],
+        &[3, 1],
+        &[1, 1, 7],
+        &[2, 1, 1],
+        &[2, 3, 7],
+    ];
+    for set in [shapes, bshapes] {
+        let (cs, ds): (Vec<_>, Vec<_>) = set
+            .iter()
+            .enumerate()
+            .map(|(k, s)| pair(&dev, s, 90 + k as u64))
+            .unzip();
+        let got = ops::fused(e, &ds.iter().collect::<Vec<_>>()).unwrap();
+        let want = ops::fused(e, &cs.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-6,
+            e,
+        );
+    }
+}

@@ -1,7 +1,7 @@
-//! Fused elementwise expressions: a chain of elementwise ops over up to four broadcast inputs, compiled into
+//! Fused elementwise expressions: a chain of elementwise ops over up to six broadcast inputs, compiled into
 //! one kernel.
 //!
-//! The expression language is small and closed: numbers, the inputs `x0`..`x3`, `+ - * /`, unary minus,
+//! The expression language is small and closed: numbers, the inputs `x0`..`x5`, `+ - * /`, unary minus,
 //! comparisons `< <= > >= == !=` (giving 0 or 1), parentheses and the functions listed in [`FUNCTIONS`]. Text
 //! is parsed into a tree and validated; the kernel source is generated from the tree, never from the text,
 //! so nothing a user writes reaches the OpenCL compiler. Programs are cached by the generated form, so the
@@ -17,7 +17,7 @@ use super::elementwise::{MAX_BROADCAST_RANK, broadcast_shape};
 use super::unary::erf;
 
 /// The most inputs an expression may use.
-pub const MAX_INPUTS: usize = 4;
+pub const MAX_INPUTS: usize = 6;
 const MAX_LEN: usize = 4096;
 const MAX_DEPTH: usize = 64;
 
@@ -733,7 +733,7 @@ mod tests {
             "x0; }",
             "system(x0)",
             "x0 +",
-            "x4",
+            "x6",
             "exp(x0, x1)",
             "1e99",
             "x0 # 2",

@@ -565,7 +565,8 @@ impl ClDevice {
             let vecs: &[usize] = if v.i.is_multiple_of(4) { &[1, 4] } else { &[1] };
             for &vec in vecs {
                 let items = (o * i / vec).max(1);
-                let g = (cu * 256).div_ceil(items).clamp(1, (r / 16).max(1));
+                // About 1024 work-items per compute unit keep a GPU's memory system busy.
+                let g = (cu * 1024).div_ceil(items).clamp(1, (r / 16).max(1));
                 c.push(ReduceAlgo::Col(vec, 1));
                 if g > 1 {
                     c.push(ReduceAlgo::Col(vec, g));
