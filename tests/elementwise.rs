@@ -331,3 +331,23 @@ fn fused_expressions_with_six_inputs() {
         );
     }
 }
+
+#[test]
+fn broadcast_to_repeats_and_rejects() {
+    let Some(dev) = opencl_device() else { return };
+    let (c, d) = pair(&dev, &[3, 1], 95);
+    let got = ops::broadcast_to(&d, &[2, 3, 4]).unwrap();
+    let want = ops::broadcast_to(&c, &[2, 3, 4]).unwrap();
+    assert_eq!(got.shape(), &[2, 3, 4]);
+    assert_close(
+        &got.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        0.0,
+        0.0,
+        "broadcast_to",
+    );
+    let v = c.to_vec::<f32>().unwrap();
+    assert_eq!(&want.to_vec::<f32>().unwrap()[4..8], &[v[1]; 4]);
+    assert!(ops::broadcast_to(&d, &[3, 2, 4]).is_err());
+    assert!(ops::broadcast_to(&d, &[4]).is_err());
+}

@@ -586,7 +586,25 @@ pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
         )));
     }
     first.same_device(&inputs[1..], "fused")?;
-    let mut shape: Vec<usize> = first.shape().to_vec();
+    fused_shaped(e, inputs, first.shape())
+}
+
+/// `x` repeated along its size-1 (or missing leading) axes to `shape` (NumPy broadcasting; the gradient of a
+/// reduction with keepdims, for instance).
+pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if broadcast_shape(x.shape(), shape)? != shape {
+        return Err(Error::Shape(format!(
+            "broadcast_to: {:?} cannot be broadcast to {shape:?}",
+            x.shape()
+        )));
+    }
+    fused_shaped(&Expr::parse("x0")?, &[x], shape)
+}
+
+/// Evaluates `e` over `inputs` broadcast together with `base` (the output shape is their common shape).
+fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> {
+    let first = inputs[0];
+    let mut shape: Vec<usize> = base.to_vec();
     for t in inputs {
         t.expect_dtype(DType::F32, "fused")?;
         shape = broadcast_shape(&shape, t.shape())?;
