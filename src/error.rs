@@ -57,6 +57,9 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
+    /// The documentation wiki could not read, render, serve or write something.
+    #[error("wiki: {0}")]
+    Wiki(String),
     /// A file's content could not be parsed.
     #[error("format of {}: {message}", path.display())]
     Format {
@@ -70,12 +73,19 @@ pub enum Error {
 impl Error {
     /// An OpenCL failure of `call` with the raw error `code`.
     pub fn cl(call: &'static str, code: i32) -> Self {
-        Error::OpenCl { call, code, name: cl3::error_codes::error_text(code) }
+        Error::OpenCl {
+            call,
+            code,
+            name: cl3::error_codes::error_text(code),
+        }
     }
 
     /// An I/O failure on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io { path: path.into(), source }
+        Error::Io {
+            path: path.into(),
+            source,
+        }
     }
 
     /// A short machine-readable name for the variant, used in structured API errors.
@@ -92,6 +102,7 @@ impl Error {
             Error::Unsupported(_) => "unsupported",
             Error::Io { .. } => "io",
             Error::Format { .. } => "format",
+            Error::Wiki(_) => "wiki",
         }
     }
 }

@@ -14,16 +14,24 @@
 //! # Ok::<(), netcl::Error>(())
 //! ```
 
+pub mod autograd;
 pub mod autotune;
 pub mod bench;
+pub mod codec;
+pub mod data;
 pub mod device;
 pub mod error;
 pub mod half;
+pub mod io;
 pub mod memory;
+pub mod nn;
 pub mod ops;
+pub mod optim;
 pub mod program;
 pub mod rng;
+pub mod script;
 pub mod tensor;
+pub mod wiki;
 
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, Result};

@@ -8,7 +8,11 @@ use netcl::bench::{self, BenchOptions};
 use netcl::{Device, DeviceInfo};
 
 #[derive(Parser)]
-#[command(name = "netcl", version, about = "A deep-learning engine on OpenCL, with a live documentation wiki")]
+#[command(
+    name = "netcl",
+    version,
+    about = "A deep-learning engine on OpenCL, with a live documentation wiki"
+)]
 struct Cli {
     /// Device selector: an index from `netcl devices`, `gpu`, `cpu`, `builtin`, or a name substring.
     #[arg(long, global = true, env = "NETCL_DEVICE")]
@@ -25,6 +29,10 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Serves the documentation wiki over HTTP.
+    Serve(netcl::wiki::cli::ServeArgs),
+    /// Writes the documentation wiki as static files.
+    Export(netcl::wiki::cli::ExportArgs),
     /// Reads or clears the autotune cache.
     Tune {
         #[command(subcommand)]
@@ -50,6 +58,19 @@ enum Command {
         /// Case names to run (all when empty).
         cases: Vec<String>,
     },
+    /// Runs a playground snippet (Rhai with the engine bound in) and prints its output.
+    Run {
+        /// The snippet file (`-` for standard input).
+        file: String,
+        /// The whole result as JSON (outputs, decisions, launches, timings, error).
+        #[arg(long)]
+        json: bool,
+        /// Wall-time limit in milliseconds.
+        #[arg(long, default_value_t = 60_000)]
+        timeout_ms: u64,
+    },
+    /// Serves playground jobs over stdin/stdout as JSON lines (started by `netcl serve`).
+    Worker,
 }
 
 #[derive(Subcommand)]
@@ -73,7 +94,10 @@ enum TuneAction {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NETCL_LOG").unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("NETCL_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -89,8 +113,26 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> netcl::Result<()> {
     match cli.command {
         Command::Devices { json } => devices(json),
+        Command::Run {
+            file,
+            json,
+            timeout_ms,
+        } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
+        Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
         Command::Tune { action } => tune(action),
-        Command::Bench { small, json: _, reps, no_check, list, cases } => {
+        Command::Serve(mut args) => {
+            args.device = cli.device;
+            netcl::wiki::cli::serve(args)
+        }
+        Command::Export(args) => netcl::wiki::cli::export(args),
+        Command::Bench {
+            small,
+            json: _,
+            reps,
+            no_check,
+            list,
+            cases,
+        } => {
             let all = bench::cases();
             if list {
                 for c in &all {
@@ -100,16 +142,31 @@ fn run(cli: Cli) -> netcl::Result<()> {
             }
             for name in &cases {
                 if !all.iter().any(|c| c.name == name) {
-                    return Err(netcl::Error::Invalid(format!("no benchmark case `{name}`; `netcl bench --list` names them")));
+                    return Err(netcl::Error::Invalid(format!(
+                        "no benchmark case `{name}`; `netcl bench --list` names them"
+                    )));
                 }
             }
             let device = Device::select(cli.device.as_deref())?;
-            let opts = BenchOptions { small, reps, check: !no_check };
-            println!("{}", serde_json::json!({"device": device.name(), "platform": device.info().platform}));
-            for case in all.iter().filter(|c| cases.is_empty() || cases.iter().any(|n| n == c.name)) {
+            let opts = BenchOptions {
+                small,
+                reps,
+                check: !no_check,
+            };
+            println!(
+                "{}",
+                serde_json::json!({"device": device.name(), "platform": device.info().platform})
+            );
+            for case in all
+                .iter()
+                .filter(|c| cases.is_empty() || cases.iter().any(|n| n == c.name))
+            {
                 match bench::run_case(case, &device, &opts) {
                     Ok(line) => println!("{}", serde_json::to_string(&line).unwrap_or_default()),
-                    Err(e) => println!("{}", serde_json::json!({"case": case.name, "impl": "netcl", "error": e.to_string()})),
+                    Err(e) => println!(
+                        "{}",
+                        serde_json::json!({"case": case.name, "impl": "netcl", "error": e.to_string()})
+                    ),
                 }
             }
             Ok(())
@@ -120,24 +177,50 @@ fn run(cli: Cli) -> netcl::Result<()> {
 fn devices(json: bool) -> netcl::Result<()> {
     let list = netcl::device::list_devices()?;
     if json {
-        println!("{}", serde_json::to_string_pretty(&list).unwrap_or_default());
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&list).unwrap_or_default()
+        );
         return Ok(());
     }
     let default = Device::select(None).map(|d| d.info().index).ok();
     println!(
-        "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} {}",
-        "#", "name", "kind", "driver", "CUs", "MHz", "global", "local", "max alloc", "max WG", "max items", "fp16/64", "platform / OpenCL C"
+        "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} platform / OpenCL C",
+        "#",
+        "name",
+        "kind",
+        "driver",
+        "CUs",
+        "MHz",
+        "global",
+        "local",
+        "max alloc",
+        "max WG",
+        "max items",
+        "fp16/64",
     );
     for d in &list {
         println!("{}", row(d, default == Some(d.index)));
     }
-    println!("\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the default");
+    println!(
+        "\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the default"
+    );
     Ok(())
 }
 
 fn row(d: &DeviceInfo, default: bool) -> String {
-    let mib = |b: u64| if b >= 1 << 30 { format!("{:.1}G", b as f64 / (1u64 << 30) as f64) } else { format!("{}K", b >> 10) };
-    let items: Vec<String> = d.max_work_item_sizes.iter().map(|x| x.to_string()).collect();
+    let mib = |b: u64| {
+        if b >= 1 << 30 {
+            format!("{:.1}G", b as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{}K", b >> 10)
+        }
+    };
+    let items: Vec<String> = d
+        .max_work_item_sizes
+        .iter()
+        .map(|x| x.to_string())
+        .collect();
     format!(
         "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} {} / {}{}",
         format!("{}{}", d.index, if default { "*" } else { "" }),
@@ -154,7 +237,11 @@ fn row(d: &DeviceInfo, default: bool) -> String {
         format!("{}/{}", yn(d.fp16), yn(d.fp64)),
         d.platform,
         d.opencl_c_version,
-        if d.unified_memory { " (unified memory)" } else { "" }
+        if d.unified_memory {
+            " (unified memory)"
+        } else {
+            ""
+        }
     )
 }
 
@@ -163,7 +250,11 @@ fn yn(b: bool) -> &'static str {
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
+    if s.chars().count() <= n {
+        s.to_owned()
+    } else {
+        s.chars().take(n - 1).chain(['…']).collect()
+    }
 }
 
 fn tune(action: TuneAction) -> netcl::Result<()> {
@@ -177,10 +268,18 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         TuneAction::List { json } => {
             let snap = autotune::cache_snapshot()?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&snap).unwrap_or_default()
+                );
                 return Ok(());
             }
-            println!("{} ({}; {} entries)", snap.path.display(), snap.status, snap.entries.len());
+            println!(
+                "{} ({}; {} entries)",
+                snap.path.display(),
+                snap.status,
+                snap.entries.len()
+            );
             for e in &snap.entries {
                 println!(
                     "{:<34} {:<28} {:<24} {}",
@@ -193,15 +292,27 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         }
         TuneAction::Show { filter } => {
             let snap = autotune::cache_snapshot()?;
-            let hits: Vec<_> = snap.entries.iter().filter(|e| e.key.contains(&filter)).collect();
+            let hits: Vec<_> = snap
+                .entries
+                .iter()
+                .filter(|e| e.key.contains(&filter))
+                .collect();
             if hits.is_empty() {
-                return Err(netcl::Error::Invalid(format!("no cache entry matches `{filter}` in {}", snap.path.display())));
+                return Err(netcl::Error::Invalid(format!(
+                    "no cache entry matches `{filter}` in {}",
+                    snap.path.display()
+                )));
             }
             for e in hits {
                 println!("{}\n  winner: {}", e.key, autotune::label(&e.winner));
                 for c in e.candidates.iter().flatten() {
                     match (c.ms, &c.error) {
-                        (Some(ms), _) => println!("  {:<28} {:>10.4} ms (median {:.4})", c.label, ms, c.median_ms.unwrap_or(ms)),
+                        (Some(ms), _) => println!(
+                            "  {:<28} {:>10.4} ms (median {:.4})",
+                            c.label,
+                            ms,
+                            c.median_ms.unwrap_or(ms)
+                        ),
                         (None, Some(err)) => println!("  {:<28} failed: {err}", c.label),
                         _ => println!("  {:<28} not run", c.label),
                     }
@@ -210,4 +321,88 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         }
     }
     Ok(())
+}
+
+fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> netcl::Result<()> {
+    use netcl::script::{Limits, Output, run_with_progress};
+    let code = if file == "-" {
+        std::io::read_to_string(std::io::stdin()).map_err(|e| netcl::Error::io("<stdin>", e))?
+    } else {
+        std::fs::read_to_string(file).map_err(|e| netcl::Error::io(file, e))?
+    };
+    let device = Device::select(device)?;
+    let limits = Limits {
+        timeout_ms,
+        ..Limits::default()
+    };
+    let progress: Box<dyn FnMut(&serde_json::Value)> = if json {
+        Box::new(|_| {})
+    } else {
+        Box::new(|v| eprintln!("progress: {v}"))
+    };
+    let r = run_with_progress(&device, &code, &limits, progress);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+    } else {
+        for o in &r.outputs {
+            match o {
+                Output::Text { text } => println!("{text}"),
+                Output::Tensor(s) => println!(
+                    "{} {:?} {} min={:?} max={:?} mean={:?} {:?}",
+                    s.title, s.shape, s.dtype, s.min, s.max, s.mean, s.preview
+                ),
+                Output::Image {
+                    title,
+                    width,
+                    height,
+                    ..
+                } => println!("[image {title} {width}×{height}]"),
+            }
+        }
+        if let Some(v) = &r.value {
+            println!("{v}");
+        }
+        for d in &r.decisions {
+            let times: Vec<String> = d
+                .candidates
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{}={}",
+                        c.label,
+                        c.ms.map_or("failed".into(), |m| format!("{m:.4}ms"))
+                    )
+                })
+                .collect();
+            println!(
+                "decision {} {} → {} ({:?}) {}",
+                d.kernel,
+                d.shape_key,
+                d.winner_label,
+                d.source,
+                times.join(" ")
+            );
+        }
+        println!(
+            "device {} | total {:.1} ms (parse {:.1}, build {:.1}, tune {:.1}, run {:.1}; device {:.3})",
+            r.device.name,
+            r.timings.total_ms,
+            r.timings.parse_ms,
+            r.timings.build_ms,
+            r.timings.tune_ms,
+            r.timings.run_ms,
+            r.timings.device_ms
+        );
+    }
+    match r.error {
+        Some(e) => Err(netcl::Error::Invalid(format!(
+            "{} error{}: {}",
+            e.kind,
+            e.line
+                .map(|l| format!(" at line {l}, column {}", e.column.unwrap_or(0)))
+                .unwrap_or_default(),
+            e.message
+        ))),
+        None => Ok(()),
+    }
 }

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use opencl3::context::Context;
@@ -18,7 +19,10 @@ include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
 /// The OpenCL C source of kernel family `name` (a file `kernels/<name>.cl`), if it exists.
 pub fn kernel_source(name: &str) -> Option<&'static str> {
-    KERNEL_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
+    KERNEL_SOURCES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, s)| *s)
 }
 
 /// The names of every embedded kernel family.
@@ -61,7 +65,9 @@ pub(crate) struct ClKernel {
 
 impl ClKernel {
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Kernel>> {
-        self.kernel.lock().map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
+        self.kernel
+            .lock()
+            .map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
     }
 }
 
@@ -91,7 +97,10 @@ impl ProgramCache {
         let options = defines.options();
         let key = (source.to_owned(), options.clone());
         let built = {
-            let mut map = self.built.lock().map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
+            let mut map = self
+                .built
+                .lock()
+                .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
             match map.get(&key) {
                 Some(b) => b.clone(),
                 None => {
@@ -101,39 +110,98 @@ impl ProgramCache {
                 }
             }
         };
-        let mut kernels = built.kernels.lock().map_err(|_| Error::Invalid("kernel map lock poisoned".into()))?;
+        let mut kernels = built
+            .kernels
+            .lock()
+            .map_err(|_| Error::Invalid("kernel map lock poisoned".into()))?;
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
         }
-        let k = Kernel::create(&built.program, name)
-            .map_err(|e| Error::Invalid(format!("kernel `{name}` not found in `{source}`: {}", cl3::error_codes::error_text(e.0))))?;
-        let k = Arc::new(ClKernel { name: name.to_owned(), kernel: Mutex::new(k) });
+        let k = Kernel::create(&built.program, name).map_err(|e| {
+            Error::Invalid(format!(
+                "kernel `{name}` not found in `{source}`: {}",
+                cl3::error_codes::error_text(e.0)
+            ))
+        })?;
+        let k = Arc::new(ClKernel {
+            name: name.to_owned(),
+            kernel: Mutex::new(k),
+        });
         kernels.insert(name.to_owned(), k.clone());
         Ok(k)
     }
 }
 
 fn build(context: &Context, device: cl_device_id, source: &str, options: &str) -> Result<Built> {
-    let src = kernel_source(source).ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
+    let src = kernel_source(source)
+        .ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
     build_source(context, device, source, src, options)
 }
 
 /// Builds `src` on `device`; on failure the error carries the build log.
-fn build_source(context: &Context, device: cl_device_id, source_name: &str, src: &str, options: &str) -> Result<Built> {
+fn build_source(
+    context: &Context,
+    device: cl_device_id,
+    source_name: &str,
+    src: &str,
+    options: &str,
+) -> Result<Built> {
+    let started = std::time::Instant::now();
+    let r = build_source_untimed(context, device, source_name, src, options);
+    BUILD_US.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    r
+}
+
+static BUILD_US: AtomicU64 = AtomicU64::new(0);
+
+/// Milliseconds this process has spent building OpenCL programs (a running total: take differences).
+pub fn build_ms_total() -> f64 {
+    BUILD_US.load(Ordering::Relaxed) as f64 / 1e3
+}
+
+fn build_source_untimed(
+    context: &Context,
+    device: cl_device_id,
+    source_name: &str,
+    src: &str,
+    options: &str,
+) -> Result<Built> {
     let mut program = Program::create_from_source(context, src).cl("clCreateProgramWithSource")?;
     if let Err(e) = program.build(&[device], options) {
-        let log = program.get_build_log(device).unwrap_or_else(|_| format!("(no build log; {})", cl3::error_codes::error_text(e.0)));
-        return Err(Error::Build { source_name: source_name.to_owned(), options: options.to_owned(), log });
+        let log = program
+            .get_build_log(device)
+            .unwrap_or_else(|_| format!("(no build log; {})", cl3::error_codes::error_text(e.0)));
+        return Err(Error::Build {
+            source_name: source_name.to_owned(),
+            options: options.to_owned(),
+            log,
+        });
     }
-    Ok(Built { program, kernels: Mutex::new(HashMap::new()) })
+    Ok(Built {
+        program,
+        kernels: Mutex::new(HashMap::new()),
+    })
 }
 
 /// Builds arbitrary OpenCL C `src` on an OpenCL device and returns the names of its kernels.
 ///
 /// Used to check user-written kernels (the playground) and to test build-failure reporting.
 pub fn build_check(device: &crate::Device, src: &str, defines: &Defines) -> Result<Vec<String>> {
-    let cl = device.kind().as_cl().ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
-    let built = build_source(&cl.context, cl.device.id(), "<inline>", src, &defines.options())?;
+    let cl = device
+        .kind()
+        .as_cl()
+        .ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
+    let built = build_source(
+        &cl.context,
+        cl.device.id(),
+        "<inline>",
+        src,
+        &defines.options(),
+    )?;
     let names = built.program.kernel_names();
-    Ok(names.split(';').filter(|s| !s.is_empty()).map(str::to_owned).collect())
+    Ok(names
+        .split(';')
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect())
 }

@@ -4,6 +4,7 @@
 //! `rel_err`), so runs compare line by line; `device` and `decisions` are added. Times are wall-clock around
 //! the op plus a device synchronisation, like the peer's, after two warm-up calls.
 
+mod cases_conv;
 mod cases_core;
 mod cases_reduce;
 
@@ -24,6 +25,9 @@ pub enum Work {
     Bytes(f64),
 }
 
+/// A prepared case: each call runs the op once and returns its outputs.
+pub type Runner = Box<dyn FnMut() -> Result<Vec<Tensor>>>;
+
 /// One benchmark case: builds its inputs on a device and returns the closure to time.
 pub struct Case {
     /// The case name (matches the peer script's where it has the case).
@@ -31,7 +35,7 @@ pub struct Case {
     /// The work per call.
     pub work: fn(small: bool) -> Work,
     /// Prepares inputs on `device` and returns a runner producing the output tensors.
-    pub setup: fn(device: &Device, small: bool) -> Result<Box<dyn FnMut() -> Result<Vec<Tensor>>>>,
+    pub setup: fn(device: &Device, small: bool) -> Result<Runner>,
 }
 
 /// One result line.
@@ -66,6 +70,7 @@ pub struct BenchLine {
 pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(cases_core::cases());
+    v.extend(cases_conv::cases());
     v.extend(cases_reduce::cases());
     v
 }

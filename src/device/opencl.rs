@@ -3,14 +3,16 @@
 //! Buffers are raw `cl_mem` handles owned by [`ClMem`]; kernels come from the [`ProgramCache`]. Every launch
 //! goes through [`ClDevice::launch`], which can record it with its device time for the playground.
 
+use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, OnceLock};
 
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
 use opencl3::device::{
-    CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, Device as ClDeviceId,
+    CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU,
+    Device as ClDeviceId,
 };
 use opencl3::event::Event;
 use opencl3::memory::CL_MEM_READ_WRITE;
@@ -23,7 +25,24 @@ use crate::memory::Storage;
 use crate::program::{ClKernel, Defines, ProgramCache};
 
 /// Every OpenCL device of every platform, in platform order.
+///
+/// Enumerated once per process: some drivers (PoCL among them) are not safe to initialise from several threads
+/// at once, and the set of devices does not change while a process runs.
 pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceInfo)>> {
+    static DEVICES: OnceLock<std::result::Result<Vec<(ClDeviceId, DeviceInfo)>, i32>> =
+        OnceLock::new();
+    match DEVICES.get_or_init(|| {
+        scan().map_err(|e| match e {
+            Error::OpenCl { code, .. } => code,
+            _ => -1001,
+        })
+    }) {
+        Ok(list) => Ok(list.iter().map(|(d, i)| (d.id(), i.clone())).collect()),
+        Err(code) => Err(Error::cl("clGetPlatformIDs", *code)),
+    }
+}
+
+fn scan() -> Result<Vec<(ClDeviceId, DeviceInfo)>> {
     let platforms = get_platforms().cl("clGetPlatformIDs")?;
     let mut out = Vec::new();
     for p in platforms {
@@ -65,7 +84,7 @@ pub(crate) fn enumerate() -> Result<Vec<(cl_device_id, DeviceInfo)>> {
                 fp64: ext.contains("cl_khr_fp64"),
                 unified_memory: d.host_unified_memory().unwrap_or(false),
             };
-            out.push((id, info));
+            out.push((d, info));
         }
     }
     Ok(out)
@@ -118,7 +137,6 @@ pub(crate) struct ClDevice {
     pub(crate) context: Context,
     pub(crate) queue: CommandQueue,
     programs: ProgramCache,
-    recording: Mutex<Option<Vec<Recorded>>>,
 }
 
 impl ClDevice {
@@ -126,13 +144,26 @@ impl ClDevice {
         let dev = ClDeviceId::new(id);
         let context = Context::from_device(&dev).cl("clCreateContext")?;
         #[allow(deprecated)]
-        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE).cl("clCreateCommandQueue")?;
-        Ok(ClDevice { info, device: dev, context, queue, programs: ProgramCache::default(), recording: Mutex::new(None) })
+        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
+            .cl("clCreateCommandQueue")?;
+        Ok(ClDevice {
+            info,
+            device: dev,
+            context,
+            queue,
+            programs: ProgramCache::default(),
+        })
     }
 
     /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).
-    pub(crate) fn kernel(&self, source: &str, defines: &Defines, name: &str) -> Result<Arc<ClKernel>> {
-        self.programs.kernel(&self.context, self.device.id(), source, defines, name)
+    pub(crate) fn kernel(
+        &self,
+        source: &str,
+        defines: &Defines,
+        name: &str,
+    ) -> Result<Arc<ClKernel>> {
+        self.programs
+            .kernel(&self.context, self.device.id(), source, defines, name)
     }
 
     /// Enqueues `kernel` over `global` work-items (rounded up to `local` when given) with `args`.
@@ -144,7 +175,11 @@ impl ClDevice {
         local: Option<&[usize]>,
     ) -> Result<Event> {
         let global: Vec<usize> = match local {
-            Some(l) => global.iter().zip(l).map(|(g, l)| g.div_ceil(*l).max(1) * l).collect(),
+            Some(l) => global
+                .iter()
+                .zip(l)
+                .map(|(g, l)| g.div_ceil(*l).max(1) * l)
+                .collect(),
             None => global.iter().map(|g| (*g).max(1)).collect(),
         };
         let guard = kernel.lock()?;
@@ -157,16 +192,35 @@ impl ClDevice {
                 match a {
                     Arg::Mem(s) => {
                         let m = s.cl_mem()?;
-                        cl3::kernel::set_kernel_arg(k, i, size_of::<cl_mem>(), &m as *const cl_mem as *const c_void)
+                        cl3::kernel::set_kernel_arg(
+                            k,
+                            i,
+                            size_of::<cl_mem>(),
+                            &m as *const cl_mem as *const c_void,
+                        )
                     }
-                    Arg::I32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void),
-                    Arg::U32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void),
-                    Arg::F32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void),
-                    Arg::I32x8(v) => cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void),
+                    Arg::I32(v) => {
+                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void)
+                    }
+                    Arg::U32(v) => {
+                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void)
+                    }
+                    Arg::F32(v) => {
+                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void)
+                    }
+                    Arg::I32x8(v) => {
+                        cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void)
+                    }
                     Arg::Local(n) => cl3::kernel::set_kernel_arg(k, i, (*n).max(4), ptr::null()),
                 }
             };
-            r.map_err(|code| Error::Invalid(format!("kernel `{}` argument {i}: {}", kernel.name, cl3::error_codes::error_text(code))))?;
+            r.map_err(|code| {
+                Error::Invalid(format!(
+                    "kernel `{}` argument {i}: {}",
+                    kernel.name,
+                    cl3::error_codes::error_text(code)
+                ))
+            })?;
         }
         // SAFETY: the work sizes outlive the call, and every argument has been set above.
         let ev = unsafe {
@@ -186,40 +240,58 @@ impl ClDevice {
         })?;
         drop(guard);
         let event = Event::new(ev);
-        if let Ok(mut rec) = self.recording.lock()
-            && let Some(list) = rec.as_mut()
-        {
-            // SAFETY: retaining the event gives the recorder its own reference.
-            unsafe {
-                let _ = cl3::event::retain_event(ev);
+        RECORDING.with(|rec| {
+            if let Some(list) = rec.borrow_mut().as_mut() {
+                // SAFETY: retaining the event gives the recorder its own reference.
+                unsafe {
+                    let _ = cl3::event::retain_event(ev);
+                }
+                list.push(Recorded {
+                    kernel: kernel.name.clone(),
+                    global: global.clone(),
+                    local: local.map(<[usize]>::to_vec),
+                    event: Event::new(ev),
+                });
             }
-            list.push(Recorded {
-                kernel: kernel.name.clone(),
-                global: global.clone(),
-                local: local.map(<[usize]>::to_vec),
-                event: Event::new(ev),
-            });
-        }
+        });
         Ok(event)
     }
+}
 
-    pub(crate) fn record_launches(&self, on: bool) {
-        if let Ok(mut rec) = self.recording.lock() {
-            *rec = if on { Some(rec.take().unwrap_or_default()) } else { None };
-        }
-    }
+thread_local! {
+    /// Launches recorded on this thread, when recording is on. Per thread, so concurrent runs (the playground's
+    /// jobs, parallel tests) each see only their own launches.
+    static RECORDING: RefCell<Option<Vec<Recorded>>> = const { RefCell::new(None) };
+}
 
-    pub(crate) fn take_launches(&self) -> Result<Vec<Launch>> {
-        let list = match self.recording.lock() {
-            Ok(mut rec) => rec.as_mut().map(std::mem::take).unwrap_or_default(),
-            Err(_) => Vec::new(),
+/// Turns recording of this thread's kernel launches on or off (off discards what was recorded).
+pub(crate) fn record_launches(on: bool) {
+    RECORDING.with(|rec| {
+        let mut rec = rec.borrow_mut();
+        *rec = if on {
+            Some(rec.take().unwrap_or_default())
+        } else {
+            None
         };
-        self.finish()?;
-        Ok(list
-            .into_iter()
-            .map(|r| Launch { ms: event_ms(&r.event).unwrap_or(0.0), kernel: r.kernel, global: r.global, local: r.local })
-            .collect())
-    }
+    });
+}
+
+/// Returns and clears this thread's recorded launches, waiting for each to finish to read its device time.
+pub(crate) fn take_launches() -> Vec<Launch> {
+    let list = RECORDING.with(|rec| {
+        rec.borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    });
+    list.into_iter()
+        .map(|r| Launch {
+            ms: event_ms(&r.event).unwrap_or(0.0),
+            kernel: r.kernel,
+            global: r.global,
+            local: r.local,
+        })
+        .collect()
 }
 
 impl Error {
@@ -247,7 +319,9 @@ pub(crate) fn events_ms(evs: &[Event]) -> Result<f64> {
         return Ok(0.0);
     };
     last.wait().cl("clWaitForEvents")?;
-    let s = first.profiling_command_start().cl("clGetEventProfilingInfo")?;
+    let s = first
+        .profiling_command_start()
+        .cl("clGetEventProfilingInfo")?;
     let e = last.profiling_command_end().cl("clGetEventProfilingInfo")?;
     Ok(e.saturating_sub(s) as f64 / 1e6)
 }
@@ -261,15 +335,22 @@ impl DeviceKind for ClDevice {
             )));
         }
         // SAFETY: no host pointer is passed; the returned handle is owned by ClMem.
-        let mem = unsafe { cl3::memory::create_buffer(self.context.get(), CL_MEM_READ_WRITE, bytes.max(4), ptr::null_mut()) }
-            .map_err(|code| match code {
-                -4 | -61 => Error::Limit(format!(
-                    "the device could not allocate {bytes} bytes ({}: {})",
-                    self.info.name,
-                    cl3::error_codes::error_text(code)
-                )),
-                c => Error::cl("clCreateBuffer", c),
-            })?;
+        let mem = unsafe {
+            cl3::memory::create_buffer(
+                self.context.get(),
+                CL_MEM_READ_WRITE,
+                bytes.max(4),
+                ptr::null_mut(),
+            )
+        }
+        .map_err(|code| match code {
+            -4 | -61 => Error::Limit(format!(
+                "the device could not allocate {bytes} bytes ({}: {})",
+                self.info.name,
+                cl3::error_codes::error_text(code)
+            )),
+            c => Error::cl("clCreateBuffer", c),
+        })?;
         Ok(Storage::Cl(ClMem { mem }))
     }
 

@@ -2,9 +2,12 @@
 //! its primitive trait, which every device kind implements (OpenCL kernels, or plain Rust on the built-in
 //! device). Op code never matches on the device kind.
 
+pub mod conv;
+pub mod depthwise;
 pub mod dropout;
 pub mod elementwise;
 pub mod fused;
+pub mod gemm;
 pub mod norm;
 pub mod pool;
 pub mod reduce;
@@ -12,7 +15,16 @@ pub mod resize;
 pub mod shape;
 pub mod softmax;
 pub mod unary;
+pub mod update;
 
+pub use conv::{
+    Conv2dGrads, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, conv_transpose2d,
+    conv_transpose2d_backward, conv2d, conv2d_backward,
+};
+pub use depthwise::{
+    DwAlgo, depthwise_conv2d, depthwise_conv2d_algo, depthwise_conv2d_backward,
+    depthwise_conv2d_backward_algo,
+};
 pub use dropout::{dropout, dropout_backward};
 pub use elementwise::{BinaryOp, add, binary, broadcast_shape, div, maximum, minimum, mul, sub};
 pub use elementwise::{
@@ -20,6 +32,7 @@ pub use elementwise::{
 };
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use fused::{Expr, broadcast_to, fused, fused_expr, where_};
+pub use gemm::{bmm, matmul, matmul_candidates, matmul_t, matmul_with};
 pub use norm::{
     BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm,
     group_norm_backward,
@@ -62,6 +75,10 @@ pub(crate) trait Kernels:
     + pool::PoolKernels
     + shape::ShapeKernels
     + resize::ResizeKernels
+    + update::UpdateKernels
+    + gemm::GemmKernels
+    + conv::ConvKernels
+    + depthwise::DepthwiseKernels
 {
 }
 impl<
@@ -73,7 +90,11 @@ impl<
         + dropout::DropoutKernels
         + pool::PoolKernels
         + shape::ShapeKernels
-        + resize::ResizeKernels,
+        + resize::ResizeKernels
+        + update::UpdateKernels
+        + gemm::GemmKernels
+        + conv::ConvKernels
+        + depthwise::DepthwiseKernels,
 > Kernels for T
 {
 }

@@ -1,0 +1,350 @@
+// Convolution family (NCHW activations, F x C/groups x KH x KW weights): direct kernels, im2col / col2im for
+// the GEMM path, batch and bias reductions, and the Winograd F(2x2, 3x3) transforms.
+//
+// Geometry is passed as two int8 vectors:
+//   g0 = (N, C, H, W, F, OH, OW, groups)      g1 = (KH, KW, SH, SW, PH, PW, DH, DW)
+
+#define GEOM                                                                                   \
+    const int N = g0.s0, C = g0.s1, H = g0.s2, W = g0.s3, F = g0.s4, OH = g0.s5, OW = g0.s6;   \
+    const int G = g0.s7, KH = g1.s0, KW = g1.s1, SH = g1.s2, SW = g1.s3, PH = g1.s4, PW = g1.s5; \
+    const int DH = g1.s6, DW = g1.s7;                                                          \
+    const int CG = C / G, FG = F / G;
+
+// out[n][f][oh][ow] = sum over the group's channels and the window, + bias[f], optional ReLU.
+// One output per work-item.
+__kernel void conv_direct_fwd(const int8 g0, const int8 g1,
+                              __global const float* restrict x, __global const float* restrict w,
+                              __global const float* restrict bias, const int has_bias, const int relu,
+                              __global float* restrict out)
+{
+    GEOM
+    const int i = get_global_id(0);
+    if (i >= N * F * OH * OW) return;
+    const int ow = i % OW, oh = (i / OW) % OH, f = (i / (OW * OH)) % F, n = i / (OW * OH * F);
+    const int g = f / FG;
+    float acc = 0.0f;
+    for (int cl = 0; cl < CG; ++cl) {
+        const int c = g * CG + cl;
+        __global const float* xp = x + ((size_t)n * C + c) * H * W;
+        __global const float* wp = w + ((size_t)f * CG + cl) * KH * KW;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int y = oh * SH - PH + kh * DH;
+            if (y < 0 || y >= H) continue;
+            for (int kw = 0; kw < KW; ++kw) {
+                const int xx = ow * SW - PW + kw * DW;
+                if (xx < 0 || xx >= W) continue;
+                acc = fma(xp[y * W + xx], wp[kh * KW + kw], acc);
+            }
+        }
+    }
+    if (has_bias) acc += bias[f];
+    if (relu) acc = acc < 0.0f ? 0.0f : acc;
+    out[i] = acc;
+}
+
+// gx[n][c][y][x] = sum over the output positions and filters that read it (gather; no atomics).
+__kernel void conv_direct_bwd_x(const int8 g0, const int8 g1,
+                                __global const float* restrict go, __global const float* restrict w,
+                                __global float* restrict gx)
+{
+    GEOM
+    const int i = get_global_id(0);
+    if (i >= N * C * H * W) return;
+    const int xx = i % W, y = (i / W) % H, c = (i / (W * H)) % C, n = i / (W * H * C);
+    const int g = c / CG, cl = c - g * CG;
+    float acc = 0.0f;
+    for (int kh = 0; kh < KH; ++kh) {
+        const int ty = y + PH - kh * DH;
+        if (ty < 0 || ty % SH != 0) continue;
+        const int oh = ty / SH;
+        if (oh >= OH) continue;
+        for (int kw = 0; kw < KW; ++kw) {
+            const int tx = xx + PW - kw * DW;
+            if (tx < 0 || tx % SW != 0) continue;
+            const int ow = tx / SW;
+            if (ow >= OW) continue;
+            for (int fl = 0; fl < FG; ++fl) {
+                const int f = g * FG + fl;
+                acc = fma(go[(((size_t)n * F + f) * OH + oh) * OW + ow], w[(((size_t)f * CG + cl) * KH + kh) * KW + kw], acc);
+            }
+        }
+    }
+    gx[i] = acc;
+}
+
+// gw[f][cl][kh][kw] = sum over n, oh, ow of go * x (one weight per work-item).
+__kernel void conv_direct_bwd_w(const int8 g0, const int8 g1,
+                                __global const float* restrict x, __global const float* restrict go,
+                                __global float* restrict gw)
+{
+    GEOM
+    const int i = get_global_id(0);
+    if (i >= F * CG * KH * KW) return;
+    const int kw = i % KW, kh = (i / KW) % KH, cl = (i / (KW * KH)) % CG, f = i / (KW * KH * CG);
+    const int c = (f / FG) * CG + cl;
+    float acc = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        __global const float* gp = go + ((size_t)n * F + f) * OH * OW;
+        __global const float* xp = x + ((size_t)n * C + c) * H * W;
+        for (int oh = 0; oh < OH; ++oh) {
+            const int y = oh * SH - PH + kh * DH;
+            if (y < 0 || y >= H) continue;
+            for (int ow = 0; ow < OW; ++ow) {
+                const int xx = ow * SW - PW + kw * DW;
+                if (xx < 0 || xx >= W) continue;
+                acc = fma(gp[oh * OW + ow], xp[y * W + xx], acc);
+            }
+        }
+    }
+    gw[i] = acc;
+}
+
+// col[b][c * KH * KW + kh * KW + kw][oh * OW + ow] = x[n0 + b][c][...] (0 in the padding), for nb samples.
+// One col row (r, b) per work-item, written output row by output row over bounds-free spans: per-work-item
+// costs dominate on CPU OpenCL, so each work-item copies a few thousand elements.
+__kernel void conv_im2col(const int8 g0, const int8 g1, const int n0, const int nb,
+                          __global const float* restrict x, __global float* restrict col)
+{
+    GEOM
+    const int P = OH * OW;
+    const int r = get_global_id(0), b = get_global_id(1);
+    if (r >= C * KH * KW || b >= nb) return;
+    const int kw = r % KW, kh = (r / KW) % KH, c = r / (KW * KH);
+    __global const float* xp = x + ((size_t)(n0 + b) * C + c) * H * W;
+    __global float* dst = col + ((size_t)b * C * KH * KW + r) * P;
+    // Output columns whose input column ow * SW - PW + kw * DW lies in [0, W).
+    const int a0 = PW - kw * DW, a1 = W - 1 + PW - kw * DW;
+    const int lo = min(OW, max(0, a0 > 0 ? (a0 + SW - 1) / SW : 0));
+    const int hi = min(OW - 1, a1 >= 0 ? a1 / SW : -1);
+    for (int oh = 0; oh < OH; ++oh) {
+        __global float* d = dst + oh * OW;
+        const int y = oh * SH - PH + kh * DH;
+        if (y < 0 || y >= H) {
+            for (int ow = 0; ow < OW; ++ow) d[ow] = 0.0f;
+            continue;
+        }
+        __global const float* xr = xp + y * W - PW + kw * DW;
+        for (int ow = 0; ow < lo; ++ow) d[ow] = 0.0f;
+        if (SW == 1) {
+            for (int ow = lo; ow <= hi; ++ow) d[ow] = xr[ow];
+        } else {
+            for (int ow = lo; ow <= hi; ++ow) d[ow] = xr[ow * SW];
+        }
+        for (int ow = max(lo, hi + 1); ow < OW; ++ow) d[ow] = 0.0f;
+    }
+}
+
+// gx[n0 + b][c][y][x] = sum of the col entries that im2col copied from (y, x): the adjoint of conv_im2col.
+// One input row (b, c, y) per work-item; every tap adds its span into a private row buffer (no atomics).
+__kernel void conv_col2im(const int8 g0, const int8 g1, const int n0, const int nb,
+                          __global const float* restrict col, __global float* restrict gx)
+{
+    GEOM
+    const int P = OH * OW;
+    const int i = get_global_id(0);
+    if (i >= nb * C * H) return;
+    const int y = i % H, c = (i / H) % C, b = i / (H * C);
+    float row[128];
+    for (int x0 = 0; x0 < W; x0 += 128) {
+        const int n = min(128, W - x0);
+        for (int j = 0; j < n; ++j) row[j] = 0.0f;
+        for (int kh = 0; kh < KH; ++kh) {
+            const int ty = y + PH - kh * DH;
+            if (ty < 0 || ty % SH != 0 || ty / SH >= OH) continue;
+            const int oh = ty / SH;
+            for (int kw = 0; kw < KW; ++kw) {
+                __global const float* cr = col + ((size_t)b * C * KH * KW + (c * KH + kh) * KW + kw) * P + oh * OW;
+                // Output columns ow with x0 <= ow * SW - PW + kw * DW < x0 + n.
+                const int a0 = x0 + PW - kw * DW, a1 = x0 + n - 1 + PW - kw * DW;
+                const int lo = max(0, a0 > 0 ? (a0 + SW - 1) / SW : 0);
+                const int hi = min(OW - 1, a1 >= 0 ? a1 / SW : -1);
+                const int off = -PW + kw * DW - x0;
+                if (SW == 1) {
+                    for (int ow = lo; ow <= hi; ++ow) row[ow + off] += cr[ow];
+                } else {
+                    for (int ow = lo; ow <= hi; ++ow) row[ow * SW + off] += cr[ow];
+                }
+            }
+        }
+        __global float* out = gx + (((size_t)(n0 + b) * C + c) * H + y) * W + x0;
+        for (int j = 0; j < n; ++j) out[j] = row[j];
+    }
+}
+
+// out[i] (+)= sum over b of part[b * len + i]; accumulate != 0 adds to what out holds.
+__kernel void conv_sum_batches(const int len, const int count, const int accumulate,
+                               __global const float* restrict part, __global float* restrict out)
+{
+    const int i = get_global_id(0);
+    if (i >= len) return;
+    float acc = accumulate ? out[i] : 0.0f;
+    for (int b = 0; b < count; ++b) acc += part[(size_t)b * len + i];
+    out[i] = acc;
+}
+
+// gb[f] = sum over n and p of go[n][f][p]: one work-group per f with a local-memory tree (GPUs).
+__kernel void conv_bias_grad_wg(const int N, const int F, const int P,
+                                __global const float* restrict go, __global float* restrict gb,
+                                __local float* red)
+{
+    const int f = get_group_id(0), t = get_local_id(0), T = get_local_size(0);
+    float acc = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        __global const float* row = go + ((size_t)n * F + f) * P;
+        for (int p = t; p < P; p += T) acc += row[p];
+    }
+    red[t] = acc;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = T / 2; s > 0; s >>= 1) {
+        if (t < s) red[t] += red[t + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (t == 0) gb[f] = red[0];
+}
+
+// gb[f] as above, one work-item per f with float8 loads and no barriers (CPU OpenCL).
+__kernel void conv_bias_grad_serial(const int N, const int F, const int P,
+                                    __global const float* restrict go, __global float* restrict gb)
+{
+    const int f = get_global_id(0);
+    if (f >= F) return;
+    float8 acc8 = (float8)(0.0f);
+    float acc = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        __global const float* row = go + ((size_t)n * F + f) * P;
+        int p = 0;
+        for (; p + 8 <= P; p += 8) acc8 += vload8(0, row + p);
+        for (; p < P; ++p) acc += row[p];
+    }
+    gb[f] = acc + (acc8.s0 + acc8.s1 + acc8.s2 + acc8.s3) + (acc8.s4 + acc8.s5 + acc8.s6 + acc8.s7);
+}
+
+// wr[c][f][kh][kw] = w[f][c][KH-1-kh][KW-1-kw]: the weights of the stride-1 grad_x convolution.
+// One (c, f) filter per work-item.
+__kernel void conv_flip_weights(const int F, const int C, const int KH, const int KW,
+                                __global const float* restrict w, __global float* restrict wr)
+{
+    const int i = get_global_id(0);
+    if (i >= F * C) return;
+    const int f = i % F, c = i / F;
+    __global const float* src = w + ((size_t)f * C + c) * KH * KW;
+    __global float* dst = wr + (size_t)i * KH * KW;
+    for (int t = 0; t < KH * KW; ++t) dst[t] = src[KH * KW - 1 - t];
+}
+
+// ------------------------------------------------------------------------------ Winograd F(2x2, 3x3)
+// U[ab][f][c] = (G g G^T)[a][b] for the 3x3 filter g = w[f][c]. A run of 16 filters per work-item.
+__kernel void wino_filter(const int F, const int C, __global const float* restrict w, __global float* restrict U)
+{
+    const int i0 = get_global_id(0) * 16;
+    for (int i = i0; i < min(F * C, i0 + 16); ++i) {
+    __global const float* g = w + (size_t)i * 9;
+    float t[4][3];
+    for (int j = 0; j < 3; ++j) {
+        const float g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
+        t[0][j] = g0;
+        t[1][j] = 0.5f * (g0 + g1 + g2);
+        t[2][j] = 0.5f * (g0 - g1 + g2);
+        t[3][j] = g2;
+    }
+    const size_t FC = (size_t)F * C;
+    for (int a = 0; a < 4; ++a) {
+        const float r0 = t[a][0], r1 = t[a][1], r2 = t[a][2];
+        U[(a * 4 + 0) * FC + i] = r0;
+        U[(a * 4 + 1) * FC + i] = 0.5f * (r0 + r1 + r2);
+        U[(a * 4 + 2) * FC + i] = 0.5f * (r0 - r1 + r2);
+        U[(a * 4 + 3) * FC + i] = r2;
+    }
+    }
+}
+
+// V[ab][c][n * T + t] = (B^T d B)[a][b] for the 4x4 input patch d of tile t (stride 2, zero padded).
+// One row of tiles per work-item.
+__kernel void wino_input(const int N, const int C, const int H, const int W, const int PH, const int PW,
+                         const int TH, const int TW, __global const float* restrict x, __global float* restrict V)
+{
+    // Dimension 0 is 1: a tile row per work-item, rows and channels along dimension 1 (CPU OpenCL would
+    // otherwise vectorise across work-items and turn the transform's stores into scatters).
+    const int ty = get_global_id(1) % TH, c = get_global_id(1) / TH, n = get_global_id(2);
+    const int T = TH * TW;
+    if (c >= C || n >= N) return;
+    for (int tx = 0; tx < TW; ++tx) {
+    const int t = ty * TW + tx;
+    const int y0 = ty * 2 - PH, x0 = tx * 2 - PW;
+    __global const float* xp = x + ((size_t)n * C + c) * H * W;
+    float d[4][4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int y = y0 + i, xx = x0 + j;
+            d[i][j] = (y >= 0 && y < H && xx >= 0 && xx < W) ? xp[y * W + xx] : 0.0f;
+        }
+    float e[4][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        e[0][j] = d[0][j] - d[2][j];
+        e[1][j] = d[1][j] + d[2][j];
+        e[2][j] = d[2][j] - d[1][j];
+        e[3][j] = d[1][j] - d[3][j];
+    }
+    const size_t NT = (size_t)N * T, stride = (size_t)C * NT, o = (size_t)c * NT + (size_t)n * T + t;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        V[(i * 4 + 0) * stride + o] = e[i][0] - e[i][2];
+        V[(i * 4 + 1) * stride + o] = e[i][1] + e[i][2];
+        V[(i * 4 + 2) * stride + o] = e[i][2] - e[i][1];
+        V[(i * 4 + 3) * stride + o] = e[i][1] - e[i][3];
+    }
+    }
+}
+
+// out[n][f][2 ty + i][2 tx + j] = (A^T M A)[i][j] + bias[f] (cropped to OH x OW), optional ReLU.
+// One row of tiles per work-item.
+__kernel void wino_output(const int N, const int F, const int OH, const int OW, const int TH, const int TW,
+                          __global const float* restrict Mt, __global const float* restrict bias,
+                          const int has_bias, const int relu, __global float* restrict out)
+{
+    const int ty = get_global_id(1) % TH, f = get_global_id(1) / TH, n = get_global_id(2);
+    const int T = TH * TW;
+    if (f >= F || n >= N) return;
+    for (int tx = 0; tx < TW; ++tx) {
+    const int t = ty * TW + tx;
+    const size_t NT = (size_t)N * T, stride = (size_t)F * NT, o = (size_t)f * NT + (size_t)n * T + t;
+    float m[4][4];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) m[i / 4][i % 4] = Mt[i * stride + o];
+    float r[2][4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        r[0][j] = m[0][j] + m[1][j] + m[2][j];
+        r[1][j] = m[1][j] - m[2][j] - m[3][j];
+    }
+    const float bb = has_bias ? bias[f] : 0.0f;
+    const int oy = ty * 2, ox = tx * 2;
+    __global float* op = out + ((size_t)n * F + f) * OH * OW;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        float v0 = r[i][0] + r[i][1] + r[i][2] + bb;
+        float v1 = r[i][1] - r[i][2] - r[i][3] + bb;
+        if (relu) { v0 = v0 < 0.0f ? 0.0f : v0; v1 = v1 < 0.0f ? 0.0f : v1; }
+        if (oy + i < OH) {
+            op[(oy + i) * OW + ox] = v0;
+            if (ox + 1 < OW) op[(oy + i) * OW + ox + 1] = v1;
+        }
+    }
+    }
+}
+
+// out[n][f][p] = act(out[n][f][p] + bias[f]) in place.
+__kernel void conv_bias_act(const int F, const int P, const int total,
+                            __global const float* restrict bias, const int has_bias, const int relu,
+                            __global float* restrict out)
+{
+    const int i = get_global_id(0);
+    if (i >= total) return;
+    float v = out[i];
+    if (has_bias) v += bias[(i / P) % F];
+    if (relu) v = v < 0.0f ? 0.0f : v;
+    out[i] = v;
+}

@@ -1,0 +1,374 @@
+// GEMM family: C[z] = op(A[b]) (M x K) * op(B[b]) (K x N) over the k-range of split s, with z = b * S + s.
+//
+// op(A)[m][k] = TRANS_A ? A[k * lda + m] : A[m * lda + k];  op(B)[k][n] = TRANS_B ? B[n * ldb + k] : B[k * ldb + n].
+// A batch b starts at offA + b * sA (likewise B); the output of z starts at offC + z * sC. With S > 1 every
+// split writes its own partial product and `gemm_reduce_splits` sums them; with S == 1 the epilogue (bias per
+// row or per column, ReLU) is applied directly.
+//
+// Three kernel shapes, chosen by the autotuner per device and shape class:
+//  * gemm_tiled   local-memory tiles (TM x TN x TK per work-group, RM x RN per work-item, float4 local reads,
+//                 register prefetch of the next tile); the GPU kernel.
+//  * gemm_packed  barrier-free register blocking on panels packed by gemm_pack_a / gemm_pack_b
+//                 (MR rows x NR = VW * NB columns per work-item, VW-wide vectors); the CPU OpenCL kernel.
+//  * gemm_reg     the same register blocking reading A and B in place (no packing pass; TRANS_B == 0 only).
+
+#ifndef TRANS_A
+#define TRANS_A 0
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0
+#endif
+
+#if TRANS_A
+#define OPA(A, m, k, lda) (A)[(k) * (lda) + (m)]
+#else
+#define OPA(A, m, k, lda) (A)[(m) * (lda) + (k)]
+#endif
+#if TRANS_B
+#define OPB(B, k, n, ldb) (B)[(n) * (ldb) + (k)]
+#else
+#define OPB(B, k, n, ldb) (B)[(k) * (ldb) + (n)]
+#endif
+
+// Epilogue for one element: bias_mode 1 adds bias[m], 2 adds bias[n]; relu clamps at 0 (NaN stays NaN).
+inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, int relu, int m, int n) {
+    if (bias_mode == 1) v += bias[m];
+    else if (bias_mode == 2) v += bias[n];
+    if (relu) v = v < 0.0f ? 0.0f : v;
+    return v;
+}
+
+// ------------------------------------------------------------------------------------------------ gemm_tiled
+#ifdef TM
+#define WX (TN / RN)
+#define WY (TM / RM)
+#define NT (WX * WY)
+#define LDS_A (TM + 4)
+#define LDS_B (TN + 4)
+#define LOADS_A ((TM * TK + NT - 1) / NT)
+#define LOADS_B ((TN * TK + NT - 1) / NT)
+
+__kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
+void gemm_tiled(const int M, const int N, const int K,
+                __global const float* restrict A, const int offA, const int lda, const int sA,
+                __global const float* restrict B, const int offB, const int ldb, const int sB,
+                __global float* restrict C, const int offC, const int ldc, const int sC,
+                const int S, const int L,
+                __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int tid = ty * WX + tx;
+    const int n0 = get_group_id(0) * TN, m0 = get_group_id(1) * TM;
+    const int z = get_group_id(2);
+    const int b = z / S, s = z - (z / S) * S;
+    const int k0 = s * L;
+    const int k1 = min(K, k0 + L);
+    __global const float* Ab = A + offA + (size_t)b * sA;
+    __global const float* Bb = B + offB + (size_t)b * sB;
+
+    // Row-major [TK][TM + 4] tiles: rows stay 16-byte aligned for float4 reads, and the pad spreads the
+    // k-major stores of a non-transposed operand over the banks.
+    __local float4 As4[TK * LDS_A / 4];
+    __local float4 Bs4[TK * LDS_B / 4];
+    __local float* As = (__local float*)As4;
+    __local float* Bs = (__local float*)Bs4;
+
+    float ra[LOADS_A], rb[LOADS_B];
+    float acc[RM][RN];
+#pragma unroll
+    for (int i = 0; i < RM; ++i)
+#pragma unroll
+        for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
+
+    // Global -> registers for the tile starting at kt. Consecutive work-items read consecutive addresses.
+#define LOAD_TILE(kt)                                                                          \
+    for (int l = 0; l < LOADS_A; ++l) {                                      \
+        const int i = tid + l * NT;                                                            \
+        int mm, kk;                                                                            \
+        if (TRANS_A) { mm = i % TM; kk = i / TM; } else { kk = i % TK; mm = i / TK; }          \
+        const int m = m0 + mm, k = (kt) + kk;                                                  \
+        ra[l] = (i < TM * TK && m < M && k < k1) ? OPA(Ab, m, k, lda) : 0.0f;                  \
+    }                                                                                          \
+    for (int l = 0; l < LOADS_B; ++l) {                                      \
+        const int i = tid + l * NT;                                                            \
+        int nn, kk;                                                                            \
+        if (TRANS_B) { kk = i % TK; nn = i / TK; } else { nn = i % TN; kk = i / TN; }          \
+        const int n = n0 + nn, k = (kt) + kk;                                                  \
+        rb[l] = (i < TN * TK && n < N && k < k1) ? OPB(Bb, k, n, ldb) : 0.0f;                  \
+    }
+
+    LOAD_TILE(k0)
+    for (int kt = k0; kt < k1; kt += TK) {
+#pragma unroll
+        for (int l = 0; l < LOADS_A; ++l) {
+            const int i = tid + l * NT;
+            int mm, kk;
+            if (TRANS_A) { mm = i % TM; kk = i / TM; } else { kk = i % TK; mm = i / TK; }
+            if (i < TM * TK) As[kk * LDS_A + mm] = ra[l];
+        }
+#pragma unroll
+        for (int l = 0; l < LOADS_B; ++l) {
+            const int i = tid + l * NT;
+            int nn, kk;
+            if (TRANS_B) { kk = i % TK; nn = i / TK; } else { nn = i % TN; kk = i / TN; }
+            if (i < TN * TK) Bs[kk * LDS_B + nn] = rb[l];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        // The next tile's global loads are in flight while this tile is multiplied.
+        if (kt + TK < k1) {
+            LOAD_TILE(kt + TK)
+        }
+#pragma unroll
+        for (int kk = 0; kk < TK; ++kk) {
+            float a[RM], bv[RN];
+#pragma unroll
+            for (int g = 0; g < RM / 4; ++g) {
+                const float4 v = As4[(kk * LDS_A + g * WY * 4 + ty * 4) / 4];
+                a[g * 4 + 0] = v.s0; a[g * 4 + 1] = v.s1; a[g * 4 + 2] = v.s2; a[g * 4 + 3] = v.s3;
+            }
+#pragma unroll
+            for (int g = 0; g < RN / 4; ++g) {
+                const float4 v = Bs4[(kk * LDS_B + g * WX * 4 + tx * 4) / 4];
+                bv[g * 4 + 0] = v.s0; bv[g * 4 + 1] = v.s1; bv[g * 4 + 2] = v.s2; bv[g * 4 + 3] = v.s3;
+            }
+#pragma unroll
+            for (int i = 0; i < RM; ++i)
+#pragma unroll
+                for (int j = 0; j < RN; ++j) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+#undef LOAD_TILE
+
+    __global float* Cz = C + offC + (size_t)z * sC;
+#pragma unroll
+    for (int i = 0; i < RM; ++i) {
+        const int m = m0 + (i / 4) * WY * 4 + ty * 4 + (i % 4);
+        if (m < M) {
+#pragma unroll
+            for (int j = 0; j < RN; ++j) {
+                const int n = n0 + (j / 4) * WX * 4 + tx * 4 + (j % 4);
+                if (n < N) {
+                    const float v = acc[i][j];
+                    Cz[(size_t)m * ldc + n] = S == 1 ? gemm_epilogue(v, bias, bias_mode, relu, m, n) : v;
+                }
+            }
+        }
+    }
+}
+#endif
+
+// ------------------------------------------------------------------------------------------------ CPU kernels
+#ifdef MR
+#define NR (VW * NB)
+#if VW == 16
+#define VT float16
+#define VLOAD vload16
+#define VSTORE vstore16
+#elif VW == 8
+#define VT float8
+#define VLOAD vload8
+#define VSTORE vstore8
+#else
+#define VT float4
+#define VLOAD vload4
+#define VSTORE vstore4
+#endif
+
+// Packing runs KC consecutive k per work-item: per-work-item overhead dominates short work-items on CPU
+// OpenCL, and a run of k reads each source row sequentially.
+#define KC 32
+
+// Ap[b][panel][k][MR] = op(A[b])[panel * MR + r][k], zero beyond M. One work-item per (k-run, panel, b).
+__kernel void gemm_pack_a(const int M, const int K,
+                          __global const float* restrict A, const int offA, const int lda, const int sA,
+                          __global float* restrict Ap)
+{
+    const int k0 = get_global_id(0) * KC, p = get_global_id(1), b = get_global_id(2);
+    const int panels = (M + MR - 1) / MR;
+    if (k0 >= K || p >= panels) return;
+    const int k1 = min(K, k0 + KC);
+    __global const float* Ab = A + offA + (size_t)b * sA;
+    __global float* dst = Ap + ((size_t)b * panels + p) * K * MR;
+#if TRANS_A
+    for (int k = k0; k < k1; ++k)
+        for (int r = 0; r < MR; ++r) {
+            const int m = p * MR + r;
+            dst[k * MR + r] = m < M ? Ab[(size_t)k * lda + m] : 0.0f;
+        }
+#else
+    for (int r = 0; r < MR; ++r) {
+        const int m = p * MR + r;
+        for (int k = k0; k < k1; ++k) dst[k * MR + r] = m < M ? Ab[(size_t)m * lda + k] : 0.0f;
+    }
+#endif
+}
+
+// Bp[b][panel][k][NR] = op(B[b])[k][panel * NR + c], zero beyond N. One work-item per (k-run, panel, b).
+__kernel void gemm_pack_b(const int N, const int K,
+                          __global const float* restrict B, const int offB, const int ldb, const int sB,
+                          __global float* restrict Bp)
+{
+    const int k0 = get_global_id(0) * KC, p = get_global_id(1), b = get_global_id(2);
+    const int panels = (N + NR - 1) / NR;
+    if (k0 >= K || p >= panels) return;
+    const int k1 = min(K, k0 + KC);
+    __global const float* Bb = B + offB + (size_t)b * sB;
+    __global float* dst = Bp + ((size_t)b * panels + p) * K * NR;
+    const int n0 = p * NR;
+#if TRANS_B
+    for (int c = 0; c < NR; ++c) {
+        const int n = n0 + c;
+        for (int k = k0; k < k1; ++k) dst[k * NR + c] = n < N ? Bb[(size_t)n * ldb + k] : 0.0f;
+    }
+#else
+    for (int k = k0; k < k1; ++k) {
+        if (n0 + NR <= N) {
+            for (int v = 0; v < NB; ++v) VSTORE(VLOAD(0, Bb + (size_t)k * ldb + n0 + v * VW), 0, dst + k * NR + v * VW);
+        } else {
+            for (int c = 0; c < NR; ++c) {
+                const int n = n0 + c;
+                dst[k * NR + c] = n < N ? Bb[(size_t)k * ldb + n] : 0.0f;
+            }
+        }
+    }
+#endif
+}
+
+// Stores one MR x NR register block (rows m0.., columns n0..) with bounds checks and the epilogue.
+#define STORE_BLOCK()                                                                                      \
+    __global float* Cz = C + offC + (size_t)z * sC;                                                        \
+    const int full = (n0 + NR <= N) && S == 1 && bias_mode == 0 && !relu;                                  \
+    for (int r = 0; r < MR; ++r) {                                                       \
+        const int m = m0 + r;                                                                              \
+        if (m < M) {                                                                                       \
+            if (full) {                                                                                    \
+                for (int v = 0; v < NB; ++v) VSTORE(acc[r][v], 0, Cz + (size_t)m * ldc + n0 + v * VW); \
+            } else {                                                                                       \
+                for (int v = 0; v < NB; ++v) {                                           \
+                    float t[VW];                                                                           \
+                    VSTORE(acc[r][v], 0, t);                                                               \
+                    for (int c = 0; c < VW; ++c) {                                                         \
+                        const int n = n0 + v * VW + c;                                                     \
+                        if (n < N) Cz[(size_t)m * ldc + n] = S == 1 ? gemm_epilogue(t[c], bias, bias_mode, relu, m, n) : t[c]; \
+                    }                                                                                      \
+                }                                                                                          \
+            }                                                                                              \
+        }                                                                                                  \
+    }
+
+// One MR x NR block per work-item from packed panels; no local memory, no barriers. sAp is the packed A
+// batch stride (0 when every batch shares A, e.g. conv weights).
+__kernel void gemm_packed(const int M, const int N, const int K,
+                          __global const float* restrict Ap, const int sAp,
+                          __global const float* restrict Bp, const int sBp,
+                          __global float* restrict C, const int offC, const int ldc, const int sC,
+                          const int S, const int L,
+                          __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int pn = get_global_id(0), pm = get_global_id(1), z = get_global_id(2);
+    const int n0 = pn * NR, m0 = pm * MR;
+    if (n0 >= N || m0 >= M) return;
+    const int b = z / S, s = z - (z / S) * S;
+    const int k0 = s * L;
+    const int k1 = min(K, k0 + L);
+    __global const float* a = Ap + (size_t)b * sAp + ((size_t)pm * K + k0) * MR;
+    __global const float* bp = Bp + (size_t)b * sBp + ((size_t)pn * K + k0) * NR;
+    VT acc[MR][NB];
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+#pragma unroll
+        for (int v = 0; v < NB; ++v) acc[r][v] = (VT)(0.0f);
+    for (int k = k0; k < k1; ++k) {
+        VT bv[NB];
+#pragma unroll
+        for (int v = 0; v < NB; ++v) bv[v] = VLOAD(v, bp);
+#pragma unroll
+        for (int r = 0; r < MR; ++r) {
+            const VT av = (VT)(a[r]);
+#pragma unroll
+            for (int v = 0; v < NB; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
+        }
+        a += MR;
+        bp += NR;
+    }
+    STORE_BLOCK()
+}
+
+#if !TRANS_B
+// One MR x NR block per work-item straight from A and B (rows past M are clamped for loading and not stored).
+__kernel void gemm_reg(const int M, const int N, const int K,
+                       __global const float* restrict A, const int offA, const int lda, const int sA,
+                       __global const float* restrict B, const int offB, const int ldb, const int sB,
+                       __global float* restrict C, const int offC, const int ldc, const int sC,
+                       const int S, const int L,
+                       __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int pn = get_global_id(0), pm = get_global_id(1), z = get_global_id(2);
+    const int n0 = pn * NR, m0 = pm * MR;
+    if (n0 >= N || m0 >= M) return;
+    const int b = z / S, s = z - (z / S) * S;
+    const int k0 = s * L;
+    const int k1 = min(K, k0 + L);
+    __global const float* Ab = A + offA + (size_t)b * sA;
+    __global const float* Bb = B + offB + (size_t)b * sB;
+    int mr[MR];
+#pragma unroll
+    for (int r = 0; r < MR; ++r) mr[r] = min(m0 + r, M - 1);
+    VT acc[MR][NB];
+#pragma unroll
+    for (int r = 0; r < MR; ++r)
+#pragma unroll
+        for (int v = 0; v < NB; ++v) acc[r][v] = (VT)(0.0f);
+    if (n0 + NR <= N) {
+        for (int k = k0; k < k1; ++k) {
+            VT bv[NB];
+#pragma unroll
+            for (int v = 0; v < NB; ++v) bv[v] = VLOAD(0, Bb + (size_t)k * ldb + n0 + v * VW);
+#pragma unroll
+            for (int r = 0; r < MR; ++r) {
+                const VT av = (VT)(OPA(Ab, mr[r], k, lda));
+#pragma unroll
+                for (int v = 0; v < NB; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
+            }
+        }
+    } else {
+        for (int k = k0; k < k1; ++k) {
+            VT bv[NB];
+#pragma unroll
+            for (int v = 0; v < NB; ++v) {
+                float t[VW];
+                for (int c = 0; c < VW; ++c) {
+                    const int n = n0 + v * VW + c;
+                    t[c] = n < N ? Bb[(size_t)k * ldb + n] : 0.0f;
+                }
+                bv[v] = VLOAD(0, t);
+            }
+#pragma unroll
+            for (int r = 0; r < MR; ++r) {
+                const VT av = (VT)(OPA(Ab, mr[r], k, lda));
+#pragma unroll
+                for (int v = 0; v < NB; ++v) acc[r][v] = fma(av, bv[v], acc[r][v]);
+            }
+        }
+    }
+    STORE_BLOCK()
+}
+#endif
+#endif
+
+// ------------------------------------------------------------------------------------------------ split-K
+// C[b] (M x N, leading dimension ldc) = sum over s of P[b * S + s] (M x N dense), plus the epilogue.
+__kernel void gemm_reduce_splits(const int M, const int N, const int S,
+                                 __global const float* restrict P,
+                                 __global float* restrict C, const int offC, const int ldc, const int sC,
+                                 __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int n = get_global_id(0), m = get_global_id(1), b = get_global_id(2);
+    if (n >= N || m >= M) return;
+    const size_t mn = (size_t)M * N;
+    __global const float* p = P + (size_t)b * S * mn + (size_t)m * N + n;
+    float acc = 0.0f;
+    for (int s = 0; s < S; ++s) acc += p[(size_t)s * mn];
+    C[offC + (size_t)b * sC + (size_t)m * ldc + n] = gemm_epilogue(acc, bias, bias_mode, relu, m, n);
+}

@@ -1,0 +1,3 @@
+//! Files: NumPy `.npy`/`.npz` arrays (the container of netcl's model files and checkpoints).
+
+pub mod npz;

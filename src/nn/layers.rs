@@ -1,0 +1,964 @@
+//! The layers.
+
+use serde_json::{Map, Value, json};
+
+use super::Module;
+use super::init::{constant, kaiming_uniform, xavier_uniform};
+use crate::autograd::{Var, ops as ag};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ops::{Conv2dOptions, ConvTranspose2dOptions, Pool2d, UnaryOp};
+use crate::tensor::Tensor;
+
+fn args(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
+    if v == 0 {
+        Err(Error::Invalid(format!(
+            "{layer}: {what} must be at least 1"
+        )))
+    } else {
+        Ok(())
+    }
+}
+
+fn expect_channels(x: &Var, rank: usize, dim: usize, want: usize, layer: &str) -> Result<()> {
+    let s = x.shape();
+    if s.len() != rank || s[dim] != want {
+        return Err(Error::Shape(format!(
+            "{layer}: input has shape {s:?}; expected {rank} dimensions with {want} at dimension {dim}"
+        )));
+    }
+    Ok(())
+}
+
+/// `y = x @ W + b` with `W` stored (in, out), as netcl does. Inputs of more than two dimensions are flattened.
+pub struct Linear {
+    /// Weight (in, out).
+    pub weight: Var,
+    /// Bias (out), if any.
+    pub bias: Option<Var>,
+    in_f: usize,
+    out_f: usize,
+    training: bool,
+}
+
+impl Linear {
+    /// A layer with Glorot-uniform weights and a bias uniform in ±1/√in.
+    pub fn new(
+        device: &Device,
+        in_features: usize,
+        out_features: usize,
+        bias: bool,
+        seed: u64,
+    ) -> Result<Self> {
+        positive(in_features, "in_features", "Linear")?;
+        positive(out_features, "out_features", "Linear")?;
+        let w = xavier_uniform(
+            device,
+            &[in_features, out_features],
+            in_features,
+            out_features,
+            seed,
+        )?;
+        let b = if bias {
+            let bound = 1.0 / (in_features as f32).sqrt();
+            Some(Var::param(Tensor::rand_uniform(
+                device,
+                &[out_features],
+                -bound,
+                bound,
+                crate::rng::hash(seed, 1),
+            )?))
+        } else {
+            None
+        };
+        Ok(Linear {
+            weight: Var::param(w),
+            bias: b,
+            in_f: in_features,
+            out_f: out_features,
+            training: true,
+        })
+    }
+}
+
+impl Module for Linear {
+    fn type_name(&self) -> &'static str {
+        "Linear"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        let s = x.shape();
+        let feat: usize = s.iter().skip(1).product();
+        if s.len() < 2 || feat != self.in_f {
+            return Err(Error::Shape(format!(
+                "Linear({}→{}): input {s:?} has {feat} features per sample, expected {}",
+                self.in_f, self.out_f, self.in_f
+            )));
+        }
+        ag::linear(x, &self.weight, self.bias.as_ref())
+    }
+    fn parameters(&self) -> Vec<Var> {
+        std::iter::once(self.weight.clone())
+            .chain(self.bias.clone())
+            .collect()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".into(), b.value().clone()));
+        }
+        v
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(
+            json!({"in_features": self.in_f, "out_features": self.out_f, "bias": self.bias.is_some()}),
+        )
+    }
+}
+
+/// 2-D convolution (NCHW), weights (F, C/groups, K, K); He-uniform initialisation (a = √5).
+pub struct Conv2d {
+    /// Weight (F, C/groups, K, K).
+    pub weight: Var,
+    /// Bias (F), if any.
+    pub bias: Option<Var>,
+    in_c: usize,
+    out_c: usize,
+    k: usize,
+    opts: Conv2dOptions,
+    training: bool,
+}
+
+impl Conv2d {
+    /// A square convolution.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        device: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        stride: usize,
+        pad: usize,
+        dilation: usize,
+        groups: usize,
+        bias: bool,
+        seed: u64,
+    ) -> Result<Self> {
+        for (v, n) in [
+            (in_channels, "in_channels"),
+            (out_channels, "out_channels"),
+            (kernel_size, "kernel_size"),
+            (stride, "stride"),
+            (dilation, "dilation"),
+            (groups, "groups"),
+        ] {
+            positive(v, n, "Conv2d")?;
+        }
+        if !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
+            return Err(Error::Invalid(format!(
+                "Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels {out_channels}"
+            )));
+        }
+        let fan_in = in_channels / groups * kernel_size * kernel_size;
+        let w = kaiming_uniform(
+            device,
+            &[out_channels, in_channels / groups, kernel_size, kernel_size],
+            fan_in,
+            5f32.sqrt(),
+            seed,
+        )?;
+        let b = if bias {
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            Some(Var::param(Tensor::rand_uniform(
+                device,
+                &[out_channels],
+                -bound,
+                bound,
+                crate::rng::hash(seed, 1),
+            )?))
+        } else {
+            None
+        };
+        let opts = Conv2dOptions {
+            stride: [stride; 2],
+            padding: [pad; 2],
+            dilation: [dilation; 2],
+            groups,
+            ..Conv2dOptions::default()
+        };
+        Ok(Conv2d {
+            weight: Var::param(w),
+            bias: b,
+            in_c: in_channels,
+            out_c: out_channels,
+            k: kernel_size,
+            opts,
+            training: true,
+        })
+    }
+}
+
+impl Module for Conv2d {
+    fn type_name(&self) -> &'static str {
+        "Conv2d"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        expect_channels(
+            x,
+            4,
+            1,
+            self.in_c,
+            &format!(
+                "Conv2d({}→{}, {}×{})",
+                self.in_c, self.out_c, self.k, self.k
+            ),
+        )?;
+        ag::conv2d(x, &self.weight, self.bias.as_ref(), &self.opts)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        std::iter::once(self.weight.clone())
+            .chain(self.bias.clone())
+            .collect()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".into(), b.value().clone()));
+        }
+        v
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({
+            "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
+            "stride": self.opts.stride[0], "pad": self.opts.padding[0], "bias": self.bias.is_some(),
+            "dilation": self.opts.dilation[0], "groups": self.opts.groups,
+        }))
+    }
+}
+
+/// Depthwise convolution: one K×K filter per channel, weights (C, 1, K, K).
+pub struct DepthwiseConv2d {
+    /// Weight (C, 1, K, K).
+    pub weight: Var,
+    /// Bias (C), if any.
+    pub bias: Option<Var>,
+    c: usize,
+    k: usize,
+    stride: usize,
+    pad: usize,
+    training: bool,
+}
+
+impl DepthwiseConv2d {
+    /// A depthwise layer with He-uniform (a = √5) weights.
+    pub fn new(
+        device: &Device,
+        channels: usize,
+        kernel_size: usize,
+        stride: usize,
+        pad: usize,
+        bias: bool,
+        seed: u64,
+    ) -> Result<Self> {
+        for (v, n) in [
+            (channels, "channels"),
+            (kernel_size, "kernel_size"),
+            (stride, "stride"),
+        ] {
+            positive(v, n, "DepthwiseConv2d")?;
+        }
+        let fan_in = kernel_size * kernel_size;
+        let w = kaiming_uniform(
+            device,
+            &[channels, 1, kernel_size, kernel_size],
+            fan_in,
+            5f32.sqrt(),
+            seed,
+        )?;
+        let b = if bias {
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            Some(Var::param(Tensor::rand_uniform(
+                device,
+                &[channels],
+                -bound,
+                bound,
+                crate::rng::hash(seed, 1),
+            )?))
+        } else {
+            None
+        };
+        Ok(DepthwiseConv2d {
+            weight: Var::param(w),
+            bias: b,
+            c: channels,
+            k: kernel_size,
+            stride,
+            pad,
+            training: true,
+        })
+    }
+}
+
+impl Module for DepthwiseConv2d {
+    fn type_name(&self) -> &'static str {
+        "DepthwiseConv2d"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        expect_channels(
+            x,
+            4,
+            1,
+            self.c,
+            &format!("DepthwiseConv2d({}, {}×{})", self.c, self.k, self.k),
+        )?;
+        ag::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.pad)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        std::iter::once(self.weight.clone())
+            .chain(self.bias.clone())
+            .collect()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".into(), b.value().clone()));
+        }
+        v
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(
+            json!({"channels": self.c, "kernel_size": self.k, "stride": self.stride, "pad": self.pad, "bias": self.bias.is_some()}),
+        )
+    }
+}
+
+/// Transposed convolution, weights (Cin, Cout, K, K).
+pub struct ConvTranspose2d {
+    /// Weight (Cin, Cout, K, K).
+    pub weight: Var,
+    /// Bias (Cout), if any.
+    pub bias: Option<Var>,
+    in_c: usize,
+    out_c: usize,
+    k: usize,
+    opts: ConvTranspose2dOptions,
+    training: bool,
+}
+
+impl ConvTranspose2d {
+    /// A transposed convolution with He-uniform (a = √5) weights.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        device: &Device,
+        in_channels: usize,
+        out_channels: usize,
+        kernel_size: usize,
+        stride: usize,
+        pad: usize,
+        bias: bool,
+        seed: u64,
+    ) -> Result<Self> {
+        for (v, n) in [
+            (in_channels, "in_channels"),
+            (out_channels, "out_channels"),
+            (kernel_size, "kernel_size"),
+            (stride, "stride"),
+        ] {
+            positive(v, n, "ConvTranspose2d")?;
+        }
+        let fan_in = out_channels * kernel_size * kernel_size;
+        let w = kaiming_uniform(
+            device,
+            &[in_channels, out_channels, kernel_size, kernel_size],
+            fan_in,
+            5f32.sqrt(),
+            seed,
+        )?;
+        let b = if bias {
+            let bound = 1.0 / (fan_in as f32).sqrt();
+            Some(Var::param(Tensor::rand_uniform(
+                device,
+                &[out_channels],
+                -bound,
+                bound,
+                crate::rng::hash(seed, 1),
+            )?))
+        } else {
+            None
+        };
+        let opts = ConvTranspose2dOptions {
+            conv: Conv2dOptions {
+                stride: [stride; 2],
+                padding: [pad; 2],
+                ..Conv2dOptions::default()
+            },
+            output_padding: [0, 0],
+        };
+        Ok(ConvTranspose2d {
+            weight: Var::param(w),
+            bias: b,
+            in_c: in_channels,
+            out_c: out_channels,
+            k: kernel_size,
+            opts,
+            training: true,
+        })
+    }
+}
+
+impl Module for ConvTranspose2d {
+    fn type_name(&self) -> &'static str {
+        "ConvTranspose2d"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        expect_channels(
+            x,
+            4,
+            1,
+            self.in_c,
+            &format!("ConvTranspose2d({}→{})", self.in_c, self.out_c),
+        )?;
+        ag::conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.opts)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        std::iter::once(self.weight.clone())
+            .chain(self.bias.clone())
+            .collect()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
+        if let Some(b) = &self.bias {
+            v.push(("bias".into(), b.value().clone()));
+        }
+        v
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({
+            "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
+            "stride": self.opts.conv.stride[0], "pad": self.opts.conv.padding[0], "bias": self.bias.is_some(),
+        }))
+    }
+}
+
+/// Batch normalisation over (N, H, W) per channel, with running statistics for evaluation.
+pub struct BatchNorm2d {
+    /// Scale γ (C).
+    pub gamma: Var,
+    /// Shift β (C).
+    pub beta: Var,
+    /// Running mean (C).
+    pub running_mean: Tensor,
+    /// Running (biased) variance (C).
+    pub running_var: Tensor,
+    c: usize,
+    momentum: f32,
+    eps: f32,
+    training: bool,
+}
+
+impl BatchNorm2d {
+    /// γ = 1, β = 0, running mean 0 and variance 1.
+    pub fn new(device: &Device, num_features: usize, momentum: f32, eps: f32) -> Result<Self> {
+        positive(num_features, "num_features", "BatchNorm2d")?;
+        if !((0.0..=1.0).contains(&momentum) && eps > 0.0 && eps.is_finite()) {
+            return Err(Error::Invalid(format!(
+                "BatchNorm2d: momentum {momentum} must be in [0, 1] and eps {eps} > 0"
+            )));
+        }
+        Ok(BatchNorm2d {
+            gamma: Var::param(constant(device, &[num_features], 1.0)?),
+            beta: Var::param(constant(device, &[num_features], 0.0)?),
+            running_mean: Tensor::zeros(device, &[num_features])?,
+            running_var: Tensor::ones(device, &[num_features])?,
+            c: num_features,
+            momentum,
+            eps,
+            training: true,
+        })
+    }
+}
+
+impl Module for BatchNorm2d {
+    fn type_name(&self) -> &'static str {
+        "BatchNorm2d"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        expect_channels(x, 4, 1, self.c, &format!("BatchNorm2d({})", self.c))?;
+        if self.training {
+            let (y, rm, rv) = ag::batch_norm2d_train(
+                x,
+                &self.gamma,
+                &self.beta,
+                &self.running_mean,
+                &self.running_var,
+                self.momentum,
+                self.eps,
+            )?;
+            // Keep the buffers' identity (views and saved references see the update).
+            self.running_mean.assign(&rm)?;
+            self.running_var.assign(&rv)?;
+            Ok(y)
+        } else {
+            ag::batch_norm2d_eval(
+                x,
+                &self.gamma,
+                &self.beta,
+                &self.running_mean,
+                &self.running_var,
+                self.eps,
+            )
+        }
+    }
+    fn parameters(&self) -> Vec<Var> {
+        vec![self.gamma.clone(), self.beta.clone()]
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("gamma".into(), self.gamma.value().clone()),
+            ("beta".into(), self.beta.value().clone()),
+            ("running_mean".into(), self.running_mean.clone()),
+            ("running_var".into(), self.running_var.clone()),
+        ]
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
+    }
+}
+
+/// Layer normalisation over the last dimension of size `normalized_shape`.
+pub struct LayerNorm {
+    /// Scale.
+    pub gamma: Var,
+    /// Shift.
+    pub beta: Var,
+    n: usize,
+    eps: f32,
+    training: bool,
+}
+
+impl LayerNorm {
+    /// γ = 1, β = 0.
+    pub fn new(device: &Device, normalized_shape: usize, eps: f32) -> Result<Self> {
+        positive(normalized_shape, "normalized_shape", "LayerNorm")?;
+        Ok(LayerNorm {
+            gamma: Var::param(constant(device, &[normalized_shape], 1.0)?),
+            beta: Var::param(constant(device, &[normalized_shape], 0.0)?),
+            n: normalized_shape,
+            eps,
+            training: true,
+        })
+    }
+}
+
+impl Module for LayerNorm {
+    fn type_name(&self) -> &'static str {
+        "LayerNorm"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        if x.shape().last() != Some(&self.n) {
+            return Err(Error::Shape(format!(
+                "LayerNorm({}): input {:?} does not end in {}",
+                self.n,
+                x.shape(),
+                self.n
+            )));
+        }
+        ag::layer_norm(x, 1, &self.gamma, &self.beta, self.eps)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        vec![self.gamma.clone(), self.beta.clone()]
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("gamma".into(), self.gamma.value().clone()),
+            ("beta".into(), self.beta.value().clone()),
+        ]
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({"normalized_shape": self.n, "eps": self.eps}))
+    }
+}
+
+/// Group normalisation of N×C×H×W.
+pub struct GroupNorm {
+    /// Scale (C).
+    pub gamma: Var,
+    /// Shift (C).
+    pub beta: Var,
+    groups: usize,
+    c: usize,
+    eps: f32,
+    training: bool,
+}
+
+impl GroupNorm {
+    /// γ = 1, β = 0; `num_groups` must divide `num_channels`.
+    pub fn new(device: &Device, num_groups: usize, num_channels: usize, eps: f32) -> Result<Self> {
+        positive(num_groups, "num_groups", "GroupNorm")?;
+        if !num_channels.is_multiple_of(num_groups) {
+            return Err(Error::Invalid(format!(
+                "GroupNorm: {num_groups} groups do not divide {num_channels} channels"
+            )));
+        }
+        Ok(GroupNorm {
+            gamma: Var::param(constant(device, &[num_channels], 1.0)?),
+            beta: Var::param(constant(device, &[num_channels], 0.0)?),
+            groups: num_groups,
+            c: num_channels,
+            eps,
+            training: true,
+        })
+    }
+}
+
+impl Module for GroupNorm {
+    fn type_name(&self) -> &'static str {
+        "GroupNorm"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        expect_channels(
+            x,
+            4,
+            1,
+            self.c,
+            &format!("GroupNorm({}, {})", self.groups, self.c),
+        )?;
+        ag::group_norm(x, self.groups, &self.gamma, &self.beta, self.eps)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        vec![self.gamma.clone(), self.beta.clone()]
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        vec![
+            ("gamma".into(), self.gamma.value().clone()),
+            ("beta".into(), self.beta.value().clone()),
+        ]
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({"num_groups": self.groups, "num_channels": self.c, "eps": self.eps}))
+    }
+}
+
+/// A parameter-free elementwise activation (ReLU, LeakyReLU, Sigmoid, Tanh, GELU, SiLU, ELU, Softplus,
+/// HardSigmoid, HardSwish, HardTanh).
+pub struct Activation {
+    name: &'static str,
+    op: UnaryOp,
+    training: bool,
+}
+
+impl Activation {
+    /// The activation `op` under the config name `name`.
+    pub fn new(name: &str, op: UnaryOp) -> Self {
+        let name = match name {
+            "ReLU" => "ReLU",
+            "LeakyReLU" => "LeakyReLU",
+            "Sigmoid" => "Sigmoid",
+            "Tanh" => "Tanh",
+            "GELU" => "GELU",
+            "SiLU" | "Swish" => "SiLU",
+            "ELU" => "ELU",
+            "Softplus" => "Softplus",
+            "HardSigmoid" => "HardSigmoid",
+            "HardSwish" => "HardSwish",
+            _ => "HardTanh",
+        };
+        Activation {
+            name,
+            op,
+            training: true,
+        }
+    }
+}
+
+impl Module for Activation {
+    fn type_name(&self) -> &'static str {
+        self.name
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        ag::unary(self.op, x)
+    }
+    fn parameters(&self) -> Vec<Var> {
+        Vec::new()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        match self.op {
+            UnaryOp::LeakyRelu(s) => args(json!({"negative_slope": s})),
+            UnaryOp::Elu(a) => args(json!({"alpha": a})),
+            UnaryOp::Clamp(lo, hi) => args(json!({"min_val": lo, "max_val": hi})),
+            UnaryOp::GeluErf => args(json!({"approximate": false})),
+            _ => Map::new(),
+        }
+    }
+}
+
+/// Inverted dropout in training, identity in evaluation. Each forward draws a new mask: call `k` uses the
+/// seed `hash(seed, k)`, so a run is reproducible.
+pub struct Dropout {
+    p: f32,
+    seed: Option<u64>,
+    base: u64,
+    calls: u64,
+    training: bool,
+}
+
+impl Dropout {
+    /// Drops with probability `p` in [0, 1); `seed` is the config's (netcl's `seed` argument), else `fallback`.
+    pub fn new(p: f32, seed: Option<u64>, fallback: u64) -> Result<Self> {
+        if !(0.0..1.0).contains(&p) {
+            return Err(Error::Invalid(format!(
+                "Dropout: p = {p} must lie in [0, 1)"
+            )));
+        }
+        Ok(Dropout {
+            p,
+            seed,
+            base: seed.unwrap_or(fallback),
+            calls: 0,
+            training: true,
+        })
+    }
+}
+
+impl Module for Dropout {
+    fn type_name(&self) -> &'static str {
+        "Dropout"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        if !self.training || self.p == 0.0 {
+            return Ok(x.clone());
+        }
+        self.calls += 1;
+        ag::dropout(x, self.p, crate::rng::hash(self.base, self.calls))
+    }
+    fn parameters(&self) -> Vec<Var> {
+        Vec::new()
+    }
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+    }
+    fn is_training(&self) -> bool {
+        self.training
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        args(json!({"p": self.p, "seed": self.seed}))
+    }
+}
+
+macro_rules! pool_layer {
+    ($name:ident, $type_name:literal, $doc:literal, $fwd:expr) => {
+        #[doc = $doc]
+        pub struct $name {
+            p: Pool2d,
+            training: bool,
+        }
+
+        impl $name {
+            /// A square window `kernel_size` with `stride` and `padding` (at most half the window).
+            pub fn new(kernel_size: usize, stride: usize, padding: usize) -> Result<Self> {
+                positive(kernel_size, "kernel_size", $type_name)?;
+                positive(stride, "stride", $type_name)?;
+                Ok($name { p: Pool2d::square(kernel_size, stride, padding), training: true })
+            }
+        }
+
+        impl Module for $name {
+            fn type_name(&self) -> &'static str {
+                $type_name
+            }
+            fn forward(&mut self, x: &Var) -> Result<Var> {
+                let f: fn(&Var, Pool2d) -> Result<Var> = $fwd;
+                f(x, self.p)
+            }
+            fn parameters(&self) -> Vec<Var> {
+                Vec::new()
+            }
+            fn set_training(&mut self, on: bool) {
+                self.training = on;
+            }
+            fn is_training(&self) -> bool {
+                self.training
+            }
+            fn state_dict(&self) -> Vec<(String, Tensor)> {
+                Vec::new()
+            }
+            fn config_args(&self) -> Map<String, Value> {
+                args(json!({"kernel_size": self.p.kernel.0, "stride": self.p.stride.0, "padding": self.p.padding.0}))
+            }
+        }
+    };
+}
+
+pool_layer!(
+    MaxPool2d,
+    "MaxPool2d",
+    "Max pooling over square windows.",
+    |x, p| ag::max_pool2d(x, p)
+);
+pool_layer!(
+    AvgPool2d,
+    "AvgPool2d",
+    "Average pooling over square windows (padding counted in the divisor).",
+    |x, p| ag::avg_pool2d(x, p, true)
+);
+
+macro_rules! stateless {
+    ($name:ident, $type_name:literal, $doc:literal, $fwd:expr) => {
+        #[doc = $doc]
+        pub struct $name;
+
+        impl Module for $name {
+            fn type_name(&self) -> &'static str {
+                $type_name
+            }
+            fn forward(&mut self, x: &Var) -> Result<Var> {
+                let f: fn(&Var) -> Result<Var> = $fwd;
+                f(x)
+            }
+            fn parameters(&self) -> Vec<Var> {
+                Vec::new()
+            }
+            fn set_training(&mut self, _on: bool) {}
+            fn is_training(&self) -> bool {
+                false
+            }
+            fn state_dict(&self) -> Vec<(String, Tensor)> {
+                Vec::new()
+            }
+            fn config_args(&self) -> Map<String, Value> {
+                Map::new()
+            }
+        }
+    };
+}
+
+stateless!(
+    GlobalAvgPool2d,
+    "GlobalAvgPool2d",
+    "The mean of each channel's plane: (N, C, H, W) → (N, C, 1, 1).",
+    ag::global_avg_pool2d
+);
+stateless!(
+    Flatten,
+    "Flatten",
+    "(N, …) → (N, rest), as a view.",
+    ag::flatten
+);
+
+/// Nearest or bilinear upsampling by an integer factor.
+pub struct Upsample {
+    factor: usize,
+    mode: crate::ops::Upsample,
+}
+
+impl Upsample {
+    /// Scales height and width by `scale_factor` ≥ 1.
+    pub fn new(scale_factor: usize, mode: crate::ops::Upsample) -> Result<Self> {
+        positive(scale_factor, "scale_factor", "Upsample")?;
+        Ok(Upsample {
+            factor: scale_factor,
+            mode,
+        })
+    }
+}
+
+impl Module for Upsample {
+    fn type_name(&self) -> &'static str {
+        "Upsample"
+    }
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        let s = x.shape();
+        if s.len() != 4 {
+            return Err(Error::Shape(format!(
+                "Upsample: input {s:?} is not N×C×H×W"
+            )));
+        }
+        let size = (s[2] * self.factor, s[3] * self.factor);
+        let (mode, in_shape) = (self.mode, s.to_vec());
+        let y = crate::ops::upsample(x.value(), size, mode)?;
+        Ok(Var::from_op(
+            "upsample",
+            y,
+            &[x],
+            Box::new(move |g| {
+                Ok(vec![Some(crate::ops::upsample_backward(
+                    g, &in_shape, mode,
+                )?)])
+            }),
+        ))
+    }
+    fn parameters(&self) -> Vec<Var> {
+        Vec::new()
+    }
+    fn set_training(&mut self, _on: bool) {}
+    fn is_training(&self) -> bool {
+        false
+    }
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        Vec::new()
+    }
+    fn config_args(&self) -> Map<String, Value> {
+        let (mode, align) = match self.mode {
+            crate::ops::Upsample::Nearest => ("nearest", false),
+            crate::ops::Upsample::Bilinear { align_corners } => ("bilinear", align_corners),
+        };
+        args(json!({"scale_factor": self.factor, "mode": mode, "align_corners": align}))
+    }
+}

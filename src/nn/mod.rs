@@ -1,0 +1,566 @@
+//! Layers behind one [`Module`] trait, `Sequential`, netcl's JSON layer configs and presets, and seeded
+//! initialisers.
+//!
+//! A layer's `forward` takes and returns [`Var`]s: in training it records the graph for `backward`; inside
+//! [`crate::autograd::no_grad`] (or with constant inputs and frozen parameters) it just computes. Parameter
+//! layouts follow netcl: `Linear` stores its weight as (in, out), `Conv2d` as (F, C/groups, KH, KW),
+//! `BatchNorm2d` holds `gamma`, `beta`, `running_mean`, `running_var`.
+
+pub mod init;
+mod layers;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+pub use layers::{
+    Activation, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, DepthwiseConv2d, Dropout, Flatten,
+    GlobalAvgPool2d, GroupNorm, LayerNorm, Linear, MaxPool2d, Upsample,
+};
+
+use crate::autograd::Var;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::ops::UnaryOp;
+use crate::tensor::Tensor;
+
+/// A layer or a container of layers.
+pub trait Module {
+    /// The layer's type name in configs (`Conv2d`, `ReLU`, …).
+    fn type_name(&self) -> &'static str;
+    /// Applies the layer.
+    fn forward(&mut self, x: &Var) -> Result<Var>;
+    /// Trainable parameters (leaves that require gradients), in a fixed order.
+    fn parameters(&self) -> Vec<Var>;
+    /// Switches between training (batch statistics, dropout) and evaluation behaviour.
+    fn set_training(&mut self, on: bool);
+    /// Whether the layer is in training mode.
+    fn is_training(&self) -> bool;
+    /// Named tensors that define the layer's state (parameters and buffers such as running statistics).
+    fn state_dict(&self) -> Vec<(String, Tensor)>;
+    /// The layer's constructor arguments, in netcl's config schema.
+    fn config_args(&self) -> Map<String, Value>;
+
+    /// Replaces the state from named tensors. Every name and shape is checked first; on any mismatch nothing
+    /// changes.
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        let mine = self.state_dict();
+        for (name, t) in state {
+            match mine.iter().find(|(n, _)| n == name) {
+                None => {
+                    return Err(Error::Invalid(format!(
+                        "{}: unknown state entry `{name}`",
+                        self.type_name()
+                    )));
+                }
+                Some((_, cur)) if cur.shape() != t.shape() => {
+                    return Err(Error::Shape(format!(
+                        "{}: `{name}` has shape {:?}, the layer needs {:?}",
+                        self.type_name(),
+                        t.shape(),
+                        cur.shape()
+                    )));
+                }
+                Some(_) => {}
+            }
+        }
+        for (name, _) in &mine {
+            if !state.iter().any(|(n, _)| n == name) {
+                return Err(Error::Invalid(format!(
+                    "{}: state entry `{name}` is missing",
+                    self.type_name()
+                )));
+            }
+        }
+        for (name, t) in state {
+            if let Some((_, cur)) = mine.iter().find(|(n, _)| n == name) {
+                cur.assign(t)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The layer as a netcl config entry: `{"type": …, "args": {…}}`.
+    fn config(&self) -> LayerConfig {
+        LayerConfig {
+            kind: self.type_name().to_owned(),
+            args: self.config_args(),
+        }
+    }
+
+    /// Freezes (or unfreezes) every parameter: backward skips them and optimisers leave them unchanged.
+    fn set_frozen(&self, frozen: bool) {
+        self.parameters().iter().for_each(|p| p.set_frozen(frozen));
+    }
+}
+
+/// One entry of netcl's layer-list config: `{"type": "Conv2d", "args": {…}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LayerConfig {
+    /// The layer type.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Constructor arguments.
+    #[serde(default)]
+    pub args: Map<String, Value>,
+}
+
+/// Layers applied in order.
+pub struct Sequential {
+    layers: Vec<Box<dyn Module>>,
+    training: bool,
+}
+
+impl Sequential {
+    /// A container of `layers`, in training mode.
+    pub fn new(layers: Vec<Box<dyn Module>>) -> Self {
+        Sequential {
+            layers,
+            training: true,
+        }
+    }
+
+    /// The layers.
+    pub fn layers(&self) -> &[Box<dyn Module>] {
+        &self.layers
+    }
+
+    /// Runs a forward pass in evaluation mode without recording a graph.
+    pub fn predict(&mut self, x: &Tensor) -> Result<Tensor> {
+        let was = self.training;
+        self.set_training(false);
+        let r = crate::autograd::no_grad(|| self.forward(&Var::constant(x.clone())));
+        self.set_training(was);
+        Ok(r?.value().clone())
+    }
+
+    /// The configs of every layer, in order (netcl's `Sequential` config).
+    pub fn configs(&self) -> Vec<LayerConfig> {
+        self.layers.iter().map(|l| l.config()).collect()
+    }
+
+    /// Every layer's state, named `"{index}:{key}"` as netcl's model files do.
+    pub fn indexed_state(&self) -> Vec<(String, Tensor)> {
+        self.layers
+            .iter()
+            .enumerate()
+            .flat_map(|(i, l)| {
+                l.state_dict()
+                    .into_iter()
+                    .map(move |(k, t)| (format!("{i}:{k}"), t))
+            })
+            .collect()
+    }
+}
+
+impl Module for Sequential {
+    fn type_name(&self) -> &'static str {
+        "Sequential"
+    }
+
+    fn forward(&mut self, x: &Var) -> Result<Var> {
+        let mut h = x.clone();
+        for (i, l) in self.layers.iter_mut().enumerate() {
+            h = l.forward(&h).map_err(|e| match e {
+                Error::Shape(m) => Error::Shape(format!("layer {i} ({}): {m}", l.type_name())),
+                other => other,
+            })?;
+        }
+        Ok(h)
+    }
+
+    fn parameters(&self) -> Vec<Var> {
+        self.layers.iter().flat_map(|l| l.parameters()).collect()
+    }
+
+    fn set_training(&mut self, on: bool) {
+        self.training = on;
+        self.layers.iter_mut().for_each(|l| l.set_training(on));
+    }
+
+    fn is_training(&self) -> bool {
+        self.training
+    }
+
+    fn state_dict(&self) -> Vec<(String, Tensor)> {
+        self.indexed_state()
+    }
+
+    fn config_args(&self) -> Map<String, Value> {
+        let mut m = Map::new();
+        m.insert(
+            "config".into(),
+            serde_json::to_value(self.configs()).unwrap_or(Value::Null),
+        );
+        m
+    }
+
+    fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
+        let mut per: Vec<Vec<(String, Tensor)>> = vec![Vec::new(); self.layers.len()];
+        for (name, t) in state {
+            let (i, key) = name
+                .split_once(':')
+                .and_then(|(i, k)| i.parse::<usize>().ok().map(|i| (i, k)))
+                .ok_or_else(|| {
+                    Error::Invalid(format!("state entry `{name}` is not named `index:key`"))
+                })?;
+            per.get_mut(i)
+                .ok_or_else(|| {
+                    Error::Invalid(format!(
+                        "state entry `{name}`: the model has {} layers",
+                        self.layers.len()
+                    ))
+                })?
+                .push((key.to_owned(), t.clone()));
+        }
+        // Validate every layer before changing any.
+        for (i, (l, s)) in self.layers.iter().zip(&per).enumerate() {
+            let mine = l.state_dict();
+            for (k, cur) in &mine {
+                match s.iter().find(|(n, _)| n == k) {
+                    None => {
+                        return Err(Error::Invalid(format!(
+                            "layer {i} ({}): `{i}:{k}` is missing",
+                            l.type_name()
+                        )));
+                    }
+                    Some((_, t)) if t.shape() != cur.shape() => {
+                        return Err(Error::Shape(format!(
+                            "layer {i} ({}): `{i}:{k}` has shape {:?}, the layer needs {:?}",
+                            l.type_name(),
+                            t.shape(),
+                            cur.shape()
+                        )));
+                    }
+                    Some(_) => {}
+                }
+            }
+            if let Some((k, _)) = s.iter().find(|(n, _)| !mine.iter().any(|(m, _)| m == n)) {
+                return Err(Error::Invalid(format!(
+                    "layer {i} ({}) has no state entry `{k}`",
+                    l.type_name()
+                )));
+            }
+        }
+        for (l, s) in self.layers.iter_mut().zip(&per) {
+            l.load_state_dict(s)?;
+        }
+        Ok(())
+    }
+}
+
+fn arg_usize(
+    a: &Map<String, Value>,
+    key: &str,
+    default: Option<usize>,
+    layer: &str,
+) -> Result<usize> {
+    match a.get(key) {
+        Some(v) => v
+            .as_u64()
+            .map(|x| x as usize)
+            .or_else(|| {
+                v.as_array()
+                    .and_then(|arr| arr.first())
+                    .and_then(Value::as_u64)
+                    .map(|x| x as usize)
+            })
+            .ok_or_else(|| {
+                Error::Invalid(format!(
+                    "{layer}: argument `{key}` must be a non-negative integer, got {v}"
+                ))
+            }),
+        None => default
+            .ok_or_else(|| Error::Invalid(format!("{layer}: missing required argument `{key}`"))),
+    }
+}
+
+fn arg_f32(a: &Map<String, Value>, key: &str, default: f32, layer: &str) -> Result<f32> {
+    match a.get(key) {
+        Some(v) => v.as_f64().map(|x| x as f32).ok_or_else(|| {
+            Error::Invalid(format!(
+                "{layer}: argument `{key}` must be a number, got {v}"
+            ))
+        }),
+        None => Ok(default),
+    }
+}
+
+fn arg_bool(a: &Map<String, Value>, key: &str, default: bool, layer: &str) -> Result<bool> {
+    match a.get(key) {
+        Some(v) => v.as_bool().ok_or_else(|| {
+            Error::Invalid(format!(
+                "{layer}: argument `{key}` must be true or false, got {v}"
+            ))
+        }),
+        None => Ok(default),
+    }
+}
+
+/// Builds one layer from its config, with parameters initialised from `seed`.
+pub fn build_layer(device: &Device, cfg: &LayerConfig, seed: u64) -> Result<Box<dyn Module>> {
+    let a = &cfg.args;
+    let t = cfg.kind.as_str();
+    let act = |op: UnaryOp| -> Result<Box<dyn Module>> { Ok(Box::new(Activation::new(t, op))) };
+    Ok(match t {
+        "Linear" => Box::new(Linear::new(
+            device,
+            arg_usize(a, "in_features", None, t)?,
+            arg_usize(a, "out_features", None, t)?,
+            arg_bool(a, "bias", true, t)?,
+            seed,
+        )?),
+        "Conv2d" => Box::new(Conv2d::new(
+            device,
+            arg_usize(a, "in_channels", None, t)?,
+            arg_usize(a, "out_channels", None, t)?,
+            arg_usize(a, "kernel_size", None, t)?,
+            arg_usize(a, "stride", Some(1), t)?,
+            arg_usize(a, "pad", Some(0), t)?,
+            arg_usize(a, "dilation", Some(1), t)?,
+            arg_usize(a, "groups", Some(1), t)?,
+            arg_bool(a, "bias", true, t)?,
+            seed,
+        )?),
+        "DepthwiseConv2d" => Box::new(DepthwiseConv2d::new(
+            device,
+            arg_usize(a, "channels", None, t)?,
+            arg_usize(a, "kernel_size", None, t)?,
+            arg_usize(a, "stride", Some(1), t)?,
+            arg_usize(a, "pad", Some(0), t)?,
+            arg_bool(a, "bias", true, t)?,
+            seed,
+        )?),
+        "ConvTranspose2d" => Box::new(ConvTranspose2d::new(
+            device,
+            arg_usize(a, "in_channels", None, t)?,
+            arg_usize(a, "out_channels", None, t)?,
+            arg_usize(a, "kernel_size", None, t)?,
+            arg_usize(a, "stride", Some(1), t)?,
+            arg_usize(a, "pad", Some(0), t)?,
+            arg_bool(a, "bias", true, t)?,
+            seed,
+        )?),
+        "BatchNorm2d" => Box::new(BatchNorm2d::new(
+            device,
+            arg_usize(a, "num_features", None, t)?,
+            arg_f32(a, "momentum", 0.1, t)?,
+            arg_f32(a, "eps", 1e-5, t)?,
+        )?),
+        "LayerNorm" => Box::new(LayerNorm::new(
+            device,
+            arg_usize(a, "normalized_shape", None, t)?,
+            arg_f32(a, "eps", 1e-5, t)?,
+        )?),
+        "GroupNorm" => Box::new(GroupNorm::new(
+            device,
+            arg_usize(a, "num_groups", None, t)?,
+            arg_usize(a, "num_channels", None, t)?,
+            arg_f32(a, "eps", 1e-5, t)?,
+        )?),
+        "ReLU" => act(UnaryOp::Relu)?,
+        "LeakyReLU" => act(UnaryOp::LeakyRelu(arg_f32(a, "negative_slope", 0.01, t)?))?,
+        "Sigmoid" => act(UnaryOp::Sigmoid)?,
+        "Tanh" => act(UnaryOp::Tanh)?,
+        "GELU" => act(if arg_bool(a, "approximate", true, t)? {
+            UnaryOp::GeluTanh
+        } else {
+            UnaryOp::GeluErf
+        })?,
+        "SiLU" | "Swish" => act(UnaryOp::Silu)?,
+        "ELU" => act(UnaryOp::Elu(arg_f32(a, "alpha", 1.0, t)?))?,
+        "Softplus" => act(UnaryOp::Softplus)?,
+        "HardSigmoid" => act(UnaryOp::HardSigmoid)?,
+        "HardSwish" => act(UnaryOp::HardSwish)?,
+        "HardTanh" => act(UnaryOp::Clamp(
+            arg_f32(a, "min_val", -1.0, t)?,
+            arg_f32(a, "max_val", 1.0, t)?,
+        ))?,
+        "Dropout" => {
+            let layer_seed = match a.get("seed") {
+                Some(Value::Number(n)) => n.as_u64(),
+                _ => None,
+            };
+            Box::new(Dropout::new(arg_f32(a, "p", 0.5, t)?, layer_seed, seed)?)
+        }
+        "MaxPool2d" => {
+            let k = arg_usize(a, "kernel_size", Some(2), t)?;
+            Box::new(MaxPool2d::new(
+                k,
+                arg_usize(a, "stride", Some(k), t)?,
+                arg_usize(a, "padding", Some(0), t)?,
+            )?)
+        }
+        "AvgPool2d" => {
+            let k = arg_usize(a, "kernel_size", Some(2), t)?;
+            Box::new(AvgPool2d::new(
+                k,
+                arg_usize(a, "stride", Some(k), t)?,
+                arg_usize(a, "padding", Some(0), t)?,
+            )?)
+        }
+        "GlobalAvgPool2d" => Box::new(GlobalAvgPool2d),
+        "Flatten" => Box::new(Flatten),
+        "Upsample" => Box::new(Upsample::new(
+            arg_usize(a, "scale_factor", Some(2), t)?,
+            match a.get("mode").and_then(Value::as_str).unwrap_or("nearest") {
+                "nearest" => crate::ops::Upsample::Nearest,
+                "bilinear" => crate::ops::Upsample::Bilinear {
+                    align_corners: arg_bool(a, "align_corners", false, t)?,
+                },
+                m => {
+                    return Err(Error::Invalid(format!(
+                        "Upsample: mode `{m}` is not nearest or bilinear"
+                    )));
+                }
+            },
+        )?),
+        other => return Err(Error::Invalid(format!("unknown layer type `{other}`"))),
+    })
+}
+
+/// Builds a `Sequential` from netcl's config list; layer `i` is initialised from `hash(seed, i)`.
+pub fn build_sequential(device: &Device, config: &[LayerConfig], seed: u64) -> Result<Sequential> {
+    let layers = config
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            build_layer(device, c, crate::rng::hash(seed, i as u64))
+                .map_err(|e| Error::Invalid(format!("layer {i}: {e}")))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Sequential::new(layers))
+}
+
+/// Parses a config list from JSON text (netcl's `build_sequential_from_json` format).
+pub fn configs_from_json(text: &str) -> Result<Vec<LayerConfig>> {
+    let v: Value = serde_json::from_str(text)
+        .map_err(|e| Error::Invalid(format!("layer config JSON: {e}")))?;
+    let list = match &v {
+        Value::Array(_) => v,
+        Value::Object(o) => o
+            .get("config")
+            .or_else(|| o.get("layers"))
+            .cloned()
+            .unwrap_or(Value::Null),
+        _ => Value::Null,
+    };
+    serde_json::from_value(list).map_err(|e| {
+        Error::Invalid(format!(
+            "layer config: expected a list of {{\"type\", \"args\"}}: {e}"
+        ))
+    })
+}
+
+fn cfg(kind: &str, args: Value) -> LayerConfig {
+    LayerConfig {
+        kind: kind.into(),
+        args: args.as_object().cloned().unwrap_or_default(),
+    }
+}
+
+/// The presets by name: `tiny_cnn`, `fast_cnn`, `fast_bn_cnn`, `example_cnn`, `example_mlp`, `digits_cnn`.
+pub const PRESETS: &[&str] = &[
+    "tiny_cnn",
+    "fast_cnn",
+    "fast_bn_cnn",
+    "example_cnn",
+    "example_mlp",
+    "digits_cnn",
+];
+
+/// A preset config for inputs of `in_ch` channels and `hw`×`hw` pixels with `classes` outputs.
+///
+/// The CNN presets are netcl's (two 2×2 poolings, then a Linear over the flattened maps), with the Linear's
+/// input size computed from `hw` rather than fixed for 32×32 inputs. `digits_cnn` is sized for the 8×8 digits.
+pub fn preset(name: &str, in_ch: usize, hw: usize, classes: usize) -> Result<Vec<LayerConfig>> {
+    let conv = |i: usize, o: usize| {
+        cfg(
+            "Conv2d",
+            json!({"in_channels": i, "out_channels": o, "kernel_size": 3, "stride": 1, "pad": 1}),
+        )
+    };
+    let pool = || cfg("MaxPool2d", json!({"kernel_size": 2, "stride": 2}));
+    let relu = || cfg("ReLU", json!({}));
+    let bn = |c: usize| cfg("BatchNorm2d", json!({"num_features": c}));
+    let linear = |i: usize, o: usize| cfg("Linear", json!({"in_features": i, "out_features": o}));
+    let q = hw / 4;
+    if q == 0 && name != "example_mlp" {
+        return Err(Error::Invalid(format!(
+            "preset {name} pools twice by 2, so inputs need at least 4×4 pixels, got {hw}"
+        )));
+    }
+    Ok(match name {
+        "tiny_cnn" => vec![
+            conv(in_ch, 8),
+            relu(),
+            pool(),
+            conv(8, 16),
+            relu(),
+            pool(),
+            cfg("Flatten", json!({})),
+            linear(16 * q * q, classes),
+        ],
+        "fast_cnn" => vec![
+            conv(in_ch, 16),
+            relu(),
+            conv(16, 16),
+            relu(),
+            pool(),
+            conv(16, 32),
+            relu(),
+            pool(),
+            cfg("Flatten", json!({})),
+            linear(32 * q * q, classes),
+        ],
+        "fast_bn_cnn" => vec![
+            conv(in_ch, 32),
+            bn(32),
+            relu(),
+            conv(32, 32),
+            bn(32),
+            relu(),
+            pool(),
+            conv(32, 64),
+            bn(64),
+            relu(),
+            pool(),
+            cfg("Flatten", json!({})),
+            cfg("Dropout", json!({"p": 0.3})),
+            linear(64 * q * q, classes),
+        ],
+        "example_cnn" => vec![
+            conv(in_ch, 32),
+            relu(),
+            pool(),
+            conv(32, 64),
+            relu(),
+            pool(),
+            cfg("Flatten", json!({})),
+            linear(64 * q * q, classes),
+        ],
+        "example_mlp" => vec![
+            cfg("Flatten", json!({})),
+            linear(in_ch * hw * hw, 128),
+            relu(),
+            linear(128, classes),
+        ],
+        "digits_cnn" => vec![
+            conv(in_ch, 16),
+            bn(16),
+            relu(),
+            pool(),
+            conv(16, 32),
+            bn(32),
+            relu(),
+            pool(),
+            cfg("Flatten", json!({})),
+            linear(32 * q * q, classes),
+        ],
+        other => {
+            return Err(Error::Invalid(format!(
+                "unknown preset `{other}`; presets: {}",
+                PRESETS.join(", ")
+            )));
+        }
+    })
+}

@@ -1,0 +1,885 @@
+//! OpenCL convolution: the direct, im2col + GEMM, Winograd and pointwise algorithms, forward and backward,
+//! and the measured choice between them.
+
+#![allow(clippy::too_many_arguments)]
+
+use opencl3::event::Event;
+use serde::Serialize;
+
+use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
+use crate::Device;
+use crate::autotune::{self, Source, bucket, shape_key};
+use crate::device::ClDevice;
+use crate::device::opencl::{Arg, events_ms};
+use crate::error::Result;
+use crate::ops::gemm::{BiasMode, Gemm};
+use crate::program::Defines;
+use crate::tensor::{DType, Tensor};
+
+/// The most bytes an im2col workspace may take; larger batches are processed in chunks.
+const COL_BUDGET: usize = 128 << 20;
+
+/// `NETCL_CONV_POINTWISE`: `auto` (measured), `1` (always the pointwise kernels), `0` (never).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PointwiseMode {
+    Auto,
+    Force,
+    Off,
+}
+
+fn pointwise_mode() -> PointwiseMode {
+    match std::env::var("NETCL_CONV_POINTWISE")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Ok("1" | "on" | "true" | "yes" | "force") => PointwiseMode::Force,
+        Ok("0" | "off" | "false" | "no") => PointwiseMode::Off,
+        _ => PointwiseMode::Auto,
+    }
+}
+
+/// netcl's two-way pointwise choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+enum PwChoice {
+    Legacy,
+    Pointwise,
+}
+
+fn i(v: usize) -> Arg<'static> {
+    Arg::I32(v as i32)
+}
+
+/// The geometry key of the general algorithm choices.
+fn algo_key(g: &ConvGeom, extra: &[i64]) -> String {
+    let mut k = vec![
+        bucket(g.n),
+        g.c as i64,
+        bucket(g.h),
+        bucket(g.w),
+        g.f as i64,
+        g.kh as i64,
+        g.kw as i64,
+        g.sh as i64,
+        g.sw as i64,
+        g.ph as i64,
+        g.pw as i64,
+        g.dh as i64,
+        g.dw as i64,
+        g.groups as i64,
+    ];
+    k.extend_from_slice(extra);
+    shape_key(&k)
+}
+
+/// netcl's pointwise shape class: (bucket N, C, bucket H·W, F, has_bias, flag).
+fn pointwise_key(g: &ConvGeom, has_bias: bool, flag: bool) -> String {
+    shape_key(&[
+        bucket(g.n),
+        g.c as i64,
+        bucket(g.h * g.w),
+        g.f as i64,
+        has_bias as i64,
+        flag as i64,
+    ])
+}
+
+impl ClDevice {
+    fn run_gemm(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        g.check(a, b, c, bias)?;
+        if g.m == 0 || g.n == 0 || g.batch == 0 {
+            return Ok(());
+        }
+        ev.extend(self.gemm_events(device, a, b, c, bias, g)?);
+        Ok(())
+    }
+
+    /// Samples per im2col chunk.
+    fn col_chunk(&self, g: &ConvGeom) -> usize {
+        let per = (g.c * g.kh * g.kw * g.p() * 4).max(1);
+        let budget = COL_BUDGET.min((self.info.max_alloc_bytes as usize / 2).max(per));
+        (budget / per).clamp(1, g.n.max(1))
+    }
+
+    // ------------------------------------------------------------------------------------------ forward
+
+    fn fwd_direct(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let (g0, g1) = g.cl_args();
+        let k = self.kernel("conv", &Defines::new(), "conv_direct_fwd")?;
+        let args = [
+            Arg::I32x8(g0),
+            Arg::I32x8(g1),
+            Arg::Mem(x.storage()),
+            Arg::Mem(w.storage()),
+            Arg::Mem(bias.unwrap_or(w).storage()),
+            Arg::I32(bias.is_some() as i32),
+            Arg::I32(relu as i32),
+            Arg::Mem(out.storage()),
+        ];
+        Ok(vec![self.launch(&k, &args, &[out.numel()], Some(&[64]))?])
+    }
+
+    fn im2col(
+        &self,
+        x: &Tensor,
+        col: &Tensor,
+        g: &ConvGeom,
+        n0: usize,
+        nb: usize,
+    ) -> Result<Event> {
+        let (g0, g1) = g.cl_args();
+        let k = self.kernel("conv", &Defines::new(), "conv_im2col")?;
+        let args = [
+            Arg::I32x8(g0),
+            Arg::I32x8(g1),
+            i(n0),
+            i(nb),
+            Arg::Mem(x.storage()),
+            Arg::Mem(col.storage()),
+        ];
+        self.launch(&k, &args, &[g.c * g.kh * g.kw, nb], None)
+    }
+
+    fn fwd_im2col(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let (cg, fg, kk, p) = (g.c / g.groups, g.f / g.groups, g.kh * g.kw, g.p());
+        let chunk = self.col_chunk(g);
+        let col = Tensor::empty(device, &[chunk * g.c * kk * p], DType::F32)?;
+        let fused = g.groups == 1;
+        let mut ev = Vec::new();
+        let mut n0 = 0;
+        while n0 < g.n {
+            let nb = chunk.min(g.n - n0);
+            ev.push(self.im2col(x, &col, g, n0, nb)?);
+            for grp in 0..g.groups {
+                let gm = Gemm {
+                    m: fg,
+                    n: p,
+                    k: cg * kk,
+                    batch: nb,
+                    trans_a: false,
+                    trans_b: false,
+                    off_a: grp * fg * cg * kk,
+                    lda: cg * kk,
+                    s_a: 0,
+                    off_b: grp * cg * kk * p,
+                    ldb: p,
+                    s_b: g.c * kk * p,
+                    off_c: (n0 * g.f + grp * fg) * p,
+                    ldc: p,
+                    s_c: g.f * p,
+                    bias: if bias.is_some() && fused {
+                        BiasMode::Row
+                    } else {
+                        BiasMode::None
+                    },
+                    relu: relu && fused,
+                    tune_name: "conv2d_gemm",
+                    tune_key: shape_key(&[
+                        fg as i64,
+                        (cg * kk) as i64,
+                        bucket(p),
+                        bucket(nb),
+                        0,
+                        0,
+                    ]),
+                };
+                self.run_gemm(
+                    device,
+                    w,
+                    &col,
+                    out,
+                    if fused { bias } else { None },
+                    &gm,
+                    &mut ev,
+                )?;
+            }
+            n0 += nb;
+        }
+        if !fused && (bias.is_some() || relu) {
+            // With groups the GEMM sees one group's rows, so the bias and ReLU run as their own pass.
+            let k = self.kernel("conv", &Defines::new(), "conv_bias_act")?;
+            let args = [
+                i(g.f),
+                i(p),
+                i(out.numel()),
+                Arg::Mem(bias.unwrap_or(w).storage()),
+                Arg::I32(bias.is_some() as i32),
+                Arg::I32(relu as i32),
+                Arg::Mem(out.storage()),
+            ];
+            ev.push(self.launch(&k, &args, &[out.numel()], None)?);
+        }
+        Ok(ev)
+    }
+
+    fn fwd_pointwise(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let p = g.p();
+        let gm = Gemm {
+            bias: if bias.is_some() {
+                BiasMode::Row
+            } else {
+                BiasMode::None
+            },
+            relu,
+            tune_name: "conv2d_pointwise_gemm",
+            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
+            ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
+        };
+        let mut ev = Vec::new();
+        self.run_gemm(device, w, x, out, bias, &gm, &mut ev)?;
+        Ok(ev)
+    }
+
+    fn fwd_winograd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let (th, tw) = (g.oh.div_ceil(2), g.ow.div_ceil(2));
+        let t = th * tw;
+        let nt = g.n * t;
+        let u = Tensor::empty(device, &[16, g.f, g.c], DType::F32)?;
+        let v = Tensor::empty(device, &[16, g.c, nt], DType::F32)?;
+        let m = Tensor::empty(device, &[16, g.f, nt], DType::F32)?;
+        let d = Defines::new();
+        let mut ev = Vec::new();
+        let k = self.kernel("conv", &d, "wino_filter")?;
+        ev.push(self.launch(
+            &k,
+            &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
+            &[(g.f * g.c).div_ceil(16)],
+            None,
+        )?);
+        let k = self.kernel("conv", &d, "wino_input")?;
+        let args = [
+            i(g.n),
+            i(g.c),
+            i(g.h),
+            i(g.w),
+            i(g.ph),
+            i(g.pw),
+            i(th),
+            i(tw),
+            Arg::Mem(x.storage()),
+            Arg::Mem(v.storage()),
+        ];
+        ev.push(self.launch(&k, &args, &[1, th * g.c, g.n], None)?);
+        let gm = Gemm {
+            m: g.f,
+            n: nt,
+            k: g.c,
+            batch: 16,
+            trans_a: false,
+            trans_b: false,
+            off_a: 0,
+            lda: g.c,
+            s_a: g.f * g.c,
+            off_b: 0,
+            ldb: nt,
+            s_b: g.c * nt,
+            off_c: 0,
+            ldc: nt,
+            s_c: g.f * nt,
+            bias: BiasMode::None,
+            relu: false,
+            tune_name: "wino_batched_gemm",
+            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t)]),
+        };
+        self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
+        let k = self.kernel("conv", &d, "wino_output")?;
+        let args = [
+            i(g.n),
+            i(g.f),
+            i(g.oh),
+            i(g.ow),
+            i(th),
+            i(tw),
+            Arg::Mem(m.storage()),
+            Arg::Mem(bias.unwrap_or(w).storage()),
+            Arg::I32(bias.is_some() as i32),
+            Arg::I32(relu as i32),
+            Arg::Mem(out.storage()),
+        ];
+        ev.push(self.launch(&k, &args, &[1, th * g.f, g.n], None)?);
+        Ok(ev)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_algo(
+        &self,
+        device: &Device,
+        algo: ConvAlgo,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        match algo {
+            ConvAlgo::Direct => self.fwd_direct(x, w, bias, out, g, relu),
+            ConvAlgo::Im2col => self.fwd_im2col(device, x, w, bias, out, g, relu),
+            ConvAlgo::Winograd => self.fwd_winograd(device, x, w, bias, out, g, relu),
+            ConvAlgo::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
+        }
+    }
+
+    /// The general path: direct, im2col or Winograd, whichever is eligible and fastest.
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_general(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
+            .into_iter()
+            .filter(|a| g.eligible(*a))
+            .collect();
+        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
+        let algo = autotune::tune(device, "conv2d_fwd_algo", &key, &cands, 0, |a| {
+            events_ms(&self.fwd_algo(device, *a, x, w, bias, out, g, relu)?)
+        })?;
+        self.fwd_algo(device, algo, x, w, bias, out, g, relu)
+    }
+
+    // ------------------------------------------------------------------------------------------ backward
+
+    fn bias_grad(
+        &self,
+        device: &Device,
+        go: &Tensor,
+        gb: &Tensor,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let p = g.p();
+        let cands: Vec<&str> = if self.info.max_work_group_size >= 64 {
+            vec!["wg", "serial"]
+        } else {
+            vec!["serial"]
+        };
+        let run = |c: &str| -> Result<Event> {
+            if c == "wg" {
+                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_wg")?;
+                let args = [
+                    i(g.n),
+                    i(g.f),
+                    i(p),
+                    Arg::Mem(go.storage()),
+                    Arg::Mem(gb.storage()),
+                    Arg::Local(64 * 4),
+                ];
+                self.launch(&k, &args, &[g.f * 64], Some(&[64]))
+            } else {
+                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_serial")?;
+                let args = [
+                    i(g.n),
+                    i(g.f),
+                    i(p),
+                    Arg::Mem(go.storage()),
+                    Arg::Mem(gb.storage()),
+                ];
+                self.launch(&k, &args, &[g.f], None)
+            }
+        };
+        let key = shape_key(&[bucket(g.n), g.f as i64, bucket(p)]);
+        let c = autotune::tune(device, "conv2d_grad_bias", &key, &cands, 0, |c| {
+            events_ms(&[run(c)?])
+        })?;
+        ev.push(run(c)?);
+        Ok(())
+    }
+
+    fn bwd_direct(
+        &self,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let (g0, g1) = g.cl_args();
+        let d = Defines::new();
+        if let Some(gx) = gr.gx {
+            let k = self.kernel("conv", &d, "conv_direct_bwd_x")?;
+            let args = [
+                Arg::I32x8(g0),
+                Arg::I32x8(g1),
+                Arg::Mem(go.storage()),
+                Arg::Mem(w.storage()),
+                Arg::Mem(gx.storage()),
+            ];
+            ev.push(self.launch(&k, &args, &[gx.numel()], Some(&[64]))?);
+        }
+        if let Some(gw) = gr.gw {
+            let k = self.kernel("conv", &d, "conv_direct_bwd_w")?;
+            let args = [
+                Arg::I32x8(g0),
+                Arg::I32x8(g1),
+                Arg::Mem(x.storage()),
+                Arg::Mem(go.storage()),
+                Arg::Mem(gw.storage()),
+            ];
+            ev.push(self.launch(&k, &args, &[gw.numel()], Some(&[64]))?);
+        }
+        Ok(())
+    }
+
+    /// Sums `count` consecutive blocks of `len` floats of `part` into `out` (adding to it when `accumulate`).
+    fn sum_batches(
+        &self,
+        part: &Tensor,
+        out: &Tensor,
+        len: usize,
+        count: usize,
+        accumulate: bool,
+    ) -> Result<Event> {
+        let k = self.kernel("conv", &Defines::new(), "conv_sum_batches")?;
+        let args = [
+            i(len),
+            i(count),
+            Arg::I32(accumulate as i32),
+            Arg::Mem(part.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(&k, &args, &[len], None)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_im2col(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let (cg, fg, kk, p) = (g.c / g.groups, g.f / g.groups, g.kh * g.kw, g.p());
+        let chunk = self.col_chunk(g);
+        let col = Tensor::empty(device, &[chunk * g.c * kk * p], DType::F32)?;
+        let part = if gr.gw.is_some() {
+            Some(Tensor::empty(device, &[chunk * g.f * cg * kk], DType::F32)?)
+        } else {
+            None
+        };
+        let (g0, g1) = g.cl_args();
+        let mut n0 = 0;
+        while n0 < g.n {
+            let nb = chunk.min(g.n - n0);
+            if let (Some(gw), Some(part)) = (gr.gw, &part) {
+                ev.push(self.im2col(x, &col, g, n0, nb)?);
+                for grp in 0..g.groups {
+                    let gm = Gemm {
+                        m: fg,
+                        n: cg * kk,
+                        k: p,
+                        batch: nb,
+                        trans_a: false,
+                        trans_b: true,
+                        off_a: (n0 * g.f + grp * fg) * p,
+                        lda: p,
+                        s_a: g.f * p,
+                        off_b: grp * cg * kk * p,
+                        ldb: p,
+                        s_b: g.c * kk * p,
+                        off_c: grp * fg * cg * kk,
+                        ldc: cg * kk,
+                        s_c: g.f * cg * kk,
+                        bias: BiasMode::None,
+                        relu: false,
+                        tune_name: "conv2d_gemm",
+                        tune_key: shape_key(&[
+                            fg as i64,
+                            (cg * kk) as i64,
+                            bucket(p),
+                            bucket(nb),
+                            0,
+                            1,
+                        ]),
+                    };
+                    self.run_gemm(device, go, &col, part, None, &gm, ev)?;
+                }
+                ev.push(self.sum_batches(part, gw, g.f * cg * kk, nb, n0 > 0)?);
+            }
+            if let Some(gx) = gr.gx {
+                for grp in 0..g.groups {
+                    let gm = Gemm {
+                        m: cg * kk,
+                        n: p,
+                        k: fg,
+                        batch: nb,
+                        trans_a: true,
+                        trans_b: false,
+                        off_a: grp * fg * cg * kk,
+                        lda: cg * kk,
+                        s_a: 0,
+                        off_b: (n0 * g.f + grp * fg) * p,
+                        ldb: p,
+                        s_b: g.f * p,
+                        off_c: grp * cg * kk * p,
+                        ldc: p,
+                        s_c: g.c * kk * p,
+                        bias: BiasMode::None,
+                        relu: false,
+                        tune_name: "conv2d_gemm",
+                        tune_key: shape_key(&[
+                            (cg * kk) as i64,
+                            fg as i64,
+                            bucket(p),
+                            bucket(nb),
+                            1,
+                            0,
+                        ]),
+                    };
+                    self.run_gemm(device, w, go, &col, None, &gm, ev)?;
+                }
+                let k = self.kernel("conv", &Defines::new(), "conv_col2im")?;
+                let args = [
+                    Arg::I32x8(g0),
+                    Arg::I32x8(g1),
+                    i(n0),
+                    i(nb),
+                    Arg::Mem(col.storage()),
+                    Arg::Mem(gx.storage()),
+                ];
+                ev.push(self.launch(&k, &args, &[nb * g.c * g.h], None)?);
+            }
+            n0 += nb;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_pointwise(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let p = g.p();
+        if let Some(gx) = gr.gx {
+            let gm = Gemm {
+                tune_name: "conv2d_pointwise_gemm",
+                tune_key: shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+                ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
+            };
+            self.run_gemm(device, w, go, gx, None, &gm, ev)?;
+        }
+        if let Some(gw) = gr.gw {
+            // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further),
+            // then one reduction.
+            let part = Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?;
+            let gm = Gemm {
+                m: g.f,
+                n: g.c,
+                k: p,
+                batch: g.n,
+                trans_a: false,
+                trans_b: true,
+                off_a: 0,
+                lda: p,
+                s_a: g.f * p,
+                off_b: 0,
+                ldb: p,
+                s_b: g.c * p,
+                off_c: 0,
+                ldc: g.c,
+                s_c: g.f * g.c,
+                bias: BiasMode::None,
+                relu: false,
+                tune_name: "conv2d_pointwise_grad_w",
+                tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+            };
+            self.run_gemm(device, go, x, &part, None, &gm, ev)?;
+            ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_winograd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        if let Some(gx) = gr.gx {
+            let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
+            let k = self.kernel("conv", &Defines::new(), "conv_flip_weights")?;
+            let args = [
+                i(g.f),
+                i(g.c),
+                i(g.kh),
+                i(g.kw),
+                Arg::Mem(w.storage()),
+                Arg::Mem(wr.storage()),
+            ];
+            ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+            ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
+        }
+        if gr.gw.is_some() {
+            self.bwd_im2col(
+                device,
+                x,
+                w,
+                go,
+                &ConvGrads {
+                    gx: None,
+                    gw: gr.gw,
+                    gb: None,
+                },
+                g,
+                ev,
+            )?;
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn bwd_algo(
+        &self,
+        device: &Device,
+        algo: ConvAlgo,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+    ) -> Result<Vec<Event>> {
+        let mut ev = Vec::new();
+        match algo {
+            ConvAlgo::Direct => self.bwd_direct(x, w, go, gr, g, &mut ev)?,
+            ConvAlgo::Im2col => self.bwd_im2col(device, x, w, go, gr, g, &mut ev)?,
+            ConvAlgo::Winograd => self.bwd_winograd(device, x, w, go, gr, g, &mut ev)?,
+            ConvAlgo::Pointwise => self.bwd_pointwise(device, x, w, go, gr, g, &mut ev)?,
+        }
+        if let Some(gb) = gr.gb {
+            self.bias_grad(device, go, gb, g, &mut ev)?;
+        }
+        Ok(ev)
+    }
+
+    fn bwd_general(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+    ) -> Result<Vec<Event>> {
+        let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
+            .into_iter()
+            .filter(|a| g.eligible(*a) && (*a != ConvAlgo::Winograd || gr.gx.is_some()))
+            .collect();
+        let key = algo_key(
+            g,
+            &[
+                gr.gx.is_some() as i64,
+                gr.gw.is_some() as i64,
+                gr.gb.is_some() as i64,
+            ],
+        );
+        let algo = autotune::tune(device, "conv2d_bwd_algo", &key, &cands, 0, |a| {
+            events_ms(&self.bwd_algo(device, *a, x, w, go, gr, g)?)
+        })?;
+        self.bwd_algo(device, algo, x, w, go, gr, g)
+    }
+}
+
+impl ConvKernels for ClDevice {
+    fn conv2d_fwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+        algo: Option<ConvAlgo>,
+    ) -> Result<()> {
+        if let Some(a) = algo {
+            autotune::record_choice(
+                device,
+                "conv2d_fwd_algo",
+                &algo_key(g, &[bias.is_some() as i64, relu as i64]),
+                &a,
+                Source::Forced,
+                "algo option",
+            );
+            self.fwd_algo(device, a, x, w, bias, out, g, relu)?;
+            return Ok(());
+        }
+        if g.eligible(ConvAlgo::Pointwise) {
+            let key = pointwise_key(g, bias.is_some(), relu);
+            let choice = match pointwise_mode() {
+                PointwiseMode::Off => PwChoice::Legacy,
+                PointwiseMode::Force => {
+                    autotune::record_choice(
+                        device,
+                        "conv2d_pointwise_fwd_select",
+                        &key,
+                        &PwChoice::Pointwise,
+                        Source::Forced,
+                        "NETCL_CONV_POINTWISE=1",
+                    );
+                    PwChoice::Pointwise
+                }
+                PointwiseMode::Auto => autotune::tune(
+                    device,
+                    "conv2d_pointwise_fwd_select",
+                    &key,
+                    &[PwChoice::Legacy, PwChoice::Pointwise],
+                    0,
+                    |c| {
+                        events_ms(&match c {
+                            PwChoice::Legacy => {
+                                self.fwd_general(device, x, w, bias, out, g, relu)?
+                            }
+                            PwChoice::Pointwise => {
+                                self.fwd_pointwise(device, x, w, bias, out, g, relu)?
+                            }
+                        })
+                    },
+                )?,
+            };
+            if choice == PwChoice::Pointwise {
+                self.fwd_pointwise(device, x, w, bias, out, g, relu)?;
+                return Ok(());
+            }
+        }
+        self.fwd_general(device, x, w, bias, out, g, relu)?;
+        Ok(())
+    }
+
+    fn conv2d_bwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        algo: Option<ConvAlgo>,
+    ) -> Result<()> {
+        if gr.gx.is_none() && gr.gw.is_none() {
+            if let Some(gb) = gr.gb {
+                let mut ev = Vec::new();
+                self.bias_grad(device, go, gb, g, &mut ev)?;
+            }
+            return Ok(());
+        }
+        let flags = [
+            gr.gx.is_some() as i64,
+            gr.gw.is_some() as i64,
+            gr.gb.is_some() as i64,
+        ];
+        if let Some(a) = algo {
+            autotune::record_choice(
+                device,
+                "conv2d_bwd_algo",
+                &algo_key(g, &flags),
+                &a,
+                Source::Forced,
+                "algo option",
+            );
+            self.bwd_algo(device, a, x, w, go, gr, g)?;
+            return Ok(());
+        }
+        if g.eligible(ConvAlgo::Pointwise) {
+            let key = pointwise_key(g, gr.gb.is_some(), gr.gx.is_some());
+            let choice = match pointwise_mode() {
+                PointwiseMode::Off => PwChoice::Legacy,
+                PointwiseMode::Force => {
+                    autotune::record_choice(
+                        device,
+                        "conv2d_pointwise_bwd_select",
+                        &key,
+                        &PwChoice::Pointwise,
+                        Source::Forced,
+                        "NETCL_CONV_POINTWISE=1",
+                    );
+                    PwChoice::Pointwise
+                }
+                PointwiseMode::Auto => autotune::tune(
+                    device,
+                    "conv2d_pointwise_bwd_select",
+                    &key,
+                    &[PwChoice::Legacy, PwChoice::Pointwise],
+                    0,
+                    |c| {
+                        events_ms(&match c {
+                            PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g)?,
+                            PwChoice::Pointwise => {
+                                self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?
+                            }
+                        })
+                    },
+                )?,
+            };
+            if choice == PwChoice::Pointwise {
+                self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?;
+                return Ok(());
+            }
+        }
+        self.bwd_general(device, x, w, go, gr, g)?;
+        Ok(())
+    }
+}

@@ -1,0 +1,697 @@
+//! Depthwise convolution: one `K × K` filter per channel (weights `C × 1 × K × K`), square stride and padding.
+//!
+//! Algorithms (`NETCL_DWCONV_ALGO=local|naive|tile` forces one, as in netcl; otherwise measured per shape
+//! class): `local` (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs),
+//! `rows` (one output row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output
+//! per work-item). Backward: grad_x of a stride-1 convolution is the forward convolution of grad_out with
+//! the flipped filter (so it uses the same kernels); otherwise a gather. grad_w sums band partials
+//! (a sample × a range of output rows) and reduces them.
+
+#![allow(clippy::too_many_arguments)]
+
+use opencl3::event::Event;
+use serde::Serialize;
+
+use super::conv::Conv2dGrads;
+use crate::Device;
+use crate::autotune::{self, Source, bucket, shape_key};
+use crate::device::opencl::{Arg, events_ms};
+use crate::device::{ClDevice, CpuDevice, cpu_access};
+use crate::error::{Error, Result};
+use crate::program::Defines;
+use crate::tensor::{DType, Tensor};
+
+/// A depthwise convolution algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DwAlgo {
+    /// Local-memory tiles (K ≤ 7, stride 1 or 2).
+    Local,
+    /// One output row per work-item.
+    Rows,
+    /// One output per work-item on a 3-D range with 8×8 groups.
+    Tile,
+    /// One output per work-item.
+    Naive,
+}
+
+/// Validated geometry: (N, C, H, W, OH, OW, stride, pad) and the kernel size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct DwGeom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub s: usize,
+    pub p: usize,
+    pub k: usize,
+}
+
+impl DwGeom {
+    fn new(op: &str, x: &[usize], w: &[usize], stride: usize, pad: usize) -> Result<DwGeom> {
+        if x.len() != 4 || w.len() != 4 {
+            return Err(Error::Shape(format!(
+                "{op}: the input must be (N, C, H, W) and the weight (C, 1, K, K), got {x:?} and {w:?}"
+            )));
+        }
+        if w[0] != x[1] || w[1] != 1 {
+            return Err(Error::Shape(format!(
+                "{op}: mismatched channels: the input {x:?} has {} channels, so the weight must be ({}, 1, K, K), got {w:?}",
+                x[1], x[1]
+            )));
+        }
+        if w[2] != w[3] || w[2] == 0 {
+            return Err(Error::Shape(format!(
+                "{op}: the filter must be square and non-empty, got {w:?}"
+            )));
+        }
+        if stride == 0 {
+            return Err(Error::Invalid(format!(
+                "{op}: stride must be at least 1, got 0"
+            )));
+        }
+        let k = w[2];
+        if k > x[2] + 2 * pad || k > x[3] + 2 * pad {
+            return Err(Error::Shape(format!(
+                "{op}: the kernel ({k}×{k}) is larger than the padded input ({:?} with padding {pad})",
+                x
+            )));
+        }
+        let g = DwGeom {
+            n: x[0],
+            c: x[1],
+            h: x[2],
+            w: x[3],
+            oh: (x[2] + 2 * pad - k) / stride + 1,
+            ow: (x[3] + 2 * pad - k) / stride + 1,
+            s: stride,
+            p: pad,
+            k,
+        };
+        if g.n * g.c * g.h * g.w > i32::MAX as usize || g.n * g.c * g.oh * g.ow > i32::MAX as usize
+        {
+            return Err(Error::Limit(format!(
+                "{op}: {x:?} has more than 2^31-1 elements"
+            )));
+        }
+        Ok(g)
+    }
+
+    fn arg(&self) -> [i32; 8] {
+        [
+            self.n, self.c, self.h, self.w, self.oh, self.ow, self.s, self.p,
+        ]
+        .map(|v| v as i32)
+    }
+
+    fn key(&self, extra: i64) -> String {
+        shape_key(&[
+            bucket(self.n),
+            self.c as i64,
+            bucket(self.h),
+            bucket(self.w),
+            self.k as i64,
+            self.s as i64,
+            self.p as i64,
+            extra,
+        ])
+    }
+
+    /// The stride-1 geometry whose forward pass computes grad_x (grad_out in, padding K−1−p).
+    fn grad_x_geom(&self) -> Option<DwGeom> {
+        (self.s == 1 && self.p < self.k).then(|| DwGeom {
+            h: self.oh,
+            w: self.ow,
+            oh: self.h,
+            ow: self.w,
+            p: self.k - 1 - self.p,
+            ..*self
+        })
+    }
+}
+
+/// Device primitives of depthwise convolution.
+pub(crate) trait DepthwiseKernels {
+    /// `out = depthwise(x, w) + bias`.
+    #[allow(clippy::too_many_arguments)]
+    fn dw_fwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &DwGeom,
+        algo: Option<DwAlgo>,
+    ) -> Result<()>;
+    /// grad_x (optional) and grad_w given grad_out.
+    #[allow(clippy::too_many_arguments)]
+    fn dw_bwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gx: Option<&Tensor>,
+        gw: &Tensor,
+        g: &DwGeom,
+        algo: Option<DwAlgo>,
+    ) -> Result<()>;
+}
+
+/// The forced algorithm: the explicit argument, else `NETCL_DWCONV_ALGO`.
+fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
+    if let Some(a) = algo {
+        return Some((a, "algo argument"));
+    }
+    match std::env::var("NETCL_DWCONV_ALGO")
+        .map(|v| v.trim().to_ascii_lowercase())
+        .as_deref()
+    {
+        Ok("local") => Some((DwAlgo::Local, "NETCL_DWCONV_ALGO")),
+        Ok("naive") => Some((DwAlgo::Naive, "NETCL_DWCONV_ALGO")),
+        Ok("tile") => Some((DwAlgo::Tile, "NETCL_DWCONV_ALGO")),
+        Ok("rows") => Some((DwAlgo::Rows, "NETCL_DWCONV_ALGO")),
+        _ => None,
+    }
+}
+
+fn check(op: &str, ts: &[&Tensor]) -> Result<()> {
+    for t in ts {
+        t.expect_dtype(DType::F32, op)?;
+    }
+    ts[0].same_device(&ts[1..], op)
+}
+
+/// Depthwise convolution of `x` (N, C, H, W) with `w` (C, 1, K, K), plus an optional bias (C).
+pub fn depthwise_conv2d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: usize,
+    pad: usize,
+) -> Result<Tensor> {
+    depthwise_conv2d_algo(x, w, bias, stride, pad, None)
+}
+
+/// [`depthwise_conv2d`] with a forced algorithm (an error where it is not eligible).
+pub fn depthwise_conv2d_algo(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    stride: usize,
+    pad: usize,
+    algo: Option<DwAlgo>,
+) -> Result<Tensor> {
+    check("depthwise_conv2d", &[x, w])?;
+    let g = DwGeom::new("depthwise_conv2d", x.shape(), w.shape(), stride, pad)?;
+    if let Some(b) = bias {
+        check("depthwise_conv2d", &[x, b])?;
+        if b.shape() != [g.c] {
+            return Err(Error::Shape(format!(
+                "depthwise_conv2d: the bias must have shape [{}], got {:?}",
+                g.c,
+                b.shape()
+            )));
+        }
+    }
+    let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
+    if out.numel() > 0 {
+        x.device()
+            .kind()
+            .dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
+    }
+    Ok(out)
+}
+
+/// Gradients of [`depthwise_conv2d`] given `grad_out` (N, C, OH, OW): grad_x (when asked for), grad_w, and
+/// grad_b (with `has_bias`).
+pub fn depthwise_conv2d_backward(
+    x: &Tensor,
+    w: &Tensor,
+    grad_out: &Tensor,
+    has_bias: bool,
+    need_grad_x: bool,
+    stride: usize,
+    pad: usize,
+) -> Result<Conv2dGrads> {
+    depthwise_conv2d_backward_algo(x, w, grad_out, has_bias, need_grad_x, stride, pad, None)
+}
+
+/// [`depthwise_conv2d_backward`] with a forced algorithm.
+#[allow(clippy::too_many_arguments)]
+pub fn depthwise_conv2d_backward_algo(
+    x: &Tensor,
+    w: &Tensor,
+    grad_out: &Tensor,
+    has_bias: bool,
+    need_grad_x: bool,
+    stride: usize,
+    pad: usize,
+    algo: Option<DwAlgo>,
+) -> Result<Conv2dGrads> {
+    check("depthwise_conv2d_backward", &[x, w, grad_out])?;
+    let g = DwGeom::new(
+        "depthwise_conv2d_backward",
+        x.shape(),
+        w.shape(),
+        stride,
+        pad,
+    )?;
+    if grad_out.shape() != [g.n, g.c, g.oh, g.ow] {
+        return Err(Error::Shape(format!(
+            "depthwise_conv2d_backward: grad_out has shape {:?}, but the output is {:?}",
+            grad_out.shape(),
+            [g.n, g.c, g.oh, g.ow]
+        )));
+    }
+    let dev = x.device();
+    let gx = if need_grad_x {
+        Some(Tensor::empty(dev, x.shape(), DType::F32)?)
+    } else {
+        None
+    };
+    let gw = Tensor::empty(dev, w.shape(), DType::F32)?;
+    if g.n * g.oh * g.ow == 0 {
+        for t in gx.iter().chain([&gw]) {
+            dev.kind().fill(t.storage(), [0; 4], t.numel() * 4)?;
+        }
+    } else {
+        dev.kind()
+            .dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
+    }
+    let gb = if has_bias {
+        Some(super::conv::bias_grad(grad_out)?)
+    } else {
+        None
+    };
+    Ok(Conv2dGrads {
+        grad_x: gx,
+        grad_w: gw,
+        grad_b: gb,
+    })
+}
+
+// ------------------------------------------------------------------------------------------ OpenCL
+
+impl ClDevice {
+    fn dw_local_ok(&self, g: &DwGeom) -> bool {
+        let iw = 31 * g.s + g.k;
+        let ih = 7 * g.s + g.k;
+        g.k <= 7
+            && (g.s == 1 || g.s == 2)
+            && self.info.max_work_group_size >= 256
+            && (ih * iw * 4) as u64 <= self.info.local_mem_bytes
+    }
+
+    fn dw_fwd_with(
+        &self,
+        a: DwAlgo,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &DwGeom,
+    ) -> Result<Event> {
+        let hb = Arg::I32(bias.is_some() as i32);
+        let b = bias.unwrap_or(w);
+        let k = g.k as i32;
+        match a {
+            DwAlgo::Local => {
+                if !self.dw_local_ok(g) {
+                    return Err(Error::Invalid(format!(
+                        "depthwise `local` needs K ≤ 7 and stride 1 or 2, got K = {} and stride {}",
+                        g.k, g.s
+                    )));
+                }
+                let kern = self.kernel(
+                    "depthwise",
+                    &Defines::new().set("KS", g.k).set("SS", g.s),
+                    "dw_fwd_local",
+                )?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(w.storage()),
+                    Arg::Mem(b.storage()),
+                    hb,
+                    Arg::Mem(out.storage()),
+                ];
+                self.launch(
+                    &kern,
+                    &args,
+                    &[g.ow.div_ceil(32) * 32, g.oh.div_ceil(8) * 8, g.n * g.c],
+                    Some(&[32, 8, 1]),
+                )
+            }
+            DwAlgo::Rows => {
+                let kern = self.kernel(
+                    "depthwise",
+                    &Defines::new().set("RK", g.k).set("RS", g.s),
+                    "dw_fwd_rows",
+                )?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::I32(k),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(w.storage()),
+                    Arg::Mem(b.storage()),
+                    hb,
+                    Arg::Mem(out.storage()),
+                ];
+                self.launch(&kern, &args, &[g.n * g.c * g.oh], None)
+            }
+            DwAlgo::Tile => {
+                let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_tile")?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::I32(k),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(w.storage()),
+                    Arg::Mem(b.storage()),
+                    hb,
+                    Arg::Mem(out.storage()),
+                ];
+                self.launch(&kern, &args, &[g.ow, g.oh, g.n * g.c], Some(&[8, 8, 1]))
+            }
+            DwAlgo::Naive => {
+                let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_naive")?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::I32(k),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(w.storage()),
+                    Arg::Mem(b.storage()),
+                    hb,
+                    Arg::Mem(out.storage()),
+                ];
+                self.launch(&kern, &args, &[out.numel()], Some(&[64]))
+            }
+        }
+    }
+
+    fn dw_candidates(&self, g: &DwGeom) -> Vec<DwAlgo> {
+        let mut v = Vec::new();
+        if self.dw_local_ok(g) {
+            v.push(DwAlgo::Local);
+        }
+        v.extend([DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive]);
+        v
+    }
+
+    /// Band split of grad_w: about 512 (c, band) groups in all, whole output rows per band.
+    fn dw_bands(&self, g: &DwGeom) -> (usize, usize) {
+        let per_n = (512 / (g.c * g.n).max(1)).clamp(1, g.oh.max(1));
+        let rows = g.oh.div_ceil(per_n).max(1);
+        (g.oh.div_ceil(rows).max(1), rows)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn dw_bwd_with(
+        &self,
+        device: &Device,
+        a: DwAlgo,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gx: Option<&Tensor>,
+        gw: &Tensor,
+        g: &DwGeom,
+    ) -> Result<Vec<Event>> {
+        let mut ev = Vec::new();
+        let k = g.k as i32;
+        if let Some(gx) = gx {
+            match g.grad_x_geom() {
+                // Stride 1: the forward kernels on grad_out with the flipped filter.
+                Some(gg) if a != DwAlgo::Local || self.dw_local_ok(&gg) => {
+                    let wf = Tensor::empty(device, w.shape(), DType::F32)?;
+                    let kern = self.kernel("depthwise", &Defines::new(), "dw_flip")?;
+                    ev.push(self.launch(
+                        &kern,
+                        &[
+                            Arg::I32(g.c as i32),
+                            Arg::I32(k),
+                            Arg::Mem(w.storage()),
+                            Arg::Mem(wf.storage()),
+                        ],
+                        &[wf.numel()],
+                        None,
+                    )?);
+                    ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
+                }
+                _ if a == DwAlgo::Rows || a == DwAlgo::Local => {
+                    let kern = self.kernel(
+                        "depthwise",
+                        &Defines::new().set("RK", g.k).set("RS", g.s),
+                        "dw_bwd_x_rows",
+                    )?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::I32(k),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                }
+                _ => {
+                    let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_x_naive")?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::I32(k),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[64]))?);
+                }
+            }
+        }
+        match a {
+            DwAlgo::Naive | DwAlgo::Tile => {
+                let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_w_naive")?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::I32(k),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(go.storage()),
+                    Arg::Mem(gw.storage()),
+                ];
+                ev.push(self.launch(&kern, &args, &[gw.numel()], None)?);
+            }
+            DwAlgo::Local | DwAlgo::Rows => {
+                let (bands_per, rows) = self.dw_bands(g);
+                let bands = g.n * bands_per;
+                let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
+                let bp = Arg::I32(bands_per as i32);
+                let rw = Arg::I32(rows as i32);
+                if a == DwAlgo::Local && self.dw_local_ok(g) {
+                    let kern = self.kernel(
+                        "depthwise",
+                        &Defines::new().set("KS", g.k).set("SS", g.s),
+                        "dw_bwd_weight_local",
+                    )?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        bp,
+                        rw,
+                        Arg::Mem(x.storage()),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(part.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
+                } else {
+                    let kern = self.kernel(
+                        "depthwise",
+                        &Defines::new().set("RK", g.k).set("RS", g.s),
+                        "dw_bwd_w_rows",
+                    )?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::I32(k),
+                        bp,
+                        rw,
+                        Arg::Mem(x.storage()),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(part.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.c, bands], None)?);
+                }
+                let kern = self.kernel("depthwise", &Defines::new(), "dw_reduce_weight")?;
+                let args = [
+                    Arg::I32(g.c as i32),
+                    Arg::I32((g.k * g.k) as i32),
+                    Arg::I32(bands as i32),
+                    Arg::Mem(part.storage()),
+                    Arg::Mem(gw.storage()),
+                ];
+                ev.push(self.launch(&kern, &args, &[g.c * g.k * g.k], None)?);
+            }
+        }
+        Ok(ev)
+    }
+
+    fn dw_choose(
+        &self,
+        device: &Device,
+        kernel: &str,
+        g: &DwGeom,
+        extra: i64,
+        algo: Option<DwAlgo>,
+        bench: impl FnMut(&DwAlgo) -> Result<f64>,
+    ) -> Result<DwAlgo> {
+        let key = g.key(extra);
+        if let Some((a, why)) = forced(algo) {
+            if a == DwAlgo::Local && !self.dw_local_ok(g) {
+                return Err(Error::Invalid(format!(
+                    "depthwise `local` needs K ≤ 7 and stride 1 or 2, got K = {} and stride {}",
+                    g.k, g.s
+                )));
+            }
+            autotune::record_choice(device, kernel, &key, &a, Source::Forced, why);
+            return Ok(a);
+        }
+        autotune::tune(device, kernel, &key, &self.dw_candidates(g), 0, bench)
+    }
+}
+
+impl DepthwiseKernels for ClDevice {
+    fn dw_fwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &DwGeom,
+        algo: Option<DwAlgo>,
+    ) -> Result<()> {
+        let a = self.dw_choose(
+            device,
+            "dwconv_fwd_algo",
+            g,
+            bias.is_some() as i64,
+            algo,
+            |a| events_ms(&[self.dw_fwd_with(*a, x, w, bias, out, g)?]),
+        )?;
+        self.dw_fwd_with(a, x, w, bias, out, g)?;
+        Ok(())
+    }
+
+    fn dw_bwd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gx: Option<&Tensor>,
+        gw: &Tensor,
+        g: &DwGeom,
+        algo: Option<DwAlgo>,
+    ) -> Result<()> {
+        let a = self.dw_choose(
+            device,
+            "dwconv_bwd_algo",
+            g,
+            gx.is_some() as i64,
+            algo,
+            |a| events_ms(&self.dw_bwd_with(device, *a, x, w, go, gx, gw, g)?),
+        )?;
+        self.dw_bwd_with(device, a, x, w, go, gx, gw, g)?;
+        Ok(())
+    }
+}
+
+// ------------------------------------------------------------------------------------------ reference
+
+fn host(t: &Tensor) -> Result<Vec<f32>> {
+    Ok(bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec())
+}
+
+fn store(t: &Tensor, v: &[f64]) -> Result<()> {
+    let mut w = cpu_access::write(t)?;
+    let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
+    for (d, s) in o.iter_mut().zip(v) {
+        *d = *s as f32;
+    }
+    Ok(())
+}
+
+/// Calls `f(nc, c, oh, ow, y, x, tap)` for every in-bounds (output, tap) pair.
+fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {
+    for nc in 0..g.n * g.c {
+        for oh in 0..g.oh {
+            for kh in 0..g.k {
+                let y = (oh * g.s + kh) as isize - g.p as isize;
+                if y < 0 || y >= g.h as isize {
+                    continue;
+                }
+                for ow in 0..g.ow {
+                    for kw in 0..g.k {
+                        let x = (ow * g.s + kw) as isize - g.p as isize;
+                        if x >= 0 && x < g.w as isize {
+                            f(nc, nc % g.c, oh, ow, y as usize, x as usize, kh * g.k + kw);
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl DepthwiseKernels for CpuDevice {
+    fn dw_fwd(
+        &self,
+        _device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &DwGeom,
+        _algo: Option<DwAlgo>,
+    ) -> Result<()> {
+        let (xv, wv) = (host(x)?, host(w)?);
+        let mut acc = vec![0f64; g.n * g.c * g.oh * g.ow];
+        if let Some(b) = bias {
+            let bv = host(b)?;
+            for (i, a) in acc.iter_mut().enumerate() {
+                *a = bv[(i / (g.oh * g.ow)) % g.c] as f64;
+            }
+        }
+        taps(g, |nc, c, oh, ow, y, xx, t| {
+            acc[(nc * g.oh + oh) * g.ow + ow] +=
+                xv[(nc * g.h + y) * g.w + xx] as f64 * wv[c * g.k * g.k + t] as f64;
+        });
+        store(out, &acc)
+    }
+
+    fn dw_bwd(
+        &self,
+        _device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gx: Option<&Tensor>,
+        gw: &Tensor,
+        g: &DwGeom,
+        _algo: Option<DwAlgo>,
+    ) -> Result<()> {
+        let (xv, wv, gov) = (host(x)?, host(w)?, host(go)?);
+        if let Some(gx) = gx {
+            let mut acc = vec![0f64; g.n * g.c * g.h * g.w];
+            taps(g, |nc, c, oh, ow, y, xx, t| {
+                acc[(nc * g.h + y) * g.w + xx] +=
+                    gov[(nc * g.oh + oh) * g.ow + ow] as f64 * wv[c * g.k * g.k + t] as f64;
+            });
+            store(gx, &acc)?;
+        }
+        let mut acc = vec![0f64; g.c * g.k * g.k];
+        taps(g, |nc, c, oh, ow, y, xx, t| {
+            acc[c * g.k * g.k + t] +=
+                gov[(nc * g.oh + oh) * g.ow + ow] as f64 * xv[(nc * g.h + y) * g.w + xx] as f64;
+        });
+        store(gw, &acc)
+    }
+}

@@ -1,0 +1,396 @@
+//! OpenCL GEMM: the kernel candidates of `kernels/gemm.cl`, their launch geometry, and measured selection.
+
+#![allow(clippy::too_many_arguments)]
+
+use opencl3::event::Event;
+use serde::Serialize;
+
+use super::{Gemm, GemmKernels};
+use crate::Device;
+use crate::autotune;
+use crate::device::ClDevice;
+use crate::device::opencl::{Arg, events_ms};
+use crate::error::{Error, Result};
+use crate::program::Defines;
+use crate::tensor::{DType, Tensor};
+
+/// One kernel shape of the family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Algo {
+    /// Local-memory tiles `tm×tn×tk`, `rm×rn` outputs per work-item (GPUs).
+    Tiled {
+        tm: usize,
+        tn: usize,
+        tk: usize,
+        rm: usize,
+        rn: usize,
+    },
+    /// Packed panels, `mr` rows × `vw·nb` columns per work-item, `ly` work-items per group along rows (CPU).
+    Packed {
+        mr: usize,
+        vw: usize,
+        nb: usize,
+        ly: usize,
+    },
+    /// As `Packed`, reading A and B in place (no packing pass).
+    Reg {
+        mr: usize,
+        vw: usize,
+        nb: usize,
+        ly: usize,
+    },
+}
+
+/// A candidate: a kernel shape and the number of K splits (1 = no split).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct GemmCand {
+    pub algo: Algo,
+    pub splits: usize,
+}
+
+impl Serialize for GemmCand {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        let v = match self.algo {
+            Algo::Tiled { tm, tn, tk, rm, rn } => {
+                serde_json::json!(["tiled", tm, tn, tk, rm, rn, self.splits])
+            }
+            Algo::Packed { mr, vw, nb, ly } => {
+                serde_json::json!(["packed", mr, vw * nb, ly, self.splits])
+            }
+            Algo::Reg { mr, vw, nb, ly } => {
+                serde_json::json!(["reg", mr, vw * nb, ly, self.splits])
+            }
+        };
+        v.serialize(s)
+    }
+}
+
+/// Tile configurations of the local-memory kernel, largest first.
+const TILED: [(usize, usize, usize, usize, usize); 3] = [
+    (128, 128, 16, 8, 8),
+    (64, 128, 16, 4, 8),
+    (64, 64, 16, 4, 4),
+];
+/// Register blocks of the CPU kernels: (rows, vector width, vectors per row).
+const BLOCKS: [(usize, usize, usize); 3] = [(16, 16, 1), (12, 16, 2), (6, 8, 2)];
+
+impl ClDevice {
+    /// The candidates for `g`. They depend only on what `g.tune_key` holds (bucketed sizes and flags), so a
+    /// cached winner always names one of them.
+    pub(crate) fn gemm_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
+        let max_wg = self.info.max_work_group_size.max(1);
+        let lmem = self.info.local_mem_bytes as usize;
+        let wis = &self.info.max_work_item_sizes;
+        let (bm, bn, bk) = (
+            g.m.next_power_of_two(),
+            g.n.next_power_of_two(),
+            g.k.next_power_of_two(),
+        );
+        let mut v = Vec::new();
+        for (tm, tn, tk, rm, rn) in TILED {
+            let (wx, wy) = (tn / rn, tm / rm);
+            let bytes = tk * ((tm + 4) + (tn + 4)) * 4;
+            let fits_items = wis.len() < 2 || (wx <= wis[0] && wy <= wis[1]);
+            // A tile far larger than the product only pads work.
+            let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
+            if wx * wy <= max_wg && bytes <= lmem && fits_items && useful {
+                v.push(GemmCand {
+                    algo: Algo::Tiled { tm, tn, tk, rm, rn },
+                    splits: 1,
+                });
+            }
+        }
+        for (mr, vw, nb) in BLOCKS {
+            v.push(GemmCand {
+                algo: Algo::Packed { mr, vw, nb, ly: 4 },
+                splits: 1,
+            });
+        }
+        // Without a packing pass: pays for small products, where packing costs as much as the product.
+        if !g.trans_b {
+            v.push(GemmCand {
+                algo: Algo::Reg {
+                    mr: 8,
+                    vw: 16,
+                    nb: 2,
+                    ly: 4,
+                },
+                splits: 1,
+            });
+        }
+        // Split-K pays when the reduction is long and the output too small to fill the device.
+        if bk >= 4 * bm.max(bn) && bk >= 1024 {
+            let splits = (bk / bm.max(bn)).clamp(4, 32);
+            let base: Vec<GemmCand> = v
+                .iter()
+                .filter(|c| {
+                    matches!(
+                        c.algo,
+                        Algo::Tiled { tm: 64, tn: 64, .. } | Algo::Packed { mr: 16, .. }
+                    )
+                })
+                .copied()
+                .collect();
+            v.extend(base.into_iter().map(|c| GemmCand { splits, ..c }));
+        }
+        v
+    }
+
+    /// Runs `g` with candidate `c`; returns the events of every launch, in order.
+    pub(crate) fn gemm_with(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+        cand: GemmCand,
+    ) -> Result<Vec<Event>> {
+        let kd = g.k.max(1);
+        let mut splits = cand.splits.clamp(1, kd);
+        let l = kd.div_ceil(splits).div_ceil(16) * 16;
+        splits = kd.div_ceil(l);
+        let partial = if splits > 1 {
+            Some(Tensor::empty(
+                device,
+                &[g.batch * splits, g.m, g.n],
+                DType::F32,
+            )?)
+        } else {
+            None
+        };
+        let (out, off_c, ldc, s_c) = match &partial {
+            Some(p) => (p, 0, g.n, g.m * g.n),
+            None => (c, g.off_c, g.ldc, g.s_c),
+        };
+        let bias_t = bias.unwrap_or(out);
+        let bias_code = if bias.is_some() { g.bias.code() } else { 0 };
+        let i = |v: usize| Arg::I32(v as i32);
+        let base = Defines::new()
+            .set("TRANS_A", g.trans_a as i32)
+            .set("TRANS_B", g.trans_b as i32);
+        let z = g.batch * splits;
+        let mut evs = Vec::new();
+        match cand.algo {
+            Algo::Tiled { tm, tn, tk, rm, rn } => {
+                let d = base
+                    .set("TM", tm)
+                    .set("TN", tn)
+                    .set("TK", tk)
+                    .set("RM", rm)
+                    .set("RN", rn);
+                let k = self.kernel("gemm", &d, "gemm_tiled")?;
+                let (wx, wy) = (tn / rn, tm / rm);
+                let args = [
+                    i(g.m),
+                    i(g.n),
+                    i(g.k),
+                    Arg::Mem(a.storage()),
+                    i(g.off_a),
+                    i(g.lda),
+                    i(g.s_a),
+                    Arg::Mem(b.storage()),
+                    i(g.off_b),
+                    i(g.ldb),
+                    i(g.s_b),
+                    Arg::Mem(out.storage()),
+                    i(off_c),
+                    i(ldc),
+                    i(s_c),
+                    i(splits),
+                    i(l),
+                    Arg::Mem(bias_t.storage()),
+                    Arg::I32(bias_code),
+                    Arg::I32(g.relu as i32),
+                ];
+                let global = [g.n.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, z];
+                evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, 1]))?);
+            }
+            Algo::Packed { mr, vw, nb, ly } => {
+                let nr = vw * nb;
+                let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
+                let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
+                // A shared by every batch (s_a = 0) is packed once.
+                let ba = if g.s_a == 0 { 1 } else { g.batch };
+                let bb = if g.s_b == 0 { 1 } else { g.batch };
+                let ap = Tensor::empty(device, &[ba * pm * kd * mr], DType::F32)?;
+                let bp = Tensor::empty(device, &[bb * pn * kd * nr], DType::F32)?;
+                let ka = self.kernel("gemm", &d, "gemm_pack_a")?;
+                let args = [
+                    i(g.m),
+                    i(g.k),
+                    Arg::Mem(a.storage()),
+                    i(g.off_a),
+                    i(g.lda),
+                    i(g.s_a),
+                    Arg::Mem(ap.storage()),
+                ];
+                evs.push(self.launch(&ka, &args, &[g.k.div_ceil(32), pm, ba], None)?);
+                let kb = self.kernel("gemm", &d, "gemm_pack_b")?;
+                let args = [
+                    i(g.n),
+                    i(g.k),
+                    Arg::Mem(b.storage()),
+                    i(g.off_b),
+                    i(g.ldb),
+                    i(g.s_b),
+                    Arg::Mem(bp.storage()),
+                ];
+                evs.push(self.launch(&kb, &args, &[g.k.div_ceil(32), pn, bb], None)?);
+                let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
+                let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
+                let k = self.kernel("gemm", &d, "gemm_packed")?;
+                let args = [
+                    i(g.m),
+                    i(g.n),
+                    i(g.k),
+                    Arg::Mem(ap.storage()),
+                    i(s_ap),
+                    Arg::Mem(bp.storage()),
+                    i(s_bp),
+                    Arg::Mem(out.storage()),
+                    i(off_c),
+                    i(ldc),
+                    i(s_c),
+                    i(splits),
+                    i(l),
+                    Arg::Mem(bias_t.storage()),
+                    Arg::I32(bias_code),
+                    Arg::I32(g.relu as i32),
+                ];
+                evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+            }
+            Algo::Reg { mr, vw, nb, ly } => {
+                if g.trans_b {
+                    return Err(Error::Invalid(
+                        "gemm_reg reads B in place and needs an untransposed B".into(),
+                    ));
+                }
+                let nr = vw * nb;
+                let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
+                let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
+                let k = self.kernel("gemm", &d, "gemm_reg")?;
+                let args = [
+                    i(g.m),
+                    i(g.n),
+                    i(g.k),
+                    Arg::Mem(a.storage()),
+                    i(g.off_a),
+                    i(g.lda),
+                    i(g.s_a),
+                    Arg::Mem(b.storage()),
+                    i(g.off_b),
+                    i(g.ldb),
+                    i(g.s_b),
+                    Arg::Mem(out.storage()),
+                    i(off_c),
+                    i(ldc),
+                    i(s_c),
+                    i(splits),
+                    i(l),
+                    Arg::Mem(bias_t.storage()),
+                    Arg::I32(bias_code),
+                    Arg::I32(g.relu as i32),
+                ];
+                evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+            }
+        }
+        if let Some(p) = &partial {
+            let k = self.kernel("gemm", &Defines::new(), "gemm_reduce_splits")?;
+            let bias_t = bias.unwrap_or(c);
+            let args = [
+                i(g.m),
+                i(g.n),
+                i(splits),
+                Arg::Mem(p.storage()),
+                Arg::Mem(c.storage()),
+                i(g.off_c),
+                i(g.ldc),
+                i(g.s_c),
+                Arg::Mem(bias_t.storage()),
+                Arg::I32(bias_code),
+                Arg::I32(g.relu as i32),
+            ];
+            evs.push(self.launch(&k, &args, &[g.n, g.m, g.batch], None)?);
+        }
+        Ok(evs)
+    }
+
+    /// The measured (or cached) best candidate for `g`, under `g.tune_name` / `g.tune_key`.
+    pub(crate) fn gemm_choice(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+    ) -> Result<GemmCand> {
+        let cands = self.gemm_candidates(g);
+        // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs.
+        let default = cands
+            .iter()
+            .position(|c| matches!(c.algo, Algo::Packed { .. }))
+            .filter(|_| self.info.kind == "cpu")
+            .unwrap_or(0);
+        autotune::tune(device, g.tune_name, &g.tune_key, &cands, default, |cand| {
+            events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
+        })
+    }
+
+    /// Chooses and runs the product; returns the launch events.
+    pub(crate) fn gemm_events(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+    ) -> Result<Vec<Event>> {
+        let cand = self.gemm_choice(device, a, b, c, bias, g)?;
+        self.gemm_with(device, a, b, c, bias, g, cand)
+    }
+}
+
+impl GemmKernels for ClDevice {
+    fn gemm(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+    ) -> Result<()> {
+        self.gemm_events(device, a, b, c, bias, g).map(|_| ())
+    }
+
+    fn gemm_labels(&self, g: &Gemm) -> Vec<String> {
+        self.gemm_candidates(g)
+            .iter()
+            .map(|c| autotune::label(&serde_json::to_value(c).unwrap_or_default()))
+            .collect()
+    }
+
+    fn gemm_forced(
+        &self,
+        device: &Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        g: &Gemm,
+        label: &str,
+    ) -> Result<()> {
+        let cands = self.gemm_candidates(g);
+        let labels = self.gemm_labels(g);
+        let Some(i) = labels.iter().position(|l| l == label) else {
+            return Err(Error::Invalid(format!(
+                "gemm candidate `{label}` is not one of {labels:?}"
+            )));
+        };
+        self.gemm_with(device, a, b, c, None, g, cands[i])
+            .map(|_| ())
+    }
+}

@@ -1,0 +1,358 @@
+//! Matrix products: `matmul` (2-D), `matmul_t` (with transposes) and `bmm` (batched).
+//!
+//! Every product is one strided, batched GEMM descriptor ([`Gemm`]) executed by the device's
+//! [`GemmKernels`]. On OpenCL the autotuner picks, per device and shape class, among local-memory tiled
+//! kernels (GPUs), packed float8/float16 register-blocked kernels without barriers (CPU OpenCL), and split-K
+//! variants of both for long reductions. The convolution family reuses the same descriptor with its own
+//! tuning keys (e.g. `conv2d_pointwise_gemm`).
+
+mod cl;
+mod cpu;
+
+use crate::autotune::{bucket, shape_key};
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// How the epilogue adds a bias vector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BiasMode {
+    /// No bias.
+    None,
+    /// `bias[m]` on row `m` (a conv bias per output channel).
+    Row,
+}
+
+impl BiasMode {
+    fn code(self) -> i32 {
+        match self {
+            BiasMode::None => 0,
+            BiasMode::Row => 1,
+        }
+    }
+}
+
+/// One strided batched product `C[b] = op(A[b]) · op(B[b])` (+ bias, ReLU), in elements.
+///
+/// `op(A)` is `m × k`: element `(i, p)` is `A[off_a + b·s_a + i·lda + p]`, or `A[… + p·lda + i]` when
+/// `trans_a`. Likewise `op(B)` is `k × n`. `C[b]` starts at `off_c + b·s_c` with row stride `ldc`.
+#[derive(Debug, Clone)]
+pub(crate) struct Gemm {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub batch: usize,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub off_a: usize,
+    pub lda: usize,
+    pub s_a: usize,
+    pub off_b: usize,
+    pub ldb: usize,
+    pub s_b: usize,
+    pub off_c: usize,
+    pub ldc: usize,
+    pub s_c: usize,
+    pub bias: BiasMode,
+    pub relu: bool,
+    /// The autotune kernel name (`matmul`, `conv2d_pointwise_gemm`, …).
+    pub tune_name: &'static str,
+    /// The autotune shape key; every candidate list depends only on what it holds.
+    pub tune_key: String,
+}
+
+impl Gemm {
+    /// A dense batched product of contiguous row-major operands with the `matmul` tuning key.
+    pub(crate) fn dense(
+        m: usize,
+        n: usize,
+        k: usize,
+        batch: usize,
+        trans_a: bool,
+        trans_b: bool,
+        shared_a: bool,
+    ) -> Gemm {
+        Gemm {
+            m,
+            n,
+            k,
+            batch,
+            trans_a,
+            trans_b,
+            off_a: 0,
+            lda: if trans_a { m } else { k },
+            s_a: if shared_a { 0 } else { m * k },
+            off_b: 0,
+            ldb: if trans_b { k } else { n },
+            s_b: k * n,
+            off_c: 0,
+            ldc: n,
+            s_c: m * n,
+            bias: BiasMode::None,
+            relu: false,
+            tune_name: "matmul",
+            tune_key: shape_key(&[
+                bucket(m),
+                bucket(n),
+                bucket(k),
+                bucket(batch),
+                trans_a as i64,
+                trans_b as i64,
+            ]),
+        }
+    }
+
+    /// The last element index (+1) each operand touches, to check buffer sizes.
+    fn extents(&self) -> (usize, usize, usize) {
+        let last = self.batch.saturating_sub(1);
+        let a_rows = if self.trans_a { self.k } else { self.m };
+        let a_cols = if self.trans_a { self.m } else { self.k };
+        let b_rows = if self.trans_b { self.n } else { self.k };
+        let b_cols = if self.trans_b { self.k } else { self.n };
+        let ext = |off: usize, s: usize, rows: usize, ld: usize, cols: usize| {
+            if rows == 0 || cols == 0 {
+                0
+            } else {
+                off + last * s + (rows - 1) * ld + cols
+            }
+        };
+        (
+            ext(self.off_a, self.s_a, a_rows, self.lda, a_cols),
+            ext(self.off_b, self.s_b, b_rows, self.ldb, b_cols),
+            ext(self.off_c, self.s_c, self.m, self.ldc, self.n),
+        )
+    }
+
+    /// Checks the descriptor against the buffers and the 32-bit index limit of the kernels.
+    pub(crate) fn check(
+        &self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+    ) -> Result<()> {
+        let (ea, eb, ec) = self.extents();
+        if ea > a.numel() || eb > b.numel() || ec > c.numel() {
+            return Err(Error::Invalid(format!(
+                "gemm descriptor {self:?} reaches past its buffers ({} / {} / {} elements)",
+                a.numel(),
+                b.numel(),
+                c.numel()
+            )));
+        }
+        let lim = i32::MAX as usize;
+        if [ea, eb, ec, self.m * self.n * self.batch.max(1)]
+            .iter()
+            .any(|&e| e > lim)
+        {
+            return Err(Error::Limit(format!(
+                "gemm {}×{}×{} (batch {}) addresses more than 2^31-1 elements",
+                self.m, self.n, self.k, self.batch
+            )));
+        }
+        let need = match self.bias {
+            BiasMode::None => 0,
+            BiasMode::Row => self.m,
+        };
+        if need > 0 && bias.is_none_or(|t| t.numel() < need) {
+            return Err(Error::Shape(format!("gemm bias needs {need} elements")));
+        }
+        Ok(())
+    }
+}
+
+/// Device primitives for matrix products.
+pub(crate) trait GemmKernels {
+    /// Computes `g` into `c` (every element of every `C[b]` is written).
+    fn gemm(
+        &self,
+        device: &crate::Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        bias: Option<&Tensor>,
+        g: &Gemm,
+    ) -> Result<()>;
+    /// The labels of the candidates the autotuner would measure for `g`.
+    fn gemm_labels(&self, g: &Gemm) -> Vec<String>;
+    /// Computes `g` with the candidate labelled `label` (bypassing the autotuner).
+    fn gemm_forced(
+        &self,
+        device: &crate::Device,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        g: &Gemm,
+        label: &str,
+    ) -> Result<()>;
+}
+
+fn check_f32(ts: &[&Tensor], op: &str) -> Result<()> {
+    for t in ts {
+        t.expect_dtype(DType::F32, op)?;
+    }
+    ts[0].same_device(&ts[1..], op)
+}
+
+/// The matrix product of 2-D `a` (m×k) and `b` (k×n).
+pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    matmul_t(a, b, false, false)
+}
+
+/// `op(a) · op(b)` for 2-D tensors, where `op` transposes when the flag is set (`a` is stored k×m when
+/// `trans_a`, `b` is stored n×k when `trans_b`).
+pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    check_f32(&[a, b], "matmul")?;
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(Error::Shape(format!(
+            "matmul needs 2-D tensors, got {:?} and {:?} (use bmm for batches)",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let (m, ka) = if trans_a {
+        (a.shape()[1], a.shape()[0])
+    } else {
+        (a.shape()[0], a.shape()[1])
+    };
+    let (kb, n) = if trans_b {
+        (b.shape()[1], b.shape()[0])
+    } else {
+        (b.shape()[0], b.shape()[1])
+    };
+    if ka != kb {
+        return Err(Error::Shape(format!(
+            "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}{}, b {:?}{}); the inner sizes must match",
+            a.shape(),
+            if trans_a { " transposed" } else { "" },
+            b.shape(),
+            if trans_b { " transposed" } else { "" }
+        )));
+    }
+    let out = Tensor::empty(a.device(), &[m, n], DType::F32)?;
+    run(
+        a,
+        b,
+        &out,
+        None,
+        &Gemm::dense(m, n, ka, 1, trans_a, trans_b, false),
+    )?;
+    Ok(out)
+}
+
+/// Batched product of 3-D tensors: `out[i] = op(a[i]) · op(b[i])`. A batch of 1 on either side is shared by
+/// every batch of the other.
+pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    check_f32(&[a, b], "bmm")?;
+    if a.rank() != 3 || b.rank() != 3 {
+        return Err(Error::Shape(format!(
+            "bmm needs 3-D tensors (batch, rows, cols), got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let (ba, bb) = (a.shape()[0], b.shape()[0]);
+    if ba != bb && ba != 1 && bb != 1 {
+        return Err(Error::Shape(format!(
+            "bmm: batch sizes {ba} and {bb} differ (one of them may be 1)"
+        )));
+    }
+    let batch = ba.max(bb);
+    let (m, ka) = if trans_a {
+        (a.shape()[2], a.shape()[1])
+    } else {
+        (a.shape()[1], a.shape()[2])
+    };
+    let (kb, n) = if trans_b {
+        (b.shape()[2], b.shape()[1])
+    } else {
+        (b.shape()[1], b.shape()[2])
+    };
+    if ka != kb {
+        return Err(Error::Shape(format!(
+            "bmm: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}, b {:?}); the inner sizes must match",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let out = Tensor::empty(a.device(), &[batch, m, n], DType::F32)?;
+    let mut g = Gemm::dense(m, n, ka, batch, trans_a, trans_b, ba == 1);
+    if bb == 1 {
+        g.s_b = 0;
+    }
+    run(a, b, &out, None, &g)?;
+    Ok(out)
+}
+
+fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
+    check_f32(&[a, b], "matmul")?;
+    if a.rank() != 2 || b.rank() != 2 {
+        return Err(Error::Shape(format!(
+            "matmul needs 2-D tensors, got {:?} and {:?}",
+            a.shape(),
+            b.shape()
+        )));
+    }
+    let (m, ka) = if trans_a {
+        (a.shape()[1], a.shape()[0])
+    } else {
+        (a.shape()[0], a.shape()[1])
+    };
+    let (kb, n) = if trans_b {
+        (b.shape()[1], b.shape()[0])
+    } else {
+        (b.shape()[0], b.shape()[1])
+    };
+    if ka != kb {
+        return Err(Error::Shape(format!(
+            "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n}; the inner sizes must match"
+        )));
+    }
+    Ok(Gemm::dense(m, n, ka, 1, trans_a, trans_b, false))
+}
+
+/// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device, as
+/// labels (e.g. `["packed",16,16,4,1]`); the built-in device has the one candidate `reference`.
+pub fn matmul_candidates(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<Vec<String>> {
+    let g = matmul_desc(a, b, trans_a, trans_b)?;
+    Ok(a.device().kind().gemm_labels(&g))
+}
+
+/// `matmul_t` computed by the candidate `label` (one of [`matmul_candidates`]), without autotuning: to test
+/// and compare individual kernels.
+pub fn matmul_with(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    label: &str,
+) -> Result<Tensor> {
+    let g = matmul_desc(a, b, trans_a, trans_b)?;
+    let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
+    g.check(a, b, &out, None)?;
+    if out.numel() > 0 {
+        a.device()
+            .kind()
+            .gemm_forced(a.device(), a, b, &out, &g, label)?;
+    }
+    Ok(out)
+}
+
+/// Validates `g` against the buffers and runs it on their device (k = 0 writes the epilogue of an empty sum).
+pub(crate) fn run(
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    bias: Option<&Tensor>,
+    g: &Gemm,
+) -> Result<()> {
+    g.check(a, b, c, bias)?;
+    if g.m == 0 || g.n == 0 || g.batch == 0 {
+        return Ok(());
+    }
+    c.device().kind().gemm(c.device(), a, b, c, bias, g)
+}

@@ -1,0 +1,500 @@
+//! The engine's API as playground functions. Every function that makes a tensor checks the run's element
+//! limits; every engine error keeps its kind (`shape`, `dtype`, …) so the page can show it at its line.
+
+use rhai::{Array, Dynamic, Engine, EvalAltResult, FLOAT, INT, Map};
+
+use super::render::{self, Output};
+use super::{Shared, engine_err, script_err};
+use crate::autotune;
+use crate::ops;
+use crate::tensor::Tensor;
+
+type R<T> = Result<T, Box<EvalAltResult>>;
+
+/// A readable form of a script value (tensors as a one-line summary).
+pub(crate) fn display(v: &Dynamic) -> String {
+    match v.read_lock::<Tensor>() {
+        Some(t) => describe(&t),
+        None => v.to_string(),
+    }
+}
+
+fn describe(t: &Tensor) -> String {
+    match render::summarize(t, "") {
+        Ok(s) => {
+            let preview: Vec<String> = s
+                .preview
+                .iter()
+                .take(6)
+                .map(|v| format!("{v:.4}"))
+                .collect();
+            let more = if s.numel > 6 { ", …" } else { "" };
+            format!(
+                "Tensor{:?} {} [{}{more}] min={} max={} mean={}",
+                s.shape,
+                s.dtype,
+                preview.join(", "),
+                s.min.map_or("-".into(), |v| format!("{v:.4}")),
+                s.max.map_or("-".into(), |v| format!("{v:.4}")),
+                s.mean.map_or("-".into(), |v| format!("{v:.4}"))
+            )
+        }
+        Err(e) => format!("Tensor{:?} (unreadable: {e})", t.shape()),
+    }
+}
+
+fn shape_arg(a: &Array) -> R<Vec<usize>> {
+    a.iter()
+        .map(|d| match d.as_int() {
+            Ok(-1) => Ok(usize::MAX),
+            Ok(v) if v >= 0 => Ok(v as usize),
+            _ => Err(script_err(
+                "shape",
+                format!("a shape holds non-negative integers (or one -1), got {d}"),
+            )),
+        })
+        .collect()
+}
+
+fn num(d: &Dynamic) -> Option<f64> {
+    d.as_float()
+        .ok()
+        .or_else(|| d.as_int().ok().map(|i| i as f64))
+}
+
+fn opt_f(m: &Map, key: &str, default: f64) -> R<f64> {
+    match m.get(key) {
+        None => Ok(default),
+        Some(v) => num(v).ok_or_else(|| {
+            script_err(
+                "invalid",
+                format!("option `{key}` must be a number, got {v}"),
+            )
+        }),
+    }
+}
+
+fn seed_arg(v: INT) -> R<u64> {
+    u64::try_from(v).map_err(|_| {
+        script_err(
+            "invalid",
+            format!("a seed is a non-negative integer, got {v}"),
+        )
+    })
+}
+
+/// Charges a new tensor against the run's limits.
+fn track(ctx: &Shared, t: Tensor) -> R<Tensor> {
+    let mut c = ctx.borrow_mut();
+    let n = t.numel();
+    if n > c.limits.max_tensor_elements {
+        return Err(script_err(
+            "limit",
+            format!(
+                "a tensor of shape {:?} has {n} elements; max_tensor_elements is {}",
+                t.shape(),
+                c.limits.max_tensor_elements
+            ),
+        ));
+    }
+    c.elements += n;
+    if c.elements > c.limits.max_run_elements {
+        return Err(script_err(
+            "limit",
+            format!(
+                "this run made {} tensor elements in all; max_run_elements is {}",
+                c.elements, c.limits.max_run_elements
+            ),
+        ));
+    }
+    Ok(t)
+}
+
+/// Checks a shape against the per-tensor limit before anything is allocated.
+fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
+    let max = ctx.borrow().limits.max_tensor_elements;
+    let n = shape
+        .iter()
+        .filter(|&&d| d != usize::MAX)
+        .try_fold(1usize, |a, &d| a.checked_mul(d));
+    match n {
+        Some(n) if n <= max => Ok(()),
+        _ => Err(script_err(
+            "limit",
+            format!("shape {shape:?} exceeds max_tensor_elements ({max})"),
+        )),
+    }
+}
+
+fn flatten(v: &Dynamic, out: &mut Vec<f32>, shape: &mut Vec<usize>, depth: usize) -> R<()> {
+    if let Some(a) = v.read_lock::<Array>() {
+        if shape.len() == depth {
+            shape.push(a.len());
+        } else if shape[depth] != a.len() {
+            return Err(script_err(
+                "shape",
+                format!(
+                    "ragged nested array: length {} where {} was expected",
+                    a.len(),
+                    shape[depth]
+                ),
+            ));
+        }
+        for x in a.iter() {
+            flatten(x, out, shape, depth + 1)?;
+        }
+        return Ok(());
+    }
+    if shape.len() != depth {
+        return Err(script_err(
+            "shape",
+            "ragged nested array: a number where an array was expected",
+        ));
+    }
+    out.push(num(v).ok_or_else(|| {
+        script_err(
+            "dtype",
+            format!("tensor() takes numbers, got {}", v.type_name()),
+        )
+    })? as f32);
+    Ok(())
+}
+
+macro_rules! binary {
+    ($engine:expr, $ctx:expr, $name:literal, $op:expr) => {{
+        let c = $ctx.clone();
+        $engine.register_fn($name, move |a: Tensor, b: Tensor| -> R<Tensor> {
+            track(&c, ops::binary($op, &a, &b).map_err(engine_err)?)
+        });
+        let c = $ctx.clone();
+        $engine.register_fn($name, move |a: Tensor, b: FLOAT| -> R<Tensor> {
+            let s = Tensor::full(a.device(), &[], b as f32).map_err(engine_err)?;
+            track(&c, ops::binary($op, &a, &s).map_err(engine_err)?)
+        });
+        let c = $ctx.clone();
+        $engine.register_fn($name, move |a: Tensor, b: INT| -> R<Tensor> {
+            let s = Tensor::full(a.device(), &[], b as f32).map_err(engine_err)?;
+            track(&c, ops::binary($op, &a, &s).map_err(engine_err)?)
+        });
+        let c = $ctx.clone();
+        $engine.register_fn($name, move |a: FLOAT, b: Tensor| -> R<Tensor> {
+            let s = Tensor::full(b.device(), &[], a as f32).map_err(engine_err)?;
+            track(&c, ops::binary($op, &s, &b).map_err(engine_err)?)
+        });
+        let c = $ctx.clone();
+        $engine.register_fn($name, move |a: INT, b: Tensor| -> R<Tensor> {
+            let s = Tensor::full(b.device(), &[], a as f32).map_err(engine_err)?;
+            track(&c, ops::binary($op, &s, &b).map_err(engine_err)?)
+        });
+    }};
+}
+
+/// Registers every playground function on `engine`.
+pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
+    engine.register_type_with_name::<Tensor>("Tensor");
+    let c = ctx.clone();
+    engine.on_print(move |s| c.borrow_mut().push(Output::Text { text: s.to_owned() }));
+    let c = ctx.clone();
+    engine.on_debug(move |s, _, pos| {
+        let at = pos
+            .line()
+            .map(|l| format!("[line {l}] "))
+            .unwrap_or_default();
+        c.borrow_mut().push(Output::Text {
+            text: format!("{at}{s}"),
+        })
+    });
+    engine.register_fn("to_string", |t: &mut Tensor| describe(t));
+    engine.register_fn("to_debug", |t: &mut Tensor| describe(t));
+
+    register_creation(engine, ctx);
+    register_tensor_methods(engine, ctx);
+
+    binary!(engine, ctx, "add", ops::BinaryOp::Add);
+    binary!(engine, ctx, "sub", ops::BinaryOp::Sub);
+    binary!(engine, ctx, "mul", ops::BinaryOp::Mul);
+    binary!(engine, ctx, "div", ops::BinaryOp::Div);
+    binary!(engine, ctx, "maximum", ops::BinaryOp::Max);
+    binary!(engine, ctx, "minimum", ops::BinaryOp::Min);
+    binary!(engine, ctx, "pow", ops::BinaryOp::Pow);
+    binary!(engine, ctx, "+", ops::BinaryOp::Add);
+    binary!(engine, ctx, "-", ops::BinaryOp::Sub);
+    binary!(engine, ctx, "*", ops::BinaryOp::Mul);
+    binary!(engine, ctx, "/", ops::BinaryOp::Div);
+
+    let c = ctx.clone();
+    engine.register_fn("sum_all", move |t: Tensor| -> R<Tensor> {
+        track(&c, ops::sum_all(&t).map_err(engine_err)?)
+    });
+
+    register_output(engine, ctx);
+}
+
+fn register_creation(engine: &mut Engine, ctx: &Shared) {
+    let c = ctx.clone();
+    engine.register_fn("device", move || -> Map {
+        let c = c.borrow();
+        let i = c.device.info();
+        let mut m = Map::new();
+        m.insert("name".into(), i.name.clone().into());
+        m.insert("kind".into(), i.kind.clone().into());
+        m.insert("platform".into(), i.platform.clone().into());
+        m.insert("driver".into(), i.driver.clone().into());
+        m.insert("compute_units".into(), (i.compute_units as INT).into());
+        m.insert(
+            "global_mem_bytes".into(),
+            (i.global_mem_bytes as INT).into(),
+        );
+        m.insert("local_mem_bytes".into(), (i.local_mem_bytes as INT).into());
+        m.insert(
+            "max_work_group_size".into(),
+            (i.max_work_group_size as INT).into(),
+        );
+        m
+    });
+    let c = ctx.clone();
+    engine.register_fn("zeros", move |shape: Array| -> R<Tensor> {
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let d = c.borrow().device.clone();
+        track(&c, Tensor::zeros(&d, &s).map_err(engine_err)?)
+    });
+    let c = ctx.clone();
+    engine.register_fn("ones", move |shape: Array| -> R<Tensor> {
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let d = c.borrow().device.clone();
+        track(&c, Tensor::ones(&d, &s).map_err(engine_err)?)
+    });
+    for name in ["full", "full_int"] {
+        let c = ctx.clone();
+        engine.register_fn(name, move |shape: Array, v: Dynamic| -> R<Tensor> {
+            let s = shape_arg(&shape)?;
+            precheck(&c, &s)?;
+            let v = num(&v).ok_or_else(|| script_err("dtype", "full() takes a number"))?;
+            let d = c.borrow().device.clone();
+            track(&c, Tensor::full(&d, &s, v as f32).map_err(engine_err)?)
+        });
+    }
+    let arange = |ctx: &Shared, start: f64, end: f64, step: f64| -> R<Tensor> {
+        if step != 0.0 && ((end - start) / step).is_finite() {
+            precheck(ctx, &[((end - start) / step).ceil().max(0.0) as usize])?;
+        }
+        let d = ctx.borrow().device.clone();
+        track(
+            ctx,
+            Tensor::arange(&d, start as f32, end as f32, step as f32).map_err(engine_err)?,
+        )
+    };
+    let c = ctx.clone();
+    engine.register_fn("arange", move |end: Dynamic| -> R<Tensor> {
+        arange(
+            &c,
+            0.0,
+            num(&end).ok_or_else(|| script_err("dtype", "arange takes numbers"))?,
+            1.0,
+        )
+    });
+    let c = ctx.clone();
+    engine.register_fn("arange", move |start: Dynamic, end: Dynamic| -> R<Tensor> {
+        let n = |d: &Dynamic| num(d).ok_or_else(|| script_err("dtype", "arange takes numbers"));
+        arange(&c, n(&start)?, n(&end)?, 1.0)
+    });
+    let c = ctx.clone();
+    engine.register_fn(
+        "arange",
+        move |start: Dynamic, end: Dynamic, step: Dynamic| -> R<Tensor> {
+            let n = |d: &Dynamic| num(d).ok_or_else(|| script_err("dtype", "arange takes numbers"));
+            arange(&c, n(&start)?, n(&end)?, n(&step)?)
+        },
+    );
+    let randn = |ctx: &Shared, shape: &Array, seed: u64, mean: f64, std: f64| -> R<Tensor> {
+        let s = shape_arg(shape)?;
+        precheck(ctx, &s)?;
+        let d = ctx.borrow().device.clone();
+        track(
+            ctx,
+            Tensor::randn(&d, &s, mean as f32, std as f32, seed).map_err(engine_err)?,
+        )
+    };
+    let c = ctx.clone();
+    engine.register_fn("randn", move |shape: Array| randn(&c, &shape, 0, 0.0, 1.0));
+    let c = ctx.clone();
+    engine.register_fn("randn", move |shape: Array, seed: INT| {
+        randn(&c, &shape, seed_arg(seed)?, 0.0, 1.0)
+    });
+    let c = ctx.clone();
+    engine.register_fn("randn", move |shape: Array, o: Map| {
+        let seed = seed_arg(o.get("seed").and_then(|v| v.as_int().ok()).unwrap_or(0))?;
+        randn(
+            &c,
+            &shape,
+            seed,
+            opt_f(&o, "mean", 0.0)?,
+            opt_f(&o, "std", 1.0)?,
+        )
+    });
+    let c = ctx.clone();
+    engine.register_fn("rand", move |shape: Array, seed: INT| -> R<Tensor> {
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let d = c.borrow().device.clone();
+        track(
+            &c,
+            Tensor::rand_uniform(&d, &s, 0.0, 1.0, seed_arg(seed)?).map_err(engine_err)?,
+        )
+    });
+    let c = ctx.clone();
+    engine.register_fn("tensor", move |data: Array| -> R<Tensor> {
+        let mut vals = Vec::new();
+        let mut shape = Vec::new();
+        flatten(&Dynamic::from_array(data), &mut vals, &mut shape, 0)?;
+        precheck(&c, &shape)?;
+        let d = c.borrow().device.clone();
+        track(
+            &c,
+            Tensor::from_slice(&d, &vals, &shape).map_err(engine_err)?,
+        )
+    });
+    let c = ctx.clone();
+    engine.register_fn("tensor", move |data: Array, shape: Array| -> R<Tensor> {
+        let mut vals = Vec::new();
+        let mut ignored = Vec::new();
+        flatten(&Dynamic::from_array(data), &mut vals, &mut ignored, 0)?;
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let d = c.borrow().device.clone();
+        track(&c, Tensor::from_slice(&d, &vals, &s).map_err(engine_err)?)
+    });
+}
+
+fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
+    engine.register_get("shape", |t: &mut Tensor| -> Array {
+        t.shape().iter().map(|&d| Dynamic::from(d as INT)).collect()
+    });
+    engine.register_get("numel", |t: &mut Tensor| t.numel() as INT);
+    engine.register_get("rank", |t: &mut Tensor| t.rank() as INT);
+    engine.register_get("dtype", |t: &mut Tensor| t.dtype().name().to_string());
+    engine.register_fn("reshape", |t: &mut Tensor, shape: Array| -> R<Tensor> {
+        t.reshape(&shape_arg(&shape)?).map_err(engine_err)
+    });
+    let c = ctx.clone();
+    engine.register_fn("to_array", move |t: &mut Tensor| -> R<Array> {
+        let max = c.borrow().limits.max_tensor_elements.min(1 << 20);
+        if t.numel() > max {
+            return Err(script_err(
+                "limit",
+                format!(
+                    "to_array copies at most {max} elements; this tensor has {}",
+                    t.numel()
+                ),
+            ));
+        }
+        Ok(t.to_f32_vec()
+            .map_err(engine_err)?
+            .into_iter()
+            .map(|v| Dynamic::from(v as FLOAT))
+            .collect())
+    });
+    engine.register_fn("item", |t: &mut Tensor| -> R<FLOAT> {
+        if t.numel() != 1 {
+            return Err(script_err(
+                "shape",
+                format!(
+                    "item() needs a one-element tensor, got shape {:?}",
+                    t.shape()
+                ),
+            ));
+        }
+        Ok(t.to_f32_vec().map_err(engine_err)?[0] as FLOAT)
+    });
+    let c = ctx.clone();
+    engine.register_fn("sum", move |t: &mut Tensor| -> R<Tensor> {
+        track(&c, ops::sum_all(t).map_err(engine_err)?)
+    });
+    let c = ctx.clone();
+    engine.register_fn(
+        "to_device",
+        move |t: &mut Tensor, selector: &str| -> R<Tensor> {
+            let d = crate::Device::select(Some(selector)).map_err(engine_err)?;
+            track(&c, t.to_device(&d).map_err(engine_err)?)
+        },
+    );
+}
+
+fn register_output(engine: &mut Engine, ctx: &Shared) {
+    let c = ctx.clone();
+    engine.register_fn("inspect", move |t: Tensor| -> R<()> {
+        let s = render::summarize(&t, "").map_err(engine_err)?;
+        c.borrow_mut().push(Output::Tensor(s));
+        Ok(())
+    });
+    let c = ctx.clone();
+    engine.register_fn("inspect", move |t: Tensor, title: &str| -> R<()> {
+        let s = render::summarize(&t, title).map_err(engine_err)?;
+        c.borrow_mut().push(Output::Tensor(s));
+        Ok(())
+    });
+    let c = ctx.clone();
+    engine.register_fn("show", move |t: Tensor| -> R<()> {
+        let img = render::image(&t, "").map_err(engine_err)?;
+        c.borrow_mut().push(img);
+        Ok(())
+    });
+    let c = ctx.clone();
+    engine.register_fn("show", move |t: Tensor, title: &str| -> R<()> {
+        let img = render::image(&t, title).map_err(engine_err)?;
+        c.borrow_mut().push(img);
+        Ok(())
+    });
+    engine.register_fn("decisions", || -> Array {
+        autotune::decisions_since(0)
+            .into_iter()
+            .rev()
+            .take(64)
+            .rev()
+            .map(|d| {
+                let mut m = Map::new();
+                m.insert("kernel".into(), d.kernel.into());
+                m.insert("shape".into(), d.shape_key.into());
+                m.insert("winner".into(), d.winner_label.into());
+                m.insert(
+                    "source".into(),
+                    format!("{:?}", d.source).to_lowercase().into(),
+                );
+                let cands: Array = d
+                    .candidates
+                    .iter()
+                    .map(|cand| {
+                        let mut cm = Map::new();
+                        cm.insert("candidate".into(), cand.label.clone().into());
+                        cm.insert(
+                            "ms".into(),
+                            cand.ms.map_or(Dynamic::UNIT, |v| Dynamic::from(v as FLOAT)),
+                        );
+                        Dynamic::from_map(cm)
+                    })
+                    .collect();
+                m.insert("candidates".into(), Dynamic::from_array(cands));
+                Dynamic::from_map(m)
+            })
+            .collect()
+    });
+    let c = ctx.clone();
+    engine.register_fn("progress", move |v: Dynamic| -> R<()> {
+        let json = rhai::serde::from_dynamic::<serde_json::Value>(&v)
+            .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
+        (c.borrow_mut().progress)(&json);
+        Ok(())
+    });
+    let c = ctx.clone();
+    engine.register_fn("pool_stats", move || -> Map {
+        let s = c.borrow().device.pool_stats();
+        let mut m = Map::new();
+        m.insert("hits".into(), (s.hits as INT).into());
+        m.insert("misses".into(), (s.misses as INT).into());
+        m.insert("bytes_in_use".into(), (s.bytes_in_use as INT).into());
+        m.insert("bytes_cached".into(), (s.bytes_cached as INT).into());
+        m
+    });
+}

@@ -1,0 +1,45 @@
+//! The stylesheets and scripts, embedded in the binary so the wiki needs nothing from elsewhere.
+
+/// `(file name, content type, bytes)` of every embedded static file.
+pub const STATIC_FILES: &[(&str, &str, &[u8])] = &[
+    (
+        "site.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../static/site.css"),
+    ),
+    (
+        "print.css",
+        "text/css; charset=utf-8",
+        include_bytes!("../../static/print.css"),
+    ),
+    (
+        "app.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../static/app.js"),
+    ),
+    (
+        "theme.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../static/theme.js"),
+    ),
+];
+
+/// The content type for a content asset by its file extension.
+pub fn content_type(path: &str) -> &'static str {
+    match path
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .as_deref()
+    {
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        Some("jpg" | "jpeg") => "image/jpeg",
+        Some("gif") => "image/gif",
+        Some("webp") => "image/webp",
+        Some("md") => "text/markdown; charset=utf-8",
+        Some("json") => "application/json",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("txt") => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}

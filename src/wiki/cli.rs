@@ -1,0 +1,144 @@
+//! The `serve` and `export` subcommands: their arguments and what they run.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use clap::Args;
+
+use super::config::Config;
+use super::content::Content;
+use super::engine::{Engine, EngineInfo};
+use super::export::export as export_site;
+use super::server::{AppState, router};
+use super::views::SiteSettings;
+use super::{listen, watch};
+use crate::{Error, Result};
+
+/// `netcl serve`: the documentation wiki over HTTP.
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (default 127.0.0.1:8080).
+    #[arg(long, visible_alias = "addr", env = "NETCL_WIKI_BIND")]
+    pub bind: Option<SocketAddr>,
+    /// Markdown content directory (default web-wiki/content).
+    #[arg(long, env = "NETCL_WIKI_CONTENT")]
+    pub content: Option<PathBuf>,
+    /// TOML config file for hosted use; flags given here override it.
+    #[arg(long, env = "NETCL_WIKI_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Path prefix to serve under, such as /wiki.
+    #[arg(long)]
+    pub base_path: Option<String>,
+    /// Device selection shown by the wiki; the caller fills it from the global `--device` / `NETCL_DEVICE`.
+    #[arg(skip)]
+    pub device: Option<String>,
+    /// Re-render the content when its files change.
+    #[arg(long)]
+    pub watch: bool,
+    /// Prefix of "edit this page" links.
+    #[arg(long)]
+    pub edit_url: Option<String>,
+    /// Turn the playground off.
+    #[arg(long)]
+    pub no_playground: bool,
+}
+
+/// `netcl export`: the wiki as static files.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// Directory to write to (created when missing).
+    pub dir: PathBuf,
+    /// Markdown content directory (default web-wiki/content).
+    #[arg(long, env = "NETCL_WIKI_CONTENT")]
+    pub content: Option<PathBuf>,
+    /// Site name in the header and titles.
+    #[arg(long, default_value = "netcl")]
+    pub title: String,
+    /// Prefix of "edit this page" links.
+    #[arg(long)]
+    pub edit_url: Option<String>,
+    /// Fail when the content has problems (broken links, missing front matter, pages outside the manifest).
+    #[arg(long)]
+    pub strict: bool,
+}
+
+impl ServeArgs {
+    /// The configuration: defaults, then the config file, then flags.
+    pub fn to_config(&self) -> Result<Config> {
+        let mut config = match &self.config {
+            Some(path) => Config::from_file(path)?,
+            None => Config::default(),
+        };
+        if let Some(bind) = self.bind {
+            config.bind = bind;
+        }
+        if let Some(content) = &self.content {
+            config.content_dir = content.clone();
+        }
+        if let Some(base) = &self.base_path {
+            config.base_path = base.clone();
+        }
+        if self.device.is_some() {
+            config.device = self.device.clone();
+        }
+        if self.edit_url.is_some() {
+            config.edit_url = self.edit_url.clone();
+        }
+        config.watch |= self.watch;
+        config.playground &= !self.no_playground;
+        config.validated()
+    }
+}
+
+/// Runs the server with this process's engine until Ctrl-C.
+pub fn serve(args: ServeArgs) -> Result<()> {
+    serve_with(args, Arc::new(Engine))
+}
+
+/// Runs the server with engine data from `engine` until Ctrl-C.
+pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
+    let config = args.to_config()?;
+    let state = AppState::new(config.clone(), engine)?;
+    for problem in &state.site().problems {
+        tracing::warn!(%problem, "content problem");
+    }
+    if config.watch {
+        watch::spawn(Arc::clone(&state));
+    }
+    let base = config.base_path.clone();
+    listen::serve_on_threads(
+        config.bind,
+        listen::default_threads(),
+        router(state),
+        |address| {
+            tracing::info!(%address, base = %base, "wiki listening");
+            eprintln!("netcl wiki on http://{address}{base}/");
+        },
+    )
+}
+
+/// Writes the static site; content problems are printed, and fail the export with `--strict`.
+pub fn export(args: ExportArgs) -> Result<()> {
+    let dir = args
+        .content
+        .unwrap_or_else(|| Config::default().content_dir);
+    let content = Content::load(&dir)?;
+    let settings = SiteSettings {
+        title: args.title,
+        edit_url: args.edit_url,
+        playground: false,
+    };
+    let report = export_site(&content, &settings, &args.dir)?;
+    for problem in &report.problems {
+        eprintln!("content problem: {problem}");
+    }
+    if args.strict && !report.problems.is_empty() {
+        return Err(Error::Wiki(format!(
+            "{} content problems",
+            report.problems.len()
+        )));
+    }
+    eprintln!("wrote {} files to {}", report.files, args.dir.display());
+    Ok(())
+}

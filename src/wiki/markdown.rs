@@ -1,0 +1,508 @@
+//! Markdown to HTML for wiki pages: GFM tables, footnotes, task lists, strikethrough and admonitions; heading
+//! anchors and the table of contents; highlighted code with a language label and copy button; runnable
+//! playground blocks; math as MathML; inline SVG diagrams; links rewritten for the serving mode and checked.
+
+use std::collections::HashSet;
+
+use pulldown_cmark::{
+    Alignment, BlockQuoteKind, CodeBlockKind, CowStr, Event, HeadingLevel, Options, Parser, Tag,
+    TagEnd,
+};
+
+use super::content::Content;
+use super::highlight;
+use super::html::{escape, escape_into};
+use super::links::{Linker, resolve};
+use super::{math, svg};
+
+/// One entry of the "on this page" list.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct TocEntry {
+    pub level: u8,
+    pub id: String,
+    pub text: String,
+}
+
+/// The text of one section (the part of a page under one heading), for search.
+#[derive(Debug, Clone, Default)]
+pub struct Section {
+    /// Heading id, empty for the text before the first heading.
+    pub anchor: String,
+    pub heading: String,
+    pub text: String,
+}
+
+/// A page rendered to HTML, with what the layout and the search index need.
+#[derive(Debug, Clone, Default)]
+pub struct Rendered {
+    pub html: String,
+    pub toc: Vec<TocEntry>,
+    pub sections: Vec<Section>,
+    /// Broken links, invalid diagrams and other content errors found while rendering.
+    pub problems: Vec<String>,
+}
+
+/// Ids the page layout itself uses; headings never take them.
+const LAYOUT_IDS: &[&str] = &[
+    "main",
+    "content",
+    "nav",
+    "toc",
+    "search",
+    "search-input",
+    "search-results",
+    "top",
+];
+
+/// The one parser configuration: every page is parsed the same way.
+pub fn options() -> Options {
+    Options::ENABLE_TABLES
+        | Options::ENABLE_FOOTNOTES
+        | Options::ENABLE_STRIKETHROUGH
+        | Options::ENABLE_TASKLISTS
+        | Options::ENABLE_HEADING_ATTRIBUTES
+        | Options::ENABLE_MATH
+        | Options::ENABLE_GFM
+}
+
+struct HeadingState<'a> {
+    level: HeadingLevel,
+    id: Option<String>,
+    events: Vec<Event<'a>>,
+    text: String,
+}
+
+/// Renders the Markdown `body` of the page at `page_path`, writing links with `linker` and checking link targets
+/// against `content`.
+pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -> Rendered {
+    let dir = page_path.rsplit_once('/').map_or("", |(d, _)| d);
+    let mut r = Rendered {
+        sections: vec![Section::default()],
+        ..Rendered::default()
+    };
+    let mut used_ids: HashSet<String> = LAYOUT_IDS.iter().map(|s| s.to_string()).collect();
+    let mut events: Vec<Event> = Vec::new();
+    let mut heading: Option<HeadingState> = None;
+    let mut code: Option<(String, String)> = None;
+
+    for event in Parser::new_ext(body, options()) {
+        if let Some((info, text)) = &mut code {
+            match event {
+                Event::Text(t) => text.push_str(&t),
+                Event::End(TagEnd::CodeBlock) => {
+                    let html = code_block(info, text, &mut r.problems, page_path);
+                    push_text(&mut r.sections, text);
+                    events.push(Event::Html(html.into()));
+                    code = None;
+                }
+                _ => {}
+            }
+            continue;
+        }
+        let event = match event {
+            Event::Start(Tag::CodeBlock(kind)) => {
+                let info = match kind {
+                    CodeBlockKind::Fenced(info) => info.to_string(),
+                    CodeBlockKind::Indented => String::new(),
+                };
+                code = Some((info, String::new()));
+                continue;
+            }
+            Event::Start(Tag::Heading { level, id, .. }) => {
+                if level == HeadingLevel::H1 {
+                    r.problems.push(format!("{page_path}.md: `# ` heading in the body; the title comes from front matter"));
+                }
+                heading = Some(HeadingState {
+                    level,
+                    id: id.map(|i| i.to_string()),
+                    events: Vec::new(),
+                    text: String::new(),
+                });
+                continue;
+            }
+            Event::End(TagEnd::Heading(_)) => {
+                if let Some(h) = heading.take() {
+                    let html = finish_heading(h, &mut used_ids, &mut r);
+                    events.push(Event::Html(html.into()));
+                }
+                continue;
+            }
+            Event::Start(mut tag @ (Tag::Link { .. } | Tag::Image { .. })) => {
+                if let Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } = &mut tag {
+                    *dest_url = rewrite(dest_url, dir, page_path, content, linker, &mut r.problems);
+                }
+                Event::Start(tag)
+            }
+            Event::Start(Tag::Table(aligns)) => {
+                // Alignment would be written as a style attribute, which the CSP forbids.
+                Event::Start(Tag::Table(vec![Alignment::None; aligns.len()]))
+            }
+            Event::InlineMath(ref src) | Event::DisplayMath(ref src) => {
+                let display = matches!(event, Event::DisplayMath(_));
+                if heading.is_none() {
+                    // Search sees the TeX source; readers see MathML.
+                    push_text(&mut r.sections, src);
+                    push_text(&mut r.sections, " ");
+                }
+                Event::InlineHtml(math::to_mathml(src, display).into())
+            }
+            // Raw HTML is shown as text: pages stay within what the renderer and the CSP allow.
+            Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
+            Event::Start(Tag::BlockQuote(Some(kind))) => {
+                let (class, title) = admonition(kind);
+                Event::Html(format!("<div class=\"admonition {class}\" role=\"note\"><p class=\"admonition-title\">{title}</p>\n").into())
+            }
+            Event::End(TagEnd::BlockQuote(Some(_))) => Event::Html("</div>\n".into()),
+            other => other,
+        };
+        match &mut heading {
+            Some(h) => {
+                if let Event::Text(t) | Event::Code(t) = &event {
+                    h.text.push_str(t);
+                }
+                h.events.push(event);
+            }
+            None => {
+                if let Event::Text(t) | Event::Code(t) = &event {
+                    push_text(&mut r.sections, t);
+                }
+                if matches!(
+                    event,
+                    Event::SoftBreak
+                        | Event::HardBreak
+                        | Event::End(TagEnd::Paragraph | TagEnd::Item | TagEnd::TableCell)
+                ) {
+                    push_text(&mut r.sections, " ");
+                }
+                events.push(event);
+            }
+        }
+    }
+    let mut html = String::with_capacity(body.len() * 2);
+    pulldown_cmark::html::push_html(&mut html, events.into_iter());
+    r.html = html;
+    r.sections
+        .retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
+    r
+}
+
+fn push_text(sections: &mut [Section], text: &str) {
+    if let Some(last) = sections.last_mut() {
+        last.text.push_str(text);
+    }
+}
+
+fn admonition(kind: BlockQuoteKind) -> (&'static str, &'static str) {
+    match kind {
+        BlockQuoteKind::Note => ("note", "Note"),
+        BlockQuoteKind::Tip => ("tip", "Tip"),
+        BlockQuoteKind::Important => ("important", "Important"),
+        BlockQuoteKind::Warning => ("warning", "Warning"),
+        BlockQuoteKind::Caution => ("caution", "Caution"),
+    }
+}
+
+/// A URL-safe id from heading text: lower case, words joined by `-`.
+pub fn slug(text: &str) -> String {
+    let mut out = String::new();
+    for c in text.chars() {
+        if c.is_alphanumeric() {
+            out.extend(c.to_lowercase());
+        } else if (c.is_whitespace() || c == '-' || c == '_')
+            && !out.ends_with('-')
+            && !out.is_empty()
+        {
+            out.push('-');
+        }
+    }
+    let out = out.trim_end_matches('-').to_string();
+    if out.is_empty() {
+        "section".into()
+    } else {
+        out
+    }
+}
+
+fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered) -> String {
+    let base = h.id.unwrap_or_else(|| slug(&h.text));
+    let mut id = base.clone();
+    let mut n = 1;
+    while !used.insert(id.clone()) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    let level = h.level as u8;
+    let mut inner = String::new();
+    pulldown_cmark::html::push_html(&mut inner, h.events.into_iter());
+    if (2..=3).contains(&level) {
+        r.toc.push(TocEntry {
+            level,
+            id: id.clone(),
+            text: h.text.clone(),
+        });
+    }
+    r.sections.push(Section {
+        anchor: id.clone(),
+        heading: h.text,
+        text: String::new(),
+    });
+    let id = escape(&id);
+    format!(
+        "<h{level} id=\"{id}\">{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
+    )
+}
+
+/// Rewrites a link target for the serving mode; relative `.md` links become page URLs, other relative links
+/// content asset URLs. Targets that do not exist are reported.
+fn rewrite<'a>(
+    dest: &CowStr<'a>,
+    dir: &str,
+    page_path: &str,
+    content: &Content,
+    linker: &Linker,
+    problems: &mut Vec<String>,
+) -> CowStr<'a> {
+    let d: &str = dest;
+    let has_scheme = d.split_once(':').is_some_and(|(scheme, _)| {
+        !scheme.is_empty()
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '+' || c == '-')
+    });
+    if has_scheme || d.starts_with('#') || d.is_empty() {
+        return dest.clone();
+    }
+    if d.starts_with('/') {
+        problems.push(format!(
+            "{page_path}.md: absolute link `{d}`; write a relative link to a .md file"
+        ));
+        return dest.clone();
+    }
+    let (path, fragment) = match d.split_once('#') {
+        Some((p, f)) => (p, format!("#{f}")),
+        None => (d, String::new()),
+    };
+    let Some(target) = resolve(dir, path) else {
+        problems.push(format!(
+            "{page_path}.md: link `{d}` leaves the content directory"
+        ));
+        return dest.clone();
+    };
+    if let Some(page) = target.strip_suffix(".md") {
+        if content.pages.contains_key(page) {
+            return format!("{}{fragment}", linker.page(page)).into();
+        }
+        problems.push(format!(
+            "{page_path}.md: broken link `{d}` (no page `{page}`)"
+        ));
+    } else if content.assets.contains_key(&target) {
+        return format!("{}{fragment}", linker.asset(&target)).into();
+    } else {
+        problems.push(format!(
+            "{page_path}.md: broken link `{d}` (no file `{target}` in the content directory)"
+        ));
+    }
+    dest.clone()
+}
+
+/// Renders one fenced block: a diagram, display math, a recorded output, or highlighted code (runnable or not).
+fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &str) -> String {
+    let mut words = info
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .filter(|w| !w.is_empty());
+    let tag = words.next().unwrap_or("").to_ascii_lowercase();
+    let flags: Vec<&str> = words.collect();
+    match tag.as_str() {
+        "svg" => match svg::sanitize(text) {
+            Some(svg) => return format!("<figure class=\"diagram\">{svg}</figure>\n"),
+            None => problems.push(format!(
+                "{page_path}.md: ```svg block without an <svg> root"
+            )),
+        },
+        "math" => {
+            return format!(
+                "<div class=\"math-block\">{}</div>\n",
+                math::to_mathml(text, true)
+            );
+        }
+        "output" => {
+            let mut out = String::from(
+                "<div class=\"recorded-output\"><div class=\"code-head\"><span class=\"code-lang\">Recorded output</span></div><pre><code>",
+            );
+            escape_into(&mut out, text);
+            out.push_str("</code></pre></div>\n");
+            return out;
+        }
+        _ => {}
+    }
+    let (lang, label) = match highlight::language(&tag) {
+        Some((lang, label)) => (lang.to_string(), label.to_string()),
+        None => {
+            let lang: String = tag
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .take(24)
+                .collect();
+            let label = if lang.is_empty() {
+                "Text".to_string()
+            } else {
+                lang.clone()
+            };
+            (lang, label)
+        }
+    };
+    let runnable = (tag == "netcl" || flags.contains(&"run")) && !flags.contains(&"norun");
+    let mut out = String::with_capacity(text.len() * 2 + 256);
+    out.push_str("<div class=\"code-block");
+    if runnable {
+        out.push_str(" runnable");
+    }
+    out.push_str("\" data-lang=\"");
+    out.push_str(&lang);
+    out.push('"');
+    if runnable {
+        out.push_str(" data-runnable=\"true\"");
+    }
+    out.push_str("><div class=\"code-head\"><span class=\"code-lang\">");
+    escape_into(&mut out, &label);
+    out.push_str("</span>");
+    if runnable {
+        out.push_str("<span class=\"run-badge\">runnable</span>");
+    }
+    out.push_str("<button type=\"button\" class=\"copy-btn\" hidden>Copy</button></div><pre><code class=\"language-");
+    out.push_str(&lang);
+    out.push_str("\">");
+    out.push_str(&highlight::highlight(&lang, text));
+    out.push_str("</code></pre>");
+    if runnable {
+        out.push_str("<div class=\"run-result\" data-run-result hidden></div>");
+    }
+    out.push_str("</div>\n");
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wiki::content::{Content, parse_page};
+    use crate::wiki::links::LinkMode;
+
+    fn content() -> Content {
+        let mut c = Content::default();
+        for path in ["index", "faq", "concepts/device"] {
+            let page =
+                parse_page(path, "---\ntitle: T\nstatus: S\nsummary: S\n---\n", None).unwrap();
+            c.pages.insert(path.into(), page);
+        }
+        c.assets
+            .insert("concepts/flow.svg".into(), b"<svg/>".to_vec());
+        c
+    }
+
+    fn render_server(md: &str) -> Rendered {
+        let linker = Linker::new(&LinkMode::Server { base: "/w".into() }, "concepts/device");
+        render(md, "concepts/device", &content(), &linker)
+    }
+
+    #[test]
+    fn headings_get_unique_anchors_and_toc() {
+        let r = render_server("## Hello World\ntext\n## Hello World\n### Deep `code`\n");
+        assert!(
+            r.html.contains(
+                "<h2 id=\"hello-world\">Hello World <a class=\"anchor\" href=\"#hello-world\""
+            ),
+            "{}",
+            r.html
+        );
+        assert!(r.html.contains("id=\"hello-world-1\""), "{}", r.html);
+        assert_eq!(r.toc.len(), 3);
+        assert_eq!(r.toc[2].text, "Deep code");
+        assert_eq!(r.sections[0].heading, "Hello World");
+        assert!(r.sections[0].text.contains("text"));
+    }
+
+    #[test]
+    fn admonitions_keep_code_blocks_intact() {
+        let r =
+            render_server("> [!NOTE]\n> Import it:\n>\n> ```rust\n> use netcl::Tensor;\n> ```\n");
+        assert!(r.html.contains("<div class=\"admonition note\" role=\"note\"><p class=\"admonition-title\">Note</p>"), "{}", r.html);
+        assert!(
+            r.html
+                .contains("<pre><code class=\"language-rust\"><span class=\"tok-kw\">use</span>"),
+            "{}",
+            r.html
+        );
+    }
+
+    #[test]
+    fn links_are_rewritten_and_checked() {
+        let r = render_server(
+            "[a](../faq.md#x) [b](flow.svg) [c](missing.md) [d](https://example.org) [e](/abs)",
+        );
+        assert!(r.html.contains("href=\"/w/docs/faq#x\""), "{}", r.html);
+        assert!(
+            r.html.contains("href=\"/w/docs/concepts/flow.svg\""),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html.contains("href=\"https://example.org\""),
+            "{}",
+            r.html
+        );
+        assert_eq!(r.problems.len(), 2, "{:?}", r.problems);
+        let export = render(
+            "[a](../faq.md)",
+            "concepts/device",
+            &content(),
+            &Linker::new(&LinkMode::Export, "concepts/device"),
+        );
+        assert!(
+            export.html.contains("href=\"../../faq/index.html\""),
+            "{}",
+            export.html
+        );
+    }
+
+    #[test]
+    fn runnable_blocks_math_svg_and_raw_html() {
+        let r = render_server(
+            "```rhai,run\nlet x = 1;\n```\n\n```netcl\nprint(1);\n```\n\n```output\n<ok>\n```\n\n$a^2$\n\n```svg\n<svg><script>x</script><circle r=\"1\"/></svg>\n```\n\n<script>alert(1)</script>\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n",
+        );
+        assert_eq!(
+            r.html.matches("data-runnable=\"true\"").count(),
+            2,
+            "{}",
+            r.html
+        );
+        assert!(r.html.contains("class=\"run-result\""), "{}", r.html);
+        assert!(
+            r.html.contains("<div class=\"recorded-output\">"),
+            "{}",
+            r.html
+        );
+        assert!(r.html.contains("&lt;ok&gt;"), "{}", r.html);
+        assert!(
+            r.html
+                .contains("<math><semantics><mrow><msup><mi>a</mi><mn>2</mn></msup>"),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html
+                .contains("<figure class=\"diagram\"><svg><circle r=\"1\"/></svg></figure>"),
+            "{}",
+            r.html
+        );
+        assert!(!r.html.contains("<script>"), "{}", r.html);
+        assert!(!r.html.contains("style="), "{}", r.html);
+    }
+
+    #[test]
+    fn gfm_extensions_render() {
+        let r = render_server("- [x] done\n\n~~old~~ text[^1]\n\n[^1]: note\n");
+        assert!(r.html.contains("type=\"checkbox\""), "{}", r.html);
+        assert!(r.html.contains("<del>old</del>"), "{}", r.html);
+        assert!(r.html.contains("footnote"), "{}", r.html);
+    }
+}

@@ -1,0 +1,135 @@
+//! Renders the whole wiki once: every page through Markdown and the layout, the search index and `llms.txt`.
+//! The server keeps the result in memory; the exporter writes it to files.
+
+use super::content::Content;
+use super::links::{LinkMode, Linker};
+use super::markdown;
+use super::search::{SearchDoc, SearchIndex};
+use super::views::{Chrome, NavItem, PageView, SiteSettings, render};
+use crate::Result;
+
+/// One rendered page.
+#[derive(Debug, Clone)]
+pub struct BuiltPage {
+    /// Content path (`concepts/device`, `index`).
+    pub path: String,
+    pub html: String,
+}
+
+/// The rendered wiki.
+#[derive(Debug)]
+pub struct Build {
+    pub pages: Vec<BuiltPage>,
+    pub index: SearchIndex,
+    /// Content problems: from reading and from rendering (broken links and the like).
+    pub problems: Vec<String>,
+}
+
+/// Renders every page of `content` for `mode`.
+pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Result<Build> {
+    let ordered = content.ordered();
+    let mut problems = content.problems.clone();
+    let mut pages = Vec::with_capacity(content.pages.len());
+    let mut docs = Vec::new();
+    for page in content.pages.values() {
+        let linker = Linker::new(mode, &page.path);
+        let rendered = markdown::render(&page.body, &page.path, content, &linker);
+        problems.extend(rendered.problems.iter().cloned());
+        let position = ordered.iter().position(|p| *p == page.path);
+        let neighbour = |p: Option<&&str>| {
+            p.and_then(|p| content.pages.get(*p)).map(|n| NavItem {
+                title: n.front.title.clone(),
+                url: linker.page(&n.path),
+                current: false,
+            })
+        };
+        let prev = position
+            .and_then(|i| i.checked_sub(1))
+            .and_then(|i| neighbour(ordered.get(i)));
+        let next = position.and_then(|i| neighbour(ordered.get(i + 1)));
+        let section = content
+            .manifest
+            .sections
+            .iter()
+            .find(|s| s.pages.contains(&page.path))
+            .map(|s| s.title.clone())
+            .filter(|_| page.path != "index");
+        let view = PageView {
+            chrome: Chrome::new(content, settings, &linker, &page.path),
+            path: &page.path,
+            title: &page.front.title,
+            status: &page.front.status,
+            summary: &page.front.summary,
+            section,
+            body: &rendered.html,
+            toc: &rendered.toc,
+            updated: &page.updated,
+            edit_url: settings
+                .edit_url
+                .as_ref()
+                .map(|base| format!("{base}{}.md", page.path)),
+            raw_url: linker.raw(&page.path),
+            prev,
+            next,
+        };
+        let html = render(&view)?;
+        let mut first = true;
+        for section in rendered.sections {
+            let mut text = section.text;
+            if first && section.anchor.is_empty() {
+                text = format!("{} {text}", page.front.summary);
+            }
+            first = false;
+            docs.push(SearchDoc {
+                page: page.path.clone(),
+                title: page.front.title.clone(),
+                anchor: section.anchor,
+                heading: section.heading,
+                text: collapse_space(&text),
+            });
+        }
+        if docs.last().is_none_or(|d| d.page != page.path) {
+            docs.push(SearchDoc {
+                page: page.path.clone(),
+                title: page.front.title.clone(),
+                anchor: String::new(),
+                heading: String::new(),
+                text: page.front.summary.clone(),
+            });
+        }
+        pages.push(BuiltPage {
+            path: page.path.clone(),
+            html,
+        });
+    }
+    Ok(Build {
+        pages,
+        index: SearchIndex::build(docs),
+        problems,
+    })
+}
+
+fn collapse_space(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `llms.txt`: the site's pages as a Markdown list of links to their raw Markdown, in navigation order.
+pub fn llms_txt(content: &Content, settings: &SiteSettings, linker: &Linker) -> String {
+    let mut out = format!("# {}\n\n", settings.title);
+    if let Some(home) = content.pages.get("index") {
+        out.push_str(&format!("> {}\n\n", home.front.summary));
+    }
+    for section in &content.manifest.sections {
+        out.push_str(&format!("## {}\n\n", section.title));
+        for page in section.pages.iter().filter_map(|p| content.pages.get(p)) {
+            out.push_str(&format!(
+                "- [{}]({}): {}\n",
+                page.front.title,
+                linker.raw(&page.path),
+                page.front.summary
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! conv2d and conv_transpose2d: every OpenCL algorithm against the built-in device, forward and backward.
+//!
+//! Tolerance: |got − want| ≤ 2e-4 + 1e-4·|want| for unit-variance inputs and reductions of at most a few
+//! hundred terms (f32 kernels against an f64 reference; Winograd adds O(1e-6) relative transform error).
+
+mod common;
+
+use common::{Lcg, assert_close};
+
+/// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
+/// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
+fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
+    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
+        std::sync::OnceLock::new();
+    DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
+}
+
+fn opencl_device() -> Option<netcl::Device> {
+    devices().0.clone()
+}
+
+fn cpu() -> netcl::Device {
+    devices().1.clone()
+}
+
+/// The same random tensor on the built-in device and on `dev`.
+fn pair(dev: &netcl::Device, shape: &[usize], seed: u64) -> (netcl::Tensor, netcl::Tensor) {
+    let c = netcl::Tensor::randn(&cpu(), shape, 0.0, 1.0, seed).unwrap();
+    let d = c.to_device(dev).unwrap();
+    (c, d)
+}
+use netcl::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions};
+use netcl::{Device, Error, Tensor};
+
+const ATOL: f32 = 2e-4;
+const RTOL: f32 = 1e-4;
+
+fn v(t: &Tensor) -> Vec<f32> {
+    t.to_vec::<f32>().unwrap()
+}
+
+/// Checks forward (with bias and ReLU) and backward of one configuration on `dev` against the reference.
+fn check(dev: &Device, x: [usize; 4], f: usize, k: [usize; 2], o: &Conv2dOptions, seed: u64) {
+    let what = format!("x {x:?} f {f} k {k:?} {o:?}");
+    let (xc, xd) = pair(dev, &x, seed);
+    let (wc, wd) = pair(dev, &[f, x[1] / o.groups, k[0], k[1]], seed + 1);
+    let (bc, bd) = pair(dev, &[f], seed + 2);
+    let want = ops::conv2d(&xc, &wc, Some(&bc), o).unwrap();
+    let got = ops::conv2d(&xd, &wd, Some(&bd), o).unwrap();
+    assert_eq!(got.shape(), want.shape(), "{what}");
+    assert_close(&v(&got), &v(&want), ATOL, RTOL, &format!("forward {what}"));
+    let (gc, gd) = pair(dev, want.shape(), seed + 3);
+    let want = ops::conv2d_backward(&xc, &wc, &gc, true, true, o).unwrap();
+    let got = ops::conv2d_backward(&xd, &wd, &gd, true, true, o).unwrap();
+    assert_close(
+        &v(got.grad_x.as_ref().unwrap()),
+        &v(want.grad_x.as_ref().unwrap()),
+        ATOL,
+        RTOL,
+        &format!("grad_x {what}"),
+    );
+    // grad_w and grad_b sum over N·OH·OW (up to ~600 terms): a looser absolute bound.
+    assert_close(
+        &v(&got.grad_w),
+        &v(&want.grad_w),
+        1e-3,
+        RTOL,
+        &format!("grad_w {what}"),
+    );
+    assert_close(
+        &v(got.grad_b.as_ref().unwrap()),
+        &v(want.grad_b.as_ref().unwrap()),
+        1e-3,
+        RTOL,
+        &format!("grad_b {what}"),
+    );
+}
+
+#[test]
+fn direct_and_im2col_on_random_shapes() {
+    let Some(dev) = opencl_device() else { return };
+    let mut rng = Lcg(11);
+    for case in 0..8u64 {
+        let groups = [1, 1, 2, 3][case as usize % 4];
+        let c = groups * rng.range(1, 4);
+        let f = groups * rng.range(1, 5);
+        let k = [rng.range(1, 4), rng.range(1, 4)];
+        let stride = rng.range(1, 2);
+        let pad = rng.range(0, 2);
+        let dil = 1 + (case as usize % 3 == 2) as usize;
+        let h = (k[0] - 1) * dil + 1 + rng.range(0, 9);
+        let w = (k[1] - 1) * dil + 1 + rng.range(0, 9);
+        let n = rng.range(1, 3);
+        for algo in [ConvAlgo::Direct, ConvAlgo::Im2col] {
+            let o = Conv2dOptions::new()
+                .stride(stride)
+                .padding(pad)
+                .dilation(dil)
+                .groups(groups)
+                .algo(algo)
+                .fuse_relu(case % 2 == 0);
+            check(&dev, [n, c, h, w], f, k, &o, 10 * case);
+        }
+    }
+}
+
+#[test]
+fn winograd_on_odd_sizes_and_paddings() {
+    let Some(dev) = opencl_device() else { return };
+    for (i, &(n, c, h, w, f, p)) in [
+        (1, 3, 7, 9, 5, 1),
+        (2, 17, 6, 5, 9, 0),
+        (1, 4, 5, 5, 3, 2),
+        (3, 8, 10, 11, 16, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let o = Conv2dOptions::new()
+            .padding(p)
+            .algo(ConvAlgo::Winograd)
+            .fuse_relu(i == 1);
+        check(&dev, [n, c, h, w], f, [3, 3], &o, 100 + i as u64);
+    }
+}
+
+#[test]
+fn pointwise_on_odd_sizes() {
+    let Some(dev) = opencl_device() else { return };
+    for (i, &(n, c, h, w, f)) in [(1, 3, 7, 9, 5), (3, 33, 5, 5, 17), (2, 8, 1, 1, 70)]
+        .iter()
+        .enumerate()
+    {
+        let o = Conv2dOptions::new()
+            .algo(ConvAlgo::Pointwise)
+            .fuse_relu(i == 0);
+        check(&dev, [n, c, h, w], f, [1, 1], &o, 200 + i as u64);
+    }
+}
+
+#[test]
+fn measured_choice_matches() {
+    // No algo: the pointwise dispatch, the general-path choice and the GEMM tuning all run.
+    let Some(dev) = opencl_device() else { return };
+    check(&dev, [2, 6, 9, 9], 10, [1, 1], &Conv2dOptions::new(), 300);
+    check(
+        &dev,
+        [2, 5, 8, 7],
+        6,
+        [3, 3],
+        &Conv2dOptions::new().padding(1),
+        301,
+    );
+    check(
+        &dev,
+        [1, 4, 9, 9],
+        4,
+        [3, 3],
+        &Conv2dOptions::new().stride(2).padding(1).groups(2),
+        302,
+    );
+}
+
+#[test]
+fn conv_transpose_matches_reference() {
+    let Some(dev) = opencl_device() else { return };
+    for (i, &(n, cin, h, w, cout, k, s, p, op, g)) in [
+        (1, 4, 5, 6, 3, 3, 2, 1, 1, 1),
+        (2, 6, 4, 4, 4, 2, 2, 0, 0, 2),
+        (1, 3, 7, 5, 2, 3, 1, 1, 0, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let seed = 400 + 10 * i as u64;
+        let o = ConvTranspose2dOptions {
+            conv: Conv2dOptions::new().stride(s).padding(p).groups(g),
+            output_padding: [op, op],
+        };
+        let (xc, xd) = pair(&dev, &[n, cin, h, w], seed);
+        let (wc, wd) = pair(&dev, &[cin, cout / g, k, k], seed + 1);
+        let (bc, bd) = pair(&dev, &[cout], seed + 2);
+        let want = ops::conv_transpose2d(&xc, &wc, Some(&bc), &o).unwrap();
+        let got = ops::conv_transpose2d(&xd, &wd, Some(&bd), &o).unwrap();
+        assert_eq!(
+            want.shape(),
+            &[
+                n,
+                cout,
+                (h - 1) * s + k - 2 * p + op,
+                (w - 1) * s + k - 2 * p + op
+            ]
+        );
+        assert_close(
+            &v(&got),
+            &v(&want),
+            ATOL,
+            RTOL,
+            &format!("conv_transpose2d case {i}"),
+        );
+        let (gc, gd) = pair(&dev, want.shape(), seed + 3);
+        let want = ops::conv_transpose2d_backward(&xc, &wc, &gc, true, true, &o).unwrap();
+        let got = ops::conv_transpose2d_backward(&xd, &wd, &gd, true, true, &o).unwrap();
+        assert_close(
+            &v(got.grad_x.as_ref().unwrap()),
+            &v(want.grad_x.as_ref().unwrap()),
+            ATOL,
+            RTOL,
+            &format!("t grad_x {i}"),
+        );
+        assert_close(
+            &v(&got.grad_w),
+            &v(&want.grad_w),
+            1e-3,
+            RTOL,
+            &format!("t grad_w {i}"),
+        );
+        assert_close(
+            &v(got.grad_b.as_ref().unwrap()),
+            &v(want.grad_b.as_ref().unwrap()),
+            1e-3,
+            RTOL,
+            &format!("t grad_b {i}"),
+        );
+    }
+}
+
+#[test]
+fn reference_conv_small_example() {
+    let d = cpu();
+    let x = Tensor::arange(&d, 0.0, 9.0, 1.0)
+        .unwrap()
+        .reshape(&[1, 1, 3, 3])
+        .unwrap();
+    let w = Tensor::ones(&d, &[1, 1, 2, 2]).unwrap();
+    let y = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap();
+    assert_eq!(v(&y), vec![8.0, 12.0, 20.0, 24.0]);
+    // conv_transpose2d is the adjoint: <conv(x), y> == <x, conv_t(y)>.
+    let yt = Tensor::from_slice(&d, &[1.0f32, 2.0, 3.0, 4.0], &[1, 1, 2, 2]).unwrap();
+    let xt = ops::conv_transpose2d(&yt, &w, None, &ConvTranspose2dOptions::default()).unwrap();
+    let lhs: f32 = v(&y).iter().zip(v(&yt)).map(|(a, b)| a * b).sum();
+    let rhs: f32 = v(&x).iter().zip(v(&xt)).map(|(a, b)| a * b).sum();
+    assert_eq!(lhs, rhs);
+}
+
+#[test]
+fn bad_input_gives_clear_errors() {
+    let d = cpu();
+    let x = Tensor::zeros(&d, &[1, 4, 5, 5]).unwrap();
+    let w = Tensor::zeros(&d, &[2, 3, 3, 3]).unwrap();
+    let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap_err();
+    assert!(
+        matches!(e, Error::Shape(_)) && e.to_string().contains("mismatched channels"),
+        "{e}"
+    );
+    let w = Tensor::zeros(&d, &[2, 4, 7, 7]).unwrap();
+    let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap_err();
+    assert!(
+        e.to_string().contains("larger than the padded input"),
+        "{e}"
+    );
+    assert!(ops::conv2d(&x, &w, None, &Conv2dOptions::new().padding(1)).is_ok());
+    let w = Tensor::zeros(&d, &[2, 4, 3, 3]).unwrap();
+    let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new().stride(0)).unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(_)) && e.to_string().contains("stride"),
+        "{e}"
+    );
+    let w = Tensor::zeros(&d, &[3, 4, 3, 3]).unwrap();
+    let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new().groups(3)).unwrap_err();
+    assert!(e.to_string().contains("groups = 3 must divide"), "{e}");
+    let w = Tensor::zeros(&d, &[2, 4, 5, 5]).unwrap();
+    let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new().algo(ConvAlgo::Winograd)).unwrap_err();
+    assert!(e.to_string().contains("winograd"), "{e}");
+    let b = Tensor::zeros(&d, &[3]).unwrap();
+    let w = Tensor::zeros(&d, &[2, 4, 3, 3]).unwrap();
+    assert!(
+        ops::conv2d(&x, &w, Some(&b), &Conv2dOptions::new())
+            .unwrap_err()
+            .to_string()
+            .contains("bias")
+    );
+}

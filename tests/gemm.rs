@@ -1,0 +1,190 @@
+//! GEMM: every OpenCL candidate against the built-in device on odd shapes, transposes and batches.
+//!
+//! Tolerance: |got − want| ≤ 1e-4 + 1e-4·|want| for inputs of unit variance and k ≤ 300 (f32 sums of up to
+//! 300 products against an f64 reference; observed errors are ~1e-6 relative).
+
+mod common;
+
+use common::{Lcg, assert_close};
+
+/// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
+/// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
+fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
+    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
+        std::sync::OnceLock::new();
+    DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
+}
+
+fn opencl_device() -> Option<netcl::Device> {
+    devices().0.clone()
+}
+
+fn cpu() -> netcl::Device {
+    devices().1.clone()
+}
+
+/// The same random tensor on the built-in device and on `dev`.
+fn pair(dev: &netcl::Device, shape: &[usize], seed: u64) -> (netcl::Tensor, netcl::Tensor) {
+    let c = netcl::Tensor::randn(&cpu(), shape, 0.0, 1.0, seed).unwrap();
+    let d = c.to_device(dev).unwrap();
+    (c, d)
+}
+use netcl::{Error, Tensor, ops};
+
+#[test]
+fn matmul_matches_reference_on_odd_shapes_and_transposes() {
+    let Some(dev) = opencl_device() else { return };
+    let mut rng = Lcg(7);
+    for case in 0..10 {
+        let (m, n, k) = (rng.range(1, 70), rng.range(1, 90), rng.range(1, 300));
+        let (ta, tb) = (case % 2 == 1, case % 4 >= 2);
+        let sa = if ta { [k, m] } else { [m, k] };
+        let sb = if tb { [n, k] } else { [k, n] };
+        let (ac, ad) = pair(&dev, &sa, 100 + case);
+        let (bc, bd) = pair(&dev, &sb, 200 + case);
+        let want = ops::matmul_t(&ac, &bc, ta, tb)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let got = ops::matmul_t(&ad, &bd, ta, tb)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        assert_close(
+            &got,
+            &want,
+            1e-4,
+            1e-4,
+            &format!("matmul {m}x{n}x{k} ta={ta} tb={tb}"),
+        );
+    }
+}
+
+#[test]
+fn bmm_with_shared_operands_and_transposes() {
+    let Some(dev) = opencl_device() else { return };
+    for (i, &(ba, bb, m, n, k, ta, tb)) in [
+        (3, 3, 5, 17, 9, false, false),
+        (1, 4, 33, 7, 20, true, false),
+        (2, 1, 9, 40, 65, false, true),
+        (5, 5, 1, 1, 1, true, true),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sa = if ta { [ba, k, m] } else { [ba, m, k] };
+        let sb = if tb { [bb, n, k] } else { [bb, k, n] };
+        let (ac, ad) = pair(&dev, &sa, 300 + i as u64);
+        let (bc, bd) = pair(&dev, &sb, 400 + i as u64);
+        let want = ops::bmm(&ac, &bc, ta, tb).unwrap();
+        let got = ops::bmm(&ad, &bd, ta, tb).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            1e-4,
+            1e-4,
+            &format!("bmm case {i}"),
+        );
+    }
+}
+
+#[test]
+fn long_k_products_match() {
+    // k far larger than m and n: the split-K candidates are eligible and measured.
+    let Some(dev) = opencl_device() else { return };
+    let (ac, ad) = pair(&dev, &[6, 4100], 1);
+    let (bc, bd) = pair(&dev, &[4100, 10], 2);
+    let want = ops::matmul(&ac, &bc).unwrap().to_vec::<f32>().unwrap();
+    let got = ops::matmul(&ad, &bd).unwrap().to_vec::<f32>().unwrap();
+    // k = 4100: allow 1e-3 absolute on sums of magnitude ~64.
+    assert_close(&got, &want, 1e-3, 1e-4, "matmul 6x10x4100");
+}
+
+#[test]
+fn reference_matmul_is_exact_on_small_integers() {
+    let d = cpu();
+    let a = Tensor::from_slice(&d, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
+    let b = Tensor::from_slice(&d, &[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]).unwrap();
+    assert_eq!(
+        ops::matmul(&a, &b).unwrap().to_vec::<f32>().unwrap(),
+        vec![4.0, 5.0, 10.0, 11.0]
+    );
+    assert_eq!(
+        ops::matmul_t(&a, &a, false, true)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap(),
+        vec![14.0, 32.0, 32.0, 77.0]
+    );
+}
+
+#[test]
+fn bad_shapes_are_clear_errors() {
+    let d = cpu();
+    let a = Tensor::zeros(&d, &[2, 3]).unwrap();
+    let b = Tensor::zeros(&d, &[4, 2]).unwrap();
+    let e = ops::matmul(&a, &b).unwrap_err();
+    assert!(matches!(e, Error::Shape(_)), "{e}");
+    assert!(e.to_string().contains("inner sizes"), "{e}");
+    let v = Tensor::zeros(&d, &[3]).unwrap();
+    assert!(matches!(ops::matmul(&a, &v).unwrap_err(), Error::Shape(_)));
+    let x = Tensor::zeros(&d, &[2, 2, 3]).unwrap();
+    let y = Tensor::zeros(&d, &[3, 3, 2]).unwrap();
+    assert!(
+        ops::bmm(&x, &y, false, false)
+            .unwrap_err()
+            .to_string()
+            .contains("batch")
+    );
+}
+
+#[test]
+fn every_candidate_matches_on_edge_shapes() {
+    let Some(dev) = opencl_device() else { return };
+    // Sizes not multiple of any tile, plus a long-k shape that makes split-K candidates eligible.
+    for (i, &(m, n, k, ta, tb)) in [
+        (37, 45, 29, false, false),
+        (19, 70, 33, true, true),
+        (3, 5, 1100, false, true),
+        (66, 130, 17, true, false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sa = if ta { [k, m] } else { [m, k] };
+        let sb = if tb { [n, k] } else { [k, n] };
+        let (ac, ad) = pair(&dev, &sa, 500 + i as u64);
+        let (bc, bd) = pair(&dev, &sb, 600 + i as u64);
+        let want = ops::matmul_t(&ac, &bc, ta, tb)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let labels = ops::matmul_candidates(&ad, &bd, ta, tb).unwrap();
+        assert!(labels.len() >= 3, "{labels:?}");
+        for l in &labels {
+            let got = ops::matmul_with(&ad, &bd, ta, tb, l)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            // k up to 1100: 1e-3 absolute.
+            assert_close(
+                &got,
+                &want,
+                1e-3,
+                1e-4,
+                &format!("{m}x{n}x{k} ta={ta} tb={tb} candidate {l}"),
+            );
+        }
+    }
+    assert!(
+        ops::matmul_with(
+            &Tensor::zeros(&dev, &[2, 2]).unwrap(),
+            &Tensor::zeros(&dev, &[2, 2]).unwrap(),
+            false,
+            false,
+            "nope"
+        )
+        .is_err()
+    );
+}

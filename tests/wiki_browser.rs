@@ -1,0 +1,516 @@
+//! The wiki in a real browser: headless Chromium driven over WebDriver (chromedriver) loads a page, navigates by
+//! the sidebar and by prev/next, toggles dark mode, searches with `/` and opens a result. Screenshots are kept in
+//! `artifacts/screenshots/`.
+//!
+//! Needs Debian's `chromium` and `chromium-driver` (or `NETCL_CHROMIUM` / `NETCL_CHROMEDRIVER` naming the
+//! binaries). Under `CI=true` their absence fails the test; elsewhere it is skipped with a message.
+
+mod wiki_support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use wiki_support::{TestEngine, content_dir, scratch};
+
+const ELEMENT_KEY: &str = "element-6066-11e4-a52e-4f735466cecf";
+const WAIT: Duration = Duration::from_secs(10);
+
+fn binary(env: &str, default: &str) -> Option<PathBuf> {
+    let path = std::env::var_os(env)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(default));
+    path.is_file().then_some(path)
+}
+
+/// Starts the wiki on a free loopback port in a background runtime.
+fn start_wiki() -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(async move {
+            let config = netcl::wiki::config::Config {
+                content_dir: content_dir(),
+                ..Default::default()
+            };
+            let state = netcl::wiki::server::AppState::new(config, Arc::new(TestEngine)).unwrap();
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(listener, netcl::wiki::server::router(state))
+                .await
+                .unwrap();
+        });
+    });
+    rx.recv_timeout(WAIT).expect("wiki server did not start")
+}
+
+/// chromedriver, stopped when dropped.
+struct Driver {
+    child: Child,
+}
+
+impl Drop for Driver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 request to chromedriver; returns the decoded JSON body.
+fn http(port: u16, method: &str, path: &str, body: Option<&Value>) -> std::io::Result<Value> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port))?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let payload = body.map(|b| b.to_string()).unwrap_or_default();
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{payload}",
+        payload.len()
+    )?;
+    // chromedriver may keep the connection open: read the head, then exactly Content-Length bytes (or chunks).
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 8192];
+    let head_end = loop {
+        if let Some(i) = raw.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            return Err(std::io::Error::other(
+                "connection closed before the response head",
+            ));
+        }
+        raw.extend_from_slice(&buf[..n]);
+    };
+    let head = String::from_utf8_lossy(&raw[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok());
+    let chunked = head.contains("transfer-encoding: chunked");
+    while length.is_some_and(|n| raw.len() < head_end + n)
+        || (chunked && !raw.ends_with(b"0\r\n\r\n"))
+    {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        raw.extend_from_slice(&buf[..n]);
+    }
+    let text = String::from_utf8_lossy(&raw[head_end..]).into_owned();
+    let mut body: &str = &text;
+    let decoded;
+    if chunked {
+        let mut out = String::new();
+        while let Some((size, rest)) = body.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 || rest.len() < n {
+                break;
+            }
+            out.push_str(&rest[..n]);
+            body = rest[n..].trim_start_matches("\r\n");
+        }
+        decoded = out;
+        body = &decoded;
+    }
+    serde_json::from_str(body).map_err(|e| std::io::Error::other(format!("{e}: {body}")))
+}
+
+struct Session {
+    port: u16,
+    id: String,
+}
+
+impl Session {
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Value {
+        let url = format!("/session/{}{path}", self.id);
+        let answer = http(self.port, method, &url, body.as_ref())
+            .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+        if answer["value"]["error"].is_string() {
+            panic!("{method} {url}: {}", answer["value"]);
+        }
+        answer["value"].clone()
+    }
+
+    fn go(&self, url: &str) {
+        self.call("POST", "/url", Some(json!({"url": url})));
+    }
+
+    fn url(&self) -> String {
+        self.call("GET", "/url", None)
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn js(&self, script: &str) -> Value {
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": script, "args": []})),
+        )
+    }
+
+    fn find(&self, css: &str) -> String {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let answer = http(
+                self.port,
+                "POST",
+                &format!("/session/{}/element", self.id),
+                Some(&json!({"using": "css selector", "value": css})),
+            )
+            .unwrap();
+            if let Some(id) = answer["value"][ELEMENT_KEY].as_str() {
+                return id.to_string();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no element `{css}`: {}",
+                answer["value"]
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn click(&self, css: &str) {
+        let id = self.find(css);
+        self.call("POST", &format!("/element/{id}/click"), Some(json!({})));
+    }
+
+    fn text(&self, css: &str) -> String {
+        let id = self.find(css);
+        self.call("GET", &format!("/element/{id}/text"), None)
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn keys(&self, keys: &[&str]) {
+        let mut actions = Vec::new();
+        for key in keys {
+            actions.push(json!({"type": "keyDown", "value": key}));
+            actions.push(json!({"type": "keyUp", "value": key}));
+        }
+        self.call(
+            "POST",
+            "/actions",
+            Some(json!({"actions": [{"type": "key", "id": "keyboard", "actions": actions}]})),
+        );
+    }
+
+    fn wait_until(&self, what: &str, check: impl Fn() -> bool) {
+        let deadline = Instant::now() + WAIT;
+        while !check() {
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what} (at {})",
+                self.url()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn screenshot(&self, name: &str) {
+        let data = self.call("GET", "/screenshot", None);
+        let png = base64_decode(data.as_str().unwrap_or_default());
+        assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("artifacts/screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("wiki-{name}.png")), png).unwrap();
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = http(self.port, "DELETE", &format!("/session/{}", self.id), None);
+    }
+}
+
+fn base64_decode(text: &str) -> Vec<u8> {
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => Some(c - b'A'),
+        b'a'..=b'z' => Some(c - b'a' + 26),
+        b'0'..=b'9' => Some(c - b'0' + 52),
+        b'+' => Some(62),
+        b'/' => Some(63),
+        _ => None,
+    };
+    let digits: Vec<u8> = text.bytes().filter_map(value).collect();
+    let mut out = Vec::with_capacity(digits.len() * 3 / 4);
+    for chunk in digits.chunks(4) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |acc, (i, d)| acc | (u32::from(*d) << (18 - 6 * i)));
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len().saturating_sub(1)]);
+    }
+    out
+}
+
+fn open_session(chromium: &std::path::Path, chromedriver: &std::path::Path) -> (Driver, Session) {
+    let port = free_port();
+    let child = Command::new(chromedriver)
+        .arg(format!("--port={port}"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("chromedriver starts");
+    let driver = Driver { child };
+    let deadline = Instant::now() + WAIT;
+    while !http(port, "GET", "/status", None).is_ok_and(|s| s["value"]["ready"] == true) {
+        assert!(
+            Instant::now() < deadline,
+            "chromedriver did not become ready"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let profile = scratch("chromium-profile");
+    let args = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,900",
+        &format!("--user-data-dir={}", profile.display()),
+    ];
+    let capabilities = json!({"capabilities": {"alwaysMatch": {
+        "browserName": "chrome",
+        "goog:chromeOptions": {"binary": chromium.display().to_string(), "args": args},
+        "goog:loggingPrefs": {"browser": "ALL"}
+    }}});
+    let answer = http(port, "POST", "/session", Some(&capabilities)).expect("new session");
+    let id = answer["value"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no session: {answer}"))
+        .to_string();
+    (driver, Session { port, id })
+}
+
+#[test]
+fn browser_navigates_toggles_theme_and_searches() {
+    let (Some(chromium), Some(chromedriver)) = (
+        binary("NETCL_CHROMIUM", "/usr/bin/chromium"),
+        binary("NETCL_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    ) else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!(
+                "CI=true but chromium or chromedriver is missing: apt-get install chromium chromium-driver"
+            );
+        }
+        eprintln!(
+            "\n*** SKIPPED wiki browser test: /usr/bin/chromium or /usr/bin/chromedriver is missing ***\n"
+        );
+        return;
+    };
+    let addr = start_wiki();
+    let (_driver, s) = open_session(&chromium, &chromedriver);
+    let base = format!("http://{addr}");
+
+    // A page loads with its layout.
+    s.go(&format!("{base}/docs/quickstart"));
+    assert_eq!(s.text("article h1"), "Quickstart");
+    assert!(
+        s.js("return document.querySelectorAll('.toc a').length")
+            .as_u64()
+            .unwrap_or(0)
+            >= 3
+    );
+    assert_eq!(
+        s.js("return document.querySelector('.copy-btn').hidden"),
+        json!(false),
+        "script enhanced the page"
+    );
+    s.screenshot("01-quickstart");
+
+    // Sidebar navigation.
+    s.click(".sidebar a[href='/docs/concepts/device']");
+    s.wait_until("the device page", || {
+        s.url().ends_with("/docs/concepts/device")
+    });
+    assert_eq!(s.text("article h1"), "Device");
+    assert_eq!(s.text(".sidebar a.current"), "Device");
+
+    // Prev/next.
+    s.click(".prev-next a.next");
+    s.wait_until("the next page", || {
+        s.url().ends_with("/docs/concepts/autotune")
+    });
+    assert_eq!(s.text("article h1"), "Autotune");
+    s.click(".prev-next a.prev");
+    s.wait_until("the previous page", || {
+        s.url().ends_with("/docs/concepts/device")
+    });
+    s.screenshot("02-device");
+
+    // Dark mode: toggled, applied, and remembered across a reload.
+    let before = s.js("return getComputedStyle(document.body).backgroundColor");
+    let effective = s.js("return document.documentElement.dataset.theme || (matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light')");
+    s.click("#theme-toggle");
+    let toggled = s.js("return document.documentElement.dataset.theme");
+    assert_ne!(toggled, effective, "theme toggled");
+    let after = s.js("return getComputedStyle(document.body).backgroundColor");
+    assert_ne!(before, after, "colours changed");
+    s.go(&format!("{base}/docs/faq"));
+    assert_eq!(
+        s.js("return document.documentElement.dataset.theme"),
+        toggled,
+        "theme persisted"
+    );
+    s.screenshot("03-theme-toggled");
+
+    // Search: `/` focuses the box, results appear as you type, arrows and Enter open one.
+    s.keys(&["/"]);
+    assert_eq!(
+        s.js("return document.activeElement.id"),
+        json!("search-input")
+    );
+    let input = s.find("#search-input");
+    s.call(
+        "POST",
+        &format!("/element/{input}/value"),
+        Some(json!({"text": "autotune cache"})),
+    );
+    s.wait_until("search results", || {
+        s.js("return document.querySelectorAll('#search-results a').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+    assert!(
+        s.js("return document.querySelector('#search-results mark') !== null") == json!(true),
+        "matches are marked"
+    );
+    s.screenshot("04-search");
+    s.keys(&["\u{E015}", "\u{E007}"]);
+    s.wait_until("the search result", || {
+        s.url().contains("/docs/concepts/autotune")
+    });
+    assert_eq!(s.text("article h1"), "Autotune");
+    s.screenshot("05-result");
+
+    // The autotune page filters on the server and, as you type, in the page.
+    s.go(&format!("{base}/autotune"));
+    assert_eq!(
+        s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length"),
+        json!(2)
+    );
+    let filter = s.find("#autotune-filter");
+    s.call(
+        "POST",
+        &format!("/element/{filter}/value"),
+        Some(json!({"text": "reduce"})),
+    );
+    s.wait_until("the client-side filter", || {
+        s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length") == json!(1)
+    });
+    assert_eq!(s.text("#autotune-count"), "1 of 2 entries shown.");
+    s.screenshot("06-autotune");
+    s.go(&format!("{base}/devices"));
+    assert!(
+        s.text("main").contains("Test <b>GPU</b>"),
+        "markup in engine data shows as text"
+    );
+    s.go(&format!("{base}/docs/architecture/overview"));
+    assert_eq!(
+        s.js("return document.querySelectorAll('figure.diagram svg, img[src$=\".svg\"]').length"),
+        json!(2)
+    );
+    assert!(
+        s.js("return document.querySelector('img[src$=\".svg\"]').naturalWidth")
+            .as_u64()
+            .unwrap_or(0)
+            > 0,
+        "svg image loads"
+    );
+    s.screenshot("07-architecture");
+
+    // Nothing the pages do is refused by the Content-Security-Policy.
+    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
+    let refused: Vec<&Value> = log
+        .as_array()
+        .map(|entries| {
+            entries
+                .iter()
+                .filter(|e| {
+                    e["message"]
+                        .as_str()
+                        .unwrap_or("")
+                        .contains("Content Security Policy")
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(refused.is_empty(), "CSP violations: {refused:?}");
+
+    // An exported copy works from disk: navigation by relative links, and search over the offline index.
+    let export = scratch("browser-export");
+    let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
+    let settings = netcl::wiki::views::SiteSettings {
+        title: "netcl".into(),
+        edit_url: None,
+        playground: false,
+    };
+    netcl::wiki::export::export(&content, &settings, &export).unwrap();
+    s.go(&format!("file://{}/index.html", export.display()));
+    s.click(".sidebar a[href='concepts/device/index.html']");
+    s.wait_until("the exported device page", || {
+        s.url().ends_with("/concepts/device/index.html")
+    });
+    assert_eq!(s.text("article h1"), "Device");
+    s.keys(&["/"]);
+    let input = s.find("#search-input");
+    s.call(
+        "POST",
+        &format!("/element/{input}/value"),
+        Some(json!({"text": "autotune"})),
+    );
+    s.wait_until("offline search results", || {
+        s.js("return document.querySelectorAll('#search-results a').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+    s.screenshot("08-export-search");
+    s.keys(&["\u{E007}"]);
+    s.wait_until("the exported result", || {
+        s.url().contains("/concepts/autotune/index.html")
+    });
+    s.go(&format!(
+        "file://{}/search/index.html?q=device",
+        export.display()
+    ));
+    s.wait_until("the offline results page", || {
+        s.js("return document.querySelectorAll('#search-hits li').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+
+    // The results page works as a plain form submission too.
+    s.go(&format!("{base}/search?q=device"));
+    assert!(s.text("#search-status").contains("for “device”"));
+    let violations = s.js("return performance.getEntriesByType('resource').filter(e => !e.name.startsWith(location.origin)).length");
+    assert_eq!(violations, json!(0), "nothing is loaded from elsewhere");
+}
