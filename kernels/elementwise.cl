@@ -1,6 +1,23 @@
 // Elementwise binary ops with broadcasting. OP(x, y) is defined per build (-D OP=...), on scalars.
 // Shapes and strides travel by value (ints or int8 with the innermost dimension in .s0), never as buffers.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 #ifndef OP
 #define OP(x, y) ((x) + (y))
 #endif
@@ -51,9 +68,8 @@ __kernel void binary_same(const int n, __global const float* a, __global const f
 __kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0, const int sa1, const int sb0,
                         const int sb1, __global const float* a, __global const float* b, __global float* out) {
     const int x = get_global_id(0) * VEC;
-    const int y = get_global_id(1);
-    const int z = get_global_id(2);
-    if (x >= d2 || y >= d1 || z >= d0) return;
+    if (x >= d2) return;
+    YZ_BEGIN(y, d1, z, d0)
     const int o = (z * d1 + y) * d2 + x;
     const int ia = z * sa0 + y * sa1 + x * A_INNER;
     const int ib = z * sb0 + y * sb1 + x * B_INNER;
@@ -69,6 +85,7 @@ __kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0,
 #else
     out[o] = OP(a[ia], b[ib]);
 #endif
+    }
 }
 
 #define BCAST_STEP(k)                              \

@@ -3,6 +3,23 @@
 // outputs whose window covers it), so no atomics are needed. Max pooling stores the index h·W + w of the
 // first maximum in scan order (a NaN wins) for its backward.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 // Output rows whose window covers input row h: oh·s − p ≤ h ≤ oh·s − p + k − 1.
 #define COVER(h, k, s, p, O, lo, hi)                      \
     const int lo = max(0, (h + p - k + s) / s);           \
@@ -12,9 +29,8 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
                           const int sh, const int sw, const int ph, const int pw, __global const float* x,
                           __global float* y, __global int* idx) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* plane = x + p * H * W;
     float best = -INFINITY;
     int bi = -1;
@@ -34,15 +50,15 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
     const int o = (p * OH + oh) * OW + ow;
     y[o] = best;
     idx[o] = bi;
+    }
 }
 
 __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, const int OW, const int kh, const int kw,
                           const int sh, const int sw, const int ph, const int pw, __global const float* g,
                           __global const int* idx, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    YZ_BEGIN(h, H, p, P)
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     const int me = h * W + w;
@@ -53,6 +69,7 @@ __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, c
             if (idx[o] == me) acc += g[o];
         }
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // The divisor of output (oh, ow): the whole window, or only its part inside the input.
@@ -67,9 +84,8 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
                           const int sh, const int sw, const int ph, const int pw, const int incl,
                           __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* plane = x + p * H * W;
     float s = 0.0f;
     for (int i = 0; i < kh; ++i) {
@@ -81,15 +97,15 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
         }
     }
     y[(p * OH + oh) * OW + ow] = s / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
+    }
 }
 
 __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, const int OW, const int kh, const int kw,
                           const int sh, const int sw, const int ph, const int pw, const int incl,
                           __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    YZ_BEGIN(h, H, p, P)
     COVER(h, kh, sh, ph, OH, oh0, oh1)
     COVER(w, kw, sw, pw, OW, ow0, ow1)
     float acc = 0.0f;
@@ -97,6 +113,7 @@ __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, c
         for (int ow = ow0; ow <= ow1; ++ow)
             acc += g[(p * OH + oh) * OW + ow] / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // Global average pooling's backward: every element of plane p gets g[p] / (H·W).

@@ -10,6 +10,23 @@
 //   red_col       I > 1: one work-item per (o, g, V consecutive i), coalesced across i;
 //   argmax_col / argmin_col: the first extreme index along R (a NaN wins, as in NumPy).
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 #ifndef COMB
 #define COMB(a, b) ((a) + (b))
 #endif
@@ -39,12 +56,13 @@
 #define RED4(a) COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3))
 #define RED8(a) COMB(COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3)), COMB(COMB((a).s4, (a).s5), COMB((a).s6, (a).s7)))
 
-__kernel void red_row_wg(const int R, const int rc, const int G, const float scale, __global const float* x,
-                         __global float* out, const int out_off, __local float* sc) {
+__kernel void red_row_wg(const int O, const int R, const int rc, const int G, const float scale,
+                         __global const float* x, __global float* out, const int out_off, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int g = get_group_id(0);
-    const int o = get_global_id(1);
+    // Rows stride over the grid's y extent (capped at 65535 groups); uniform within a work-group.
+    for (int o = get_global_id(1); o < O; o += get_global_size(1)) {
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* row = x + o * R + start;
@@ -61,6 +79,8 @@ __kernel void red_row_wg(const int R, const int rc, const int G, const float sca
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (lid == 0) out[out_off + o * G + g] = sc[0] * scale;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    }
 }
 
 __kernel void red_row_chunk(const int R, const int rc, const int G, const int total, const float scale,
@@ -83,9 +103,8 @@ __kernel void red_row_chunk(const int R, const int rc, const int G, const int to
 __kernel void red_col(const int O, const int R, const int I, const int rc, const int G, const float scale,
                       __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * V;
-    const int g = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || g >= G || o >= O) return;
+    if (i >= I) return;
+    YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
@@ -108,6 +127,7 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
 #endif
     out[out_off + (o * G + g) * I + i] = acc * scale;
 #endif
+    }
 }
 
 #ifndef NB
@@ -119,9 +139,8 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
 __kernel void red_col_blk(const int O, const int R, const int I, const int rc, const int G, const float scale,
                           __global const float* x, __global float* out, const int out_off) {
     const int i = get_global_id(0) * (8 * NB);
-    const int g = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || g >= G || o >= O) return;
+    if (i >= I) return;
+    YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
@@ -141,6 +160,7 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
         }
     }
     for (int k = 0; k < NB; ++k) vstore8(acc[k] * scale, k, out + out_off + (o * G + g) * I + i);
+    }
 }
 
 // I > 1 on CPU OpenCL, streaming: one work-item per (o, g) reads its chunk of rows front to back (sequential

@@ -3,6 +3,23 @@
 // defines. Nearest: src = ⌊o·in/out⌋. Bilinear: src = o·(in−1)/(out−1) with ALIGN (corners), else
 // max(0, (o+½)·in/out − ½); it reads rows ⌊src⌋ and min(⌊src⌋+1, in−1) with weights 1−f and f.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 #ifndef BILINEAR
 #define BILINEAR 0
 #endif
@@ -34,9 +51,8 @@ static inline float axis_weight(int o, int i, int in, int out) {
 __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, const int OW, __global const float* x,
                            __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    YZ_BEGIN(oh, OH, p, P)
     __global const float* pl = x + p * H * W;
 #if BILINEAR
     const float sh = src_coord(oh, H, OH), sw = src_coord(ow, W, OW);
@@ -49,6 +65,7 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
 #else
     y[(p * OH + oh) * OW + ow] = pl[((oh * H) / OH) * W + (ow * W) / OW];
 #endif
+    }
 }
 
 // Output indices that may read input i: a window around i·out/in, widened by 2 on each side.
@@ -59,9 +76,8 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
 __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, const int OW, __global const float* g,
                            __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    YZ_BEGIN(h, H, p, P)
     RANGE(h, H, OH, oh0, oh1)
     RANGE(w, W, OW, ow0, ow1)
     float acc = 0.0f;
@@ -74,4 +90,5 @@ __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, 
         }
     }
     gx[(p * H + h) * W + w] = acc;
+    }
 }

@@ -1,6 +1,23 @@
 // Data movement: permute, block copies (narrow, cat, split), index_select, one_hot and pad2d (zero or
 // reflect) with its gather backward. Shapes travel by value; 3-D ranges avoid divisions where they can.
 
+#ifndef GRID_LOOP
+#define GRID_LOOP 0
+#endif
+// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
+// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
+// CPU OpenCL compilers vectorise far better than a loop.
+#if GRID_LOOP
+#define YZ_BEGIN(y, d1, z, d0)                                         \
+    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
+        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
+#else
+#define YZ_BEGIN(y, d1, z, d0)         \
+    const int z = get_global_id(2);    \
+    const int y = get_global_id(1);    \
+    if (y < (d1) && z < (d0)) {
+#endif
+
 // y[i] = x[Σ c_k·istride_k] where (c_k) is i decomposed over the output shape (innermost in .s0).
 __kernel void permute(const int n, const int rank, const int8 oshape, const int8 istride, __global const float* x,
                       __global float* y) {
@@ -22,28 +39,27 @@ __kernel void permute(const int n, const int rank, const int8 oshape, const int8
 __kernel void block_copy(const int O, const int len, const int I, const int sA, const int soff, const int dA,
                          const int doff, __global const float* x, __global float* y) {
     const int i = get_global_id(0);
-    const int a = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || a >= len || o >= O) return;
+    if (i >= I) return;
+    YZ_BEGIN(a, len, o, O)
     y[(o * dA + doff + a) * I + i] = x[(o * sA + soff + a) * I + i];
+    }
 }
 
 // y[o, k, i] = x[o, idx[k], i]; range (I, K, O). Indices were checked on the host.
 __kernel void index_select(const int O, const int K, const int A, const int I, __global const float* x,
                            __global const int* idx, __global float* y) {
     const int i = get_global_id(0);
-    const int k = get_global_id(1);
-    const int o = get_global_id(2);
-    if (i >= I || k >= K || o >= O) return;
+    if (i >= I) return;
+    YZ_BEGIN(k, K, o, O)
     y[(o * K + k) * I + i] = x[(o * A + idx[k]) * I + i];
+    }
 }
 
 // y[n, c] = labels[n] == c; range (C, N).
 __kernel void one_hot(const int N, const int C, __global const int* labels, __global float* y) {
     const int c = get_global_id(0);
-    const int n = get_global_id(1);
-    if (c >= C || n >= N) return;
-    y[n * C + c] = labels[n] == c ? 1.0f : 0.0f;
+    if (c >= C) return;
+    for (int n = get_global_id(1); n < N; n += get_global_size(1)) y[n * C + c] = labels[n] == c ? 1.0f : 0.0f;
 }
 
 // The source row of padded coordinate u (= output − pad): -1 for zero padding outside, else reflected.
@@ -56,21 +72,20 @@ static inline int pad_src(int u, int H, int reflect) {
 __kernel void pad2d(const int P, const int H, const int W, const int OH, const int OW, const int pt, const int pl,
                     const int reflect, __global const float* x, __global float* y) {
     const int ow = get_global_id(0);
-    const int oh = get_global_id(1);
-    const int p = get_global_id(2);
-    if (ow >= OW || oh >= OH || p >= P) return;
+    if (ow >= OW) return;
+    YZ_BEGIN(oh, OH, p, P)
     const int h = pad_src(oh - pt, H, reflect);
     const int w = pad_src(ow - pl, W, reflect);
     y[(p * OH + oh) * OW + ow] = (h < 0 || w < 0) ? 0.0f : x[(p * H + h) * W + w];
+    }
 }
 
 // Gather: input (h, w) sums the output positions that read it (at most 3 candidates per axis under reflect).
 __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, const int OW, const int pt, const int pl,
                         const int reflect, __global const float* g, __global float* gx) {
     const int w = get_global_id(0);
-    const int h = get_global_id(1);
-    const int p = get_global_id(2);
-    if (w >= W || h >= H || p >= P) return;
+    if (w >= W) return;
+    YZ_BEGIN(h, H, p, P)
     const int ch[3] = {h, -h, 2 * (H - 1) - h};
     const int cw[3] = {w, -w, 2 * (W - 1) - w};
     float acc = 0.0f;
@@ -86,6 +101,7 @@ __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, con
         }
     }
     gx[(p * H + h) * W + w] = acc;
+    }
 }
 
 // Whether (a, ia) ranks before (b, ib): larger first (LARGEST) or smaller first, a NaN ranking as the

@@ -238,6 +238,19 @@ fn fused_expressions_match_reference_and_broadcast() {
             e,
         );
     }
+    // Five alternating broadcast dimensions: the general (dividing) kernel.
+    let (pc, pd) = pair(&dev, &[2, 1, 3, 1, 5], 63);
+    let (qc, qd) = pair(&dev, &[4, 1, 6, 1], 64);
+    let got = ops::fused("x0 * x1 - x0", &[&pd, &qd]).unwrap();
+    let want = ops::fused("x0 * x1 - x0", &[&pc, &qc]).unwrap();
+    assert_eq!(got.shape(), &[2, 4, 3, 6, 5]);
+    assert_close(
+        &got.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        1e-7,
+        1e-6,
+        "rank-5 broadcast (FMA contraction allowed)",
+    );
     let got = ops::fused("x0 * 2 + 1", &[&cd])
         .unwrap()
         .to_vec::<f32>()
@@ -284,4 +297,57 @@ fn prelu_forward_and_backward_match_reference() {
         "prelu dalpha",
     );
     assert!(ops::prelu(&xd, &Tensor::zeros(&dev, &[3]).unwrap()).is_err());
+}
+
+#[test]
+fn fused_expressions_with_six_inputs() {
+    // 1e-6 relative: products and sums may contract into FMA on the device.
+    let Some(dev) = opencl_device() else { return };
+    let e = "x0 * x1 + x2 * x3 - x4 / (abs(x5) + 1)";
+    let shapes: [&[usize]; 6] = [&[3, 7], &[3, 7], &[3, 7], &[3, 7], &[3, 7], &[3, 7]];
+    let bshapes: [&[usize]; 6] = [
+        &[2, 3, 7],
+        &[7],
+        &[3, 1],
+        &[1, 1, 7],
+        &[2, 1, 1],
+        &[2, 3, 7],
+    ];
+    for set in [shapes, bshapes] {
+        let (cs, ds): (Vec<_>, Vec<_>) = set
+            .iter()
+            .enumerate()
+            .map(|(k, s)| pair(&dev, s, 90 + k as u64))
+            .unzip();
+        let got = ops::fused(e, &ds.iter().collect::<Vec<_>>()).unwrap();
+        let want = ops::fused(e, &cs.iter().collect::<Vec<_>>()).unwrap();
+        assert_eq!(got.shape(), want.shape());
+        assert_close(
+            &got.to_vec::<f32>().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            1e-6,
+            1e-6,
+            e,
+        );
+    }
+}
+
+#[test]
+fn broadcast_to_repeats_and_rejects() {
+    let Some(dev) = opencl_device() else { return };
+    let (c, d) = pair(&dev, &[3, 1], 95);
+    let got = ops::broadcast_to(&d, &[2, 3, 4]).unwrap();
+    let want = ops::broadcast_to(&c, &[2, 3, 4]).unwrap();
+    assert_eq!(got.shape(), &[2, 3, 4]);
+    assert_close(
+        &got.to_vec::<f32>().unwrap(),
+        &want.to_vec::<f32>().unwrap(),
+        0.0,
+        0.0,
+        "broadcast_to",
+    );
+    let v = c.to_vec::<f32>().unwrap();
+    assert_eq!(&want.to_vec::<f32>().unwrap()[4..8], &[v[1]; 4]);
+    assert!(ops::broadcast_to(&d, &[3, 2, 4]).is_err());
+    assert!(ops::broadcast_to(&d, &[4]).is_err());
 }

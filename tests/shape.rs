@@ -243,3 +243,15 @@ fn topk_matches_reference() {
     );
     assert!(ops::topk(&x, 5, 0, true).is_err());
 }
+
+#[test]
+fn grid_striding_builds_of_every_3d_family_compile() {
+    // Launches whose y or z extent exceeds 65535 groups use the GRID_LOOP build; make sure it compiles.
+    let Some(dev) = opencl_device() else { return };
+    for family in ["elementwise", "fused", "reduce", "pool", "shape", "resize"] {
+        let src = netcl::program::kernel_source(family).unwrap();
+        let defines = netcl::program::Defines::new().set("GRID_LOOP", 1);
+        let names = netcl::program::build_check(&dev, src, &defines).unwrap();
+        assert!(!names.is_empty(), "{family}");
+    }
+}

@@ -389,6 +389,25 @@ pub(crate) fn local_3d(dev: &ClDevice, g: [usize; 3]) -> [usize; 3] {
     [lx, ly, lz]
 }
 
+/// The 3-D range `g` with its work-group shape, the y and z extents capped at 65535 groups (the most some
+/// drivers allow per grid dimension); the 3-D kernels stride over y and z, so any range fits.
+/// The flag is true when a cap applies: the kernel must then be built with `GRID_LOOP=1`.
+pub(crate) fn grid_3d(dev: &ClDevice, g: [usize; 3]) -> ([usize; 3], [usize; 3], bool) {
+    let l = local_3d(dev, g);
+    let cap = |d: usize| g[d].min(65535 * l[d]);
+    let capped = cap(1) < g[1] || cap(2) < g[2];
+    ([g[0], cap(1), cap(2)], l, capped)
+}
+
+/// `defines` with `GRID_LOOP=1` when `capped`.
+pub(crate) fn grid_defines(defines: &Defines, capped: bool) -> Defines {
+    if capped {
+        defines.clone().set("GRID_LOOP", 1)
+    } else {
+        defines.clone()
+    }
+}
+
 fn prev_pow2(n: usize) -> usize {
     if n == 0 {
         1
@@ -446,9 +465,9 @@ impl BinaryKernels for ClDevice {
                 .set("VEC", vec)
                 .set("A_INNER", sa[2].min(1))
                 .set("B_INNER", sb[2].min(1));
-            let k = self.kernel("elementwise", &defines, "binary_3d")?;
             let g = [d[2] / vec, d[1], d[0]];
-            let local = local_3d(self, g);
+            let (g, local, capped) = grid_3d(self, g);
+            let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
             let args = [
                 Arg::I32(d[0] as i32),
                 Arg::I32(d[1] as i32),
@@ -559,12 +578,6 @@ impl BinaryKernels for CpuDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        CpuDevice::binary_scalar_ref(op, a, s, swap, out)
-    }
-}
-
-impl CpuDevice {
-    fn binary_scalar_ref(op: BinaryOp, a: &Tensor, s: f32, swap: bool, out: &Tensor) -> Result<()> {
         super::host::map_f32(&[a], out, |ins, o| {
             for (o, &x) in o.iter_mut().zip(ins[0]) {
                 *o = if swap { op.apply(s, x) } else { op.apply(x, s) };

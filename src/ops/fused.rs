@@ -1,7 +1,7 @@
-//! Fused elementwise expressions: a chain of elementwise ops over up to four broadcast inputs, compiled into
+//! Fused elementwise expressions: a chain of elementwise ops over up to six broadcast inputs, compiled into
 //! one kernel.
 //!
-//! The expression language is small and closed: numbers, the inputs `x0`..`x3`, `+ - * /`, unary minus,
+//! The expression language is small and closed: numbers, the inputs `x0`..`x5`, `+ - * /`, unary minus,
 //! comparisons `< <= > >= == !=` (giving 0 or 1), parentheses and the functions listed in [`FUNCTIONS`]. Text
 //! is parsed into a tree and validated; the kernel source is generated from the tree, never from the text,
 //! so nothing a user writes reaches the OpenCL compiler. Programs are cached by the generated form, so the
@@ -17,7 +17,7 @@ use super::elementwise::{MAX_BROADCAST_RANK, broadcast_shape};
 use super::unary::erf;
 
 /// The most inputs an expression may use.
-pub const MAX_INPUTS: usize = 4;
+pub const MAX_INPUTS: usize = 6;
 const MAX_LEN: usize = 4096;
 const MAX_DEPTH: usize = 64;
 
@@ -586,7 +586,25 @@ pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
         )));
     }
     first.same_device(&inputs[1..], "fused")?;
-    let mut shape: Vec<usize> = first.shape().to_vec();
+    fused_shaped(e, inputs, first.shape())
+}
+
+/// `x` repeated along its size-1 (or missing leading) axes to `shape` (NumPy broadcasting; the gradient of a
+/// reduction with keepdims, for instance).
+pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
+    if broadcast_shape(x.shape(), shape)? != shape {
+        return Err(Error::Shape(format!(
+            "broadcast_to: {:?} cannot be broadcast to {shape:?}",
+            x.shape()
+        )));
+    }
+    fused_shaped(&Expr::parse("x0")?, &[x], shape)
+}
+
+/// Evaluates `e` over `inputs` broadcast together with `base` (the output shape is their common shape).
+fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> {
+    let first = inputs[0];
+    let mut shape: Vec<usize> = base.to_vec();
     for t in inputs {
         t.expect_dtype(DType::F32, "fused")?;
         shape = broadcast_shape(&shape, t.shape())?;
@@ -636,6 +654,32 @@ impl FusedKernels for ClDevice {
             args.extend(bufs.iter().map(|b| Arg::Mem(b)));
             args.push(Arg::Mem(out.storage()));
             self.launch(&k, &args, &[n], Some(&local))?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
+            let r = plan.shape.len();
+            let mut d = [1usize; 3];
+            d[3 - r..].copy_from_slice(&plan.shape);
+            let range = [d[2], d[1], d[0]];
+            let (range, local, capped) = super::elementwise::grid_3d(self, range);
+            let defines = super::elementwise::grid_defines(&defines, capped);
+            let k = self.kernel("fused", &defines, "fused_3d")?;
+            let mut args = vec![
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+            ];
+            for k in 0..MAX_INPUTS {
+                let mut st = [0i32; 8];
+                if let Some(s) = plan.strides.get(k) {
+                    for (j, v) in s.iter().enumerate() {
+                        st[3 - r + j] = *v as i32;
+                    }
+                }
+                args.push(Arg::I32x8(st));
+            }
+            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
+            args.push(Arg::Mem(out.storage()));
+            self.launch(&k, &args, &range, Some(&local))?;
         } else {
             let k = self.kernel("fused", &defines, "fused_bcast")?;
             let mut shape = [1i32; 8];
@@ -707,7 +751,7 @@ mod tests {
             "x0; }",
             "system(x0)",
             "x0 +",
-            "x4",
+            "x6",
             "exp(x0, x1)",
             "1e99",
             "x0 # 2",

@@ -73,12 +73,12 @@ fn affine(
     gamma: Option<&Tensor>,
     beta: Option<&Tensor>,
 ) -> Result<Tensor> {
-    let xhat = fused("(x0 - x1) * x2", &[x, m, rstd])?;
+    // One fused kernel: the normalised value is never stored.
     match (gamma, beta) {
-        (Some(g), Some(b)) => fused("x0 * x1 + x2", &[&xhat, g, b]),
-        (Some(g), None) => fused("x0 * x1", &[&xhat, g]),
-        (None, Some(b)) => fused("x0 + x1", &[&xhat, b]),
-        (None, None) => Ok(xhat),
+        (Some(g), Some(b)) => fused("(x0 - x1) * x2 * x3 + x4", &[x, m, rstd, g, b]),
+        (Some(g), None) => fused("(x0 - x1) * x2 * x3", &[x, m, rstd, g]),
+        (None, Some(b)) => fused("(x0 - x1) * x2 + x3", &[x, m, rstd, b]),
+        (None, None) => fused("(x0 - x1) * x2", &[x, m, rstd]),
     }
 }
 

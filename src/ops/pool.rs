@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
-use super::elementwise::local_3d;
+use super::elementwise::{grid_3d, grid_defines};
 use super::reduce::mean;
 
 /// Window geometry of a 2-D pooling.
@@ -248,7 +248,8 @@ impl ClDevice {
         bufs: &[&Tensor],
         range: [usize; 3],
     ) -> Result<()> {
-        let k = self.kernel("pool", &Defines::new(), name)?;
+        let (range, local, capped) = grid_3d(self, range);
+        let k = self.kernel("pool", &grid_defines(&Defines::new(), capped), name)?;
         let mut args: Vec<Arg> = geo
             .iter()
             .chain(p.args().iter())
@@ -258,7 +259,6 @@ impl ClDevice {
             args.push(Arg::I32(i32::from(i)));
         }
         args.extend(bufs.iter().map(|t| Arg::Mem(t.storage())));
-        let local = local_3d(self, range);
         self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }

@@ -565,7 +565,8 @@ impl ClDevice {
             let vecs: &[usize] = if v.i.is_multiple_of(4) { &[1, 4] } else { &[1] };
             for &vec in vecs {
                 let items = (o * i / vec).max(1);
-                let g = (cu * 256).div_ceil(items).clamp(1, (r / 16).max(1));
+                // About 1024 work-items per compute unit keep a GPU's memory system busy.
+                let g = (cu * 1024).div_ceil(items).clamp(1, (r / 16).max(1));
                 c.push(ReduceAlgo::Col(vec, 1));
                 if g > 1 {
                     c.push(ReduceAlgo::Col(vec, g));
@@ -668,6 +669,7 @@ impl ClDevice {
                 let local = local.min(self.info.max_work_group_size.max(1));
                 let k = self.kernel("reduce", &defines, "red_row_wg")?;
                 let args = [
+                    Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
                     Arg::I32(rc as i32),
                     Arg::I32(g as i32),
@@ -677,7 +679,7 @@ impl ClDevice {
                     Arg::I32(out_off as i32),
                     Arg::Local(local * 4),
                 ];
-                self.launch(&k, &args, &[local * g, v.o], Some(&[local, 1]))
+                self.launch(&k, &args, &[local * g, v.o.min(65535)], Some(&[local, 1]))
             }
             ReduceAlgo::Chunk(_) if v.i == 1 => {
                 let k = self.kernel("reduce", &defines, "red_row_chunk")?;
@@ -713,9 +715,10 @@ impl ClDevice {
             ReduceAlgo::ColBlk(cols, _)
                 if v.i > 1 && (cols == 8 || cols == 32) && v.i.is_multiple_of(cols) =>
             {
-                let k = self.kernel("reduce", &defines.set("NB", cols / 8), "red_col_blk")?;
                 let gr = [v.i / cols, g, v.o];
-                let local = super::elementwise::local_3d(self, gr);
+                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
+                let d = super::elementwise::grid_defines(&defines.set("NB", cols / 8), capped);
+                let k = self.kernel("reduce", &d, "red_col_blk")?;
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),
@@ -734,9 +737,10 @@ impl ClDevice {
                     ReduceAlgo::Col(4, _) if v.i.is_multiple_of(4) => 4,
                     _ => 1,
                 };
-                let k = self.kernel("reduce", &defines.set("V", vec), "red_col")?;
                 let gr = [v.i / vec, g, v.o];
-                let local = super::elementwise::local_3d(self, gr);
+                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
+                let d = super::elementwise::grid_defines(&defines.set("V", vec), capped);
+                let k = self.kernel("reduce", &d, "red_col")?;
                 let args = [
                     Arg::I32(v.o as i32),
                     Arg::I32(v.r as i32),

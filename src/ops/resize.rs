@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
-use super::elementwise::local_3d;
+use super::elementwise::{grid_3d, grid_defines};
 
 /// Interpolation modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,7 +129,13 @@ impl ResizeKernels for ClDevice {
         } else {
             [ys[3], ys[2], ys[0] * ys[1]]
         };
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local, capped) = grid_3d(self, range);
+        let k = if capped {
+            self.kernel("resize", &grid_defines(&d, true), &k.name)?
+        } else {
+            k
+        };
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 }

@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::program::Defines;
 use crate::tensor::{DType, Tensor, strides};
 
-use super::elementwise::local_3d;
+use super::elementwise::{grid_3d, grid_defines};
 use super::reduce::normalize_axes;
 
 /// The copy of one block: `dst[o, doff + a, i] = src[o, soff + a, i]` for `a < len`, with the axis extents
@@ -464,7 +464,13 @@ impl ShapeKernels for ClDevice {
         args.push(Arg::Mem(x.storage()));
         args.push(Arg::Mem(y.storage()));
         let range = [b.i, b.len, b.o];
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local, capped) = grid_3d(self, range);
+        let k = if capped {
+            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
+        } else {
+            k
+        };
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
@@ -489,7 +495,13 @@ impl ShapeKernels for ClDevice {
             Arg::Mem(y.storage()),
         ];
         let range = [i, kk, o];
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local, capped) = grid_3d(self, range);
+        let k = if capped {
+            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
+        } else {
+            k
+        };
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
@@ -503,7 +515,8 @@ impl ShapeKernels for ClDevice {
             Arg::Mem(y.storage()),
         ];
         let range = [c, n, 1];
-        let l = local_3d(self, range);
+        // one_hot strides over rows itself, so it needs no GRID_LOOP build.
+        let (range, l, _) = grid_3d(self, range);
         self.launch(&k, &args, &range[..2], Some(&l[..2]))?;
         Ok(())
     }
@@ -536,7 +549,13 @@ impl ShapeKernels for ClDevice {
         } else {
             [ys[3], ys[2], ys[0] * ys[1]]
         };
-        self.launch(&k, &args, &range, Some(&local_3d(self, range)))?;
+        let (range, local, capped) = grid_3d(self, range);
+        let k = if capped {
+            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
+        } else {
+            k
+        };
+        self.launch(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 }
