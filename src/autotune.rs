@@ -131,20 +131,11 @@ struct FileCache {
 
 /// Whether autotuning measures (`NETCL_AUTOTUNE` unset or not `0`/`false`/`off`).
 pub fn is_enabled() -> bool {
-    !matches!(
-        std::env::var("NETCL_AUTOTUNE")
-            .map(|v| v.trim().to_ascii_lowercase())
-            .as_deref(),
-        Ok("0" | "false" | "off" | "no")
-    )
+    !matches!(std::env::var("NETCL_AUTOTUNE").map(|v| v.trim().to_ascii_lowercase()).as_deref(), Ok("0" | "false" | "off" | "no"))
 }
 
 fn reps() -> usize {
-    std::env::var("NETCL_AUTOTUNE_REPS")
-        .ok()
-        .and_then(|v| v.trim().parse().ok())
-        .filter(|&n| (1..=100).contains(&n))
-        .unwrap_or(5)
+    std::env::var("NETCL_AUTOTUNE_REPS").ok().and_then(|v| v.trim().parse().ok()).filter(|&n| (1..=100).contains(&n)).unwrap_or(5)
 }
 
 /// The cache file path in use now.
@@ -174,11 +165,7 @@ static SEQ: AtomicU64 = AtomicU64::new(0);
 
 fn log() -> &'static Mutex<Log> {
     static L: OnceLock<Mutex<Log>> = OnceLock::new();
-    L.get_or_init(|| {
-        Mutex::new(Log {
-            entries: VecDeque::new(),
-        })
-    })
+    L.get_or_init(|| Mutex::new(Log { entries: VecDeque::new() }))
 }
 
 /// The sequence number of the newest decision (0 before the first).
@@ -188,10 +175,7 @@ pub fn last_seq() -> u64 {
 
 /// Every logged decision with a sequence number above `seq`, oldest first (the log keeps the last 4096).
 pub fn decisions_since(seq: u64) -> Vec<Decision> {
-    log()
-        .lock()
-        .map(|l| l.entries.iter().filter(|d| d.seq > seq).cloned().collect())
-        .unwrap_or_default()
+    log().lock().map(|l| l.entries.iter().filter(|d| d.seq > seq).cloned().collect()).unwrap_or_default()
 }
 
 /// Appends a decision to the log and returns its sequence number.
@@ -219,11 +203,7 @@ pub fn label(v: &Value) -> String {
 /// netcl's shape-key format: a Python tuple of the values, e.g. `(2, 8, 256, 16, 1, 0)`.
 pub fn shape_key(parts: &[i64]) -> String {
     let inner: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
-    if inner.len() == 1 {
-        format!("({},)", inner[0])
-    } else {
-        format!("({})", inner.join(", "))
-    }
+    if inner.len() == 1 { format!("({},)", inner[0]) } else { format!("({})", inner.join(", ")) }
 }
 
 /// The power of two at or above `n` (netcl's bucketing of batch and spatial sizes).
@@ -232,14 +212,7 @@ pub fn bucket(n: usize) -> i64 {
 }
 
 /// Records a choice that was not measured (forced by a switch, or the only eligible candidate).
-pub fn record_choice<C: Serialize>(
-    device: &Device,
-    kernel: &str,
-    shape_key: &str,
-    winner: &C,
-    source: Source,
-    note: &str,
-) {
+pub fn record_choice<C: Serialize>(device: &Device, kernel: &str, shape_key: &str, winner: &C, source: Source, note: &str) {
     let w = serde_json::to_value(winner).unwrap_or(Value::Null);
     record(Decision {
         seq: 0,
@@ -274,51 +247,31 @@ pub fn tune<C: Serialize + Clone>(
     mut bench: impl FnMut(&C) -> Result<f64>,
 ) -> Result<C> {
     let Some(default_c) = candidates.get(default).or(candidates.first()) else {
-        return Err(Error::Invalid(format!(
-            "autotune `{kernel}`: no candidates"
-        )));
+        return Err(Error::Invalid(format!("autotune `{kernel}`: no candidates")));
     };
     let started = Instant::now();
     let key = full_key(device, kernel, shape_key);
-    let values: Vec<Value> = candidates
-        .iter()
-        .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
-        .collect();
-    let decision =
-        |winner: usize, source: Source, cands: Vec<CandidateTime>, note: Option<String>| Decision {
-            seq: 0,
-            kernel: kernel.to_owned(),
-            key: key.clone(),
-            device: device.name().to_owned(),
-            shape_key: shape_key.to_owned(),
-            candidates: cands,
-            winner: values[winner].clone(),
-            winner_label: label(&values[winner]),
-            source,
-            tune_ms: started.elapsed().as_secs_f64() * 1e3,
-            note,
-        };
-    let default_idx = if default < candidates.len() {
-        default
-    } else {
-        0
+    let values: Vec<Value> = candidates.iter().map(|c| serde_json::to_value(c).unwrap_or(Value::Null)).collect();
+    let decision = |winner: usize, source: Source, cands: Vec<CandidateTime>, note: Option<String>| Decision {
+        seq: 0,
+        kernel: kernel.to_owned(),
+        key: key.clone(),
+        device: device.name().to_owned(),
+        shape_key: shape_key.to_owned(),
+        candidates: cands,
+        winner: values[winner].clone(),
+        winner_label: label(&values[winner]),
+        source,
+        tune_ms: started.elapsed().as_secs_f64() * 1e3,
+        note,
     };
+    let default_idx = if default < candidates.len() { default } else { 0 };
     if candidates.len() == 1 {
-        record(decision(
-            0,
-            Source::Only,
-            Vec::new(),
-            Some("one eligible candidate".into()),
-        ));
+        record(decision(0, Source::Only, Vec::new(), Some("one eligible candidate".into())));
         return Ok(default_c.clone());
     }
     if !is_enabled() {
-        record(decision(
-            default_idx,
-            Source::Default,
-            Vec::new(),
-            Some("NETCL_AUTOTUNE=0: no measurement".into()),
-        ));
+        record(decision(default_idx, Source::Default, Vec::new(), Some("NETCL_AUTOTUNE=0: no measurement".into())));
         return Ok(default_c.clone());
     }
     let path = cache_path();
@@ -336,20 +289,8 @@ pub fn tune<C: Serialize + Clone>(
             Ok((t[0], t[t.len() / 2]))
         };
         times.push(match run() {
-            Ok((min, med)) => CandidateTime {
-                candidate: v.clone(),
-                label: label(v),
-                ms: Some(min),
-                median_ms: Some(med),
-                error: None,
-            },
-            Err(e) => CandidateTime {
-                candidate: v.clone(),
-                label: label(v),
-                ms: None,
-                median_ms: None,
-                error: Some(e.to_string()),
-            },
+            Ok((min, med)) => CandidateTime { candidate: v.clone(), label: label(v), ms: Some(min), median_ms: Some(med), error: None },
+            Err(e) => CandidateTime { candidate: v.clone(), label: label(v), ms: None, median_ms: None, error: Some(e.to_string()) },
         });
     }
     let best = times
@@ -361,53 +302,27 @@ pub fn tune<C: Serialize + Clone>(
             _ => Some((i, m)),
         });
     let Some((win, _)) = best else {
-        record(decision(
-            default_idx,
-            Source::Default,
-            times,
-            Some("every candidate failed; default used, nothing cached".into()),
-        ));
+        record(decision(default_idx, Source::Default, times, Some("every candidate failed; default used, nothing cached".into())));
         return Ok(default_c.clone());
     };
-    store(
-        &path,
-        &key,
-        values[win].clone(),
-        Meta {
-            candidates: times.clone(),
-            measured_at: now_secs(),
-        },
-    );
+    store(&path, &key, values[win].clone(), Meta { candidates: times.clone(), measured_at: now_secs() });
     record(decision(win, Source::Measured, times, None));
     Ok(candidates[win].clone())
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0)
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 /// Finds a valid cached winner; drops the entry when it is no longer a candidate.
 fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<CandidateTime>)> {
     let mut m = memo().lock().ok()?;
-    let fc = m
-        .entry(path.to_owned())
-        .or_insert_with(|| read_file(path).0);
+    let fc = m.entry(path.to_owned()).or_insert_with(|| read_file(path).0);
     let cached = fc.winners.get(key)?;
     match values.iter().position(|v| v == cached) {
-        Some(i) => Some((
-            i,
-            fc.meta
-                .get(key)
-                .map(|mt| mt.candidates.clone())
-                .unwrap_or_default(),
-        )),
+        Some(i) => Some((i, fc.meta.get(key).map(|mt| mt.candidates.clone()).unwrap_or_default())),
         None => {
-            tracing::info!(
-                "autotune: cached winner {cached} for {key} is no longer a candidate; measuring again"
-            );
+            tracing::info!("autotune: cached winner {cached} for {key} is no longer a candidate; measuring again");
             fc.winners.remove(key);
             fc.meta.remove(key);
             None
@@ -419,9 +334,7 @@ fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<Candid
 fn read_file(path: &Path) -> (FileCache, String) {
     let text = match fs::read_to_string(path) {
         Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return (FileCache::default(), "missing".into());
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return (FileCache::default(), "missing".into()),
         Err(e) => return (FileCache::default(), format!("unreadable: {e}")),
     };
     match parse(&text) {
@@ -432,11 +345,7 @@ fn read_file(path: &Path) -> (FileCache, String) {
             tracing::warn!(
                 "autotune cache {} is corrupt ({msg}); {}; it will be rebuilt",
                 path.display(),
-                if moved {
-                    format!("moved to {}", aside.display())
-                } else {
-                    "left in place".into()
-                }
+                if moved { format!("moved to {}", aside.display()) } else { "left in place".into() }
             );
             (FileCache::default(), format!("corrupt ({msg}); rebuilt"))
         }
@@ -466,15 +375,8 @@ fn render(fc: &FileCache) -> Vec<u8> {
     for (k, v) in &fc.winners {
         obj.insert(k.clone(), v.clone());
     }
-    let meta: BTreeMap<&String, &Meta> = fc
-        .meta
-        .iter()
-        .filter(|(k, _)| fc.winners.contains_key(*k))
-        .collect();
-    obj.insert(
-        META_KEY.into(),
-        serde_json::to_value(meta).unwrap_or(Value::Null),
-    );
+    let meta: BTreeMap<&String, &Meta> = fc.meta.iter().filter(|(k, _)| fc.winners.contains_key(*k)).collect();
+    obj.insert(META_KEY.into(), serde_json::to_value(meta).unwrap_or(Value::Null));
     let mut out = Vec::new();
     let fmt = serde_json::ser::PrettyFormatter::with_indent(b" ");
     let mut ser = serde_json::Serializer::with_formatter(&mut out, fmt);
@@ -491,11 +393,7 @@ struct FileLock(File);
 impl FileLock {
     fn acquire(path: &Path) -> std::io::Result<FileLock> {
         let lock_path = path.with_extension("json.lock");
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path)?;
+        let f = OpenOptions::new().create(true).truncate(false).write(true).open(lock_path)?;
         f.lock()?;
         Ok(FileLock(f))
     }
@@ -510,11 +408,7 @@ impl Drop for FileLock {
 /// Writes `text` to `path` atomically: a unique temporary file in the same directory, then a rename.
 pub(crate) fn write_atomic(path: &Path, text: &[u8]) -> std::io::Result<()> {
     static N: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_extension(format!(
-        "tmp.{}.{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let tmp = path.with_extension(format!("tmp.{}.{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let r = (|| {
         let mut f = File::create(&tmp)?;
         f.write_all(text)?;
@@ -571,11 +465,7 @@ pub fn cache_snapshot() -> Result<CacheSnapshot> {
             }
         })
         .collect();
-    Ok(CacheSnapshot {
-        path,
-        status,
-        entries,
-    })
+    Ok(CacheSnapshot { path, status, entries })
 }
 
 /// Deletes the cache file and forgets every cached decision of this process.

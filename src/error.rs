@@ -70,19 +70,12 @@ pub enum Error {
 impl Error {
     /// An OpenCL failure of `call` with the raw error `code`.
     pub fn cl(call: &'static str, code: i32) -> Self {
-        Error::OpenCl {
-            call,
-            code,
-            name: cl3::error_codes::error_text(code),
-        }
+        Error::OpenCl { call, code, name: cl3::error_codes::error_text(code) }
     }
 
     /// An I/O failure on `path`.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
-        Error::Io {
-            path: path.into(),
-            source,
-        }
+        Error::Io { path: path.into(), source }
     }
 
     /// A short machine-readable name for the variant, used in structured API errors.

@@ -63,16 +63,7 @@ mod tests {
 
     #[test]
     fn round_trips_and_rounds() {
-        for v in [
-            0.0f32,
-            -0.0,
-            1.0,
-            -2.5,
-            65504.0,
-            6.1035156e-5,
-            5.9604645e-8,
-            0.333_333,
-        ] {
+        for v in [0.0f32, -0.0, 1.0, -2.5, 65504.0, 6.1035156e-5, 5.9604645e-8, 0.333_333] {
             let h = f32_to_f16(v);
             let back = f16_to_f32(h);
             assert!((back - v).abs() <= v.abs() * 1e-3 + 6e-8, "{v} -> {back}");

@@ -8,11 +8,7 @@ use netcl::bench::{self, BenchOptions};
 use netcl::{Device, DeviceInfo};
 
 #[derive(Parser)]
-#[command(
-    name = "netcl",
-    version,
-    about = "A deep-learning engine on OpenCL, with a live documentation wiki"
-)]
+#[command(name = "netcl", version, about = "A deep-learning engine on OpenCL, with a live documentation wiki")]
 struct Cli {
     /// Device selector: an index from `netcl devices`, `gpu`, `cpu`, `builtin`, or a name substring.
     #[arg(long, global = true, env = "NETCL_DEVICE")]
@@ -77,10 +73,7 @@ enum TuneAction {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("NETCL_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_env("NETCL_LOG").unwrap_or_else(|_| "warn".into()))
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();
@@ -97,14 +90,7 @@ fn run(cli: Cli) -> netcl::Result<()> {
     match cli.command {
         Command::Devices { json } => devices(json),
         Command::Tune { action } => tune(action),
-        Command::Bench {
-            small,
-            json: _,
-            reps,
-            no_check,
-            list,
-            cases,
-        } => {
+        Command::Bench { small, json: _, reps, no_check, list, cases } => {
             let all = bench::cases();
             if list {
                 for c in &all {
@@ -114,31 +100,16 @@ fn run(cli: Cli) -> netcl::Result<()> {
             }
             for name in &cases {
                 if !all.iter().any(|c| c.name == name) {
-                    return Err(netcl::Error::Invalid(format!(
-                        "no benchmark case `{name}`; `netcl bench --list` names them"
-                    )));
+                    return Err(netcl::Error::Invalid(format!("no benchmark case `{name}`; `netcl bench --list` names them")));
                 }
             }
             let device = Device::select(cli.device.as_deref())?;
-            let opts = BenchOptions {
-                small,
-                reps,
-                check: !no_check,
-            };
-            println!(
-                "{}",
-                serde_json::json!({"device": device.name(), "platform": device.info().platform})
-            );
-            for case in all
-                .iter()
-                .filter(|c| cases.is_empty() || cases.iter().any(|n| n == c.name))
-            {
+            let opts = BenchOptions { small, reps, check: !no_check };
+            println!("{}", serde_json::json!({"device": device.name(), "platform": device.info().platform}));
+            for case in all.iter().filter(|c| cases.is_empty() || cases.iter().any(|n| n == c.name)) {
                 match bench::run_case(case, &device, &opts) {
                     Ok(line) => println!("{}", serde_json::to_string(&line).unwrap_or_default()),
-                    Err(e) => println!(
-                        "{}",
-                        serde_json::json!({"case": case.name, "impl": "netcl", "error": e.to_string()})
-                    ),
+                    Err(e) => println!("{}", serde_json::json!({"case": case.name, "impl": "netcl", "error": e.to_string()})),
                 }
             }
             Ok(())
@@ -149,51 +120,24 @@ fn run(cli: Cli) -> netcl::Result<()> {
 fn devices(json: bool) -> netcl::Result<()> {
     let list = netcl::device::list_devices()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
-        );
+        println!("{}", serde_json::to_string_pretty(&list).unwrap_or_default());
         return Ok(());
     }
     let default = Device::select(None).map(|d| d.info().index).ok();
     println!(
         "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} {}",
-        "#",
-        "name",
-        "kind",
-        "driver",
-        "CUs",
-        "MHz",
-        "global",
-        "local",
-        "max alloc",
-        "max WG",
-        "max items",
-        "fp16/64",
-        "platform / OpenCL C"
+        "#", "name", "kind", "driver", "CUs", "MHz", "global", "local", "max alloc", "max WG", "max items", "fp16/64", "platform / OpenCL C"
     );
     for d in &list {
         println!("{}", row(d, default == Some(d.index)));
     }
-    println!(
-        "\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the default"
-    );
+    println!("\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the default");
     Ok(())
 }
 
 fn row(d: &DeviceInfo, default: bool) -> String {
-    let mib = |b: u64| {
-        if b >= 1 << 30 {
-            format!("{:.1}G", b as f64 / (1u64 << 30) as f64)
-        } else {
-            format!("{}K", b >> 10)
-        }
-    };
-    let items: Vec<String> = d
-        .max_work_item_sizes
-        .iter()
-        .map(|x| x.to_string())
-        .collect();
+    let mib = |b: u64| if b >= 1 << 30 { format!("{:.1}G", b as f64 / (1u64 << 30) as f64) } else { format!("{}K", b >> 10) };
+    let items: Vec<String> = d.max_work_item_sizes.iter().map(|x| x.to_string()).collect();
     format!(
         "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} {} / {}{}",
         format!("{}{}", d.index, if default { "*" } else { "" }),
@@ -210,11 +154,7 @@ fn row(d: &DeviceInfo, default: bool) -> String {
         format!("{}/{}", yn(d.fp16), yn(d.fp64)),
         d.platform,
         d.opencl_c_version,
-        if d.unified_memory {
-            " (unified memory)"
-        } else {
-            ""
-        }
+        if d.unified_memory { " (unified memory)" } else { "" }
     )
 }
 
@@ -223,11 +163,7 @@ fn yn(b: bool) -> &'static str {
 }
 
 fn truncate(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_owned()
-    } else {
-        s.chars().take(n - 1).chain(['…']).collect()
-    }
+    if s.chars().count() <= n { s.to_owned() } else { s.chars().take(n - 1).chain(['…']).collect() }
 }
 
 fn tune(action: TuneAction) -> netcl::Result<()> {
@@ -241,18 +177,10 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         TuneAction::List { json } => {
             let snap = autotune::cache_snapshot()?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&snap).unwrap_or_default()
-                );
+                println!("{}", serde_json::to_string_pretty(&snap).unwrap_or_default());
                 return Ok(());
             }
-            println!(
-                "{} ({}; {} entries)",
-                snap.path.display(),
-                snap.status,
-                snap.entries.len()
-            );
+            println!("{} ({}; {} entries)", snap.path.display(), snap.status, snap.entries.len());
             for e in &snap.entries {
                 println!(
                     "{:<34} {:<28} {:<24} {}",
@@ -265,27 +193,15 @@ fn tune(action: TuneAction) -> netcl::Result<()> {
         }
         TuneAction::Show { filter } => {
             let snap = autotune::cache_snapshot()?;
-            let hits: Vec<_> = snap
-                .entries
-                .iter()
-                .filter(|e| e.key.contains(&filter))
-                .collect();
+            let hits: Vec<_> = snap.entries.iter().filter(|e| e.key.contains(&filter)).collect();
             if hits.is_empty() {
-                return Err(netcl::Error::Invalid(format!(
-                    "no cache entry matches `{filter}` in {}",
-                    snap.path.display()
-                )));
+                return Err(netcl::Error::Invalid(format!("no cache entry matches `{filter}` in {}", snap.path.display())));
             }
             for e in hits {
                 println!("{}\n  winner: {}", e.key, autotune::label(&e.winner));
                 for c in e.candidates.iter().flatten() {
                     match (c.ms, &c.error) {
-                        (Some(ms), _) => println!(
-                            "  {:<28} {:>10.4} ms (median {:.4})",
-                            c.label,
-                            ms,
-                            c.median_ms.unwrap_or(ms)
-                        ),
+                        (Some(ms), _) => println!("  {:<28} {:>10.4} ms (median {:.4})", c.label, ms, c.median_ms.unwrap_or(ms)),
                         (None, Some(err)) => println!("  {:<28} failed: {err}", c.label),
                         _ => println!("  {:<28} not run", c.label),
                     }

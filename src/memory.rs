@@ -27,18 +27,14 @@ impl Storage {
     pub(crate) fn cl_mem(&self) -> Result<opencl3::types::cl_mem> {
         match self {
             Storage::Cl(m) => Ok(m.mem),
-            Storage::Host(_) => Err(Error::DeviceMismatch(
-                "an OpenCL kernel was given a built-in device buffer".into(),
-            )),
+            Storage::Host(_) => Err(Error::DeviceMismatch("an OpenCL kernel was given a built-in device buffer".into())),
         }
     }
 
     pub(crate) fn host(&self) -> Result<&HostMem> {
         match self {
             Storage::Host(h) => Ok(h),
-            Storage::Cl(_) => Err(Error::DeviceMismatch(
-                "a built-in device op was given an OpenCL buffer".into(),
-            )),
+            Storage::Cl(_) => Err(Error::DeviceMismatch("a built-in device op was given an OpenCL buffer".into())),
         }
     }
 }
@@ -81,11 +77,7 @@ pub fn size_class(bytes: usize) -> usize {
     while c < bytes && c < (256 << 20) {
         c *= 4;
     }
-    if c >= bytes {
-        c
-    } else {
-        bytes.next_power_of_two()
-    }
+    if c >= bytes { c } else { bytes.next_power_of_two() }
 }
 
 impl BufferPool {
@@ -96,24 +88,13 @@ impl BufferPool {
             .and_then(|v| v.trim().parse::<f64>().ok())
             .filter(|v| v.is_finite() && *v >= 0.0)
             .map_or(default_cap, |gb| (gb * (1u64 << 30) as f64) as u64);
-        let stats = PoolStats {
-            cache_cap_bytes: cap,
-            ..PoolStats::default()
-        };
-        BufferPool {
-            state: Arc::new(Mutex::new(PoolState {
-                free: BTreeMap::new(),
-                stats,
-            })),
-        }
+        let stats = PoolStats { cache_cap_bytes: cap, ..PoolStats::default() };
+        BufferPool { state: Arc::new(Mutex::new(PoolState { free: BTreeMap::new(), stats })) }
     }
 
     /// The pool's counters.
     pub fn stats(&self) -> PoolStats {
-        self.state
-            .lock()
-            .map(|s| s.stats.clone())
-            .unwrap_or_default()
+        self.state.lock().map(|s| s.stats.clone()).unwrap_or_default()
     }
 
     /// Releases every cached buffer.
@@ -128,21 +109,14 @@ impl BufferPool {
     pub(crate) fn allocate(&self, device: &Device, bytes: usize) -> Result<Buffer> {
         let class = size_class(bytes);
         {
-            let mut s = self
-                .state
-                .lock()
-                .map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
+            let mut s = self.state.lock().map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
             if let Some(list) = s.free.get_mut(&class)
                 && let Some(storage) = list.pop()
             {
                 s.stats.hits += 1;
                 s.stats.bytes_cached -= class as u64;
                 s.stats.bytes_in_use += class as u64;
-                return Ok(Buffer {
-                    storage: Some(storage),
-                    class,
-                    pool: Arc::downgrade(&self.state),
-                });
+                return Ok(Buffer { storage: Some(storage), class, pool: Arc::downgrade(&self.state) });
             }
         }
         let storage = match device.kind().alloc(class) {
@@ -153,18 +127,11 @@ impl BufferPool {
                 device.kind().alloc(class).map_err(|_| e)?
             }
         };
-        let mut s = self
-            .state
-            .lock()
-            .map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
+        let mut s = self.state.lock().map_err(|_| Error::Invalid("buffer pool lock poisoned".into()))?;
         s.stats.misses += 1;
         s.stats.bytes_allocated += class as u64;
         s.stats.bytes_in_use += class as u64;
-        Ok(Buffer {
-            storage: Some(storage),
-            class,
-            pool: Arc::downgrade(&self.state),
-        })
+        Ok(Buffer { storage: Some(storage), class, pool: Arc::downgrade(&self.state) })
     }
 }
 
@@ -183,6 +150,7 @@ impl Buffer {
             None => unreachable!("buffer storage is present until drop"),
         }
     }
+
 }
 
 impl Drop for Buffer {

@@ -18,10 +18,7 @@ include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
 /// The OpenCL C source of kernel family `name` (a file `kernels/<name>.cl`), if it exists.
 pub fn kernel_source(name: &str) -> Option<&'static str> {
-    KERNEL_SOURCES
-        .iter()
-        .find(|(n, _)| *n == name)
-        .map(|(_, s)| *s)
+    KERNEL_SOURCES.iter().find(|(n, _)| *n == name).map(|(_, s)| *s)
 }
 
 /// The names of every embedded kernel family.
@@ -64,9 +61,7 @@ pub(crate) struct ClKernel {
 
 impl ClKernel {
     pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Kernel>> {
-        self.kernel
-            .lock()
-            .map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
+        self.kernel.lock().map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
     }
 }
 
@@ -96,10 +91,7 @@ impl ProgramCache {
         let options = defines.options();
         let key = (source.to_owned(), options.clone());
         let built = {
-            let mut map = self
-                .built
-                .lock()
-                .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
+            let mut map = self.built.lock().map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
             match map.get(&key) {
                 Some(b) => b.clone(),
                 None => {
@@ -109,78 +101,39 @@ impl ProgramCache {
                 }
             }
         };
-        let mut kernels = built
-            .kernels
-            .lock()
-            .map_err(|_| Error::Invalid("kernel map lock poisoned".into()))?;
+        let mut kernels = built.kernels.lock().map_err(|_| Error::Invalid("kernel map lock poisoned".into()))?;
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
         }
-        let k = Kernel::create(&built.program, name).map_err(|e| {
-            Error::Invalid(format!(
-                "kernel `{name}` not found in `{source}`: {}",
-                cl3::error_codes::error_text(e.0)
-            ))
-        })?;
-        let k = Arc::new(ClKernel {
-            name: name.to_owned(),
-            kernel: Mutex::new(k),
-        });
+        let k = Kernel::create(&built.program, name)
+            .map_err(|e| Error::Invalid(format!("kernel `{name}` not found in `{source}`: {}", cl3::error_codes::error_text(e.0))))?;
+        let k = Arc::new(ClKernel { name: name.to_owned(), kernel: Mutex::new(k) });
         kernels.insert(name.to_owned(), k.clone());
         Ok(k)
     }
 }
 
 fn build(context: &Context, device: cl_device_id, source: &str, options: &str) -> Result<Built> {
-    let src = kernel_source(source)
-        .ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
+    let src = kernel_source(source).ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
     build_source(context, device, source, src, options)
 }
 
 /// Builds `src` on `device`; on failure the error carries the build log.
-fn build_source(
-    context: &Context,
-    device: cl_device_id,
-    source_name: &str,
-    src: &str,
-    options: &str,
-) -> Result<Built> {
+fn build_source(context: &Context, device: cl_device_id, source_name: &str, src: &str, options: &str) -> Result<Built> {
     let mut program = Program::create_from_source(context, src).cl("clCreateProgramWithSource")?;
     if let Err(e) = program.build(&[device], options) {
-        let log = program
-            .get_build_log(device)
-            .unwrap_or_else(|_| format!("(no build log; {})", cl3::error_codes::error_text(e.0)));
-        return Err(Error::Build {
-            source_name: source_name.to_owned(),
-            options: options.to_owned(),
-            log,
-        });
+        let log = program.get_build_log(device).unwrap_or_else(|_| format!("(no build log; {})", cl3::error_codes::error_text(e.0)));
+        return Err(Error::Build { source_name: source_name.to_owned(), options: options.to_owned(), log });
     }
-    Ok(Built {
-        program,
-        kernels: Mutex::new(HashMap::new()),
-    })
+    Ok(Built { program, kernels: Mutex::new(HashMap::new()) })
 }
 
 /// Builds arbitrary OpenCL C `src` on an OpenCL device and returns the names of its kernels.
 ///
 /// Used to check user-written kernels (the playground) and to test build-failure reporting.
 pub fn build_check(device: &crate::Device, src: &str, defines: &Defines) -> Result<Vec<String>> {
-    let cl = device
-        .kind()
-        .as_cl()
-        .ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
-    let built = build_source(
-        &cl.context,
-        cl.device.id(),
-        "<inline>",
-        src,
-        &defines.options(),
-    )?;
+    let cl = device.kind().as_cl().ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
+    let built = build_source(&cl.context, cl.device.id(), "<inline>", src, &defines.options())?;
     let names = built.program.kernel_names();
-    Ok(names
-        .split(';')
-        .filter(|s| !s.is_empty())
-        .map(str::to_owned)
-        .collect())
+    Ok(names.split(';').filter(|s| !s.is_empty()).map(str::to_owned).collect())
 }

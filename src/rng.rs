@@ -5,10 +5,7 @@
 
 /// The 64-bit mix of `seed` and `counter` (SplitMix64's finaliser over their combination).
 pub fn hash(seed: u64, counter: u64) -> u64 {
-    let mut z = seed
-        ^ counter
-            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-            .wrapping_add(0x6A09_E667_F3BC_C909);
+    let mut z = seed ^ counter.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(0x6A09_E667_F3BC_C909);
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
@@ -45,10 +42,7 @@ mod tests {
         let v: Vec<f64> = (0..20_000).map(|i| normal(1, i) as f64).collect();
         let m = v.iter().sum::<f64>() / v.len() as f64;
         let var = v.iter().map(|x| (x - m) * (x - m)).sum::<f64>() / v.len() as f64;
-        assert!(
-            m.abs() < 0.03 && (var - 1.0).abs() < 0.05,
-            "mean {m} var {var}"
-        );
+        assert!(m.abs() < 0.03 && (var - 1.0).abs() < 0.05, "mean {m} var {var}");
         assert!(v.iter().all(|x| x.is_finite()));
     }
 }

@@ -67,11 +67,7 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
     shape
         .iter()
         .try_fold(1usize, |acc, &d| acc.checked_mul(d))
-        .ok_or_else(|| {
-            Error::Shape(format!(
-                "shape {shape:?} has more elements than fit in memory"
-            ))
-        })
+        .ok_or_else(|| Error::Shape(format!("shape {shape:?} has more elements than fit in memory")))
 }
 
 /// Row-major strides of `shape`, in elements.
@@ -95,13 +91,7 @@ pub struct Tensor {
 
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Tensor({:?}, {}, on {})",
-            &*self.shape,
-            self.dtype,
-            self.device.name()
-        )
+        write!(f, "Tensor({:?}, {}, on {})", &*self.shape, self.dtype, self.device.name())
     }
 }
 
@@ -109,11 +99,9 @@ impl Tensor {
     /// An uninitialised tensor from the device's pool. Every op writes all of its output.
     pub(crate) fn empty(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let n = numel(shape)?;
-        let bytes = n.checked_mul(dtype.size()).ok_or_else(|| {
-            Error::Limit(format!(
-                "shape {shape:?} of {dtype} exceeds the address space"
-            ))
-        })?;
+        let bytes = n
+            .checked_mul(dtype.size())
+            .ok_or_else(|| Error::Limit(format!("shape {shape:?} of {dtype} exceeds the address space")))?;
         let max = device.info().max_alloc_bytes;
         if max > 0 && bytes as u64 > max {
             return Err(Error::Limit(format!(
@@ -122,54 +110,34 @@ impl Tensor {
             )));
         }
         if dtype == DType::F16 && !device.info().fp16 {
-            return Err(Error::DType(format!(
-                "{} has no cl_khr_fp16, so it cannot hold f16 tensors",
-                device.name()
-            )));
+            return Err(Error::DType(format!("{} has no cl_khr_fp16, so it cannot hold f16 tensors", device.name())));
         }
         let buf = device.pool().allocate(device, bytes)?;
-        Ok(Tensor {
-            shape: shape.into(),
-            dtype,
-            numel: n,
-            buf: Arc::new(buf),
-            device: device.clone(),
-        })
+        Ok(Tensor { shape: shape.into(), dtype, numel: n, buf: Arc::new(buf), device: device.clone() })
     }
 
     /// A tensor holding a copy of `data`, which must have exactly `numel(shape)` elements.
     pub fn from_slice<T: Element>(device: &Device, data: &[T], shape: &[usize]) -> Result<Tensor> {
         let n = numel(shape)?;
         if n != data.len() {
-            return Err(Error::Shape(format!(
-                "shape {shape:?} holds {n} elements, but {} were given",
-                data.len()
-            )));
+            return Err(Error::Shape(format!("shape {shape:?} holds {n} elements, but {} were given", data.len())));
         }
         let t = Tensor::empty(device, shape, T::DTYPE)?;
-        device
-            .kind()
-            .write(t.storage(), 0, bytemuck::cast_slice(data))?;
+        device.kind().write(t.storage(), 0, bytemuck::cast_slice(data))?;
         Ok(t)
     }
 
     /// A tensor filled with `value`.
     pub fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tensor> {
         let t = Tensor::empty(device, shape, DType::F32)?;
-        device
-            .kind()
-            .fill(t.storage(), value.to_ne_bytes(), t.numel * 4)?;
+        device.kind().fill(t.storage(), value.to_ne_bytes(), t.numel * 4)?;
         Ok(t)
     }
 
     /// A tensor of `dtype` filled with zeros.
     pub fn zeros_dtype(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = Tensor::empty(device, shape, dtype)?;
-        device.kind().fill(
-            t.storage(),
-            [0; 4],
-            (t.numel * dtype.size()).div_ceil(4) * 4,
-        )?;
+        device.kind().fill(t.storage(), [0; 4], (t.numel * dtype.size()).div_ceil(4) * 4)?;
         Ok(t)
     }
 
@@ -186,9 +154,7 @@ impl Tensor {
     /// `start, start+step, …` below `end` (f32), like `numpy.arange`.
     pub fn arange(device: &Device, start: f32, end: f32, step: f32) -> Result<Tensor> {
         if !(start.is_finite() && end.is_finite() && step.is_finite()) || step == 0.0 {
-            return Err(Error::Invalid(format!(
-                "arange({start}, {end}, {step}): bounds must be finite and step non-zero"
-            )));
+            return Err(Error::Invalid(format!("arange({start}, {end}, {step}): bounds must be finite and step non-zero")));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
         let v: Vec<f32> = (0..n).map(|i| start + i as f32 * step).collect();
@@ -198,42 +164,22 @@ impl Tensor {
     /// Normally distributed values with `mean` and `std`, from a counter-based generator seeded by `seed`.
     ///
     /// The values depend only on the seed and the element index, so every device gets the same tensor.
-    pub fn randn(
-        device: &Device,
-        shape: &[usize],
-        mean: f32,
-        std: f32,
-        seed: u64,
-    ) -> Result<Tensor> {
+    pub fn randn(device: &Device, shape: &[usize], mean: f32, std: f32, seed: u64) -> Result<Tensor> {
         if !(mean.is_finite() && std.is_finite()) || std < 0.0 {
-            return Err(Error::Invalid(format!(
-                "randn: mean {mean} and std {std} must be finite, std ≥ 0"
-            )));
+            return Err(Error::Invalid(format!("randn: mean {mean} and std {std} must be finite, std ≥ 0")));
         }
         let n = numel(shape)?;
-        let v: Vec<f32> = (0..n)
-            .map(|i| mean + std * crate::rng::normal(seed, i as u64))
-            .collect();
+        let v: Vec<f32> = (0..n).map(|i| mean + std * crate::rng::normal(seed, i as u64)).collect();
         Tensor::from_slice(device, &v, shape)
     }
 
     /// Uniform values in `[low, high)`, from a counter-based generator seeded by `seed`.
-    pub fn rand_uniform(
-        device: &Device,
-        shape: &[usize],
-        low: f32,
-        high: f32,
-        seed: u64,
-    ) -> Result<Tensor> {
+    pub fn rand_uniform(device: &Device, shape: &[usize], low: f32, high: f32, seed: u64) -> Result<Tensor> {
         if !(low.is_finite() && high.is_finite()) || high < low {
-            return Err(Error::Invalid(format!(
-                "rand_uniform: bounds [{low}, {high}) must be finite with low ≤ high"
-            )));
+            return Err(Error::Invalid(format!("rand_uniform: bounds [{low}, {high}) must be finite with low ≤ high")));
         }
         let n = numel(shape)?;
-        let v: Vec<f32> = (0..n)
-            .map(|i| low + (high - low) * crate::rng::uniform(seed, i as u64))
-            .collect();
+        let v: Vec<f32> = (0..n).map(|i| low + (high - low) * crate::rng::uniform(seed, i as u64)).collect();
         Tensor::from_slice(device, &v, shape)
     }
 
@@ -274,16 +220,10 @@ impl Tensor {
     /// The elements as a host vector; the dtype must match `T`.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if self.dtype != T::DTYPE {
-            return Err(Error::DType(format!(
-                "tensor is {}, asked for {}",
-                self.dtype,
-                T::DTYPE
-            )));
+            return Err(Error::DType(format!("tensor is {}, asked for {}", self.dtype, T::DTYPE)));
         }
         let mut out = vec![T::zeroed(); self.numel];
-        self.device
-            .kind()
-            .read(self.storage(), 0, bytemuck::cast_slice_mut(&mut out))?;
+        self.device.kind().read(self.storage(), 0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
 
@@ -291,16 +231,10 @@ impl Tensor {
     pub fn to_f32_vec(&self) -> Result<Vec<f32>> {
         match self.dtype {
             DType::F32 => self.to_vec::<f32>(),
-            DType::I32 => Ok(self
-                .to_vec::<i32>()?
-                .into_iter()
-                .map(|v| v as f32)
-                .collect()),
+            DType::I32 => Ok(self.to_vec::<i32>()?.into_iter().map(|v| v as f32).collect()),
             DType::F16 => {
                 let mut raw = vec![0u16; self.numel];
-                self.device
-                    .kind()
-                    .read(self.storage(), 0, bytemuck::cast_slice_mut(&mut raw))?;
+                self.device.kind().read(self.storage(), 0, bytemuck::cast_slice_mut(&mut raw))?;
                 Ok(raw.into_iter().map(crate::half::f16_to_f32).collect())
             }
         }
@@ -311,10 +245,7 @@ impl Tensor {
     /// One dimension may be `usize::MAX` (written `-1` in the playground), inferred from the rest.
     pub fn reshape(&self, shape: &[usize]) -> Result<Tensor> {
         let shape = infer_shape(shape, self.numel)?;
-        Ok(Tensor {
-            shape: shape.into(),
-            ..self.clone()
-        })
+        Ok(Tensor { shape: shape.into(), ..self.clone() })
     }
 
     /// A copy of this tensor on `device` (or a clone when it already lives there).
@@ -324,9 +255,7 @@ impl Tensor {
         }
         let bytes = self.numel * self.dtype.size();
         let mut host = vec![0u8; bytes.div_ceil(4) * 4];
-        self.device
-            .kind()
-            .read(self.storage(), 0, &mut host[..bytes])?;
+        self.device.kind().read(self.storage(), 0, &mut host[..bytes])?;
         let t = Tensor::empty(device, &self.shape, self.dtype)?;
         device.kind().write(t.storage(), 0, &host[..bytes])?;
         Ok(t)
@@ -335,9 +264,7 @@ impl Tensor {
     /// A copy on the same device with its own storage.
     pub fn deep_clone(&self) -> Result<Tensor> {
         let t = Tensor::empty(&self.device, &self.shape, self.dtype)?;
-        self.device
-            .kind()
-            .copy(self.storage(), t.storage(), self.numel * self.dtype.size())?;
+        self.device.kind().copy(self.storage(), t.storage(), self.numel * self.dtype.size())?;
         Ok(t)
     }
 
@@ -356,9 +283,7 @@ impl Tensor {
             DType::F16 => {
                 let t = Tensor::empty(&self.device, &self.shape, DType::F16)?;
                 let h: Vec<u16> = v.into_iter().map(crate::half::f32_to_f16).collect();
-                self.device
-                    .kind()
-                    .write(t.storage(), 0, bytemuck::cast_slice(&h))?;
+                self.device.kind().write(t.storage(), 0, bytemuck::cast_slice(&h))?;
                 Ok(t)
             }
         }
@@ -381,11 +306,7 @@ impl Tensor {
     /// Fails unless the dtype is `want`.
     pub(crate) fn expect_dtype(&self, want: DType, op: &str) -> Result<()> {
         if self.dtype != want {
-            return Err(Error::DType(format!(
-                "{op} needs {want}, got a {} tensor of shape {:?}",
-                self.dtype,
-                self.shape()
-            )));
+            return Err(Error::DType(format!("{op} needs {want}, got a {} tensor of shape {:?}", self.dtype, self.shape())));
         }
         Ok(())
     }
@@ -395,23 +316,13 @@ impl Tensor {
 fn infer_shape(shape: &[usize], n: usize) -> Result<Vec<usize>> {
     let holes = shape.iter().filter(|&&d| d == usize::MAX).count();
     if holes > 1 {
-        return Err(Error::Shape(format!(
-            "reshape: at most one inferred dimension, got {holes}"
-        )));
+        return Err(Error::Shape(format!("reshape: at most one inferred dimension, got {holes}")));
     }
     let mut out = shape.to_vec();
     if holes == 1 {
-        let known: usize = numel(
-            &shape
-                .iter()
-                .copied()
-                .filter(|&d| d != usize::MAX)
-                .collect::<Vec<_>>(),
-        )?;
+        let known: usize = numel(&shape.iter().copied().filter(|&d| d != usize::MAX).collect::<Vec<_>>())?;
         if known == 0 || n % known != 0 {
-            return Err(Error::Shape(format!(
-                "reshape: cannot infer a dimension of {shape:?} for {n} elements"
-            )));
+            return Err(Error::Shape(format!("reshape: cannot infer a dimension of {shape:?} for {n} elements")));
         }
         for d in &mut out {
             if *d == usize::MAX {
@@ -421,9 +332,7 @@ fn infer_shape(shape: &[usize], n: usize) -> Result<Vec<usize>> {
     }
     let m = numel(&out)?;
     if m != n {
-        return Err(Error::Shape(format!(
-            "reshape: {n} elements cannot be viewed as shape {out:?} ({m} elements)"
-        )));
+        return Err(Error::Shape(format!("reshape: {n} elements cannot be viewed as shape {out:?} ({m} elements)")));
     }
     Ok(out)
 }

@@ -10,8 +10,7 @@ use common::{Lcg, assert_close};
 /// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
 /// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
 fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
-    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
-        std::sync::OnceLock::new();
+    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> = std::sync::OnceLock::new();
     DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
 }
 
@@ -60,13 +59,7 @@ fn check(dev: &Device, x: [usize; 4], f: usize, k: [usize; 2], o: &Conv2dOptions
         &format!("grad_x {what}"),
     );
     // grad_w and grad_b sum over N·OH·OW (up to ~600 terms): a looser absolute bound.
-    assert_close(
-        &v(&got.grad_w),
-        &v(&want.grad_w),
-        1e-3,
-        RTOL,
-        &format!("grad_w {what}"),
-    );
+    assert_close(&v(&got.grad_w), &v(&want.grad_w), 1e-3, RTOL, &format!("grad_w {what}"));
     assert_close(
         &v(got.grad_b.as_ref().unwrap()),
         &v(want.grad_b.as_ref().unwrap()),
@@ -107,19 +100,10 @@ fn direct_and_im2col_on_random_shapes() {
 #[test]
 fn winograd_on_odd_sizes_and_paddings() {
     let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f, p)) in [
-        (1, 3, 7, 9, 5, 1),
-        (2, 17, 6, 5, 9, 0),
-        (1, 4, 5, 5, 3, 2),
-        (3, 8, 10, 11, 16, 1),
-    ]
-    .iter()
-    .enumerate()
+    for (i, &(n, c, h, w, f, p)) in
+        [(1, 3, 7, 9, 5, 1), (2, 17, 6, 5, 9, 0), (1, 4, 5, 5, 3, 2), (3, 8, 10, 11, 16, 1)].iter().enumerate()
     {
-        let o = Conv2dOptions::new()
-            .padding(p)
-            .algo(ConvAlgo::Winograd)
-            .fuse_relu(i == 1);
+        let o = Conv2dOptions::new().padding(p).algo(ConvAlgo::Winograd).fuse_relu(i == 1);
         check(&dev, [n, c, h, w], f, [3, 3], &o, 100 + i as u64);
     }
 }
@@ -127,13 +111,8 @@ fn winograd_on_odd_sizes_and_paddings() {
 #[test]
 fn pointwise_on_odd_sizes() {
     let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f)) in [(1, 3, 7, 9, 5), (3, 33, 5, 5, 17), (2, 8, 1, 1, 70)]
-        .iter()
-        .enumerate()
-    {
-        let o = Conv2dOptions::new()
-            .algo(ConvAlgo::Pointwise)
-            .fuse_relu(i == 0);
+    for (i, &(n, c, h, w, f)) in [(1, 3, 7, 9, 5), (3, 33, 5, 5, 17), (2, 8, 1, 1, 70)].iter().enumerate() {
+        let o = Conv2dOptions::new().algo(ConvAlgo::Pointwise).fuse_relu(i == 0);
         check(&dev, [n, c, h, w], f, [1, 1], &o, 200 + i as u64);
     }
 }
@@ -143,34 +122,17 @@ fn measured_choice_matches() {
     // No algo: the pointwise dispatch, the general-path choice and the GEMM tuning all run.
     let Some(dev) = opencl_device() else { return };
     check(&dev, [2, 6, 9, 9], 10, [1, 1], &Conv2dOptions::new(), 300);
-    check(
-        &dev,
-        [2, 5, 8, 7],
-        6,
-        [3, 3],
-        &Conv2dOptions::new().padding(1),
-        301,
-    );
-    check(
-        &dev,
-        [1, 4, 9, 9],
-        4,
-        [3, 3],
-        &Conv2dOptions::new().stride(2).padding(1).groups(2),
-        302,
-    );
+    check(&dev, [2, 5, 8, 7], 6, [3, 3], &Conv2dOptions::new().padding(1), 301);
+    check(&dev, [1, 4, 9, 9], 4, [3, 3], &Conv2dOptions::new().stride(2).padding(1).groups(2), 302);
 }
 
 #[test]
 fn conv_transpose_matches_reference() {
     let Some(dev) = opencl_device() else { return };
-    for (i, &(n, cin, h, w, cout, k, s, p, op, g)) in [
-        (1, 4, 5, 6, 3, 3, 2, 1, 1, 1),
-        (2, 6, 4, 4, 4, 2, 2, 0, 0, 2),
-        (1, 3, 7, 5, 2, 3, 1, 1, 0, 1),
-    ]
-    .iter()
-    .enumerate()
+    for (i, &(n, cin, h, w, cout, k, s, p, op, g)) in
+        [(1, 4, 5, 6, 3, 3, 2, 1, 1, 1), (2, 6, 4, 4, 4, 2, 2, 0, 0, 2), (1, 3, 7, 5, 2, 3, 1, 1, 0, 1)]
+            .iter()
+            .enumerate()
     {
         let seed = 400 + 10 * i as u64;
         let o = ConvTranspose2dOptions {
@@ -182,22 +144,8 @@ fn conv_transpose_matches_reference() {
         let (bc, bd) = pair(&dev, &[cout], seed + 2);
         let want = ops::conv_transpose2d(&xc, &wc, Some(&bc), &o).unwrap();
         let got = ops::conv_transpose2d(&xd, &wd, Some(&bd), &o).unwrap();
-        assert_eq!(
-            want.shape(),
-            &[
-                n,
-                cout,
-                (h - 1) * s + k - 2 * p + op,
-                (w - 1) * s + k - 2 * p + op
-            ]
-        );
-        assert_close(
-            &v(&got),
-            &v(&want),
-            ATOL,
-            RTOL,
-            &format!("conv_transpose2d case {i}"),
-        );
+        assert_eq!(want.shape(), &[n, cout, (h - 1) * s + k - 2 * p + op, (w - 1) * s + k - 2 * p + op]);
+        assert_close(&v(&got), &v(&want), ATOL, RTOL, &format!("conv_transpose2d case {i}"));
         let (gc, gd) = pair(&dev, want.shape(), seed + 3);
         let want = ops::conv_transpose2d_backward(&xc, &wc, &gc, true, true, &o).unwrap();
         let got = ops::conv_transpose2d_backward(&xd, &wd, &gd, true, true, &o).unwrap();
@@ -208,13 +156,7 @@ fn conv_transpose_matches_reference() {
             RTOL,
             &format!("t grad_x {i}"),
         );
-        assert_close(
-            &v(&got.grad_w),
-            &v(&want.grad_w),
-            1e-3,
-            RTOL,
-            &format!("t grad_w {i}"),
-        );
+        assert_close(&v(&got.grad_w), &v(&want.grad_w), 1e-3, RTOL, &format!("t grad_w {i}"));
         assert_close(
             &v(got.grad_b.as_ref().unwrap()),
             &v(want.grad_b.as_ref().unwrap()),
@@ -228,10 +170,7 @@ fn conv_transpose_matches_reference() {
 #[test]
 fn reference_conv_small_example() {
     let d = cpu();
-    let x = Tensor::arange(&d, 0.0, 9.0, 1.0)
-        .unwrap()
-        .reshape(&[1, 1, 3, 3])
-        .unwrap();
+    let x = Tensor::arange(&d, 0.0, 9.0, 1.0).unwrap().reshape(&[1, 1, 3, 3]).unwrap();
     let w = Tensor::ones(&d, &[1, 1, 2, 2]).unwrap();
     let y = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap();
     assert_eq!(v(&y), vec![8.0, 12.0, 20.0, 24.0]);
@@ -249,23 +188,14 @@ fn bad_input_gives_clear_errors() {
     let x = Tensor::zeros(&d, &[1, 4, 5, 5]).unwrap();
     let w = Tensor::zeros(&d, &[2, 3, 3, 3]).unwrap();
     let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap_err();
-    assert!(
-        matches!(e, Error::Shape(_)) && e.to_string().contains("mismatched channels"),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Shape(_)) && e.to_string().contains("mismatched channels"), "{e}");
     let w = Tensor::zeros(&d, &[2, 4, 7, 7]).unwrap();
     let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new()).unwrap_err();
-    assert!(
-        e.to_string().contains("larger than the padded input"),
-        "{e}"
-    );
+    assert!(e.to_string().contains("larger than the padded input"), "{e}");
     assert!(ops::conv2d(&x, &w, None, &Conv2dOptions::new().padding(1)).is_ok());
     let w = Tensor::zeros(&d, &[2, 4, 3, 3]).unwrap();
     let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new().stride(0)).unwrap_err();
-    assert!(
-        matches!(e, Error::Invalid(_)) && e.to_string().contains("stride"),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Invalid(_)) && e.to_string().contains("stride"), "{e}");
     let w = Tensor::zeros(&d, &[3, 4, 3, 3]).unwrap();
     let e = ops::conv2d(&x, &w, None, &Conv2dOptions::new().groups(3)).unwrap_err();
     assert!(e.to_string().contains("groups = 3 must divide"), "{e}");
@@ -274,10 +204,5 @@ fn bad_input_gives_clear_errors() {
     assert!(e.to_string().contains("winograd"), "{e}");
     let b = Tensor::zeros(&d, &[3]).unwrap();
     let w = Tensor::zeros(&d, &[2, 4, 3, 3]).unwrap();
-    assert!(
-        ops::conv2d(&x, &w, Some(&b), &Conv2dOptions::new())
-            .unwrap_err()
-            .to_string()
-            .contains("bias")
-    );
+    assert!(ops::conv2d(&x, &w, Some(&b), &Conv2dOptions::new()).unwrap_err().to_string().contains("bias"));
 }

@@ -25,15 +25,7 @@ fn v(t: &Tensor) -> Vec<f32> {
     t.to_vec::<f32>().unwrap()
 }
 
-fn check(
-    dev: &Device,
-    x: [usize; 4],
-    k: usize,
-    s: usize,
-    p: usize,
-    algo: Option<DwAlgo>,
-    seed: u64,
-) {
+fn check(dev: &Device, x: [usize; 4], k: usize, s: usize, p: usize, algo: Option<DwAlgo>, seed: u64) {
     let what = format!("x {x:?} k {k} s {s} p {p} {algo:?}");
     let (xc, xd) = pair(dev, &x, seed);
     let (wc, wd) = pair(dev, &[x[1], 1, k, k], seed + 1);
@@ -52,13 +44,7 @@ fn check(
         1e-4,
         &format!("grad_x {what}"),
     );
-    assert_close(
-        &v(&got.grad_w),
-        &v(&want.grad_w),
-        2e-3,
-        1e-4,
-        &format!("grad_w {what}"),
-    );
+    assert_close(&v(&got.grad_w), &v(&want.grad_w), 2e-3, 1e-4, &format!("grad_w {what}"));
     assert_close(
         &v(got.grad_b.as_ref().unwrap()),
         &v(want.grad_b.as_ref().unwrap()),
@@ -78,12 +64,7 @@ fn every_algorithm_on_random_shapes() {
         let k = [1, 3, 5, 7, 3, 2][case as usize];
         let s = 1 + (case as usize % 2);
         let p = rng.range(0, k / 2 + 1);
-        let x = [
-            rng.range(1, 2),
-            rng.range(1, 5),
-            k + rng.range(0, 40),
-            k + rng.range(0, 37),
-        ];
+        let x = [rng.range(1, 2), rng.range(1, 5), k + rng.range(0, 40), k + rng.range(0, 37)];
         for algo in [DwAlgo::Local, DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive] {
             check(&dev, x, k, s, p, Some(algo), 50 * case);
         }
@@ -111,20 +92,11 @@ fn bad_input_gives_clear_errors() {
     let x = Tensor::zeros(&d, &[1, 4, 5, 5]).unwrap();
     let w = Tensor::zeros(&d, &[3, 1, 3, 3]).unwrap();
     let e = ops::depthwise_conv2d(&x, &w, None, 1, 1).unwrap_err();
-    assert!(
-        matches!(e, Error::Shape(_)) && e.to_string().contains("mismatched channels"),
-        "{e}"
-    );
+    assert!(matches!(e, Error::Shape(_)) && e.to_string().contains("mismatched channels"), "{e}");
     let w = Tensor::zeros(&d, &[4, 1, 3, 3]).unwrap();
-    assert!(matches!(
-        ops::depthwise_conv2d(&x, &w, None, 0, 1).unwrap_err(),
-        Error::Invalid(_)
-    ));
+    assert!(matches!(ops::depthwise_conv2d(&x, &w, None, 0, 1).unwrap_err(), Error::Invalid(_)));
     let w = Tensor::zeros(&d, &[4, 1, 9, 9]).unwrap();
     assert!(
-        ops::depthwise_conv2d(&x, &w, None, 1, 1)
-            .unwrap_err()
-            .to_string()
-            .contains("larger than the padded input")
+        ops::depthwise_conv2d(&x, &w, None, 1, 1).unwrap_err().to_string().contains("larger than the padded input")
     );
 }

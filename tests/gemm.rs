@@ -10,8 +10,7 @@ use common::{Lcg, assert_close};
 /// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
 /// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
 fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
-    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
-        std::sync::OnceLock::new();
+    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> = std::sync::OnceLock::new();
     DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
 }
 
@@ -42,21 +41,9 @@ fn matmul_matches_reference_on_odd_shapes_and_transposes() {
         let sb = if tb { [n, k] } else { [k, n] };
         let (ac, ad) = pair(&dev, &sa, 100 + case);
         let (bc, bd) = pair(&dev, &sb, 200 + case);
-        let want = ops::matmul_t(&ac, &bc, ta, tb)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
-        let got = ops::matmul_t(&ad, &bd, ta, tb)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
-        assert_close(
-            &got,
-            &want,
-            1e-4,
-            1e-4,
-            &format!("matmul {m}x{n}x{k} ta={ta} tb={tb}"),
-        );
+        let want = ops::matmul_t(&ac, &bc, ta, tb).unwrap().to_vec::<f32>().unwrap();
+        let got = ops::matmul_t(&ad, &bd, ta, tb).unwrap().to_vec::<f32>().unwrap();
+        assert_close(&got, &want, 1e-4, 1e-4, &format!("matmul {m}x{n}x{k} ta={ta} tb={tb}"));
     }
 }
 
@@ -106,17 +93,8 @@ fn reference_matmul_is_exact_on_small_integers() {
     let d = cpu();
     let a = Tensor::from_slice(&d, &[1.0f32, 2.0, 3.0, 4.0, 5.0, 6.0], &[2, 3]).unwrap();
     let b = Tensor::from_slice(&d, &[1.0f32, 0.0, 0.0, 1.0, 1.0, 1.0], &[3, 2]).unwrap();
-    assert_eq!(
-        ops::matmul(&a, &b).unwrap().to_vec::<f32>().unwrap(),
-        vec![4.0, 5.0, 10.0, 11.0]
-    );
-    assert_eq!(
-        ops::matmul_t(&a, &a, false, true)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap(),
-        vec![14.0, 32.0, 32.0, 77.0]
-    );
+    assert_eq!(ops::matmul(&a, &b).unwrap().to_vec::<f32>().unwrap(), vec![4.0, 5.0, 10.0, 11.0]);
+    assert_eq!(ops::matmul_t(&a, &a, false, true).unwrap().to_vec::<f32>().unwrap(), vec![14.0, 32.0, 32.0, 77.0]);
 }
 
 #[test]
@@ -131,50 +109,29 @@ fn bad_shapes_are_clear_errors() {
     assert!(matches!(ops::matmul(&a, &v).unwrap_err(), Error::Shape(_)));
     let x = Tensor::zeros(&d, &[2, 2, 3]).unwrap();
     let y = Tensor::zeros(&d, &[3, 3, 2]).unwrap();
-    assert!(
-        ops::bmm(&x, &y, false, false)
-            .unwrap_err()
-            .to_string()
-            .contains("batch")
-    );
+    assert!(ops::bmm(&x, &y, false, false).unwrap_err().to_string().contains("batch"));
 }
 
 #[test]
 fn every_candidate_matches_on_edge_shapes() {
     let Some(dev) = opencl_device() else { return };
     // Sizes not multiple of any tile, plus a long-k shape that makes split-K candidates eligible.
-    for (i, &(m, n, k, ta, tb)) in [
-        (37, 45, 29, false, false),
-        (19, 70, 33, true, true),
-        (3, 5, 1100, false, true),
-        (66, 130, 17, true, false),
-    ]
-    .iter()
-    .enumerate()
+    for (i, &(m, n, k, ta, tb)) in
+        [(37, 45, 29, false, false), (19, 70, 33, true, true), (3, 5, 1100, false, true), (66, 130, 17, true, false)]
+            .iter()
+            .enumerate()
     {
         let sa = if ta { [k, m] } else { [m, k] };
         let sb = if tb { [n, k] } else { [k, n] };
         let (ac, ad) = pair(&dev, &sa, 500 + i as u64);
         let (bc, bd) = pair(&dev, &sb, 600 + i as u64);
-        let want = ops::matmul_t(&ac, &bc, ta, tb)
-            .unwrap()
-            .to_vec::<f32>()
-            .unwrap();
+        let want = ops::matmul_t(&ac, &bc, ta, tb).unwrap().to_vec::<f32>().unwrap();
         let labels = ops::matmul_candidates(&ad, &bd, ta, tb).unwrap();
         assert!(labels.len() >= 3, "{labels:?}");
         for l in &labels {
-            let got = ops::matmul_with(&ad, &bd, ta, tb, l)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
+            let got = ops::matmul_with(&ad, &bd, ta, tb, l).unwrap().to_vec::<f32>().unwrap();
             // k up to 1100: 1e-3 absolute.
-            assert_close(
-                &got,
-                &want,
-                1e-3,
-                1e-4,
-                &format!("{m}x{n}x{k} ta={ta} tb={tb} candidate {l}"),
-            );
+            assert_close(&got, &want, 1e-3, 1e-4, &format!("{m}x{n}x{k} ta={ta} tb={tb} candidate {l}"));
         }
     }
     assert!(

@@ -43,11 +43,7 @@ fn forward(dev: &Device, s: Shape, small: bool) -> Result<Box<dyn FnMut() -> Res
     }))
 }
 
-fn backward(
-    dev: &Device,
-    s: Shape,
-    small: bool,
-) -> Result<Box<dyn FnMut() -> Result<Vec<Tensor>>>> {
+fn backward(dev: &Device, s: Shape, small: bool) -> Result<Box<dyn FnMut() -> Result<Vec<Tensor>>>> {
     let (x, w, o, dw) = inputs(dev, s, small)?;
     let y = if dw {
         ops::depthwise_conv2d(&x, &w, None, o.stride[0], o.padding[0])?
@@ -57,15 +53,7 @@ fn backward(
     let go = Tensor::randn(dev, y.shape(), 0.0, 1.0, 23)?;
     Ok(Box::new(move || {
         if dw {
-            let g = ops::depthwise_conv2d_backward(
-                &x,
-                &w,
-                &go,
-                false,
-                true,
-                o.stride[0],
-                o.padding[0],
-            )?;
+            let g = ops::depthwise_conv2d_backward(&x, &w, &go, false, true, o.stride[0], o.padding[0])?;
             Ok(g.grad_x.into_iter().chain([g.grad_w]).collect())
         } else {
             let g = ops::conv2d_backward(&x, &w, &go, false, true, &o)?;

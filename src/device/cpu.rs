@@ -10,9 +10,7 @@ use crate::memory::{HostMem, Storage};
 const MAX_ALLOC: u64 = 4 << 30;
 
 pub(crate) fn builtin_info(index: usize) -> DeviceInfo {
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get() as u32)
-        .unwrap_or(1);
+    let cores = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
     DeviceInfo {
         index,
         platform: "netcl".into(),
@@ -51,26 +49,19 @@ fn lock_err() -> Error {
 impl DeviceKind for CpuDevice {
     fn alloc(&self, bytes: usize) -> Result<Storage> {
         if bytes as u64 > MAX_ALLOC {
-            return Err(Error::Limit(format!(
-                "allocation of {bytes} bytes exceeds the built-in device's {MAX_ALLOC} bytes"
-            )));
+            return Err(Error::Limit(format!("allocation of {bytes} bytes exceeds the built-in device's {MAX_ALLOC} bytes")));
         }
         let mut v = Vec::new();
         v.try_reserve_exact(bytes.div_ceil(4))
             .map_err(|_| Error::Limit(format!("the host could not allocate {bytes} bytes")))?;
         v.resize(bytes.div_ceil(4), 0u32);
-        Ok(Storage::Host(HostMem {
-            words: RwLock::new(v),
-        }))
+        Ok(Storage::Host(HostMem { words: RwLock::new(v) }))
     }
 
     fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()> {
         let mut w = dst.host()?.words.write().map_err(|_| lock_err())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut w[..]);
-        let end = offset
-            .checked_add(data.len())
-            .filter(|&e| e <= bytes.len())
-            .ok_or_else(|| Error::Invalid("write past buffer end".into()))?;
+        let end = offset.checked_add(data.len()).filter(|&e| e <= bytes.len()).ok_or_else(|| Error::Invalid("write past buffer end".into()))?;
         bytes[offset..end].copy_from_slice(data);
         Ok(())
     }
@@ -78,10 +69,7 @@ impl DeviceKind for CpuDevice {
     fn read(&self, src: &Storage, offset: usize, out: &mut [u8]) -> Result<()> {
         let w = src.host()?.words.read().map_err(|_| lock_err())?;
         let bytes: &[u8] = bytemuck::cast_slice(&w[..]);
-        let end = offset
-            .checked_add(out.len())
-            .filter(|&e| e <= bytes.len())
-            .ok_or_else(|| Error::Invalid("read past buffer end".into()))?;
+        let end = offset.checked_add(out.len()).filter(|&e| e <= bytes.len()).ok_or_else(|| Error::Invalid("read past buffer end".into()))?;
         out.copy_from_slice(&bytes[offset..end]);
         Ok(())
     }

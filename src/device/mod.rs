@@ -74,12 +74,10 @@ impl DeviceInfo {
 ///
 /// A machine without an OpenCL loader or platform still lists the built-in device.
 pub fn list_devices() -> Result<Vec<DeviceInfo>> {
-    let mut out = opencl::enumerate()
-        .map(|v| v.into_iter().map(|(_, info)| info).collect())
-        .unwrap_or_else(|e| {
-            tracing::debug!("no OpenCL devices: {e}");
-            Vec::new()
-        });
+    let mut out = opencl::enumerate().map(|v| v.into_iter().map(|(_, info)| info).collect()).unwrap_or_else(|e| {
+        tracing::debug!("no OpenCL devices: {e}");
+        Vec::new()
+    });
     let idx = out.len();
     out.push(cpu::builtin_info(idx));
     Ok(out)
@@ -122,11 +120,7 @@ pub struct Device(pub(crate) Arc<DeviceInner>);
 
 impl fmt::Debug for Device {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "Device({} #{}: {})",
-            self.0.info.kind, self.0.info.index, self.0.info.name
-        )
+        write!(f, "Device({} #{}: {})", self.0.info.kind, self.0.info.index, self.0.info.name)
     }
 }
 
@@ -148,13 +142,8 @@ impl Device {
     /// (the built-in CPU device), `auto`, or a case-insensitive substring of the device or platform name.
     /// Without a selector: the first GPU, else the first OpenCL CPU device, else the built-in device.
     pub fn select(selector: Option<&str>) -> Result<Device> {
-        let env = std::env::var("NETCL_DEVICE")
-            .ok()
-            .filter(|s| !s.trim().is_empty());
-        let sel = selector
-            .map(str::to_owned)
-            .or(env)
-            .unwrap_or_else(|| "auto".to_owned());
+        let env = std::env::var("NETCL_DEVICE").ok().filter(|s| !s.trim().is_empty());
+        let sel = selector.map(str::to_owned).or(env).unwrap_or_else(|| "auto".to_owned());
         let cl = opencl::enumerate().unwrap_or_default();
         let builtin_index = cl.len();
         let s = sel.trim().to_ascii_lowercase();
@@ -168,21 +157,11 @@ impl Device {
             "gpu" => cl
                 .iter()
                 .position(|(_, i)| i.kind == "gpu")
-                .ok_or_else(|| {
-                    Error::Device(format!(
-                        "selector `{sel}`: no OpenCL GPU on this machine ({})",
-                        summary(&cl)
-                    ))
-                })?,
+                .ok_or_else(|| Error::Device(format!("selector `{sel}`: no OpenCL GPU on this machine ({})", summary(&cl))))?,
             "cpu" => cl
                 .iter()
                 .position(|(_, i)| i.kind == "cpu")
-                .ok_or_else(|| {
-                    Error::Device(format!(
-                        "selector `{sel}`: no OpenCL CPU device on this machine ({})",
-                        summary(&cl)
-                    ))
-                })?,
+                .ok_or_else(|| Error::Device(format!("selector `{sel}`: no OpenCL CPU device on this machine ({})", summary(&cl))))?,
             "builtin" | "reference" => builtin_index,
             _ => {
                 if let Ok(i) = s.parse::<usize>() {
@@ -194,8 +173,7 @@ impl Device {
                     }
                     i
                 } else if let Some(i) = cl.iter().position(|(_, i)| {
-                    i.name.to_ascii_lowercase().contains(&s)
-                        || i.platform.to_ascii_lowercase().contains(&s)
+                    i.name.to_ascii_lowercase().contains(&s) || i.platform.to_ascii_lowercase().contains(&s)
                 }) {
                     i
                 } else if "netcl built-in cpu".contains(&s) {
@@ -208,9 +186,7 @@ impl Device {
                 }
             }
         };
-        let mut reg = registry()
-            .lock()
-            .map_err(|_| Error::Device("device registry poisoned".into()))?;
+        let mut reg = registry().lock().map_err(|_| Error::Device("device registry poisoned".into()))?;
         if let Some(d) = reg.get(&index) {
             return Ok(d.clone());
         }
@@ -220,11 +196,7 @@ impl Device {
             let (id, info) = cl[index].clone();
             (Box::new(ClDevice::new(id, info.clone())?), info)
         };
-        let dev = Device(Arc::new(DeviceInner {
-            pool: BufferPool::new(&info),
-            info,
-            kind,
-        }));
+        let dev = Device(Arc::new(DeviceInner { pool: BufferPool::new(&info), info, kind }));
         reg.insert(index, dev.clone());
         Ok(dev)
     }
@@ -236,11 +208,7 @@ impl Device {
             Ok(d) => d,
             Err(_) => {
                 let info = cpu::builtin_info(0);
-                Device(Arc::new(DeviceInner {
-                    pool: BufferPool::new(&info),
-                    info,
-                    kind: Box::new(CpuDevice::new()),
-                }))
+                Device(Arc::new(DeviceInner { pool: BufferPool::new(&info), info, kind: Box::new(CpuDevice::new()) }))
             }
         }
     }
@@ -316,9 +284,6 @@ fn summary(cl: &[(opencl3::types::cl_device_id, DeviceInfo)]) -> String {
     if cl.is_empty() {
         return "no OpenCL devices found; the built-in device is `builtin`".into();
     }
-    let names: Vec<String> = cl
-        .iter()
-        .map(|(_, i)| format!("{}: {} [{}]", i.index, i.name, i.kind))
-        .collect();
+    let names: Vec<String> = cl.iter().map(|(_, i)| format!("{}: {} [{}]", i.index, i.name, i.kind)).collect();
     format!("available: {}; {}: built-in", names.join(", "), cl.len())
 }

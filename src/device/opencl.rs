@@ -10,8 +10,7 @@ use std::sync::{Arc, Mutex};
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
 use opencl3::device::{
-    CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU,
-    Device as ClDeviceId,
+    CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU, Device as ClDeviceId,
 };
 use opencl3::event::Event;
 use opencl3::memory::CL_MEM_READ_WRITE;
@@ -127,27 +126,13 @@ impl ClDevice {
         let dev = ClDeviceId::new(id);
         let context = Context::from_device(&dev).cl("clCreateContext")?;
         #[allow(deprecated)]
-        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
-            .cl("clCreateCommandQueue")?;
-        Ok(ClDevice {
-            info,
-            device: dev,
-            context,
-            queue,
-            programs: ProgramCache::default(),
-            recording: Mutex::new(None),
-        })
+        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE).cl("clCreateCommandQueue")?;
+        Ok(ClDevice { info, device: dev, context, queue, programs: ProgramCache::default(), recording: Mutex::new(None) })
     }
 
     /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).
-    pub(crate) fn kernel(
-        &self,
-        source: &str,
-        defines: &Defines,
-        name: &str,
-    ) -> Result<Arc<ClKernel>> {
-        self.programs
-            .kernel(&self.context, self.device.id(), source, defines, name)
+    pub(crate) fn kernel(&self, source: &str, defines: &Defines, name: &str) -> Result<Arc<ClKernel>> {
+        self.programs.kernel(&self.context, self.device.id(), source, defines, name)
     }
 
     /// Enqueues `kernel` over `global` work-items (rounded up to `local` when given) with `args`.
@@ -159,11 +144,7 @@ impl ClDevice {
         local: Option<&[usize]>,
     ) -> Result<Event> {
         let global: Vec<usize> = match local {
-            Some(l) => global
-                .iter()
-                .zip(l)
-                .map(|(g, l)| g.div_ceil(*l).max(1) * l)
-                .collect(),
+            Some(l) => global.iter().zip(l).map(|(g, l)| g.div_ceil(*l).max(1) * l).collect(),
             None => global.iter().map(|g| (*g).max(1)).collect(),
         };
         let guard = kernel.lock()?;
@@ -176,35 +157,16 @@ impl ClDevice {
                 match a {
                     Arg::Mem(s) => {
                         let m = s.cl_mem()?;
-                        cl3::kernel::set_kernel_arg(
-                            k,
-                            i,
-                            size_of::<cl_mem>(),
-                            &m as *const cl_mem as *const c_void,
-                        )
+                        cl3::kernel::set_kernel_arg(k, i, size_of::<cl_mem>(), &m as *const cl_mem as *const c_void)
                     }
-                    Arg::I32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void)
-                    }
-                    Arg::U32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void)
-                    }
-                    Arg::F32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void)
-                    }
-                    Arg::I32x8(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void)
-                    }
+                    Arg::I32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void),
+                    Arg::U32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void),
+                    Arg::F32(v) => cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void),
+                    Arg::I32x8(v) => cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void),
                     Arg::Local(n) => cl3::kernel::set_kernel_arg(k, i, (*n).max(4), ptr::null()),
                 }
             };
-            r.map_err(|code| {
-                Error::Invalid(format!(
-                    "kernel `{}` argument {i}: {}",
-                    kernel.name,
-                    cl3::error_codes::error_text(code)
-                ))
-            })?;
+            r.map_err(|code| Error::Invalid(format!("kernel `{}` argument {i}: {}", kernel.name, cl3::error_codes::error_text(code))))?;
         }
         // SAFETY: the work sizes outlive the call, and every argument has been set above.
         let ev = unsafe {
@@ -243,11 +205,7 @@ impl ClDevice {
 
     pub(crate) fn record_launches(&self, on: bool) {
         if let Ok(mut rec) = self.recording.lock() {
-            *rec = if on {
-                Some(rec.take().unwrap_or_default())
-            } else {
-                None
-            };
+            *rec = if on { Some(rec.take().unwrap_or_default()) } else { None };
         }
     }
 
@@ -259,12 +217,7 @@ impl ClDevice {
         self.finish()?;
         Ok(list
             .into_iter()
-            .map(|r| Launch {
-                ms: event_ms(&r.event).unwrap_or(0.0),
-                kernel: r.kernel,
-                global: r.global,
-                local: r.local,
-            })
+            .map(|r| Launch { ms: event_ms(&r.event).unwrap_or(0.0), kernel: r.kernel, global: r.global, local: r.local })
             .collect())
     }
 }
@@ -294,9 +247,7 @@ pub(crate) fn events_ms(evs: &[Event]) -> Result<f64> {
         return Ok(0.0);
     };
     last.wait().cl("clWaitForEvents")?;
-    let s = first
-        .profiling_command_start()
-        .cl("clGetEventProfilingInfo")?;
+    let s = first.profiling_command_start().cl("clGetEventProfilingInfo")?;
     let e = last.profiling_command_end().cl("clGetEventProfilingInfo")?;
     Ok(e.saturating_sub(s) as f64 / 1e6)
 }
@@ -310,22 +261,15 @@ impl DeviceKind for ClDevice {
             )));
         }
         // SAFETY: no host pointer is passed; the returned handle is owned by ClMem.
-        let mem = unsafe {
-            cl3::memory::create_buffer(
-                self.context.get(),
-                CL_MEM_READ_WRITE,
-                bytes.max(4),
-                ptr::null_mut(),
-            )
-        }
-        .map_err(|code| match code {
-            -4 | -61 => Error::Limit(format!(
-                "the device could not allocate {bytes} bytes ({}: {})",
-                self.info.name,
-                cl3::error_codes::error_text(code)
-            )),
-            c => Error::cl("clCreateBuffer", c),
-        })?;
+        let mem = unsafe { cl3::memory::create_buffer(self.context.get(), CL_MEM_READ_WRITE, bytes.max(4), ptr::null_mut()) }
+            .map_err(|code| match code {
+                -4 | -61 => Error::Limit(format!(
+                    "the device could not allocate {bytes} bytes ({}: {})",
+                    self.info.name,
+                    cl3::error_codes::error_text(code)
+                )),
+                c => Error::cl("clCreateBuffer", c),
+            })?;
         Ok(Storage::Cl(ClMem { mem }))
     }
 

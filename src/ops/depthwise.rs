@@ -63,14 +63,10 @@ impl DwGeom {
             )));
         }
         if w[2] != w[3] || w[2] == 0 {
-            return Err(Error::Shape(format!(
-                "{op}: the filter must be square and non-empty, got {w:?}"
-            )));
+            return Err(Error::Shape(format!("{op}: the filter must be square and non-empty, got {w:?}")));
         }
         if stride == 0 {
-            return Err(Error::Invalid(format!(
-                "{op}: stride must be at least 1, got 0"
-            )));
+            return Err(Error::Invalid(format!("{op}: stride must be at least 1, got 0")));
         }
         let k = w[2];
         if k > x[2] + 2 * pad || k > x[3] + 2 * pad {
@@ -90,20 +86,14 @@ impl DwGeom {
             p: pad,
             k,
         };
-        if g.n * g.c * g.h * g.w > i32::MAX as usize || g.n * g.c * g.oh * g.ow > i32::MAX as usize
-        {
-            return Err(Error::Limit(format!(
-                "{op}: {x:?} has more than 2^31-1 elements"
-            )));
+        if g.n * g.c * g.h * g.w > i32::MAX as usize || g.n * g.c * g.oh * g.ow > i32::MAX as usize {
+            return Err(Error::Limit(format!("{op}: {x:?} has more than 2^31-1 elements")));
         }
         Ok(g)
     }
 
     fn arg(&self) -> [i32; 8] {
-        [
-            self.n, self.c, self.h, self.w, self.oh, self.ow, self.s, self.p,
-        ]
-        .map(|v| v as i32)
+        [self.n, self.c, self.h, self.w, self.oh, self.ow, self.s, self.p].map(|v| v as i32)
     }
 
     fn key(&self, extra: i64) -> String {
@@ -166,10 +156,7 @@ fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
     if let Some(a) = algo {
         return Some((a, "algo argument"));
     }
-    match std::env::var("NETCL_DWCONV_ALGO")
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
+    match std::env::var("NETCL_DWCONV_ALGO").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Ok("local") => Some((DwAlgo::Local, "NETCL_DWCONV_ALGO")),
         Ok("naive") => Some((DwAlgo::Naive, "NETCL_DWCONV_ALGO")),
         Ok("tile") => Some((DwAlgo::Tile, "NETCL_DWCONV_ALGO")),
@@ -186,13 +173,7 @@ fn check(op: &str, ts: &[&Tensor]) -> Result<()> {
 }
 
 /// Depthwise convolution of `x` (N, C, H, W) with `w` (C, 1, K, K), plus an optional bias (C).
-pub fn depthwise_conv2d(
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    stride: usize,
-    pad: usize,
-) -> Result<Tensor> {
+pub fn depthwise_conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, stride: usize, pad: usize) -> Result<Tensor> {
     depthwise_conv2d_algo(x, w, bias, stride, pad, None)
 }
 
@@ -219,9 +200,7 @@ pub fn depthwise_conv2d_algo(
     }
     let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
     if out.numel() > 0 {
-        x.device()
-            .kind()
-            .dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
+        x.device().kind().dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
     }
     Ok(out)
 }
@@ -253,13 +232,7 @@ pub fn depthwise_conv2d_backward_algo(
     algo: Option<DwAlgo>,
 ) -> Result<Conv2dGrads> {
     check("depthwise_conv2d_backward", &[x, w, grad_out])?;
-    let g = DwGeom::new(
-        "depthwise_conv2d_backward",
-        x.shape(),
-        w.shape(),
-        stride,
-        pad,
-    )?;
+    let g = DwGeom::new("depthwise_conv2d_backward", x.shape(), w.shape(), stride, pad)?;
     if grad_out.shape() != [g.n, g.c, g.oh, g.ow] {
         return Err(Error::Shape(format!(
             "depthwise_conv2d_backward: grad_out has shape {:?}, but the output is {:?}",
@@ -268,30 +241,17 @@ pub fn depthwise_conv2d_backward_algo(
         )));
     }
     let dev = x.device();
-    let gx = if need_grad_x {
-        Some(Tensor::empty(dev, x.shape(), DType::F32)?)
-    } else {
-        None
-    };
+    let gx = if need_grad_x { Some(Tensor::empty(dev, x.shape(), DType::F32)?) } else { None };
     let gw = Tensor::empty(dev, w.shape(), DType::F32)?;
     if g.n * g.oh * g.ow == 0 {
         for t in gx.iter().chain([&gw]) {
             dev.kind().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
     } else {
-        dev.kind()
-            .dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
+        dev.kind().dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
     }
-    let gb = if has_bias {
-        Some(super::conv::bias_grad(grad_out)?)
-    } else {
-        None
-    };
-    Ok(Conv2dGrads {
-        grad_x: gx,
-        grad_w: gw,
-        grad_b: gb,
-    })
+    let gb = if has_bias { Some(super::conv::bias_grad(grad_out)?) } else { None };
+    Ok(Conv2dGrads { grad_x: gx, grad_w: gw, grad_b: gb })
 }
 
 // ------------------------------------------------------------------------------------------ OpenCL
@@ -326,11 +286,7 @@ impl ClDevice {
                         g.k, g.s
                     )));
                 }
-                let kern = self.kernel(
-                    "depthwise",
-                    &Defines::new().set("KS", g.k).set("SS", g.s),
-                    "dw_fwd_local",
-                )?;
+                let kern = self.kernel("depthwise", &Defines::new().set("KS", g.k).set("SS", g.s), "dw_fwd_local")?;
                 let args = [
                     Arg::I32x8(g.arg()),
                     Arg::Mem(x.storage()),
@@ -339,19 +295,10 @@ impl ClDevice {
                     hb,
                     Arg::Mem(out.storage()),
                 ];
-                self.launch(
-                    &kern,
-                    &args,
-                    &[g.ow.div_ceil(32) * 32, g.oh.div_ceil(8) * 8, g.n * g.c],
-                    Some(&[32, 8, 1]),
-                )
+                self.launch(&kern, &args, &[g.ow.div_ceil(32) * 32, g.oh.div_ceil(8) * 8, g.n * g.c], Some(&[32, 8, 1]))
             }
             DwAlgo::Rows => {
-                let kern = self.kernel(
-                    "depthwise",
-                    &Defines::new().set("RK", g.k).set("RS", g.s),
-                    "dw_fwd_rows",
-                )?;
+                let kern = self.kernel("depthwise", &Defines::new().set("RK", g.k).set("RS", g.s), "dw_fwd_rows")?;
                 let args = [
                     Arg::I32x8(g.arg()),
                     Arg::I32(k),
@@ -430,23 +377,15 @@ impl ClDevice {
                     let kern = self.kernel("depthwise", &Defines::new(), "dw_flip")?;
                     ev.push(self.launch(
                         &kern,
-                        &[
-                            Arg::I32(g.c as i32),
-                            Arg::I32(k),
-                            Arg::Mem(w.storage()),
-                            Arg::Mem(wf.storage()),
-                        ],
+                        &[Arg::I32(g.c as i32), Arg::I32(k), Arg::Mem(w.storage()), Arg::Mem(wf.storage())],
                         &[wf.numel()],
                         None,
                     )?);
                     ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
                 }
                 _ if a == DwAlgo::Rows || a == DwAlgo::Local => {
-                    let kern = self.kernel(
-                        "depthwise",
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        "dw_bwd_x_rows",
-                    )?;
+                    let kern =
+                        self.kernel("depthwise", &Defines::new().set("RK", g.k).set("RS", g.s), "dw_bwd_x_rows")?;
                     let args = [
                         Arg::I32x8(g.arg()),
                         Arg::I32(k),
@@ -488,11 +427,8 @@ impl ClDevice {
                 let bp = Arg::I32(bands_per as i32);
                 let rw = Arg::I32(rows as i32);
                 if a == DwAlgo::Local && self.dw_local_ok(g) {
-                    let kern = self.kernel(
-                        "depthwise",
-                        &Defines::new().set("KS", g.k).set("SS", g.s),
-                        "dw_bwd_weight_local",
-                    )?;
+                    let kern =
+                        self.kernel("depthwise", &Defines::new().set("KS", g.k).set("SS", g.s), "dw_bwd_weight_local")?;
                     let args = [
                         Arg::I32x8(g.arg()),
                         bp,
@@ -503,11 +439,8 @@ impl ClDevice {
                     ];
                     ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 } else {
-                    let kern = self.kernel(
-                        "depthwise",
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        "dw_bwd_w_rows",
-                    )?;
+                    let kern =
+                        self.kernel("depthwise", &Defines::new().set("RK", g.k).set("RS", g.s), "dw_bwd_w_rows")?;
                     let args = [
                         Arg::I32x8(g.arg()),
                         Arg::I32(k),
@@ -568,14 +501,9 @@ impl DepthwiseKernels for ClDevice {
         g: &DwGeom,
         algo: Option<DwAlgo>,
     ) -> Result<()> {
-        let a = self.dw_choose(
-            device,
-            "dwconv_fwd_algo",
-            g,
-            bias.is_some() as i64,
-            algo,
-            |a| events_ms(&[self.dw_fwd_with(*a, x, w, bias, out, g)?]),
-        )?;
+        let a = self.dw_choose(device, "dwconv_fwd_algo", g, bias.is_some() as i64, algo, |a| {
+            events_ms(&[self.dw_fwd_with(*a, x, w, bias, out, g)?])
+        })?;
         self.dw_fwd_with(a, x, w, bias, out, g)?;
         Ok(())
     }
@@ -591,14 +519,9 @@ impl DepthwiseKernels for ClDevice {
         g: &DwGeom,
         algo: Option<DwAlgo>,
     ) -> Result<()> {
-        let a = self.dw_choose(
-            device,
-            "dwconv_bwd_algo",
-            g,
-            gx.is_some() as i64,
-            algo,
-            |a| events_ms(&self.dw_bwd_with(device, *a, x, w, go, gx, gw, g)?),
-        )?;
+        let a = self.dw_choose(device, "dwconv_bwd_algo", g, gx.is_some() as i64, algo, |a| {
+            events_ms(&self.dw_bwd_with(device, *a, x, w, go, gx, gw, g)?)
+        })?;
         self.dw_bwd_with(device, a, x, w, go, gx, gw, g)?;
         Ok(())
     }
@@ -661,8 +584,7 @@ impl DepthwiseKernels for CpuDevice {
             }
         }
         taps(g, |nc, c, oh, ow, y, xx, t| {
-            acc[(nc * g.oh + oh) * g.ow + ow] +=
-                xv[(nc * g.h + y) * g.w + xx] as f64 * wv[c * g.k * g.k + t] as f64;
+            acc[(nc * g.oh + oh) * g.ow + ow] += xv[(nc * g.h + y) * g.w + xx] as f64 * wv[c * g.k * g.k + t] as f64;
         });
         store(out, &acc)
     }
@@ -689,8 +611,7 @@ impl DepthwiseKernels for CpuDevice {
         }
         let mut acc = vec![0f64; g.c * g.k * g.k];
         taps(g, |nc, c, oh, ow, y, xx, t| {
-            acc[c * g.k * g.k + t] +=
-                gov[(nc * g.oh + oh) * g.ow + ow] as f64 * xv[(nc * g.h + y) * g.w + xx] as f64;
+            acc[c * g.k * g.k + t] += gov[(nc * g.oh + oh) * g.ow + ow] as f64 * xv[(nc * g.h + y) * g.w + xx] as f64;
         });
         store(gw, &acc)
     }

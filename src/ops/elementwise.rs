@@ -88,16 +88,8 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     let rank = a.len().max(b.len());
     let mut out = vec![0; rank];
     for i in 0..rank {
-        let da = if i < rank - a.len() {
-            1
-        } else {
-            a[i - (rank - a.len())]
-        };
-        let db = if i < rank - b.len() {
-            1
-        } else {
-            b[i - (rank - b.len())]
-        };
+        let da = if i < rank - a.len() { 1 } else { a[i - (rank - a.len())] };
+        let db = if i < rank - b.len() { 1 } else { b[i - (rank - b.len())] };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
@@ -133,15 +125,9 @@ impl BroadcastPlan {
         let same = a == out && b == out;
         let aligned = |s: &[usize]| -> Vec<usize> {
             let pad = out.len() - s.len();
-            let full: Vec<usize> = std::iter::repeat_n(1, pad)
-                .chain(s.iter().copied())
-                .collect();
+            let full: Vec<usize> = std::iter::repeat_n(1, pad).chain(s.iter().copied()).collect();
             let st = strides(&full);
-            full.iter()
-                .zip(st)
-                .zip(out)
-                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
-                .collect()
+            full.iter().zip(st).zip(out).map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s }).collect()
         };
         let (sa, sb) = (aligned(a), aligned(b));
         // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.
@@ -172,26 +158,14 @@ impl BroadcastPlan {
                 shape.len()
             )));
         }
-        Ok(BroadcastPlan {
-            shape,
-            sa: ca,
-            sb: cb,
-            same,
-        })
+        Ok(BroadcastPlan { shape, sa: ca, sb: cb, same })
     }
 }
 
 /// Device primitives for binary elementwise ops.
 pub(crate) trait BinaryKernels {
     /// Writes `op(a, b)` into `out` following `plan`.
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()>;
+    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()>;
 }
 
 /// `op(a, b)` with broadcasting; both inputs f32 on one device.
@@ -206,11 +180,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return Ok(out);
     }
     if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{}: {} elements exceed the 2^31-1 per-op limit",
-            op.name(),
-            out.numel()
-        )));
+        return Err(Error::Limit(format!("{}: {} elements exceed the 2^31-1 per-op limit", op.name(), out.numel())));
     }
     a.device().kind().binary(op, a, b, &out, &plan)?;
     Ok(out)
@@ -251,25 +221,13 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl BinaryKernels for ClDevice {
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()> {
+    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()> {
         use crate::device::opencl::Arg;
         let defines = Defines::new().set("OP(x,y)", op.cl_expr());
         let n = out.numel();
         if plan.same {
             let k = self.kernel("elementwise", &defines, "binary_same")?;
-            let args = [
-                Arg::I32(n as i32),
-                Arg::Mem(a.storage()),
-                Arg::Mem(b.storage()),
-                Arg::Mem(out.storage()),
-            ];
+            let args = [Arg::I32(n as i32), Arg::Mem(a.storage()), Arg::Mem(b.storage()), Arg::Mem(out.storage())];
             self.launch(&k, &args, &[n.div_ceil(4)], None)?;
         } else {
             let k = self.kernel("elementwise", &defines, "binary_bcast")?;
@@ -290,14 +248,7 @@ impl BinaryKernels for ClDevice {
 }
 
 impl BinaryKernels for CpuDevice {
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()> {
+    fn binary(&self, op: BinaryOp, a: &Tensor, b: &Tensor, out: &Tensor, plan: &BroadcastPlan) -> Result<()> {
         super::host::map_f32(&[a, b], out, |ins, o| {
             let (x, y) = (ins[0], ins[1]);
             if plan.same {
@@ -333,10 +284,7 @@ mod tests {
 
     #[test]
     fn broadcast_rules() {
-        assert_eq!(
-            broadcast_shape(&[2, 1, 3], &[4, 1]).ok(),
-            Some(vec![2, 4, 3])
-        );
+        assert_eq!(broadcast_shape(&[2, 1, 3], &[4, 1]).ok(), Some(vec![2, 4, 3]));
         assert_eq!(broadcast_shape(&[], &[5]).ok(), Some(vec![5]));
         assert_eq!(broadcast_shape(&[0, 3], &[1, 3]).ok(), Some(vec![0, 3]));
         let e = broadcast_shape(&[2, 3], &[4, 3]).map_err(|e| e.to_string());
@@ -348,14 +296,8 @@ mod tests {
         let p = BroadcastPlan::new(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]).ok();
         assert_eq!(p.map(|p| (p.shape, p.same)), Some((vec![24], true)));
         let p = BroadcastPlan::new(&[2, 3, 4], &[4], &[2, 3, 4]).ok();
-        assert_eq!(
-            p.map(|p| (p.shape, p.sa, p.sb)),
-            Some((vec![6, 4], vec![4, 1], vec![0, 1]))
-        );
+        assert_eq!(p.map(|p| (p.shape, p.sa, p.sb)), Some((vec![6, 4], vec![4, 1], vec![0, 1])));
         let p = BroadcastPlan::new(&[5, 1], &[1, 7], &[5, 7]).ok();
-        assert_eq!(
-            p.map(|p| (p.shape, p.sa, p.sb)),
-            Some((vec![5, 7], vec![1, 0], vec![0, 1]))
-        );
+        assert_eq!(p.map(|p| (p.shape, p.sa, p.sb)), Some((vec![5, 7], vec![1, 0], vec![0, 1])));
     }
 }

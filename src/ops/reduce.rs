@@ -20,10 +20,7 @@ pub(crate) trait ReduceKernels {
 pub fn sum_all(x: &Tensor) -> Result<Tensor> {
     x.expect_dtype(DType::F32, "sum_all")?;
     if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "sum_all: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
+        return Err(Error::Limit(format!("sum_all: {} elements exceed the 2^31-1 per-op limit", x.numel())));
     }
     let out = Tensor::empty(x.device(), &[], DType::F32)?;
     x.device().kind().sum_all(x.device(), x, &out)?;
@@ -78,25 +75,14 @@ impl ClDevice {
         c
     }
 
-    fn run_sum(
-        &self,
-        plan: SumPlan,
-        device: &Device,
-        x: &Tensor,
-        out: &Tensor,
-    ) -> Result<Vec<opencl3::event::Event>> {
+    fn run_sum(&self, plan: SumPlan, device: &Device, x: &Tensor, out: &Tensor) -> Result<Vec<opencl3::event::Event>> {
         let n = x.numel();
         let defines = Defines::new();
         let (partials, count, ev1) = match plan {
             SumPlan::Wg { local, groups } => {
                 let p = Tensor::empty(device, &[groups], DType::F32)?;
                 let k = self.kernel("reduce", &defines, "sum_wg")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(p.storage()),
-                    Arg::Local(local * 4),
-                ];
+                let args = [Arg::I32(n as i32), Arg::Mem(x.storage()), Arg::Mem(p.storage()), Arg::Local(local * 4)];
                 let e = self.launch(&k, &args, &[local * groups], Some(&[local]))?;
                 (p, groups, e)
             }
@@ -104,22 +90,13 @@ impl ClDevice {
                 let p = Tensor::empty(device, &[items], DType::F32)?;
                 let chunk = n.div_ceil(items).div_ceil(8) * 8;
                 let k = self.kernel("reduce", &defines, "sum_chunk")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::I32(chunk as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(p.storage()),
-                ];
+                let args = [Arg::I32(n as i32), Arg::I32(chunk as i32), Arg::Mem(x.storage()), Arg::Mem(p.storage())];
                 let e = self.launch(&k, &args, &[items], None)?;
                 (p, items, e)
             }
         };
         let k = self.kernel("reduce", &defines, "sum_serial")?;
-        let args = [
-            Arg::I32(count as i32),
-            Arg::Mem(partials.storage()),
-            Arg::Mem(out.storage()),
-        ];
+        let args = [Arg::I32(count as i32), Arg::Mem(partials.storage()), Arg::Mem(out.storage())];
         let ev2 = self.launch(&k, &args, &[1], Some(&[1]))?;
         Ok(vec![ev1, ev2])
     }
@@ -133,9 +110,7 @@ impl ReduceKernels for ClDevice {
         }
         let cands = self.sum_candidates(n);
         let key = shape_key(&[bucket(n)]);
-        let chosen = autotune::tune(device, "sum_all", &key, &cands, 0, |c| {
-            events_ms(&self.run_sum(c.0, device, x, out)?)
-        })?;
+        let chosen = autotune::tune(device, "sum_all", &key, &cands, 0, |c| events_ms(&self.run_sum(c.0, device, x, out)?))?;
         self.run_sum(chosen.0, device, x, out)?;
         Ok(())
     }

@@ -11,9 +11,7 @@ pub fn opencl_device() -> Option<Device> {
     let sel = std::env::var("NETCL_TEST_DEVICE").ok();
     let found = match sel.as_deref() {
         Some(s) => Device::select(Some(s)).ok().filter(|d| d.is_opencl()),
-        None => netcl::device::opencl_available()
-            .then(|| Device::select(Some("auto")).ok())
-            .flatten(),
+        None => netcl::device::opencl_available().then(|| Device::select(Some("auto")).ok()).flatten(),
     };
     if found.is_none() {
         let msg = "no OpenCL device found (install PoCL: apt-get install pocl-opencl-icd ocl-icd-libopencl1)";
@@ -32,23 +30,14 @@ pub fn cpu() -> Device {
 
 /// Asserts `|got − want| ≤ atol + rtol·|want|` elementwise, with NaN matching NaN and infinities matching exactly.
 pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str) {
-    assert_eq!(
-        got.len(),
-        want.len(),
-        "{what}: length {} vs {}",
-        got.len(),
-        want.len()
-    );
+    assert_eq!(got.len(), want.len(), "{what}: length {} vs {}", got.len(), want.len());
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
         if w.is_nan() {
             assert!(g.is_nan(), "{what}[{i}]: got {g}, want NaN");
         } else if w.is_infinite() {
             assert_eq!(g, w, "{what}[{i}]: got {g}, want {w}");
         } else {
-            assert!(
-                (g - w).abs() <= atol + rtol * w.abs(),
-                "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol})"
-            );
+            assert!((g - w).abs() <= atol + rtol * w.abs(), "{what}[{i}]: got {g}, want {w} (atol {atol}, rtol {rtol})");
         }
     }
 }
@@ -66,10 +55,7 @@ pub struct Lcg(pub u64);
 impl Lcg {
     /// A value in `lo..=hi`.
     pub fn range(&mut self, lo: usize, hi: usize) -> usize {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
+        self.0 = self.0.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
         lo + ((self.0 >> 33) as usize) % (hi - lo + 1)
     }
 }

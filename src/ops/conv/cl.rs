@@ -28,10 +28,7 @@ enum PointwiseMode {
 }
 
 fn pointwise_mode() -> PointwiseMode {
-    match std::env::var("NETCL_CONV_POINTWISE")
-        .map(|v| v.trim().to_ascii_lowercase())
-        .as_deref()
-    {
+    match std::env::var("NETCL_CONV_POINTWISE").map(|v| v.trim().to_ascii_lowercase()).as_deref() {
         Ok("1" | "on" | "true" | "yes" | "force") => PointwiseMode::Force,
         Ok("0" | "off" | "false" | "no") => PointwiseMode::Off,
         _ => PointwiseMode::Auto,
@@ -74,14 +71,7 @@ fn algo_key(g: &ConvGeom, extra: &[i64]) -> String {
 
 /// netcl's pointwise shape class: (bucket N, C, bucket H·W, F, has_bias, flag).
 fn pointwise_key(g: &ConvGeom, has_bias: bool, flag: bool) -> String {
-    shape_key(&[
-        bucket(g.n),
-        g.c as i64,
-        bucket(g.h * g.w),
-        g.f as i64,
-        has_bias as i64,
-        flag as i64,
-    ])
+    shape_key(&[bucket(g.n), g.c as i64, bucket(g.h * g.w), g.f as i64, has_bias as i64, flag as i64])
 }
 
 impl ClDevice {
@@ -136,24 +126,10 @@ impl ClDevice {
         Ok(vec![self.launch(&k, &args, &[out.numel()], Some(&[64]))?])
     }
 
-    fn im2col(
-        &self,
-        x: &Tensor,
-        col: &Tensor,
-        g: &ConvGeom,
-        n0: usize,
-        nb: usize,
-    ) -> Result<Event> {
+    fn im2col(&self, x: &Tensor, col: &Tensor, g: &ConvGeom, n0: usize, nb: usize) -> Result<Event> {
         let (g0, g1) = g.cl_args();
         let k = self.kernel("conv", &Defines::new(), "conv_im2col")?;
-        let args = [
-            Arg::I32x8(g0),
-            Arg::I32x8(g1),
-            i(n0),
-            i(nb),
-            Arg::Mem(x.storage()),
-            Arg::Mem(col.storage()),
-        ];
+        let args = [Arg::I32x8(g0), Arg::I32x8(g1), i(n0), i(nb), Arg::Mem(x.storage()), Arg::Mem(col.storage())];
         self.launch(&k, &args, &[g.c * g.kh * g.kw, nb], None)
     }
 
@@ -193,31 +169,12 @@ impl ClDevice {
                     off_c: (n0 * g.f + grp * fg) * p,
                     ldc: p,
                     s_c: g.f * p,
-                    bias: if bias.is_some() && fused {
-                        BiasMode::Row
-                    } else {
-                        BiasMode::None
-                    },
+                    bias: if bias.is_some() && fused { BiasMode::Row } else { BiasMode::None },
                     relu: relu && fused,
                     tune_name: "conv2d_gemm",
-                    tune_key: shape_key(&[
-                        fg as i64,
-                        (cg * kk) as i64,
-                        bucket(p),
-                        bucket(nb),
-                        0,
-                        0,
-                    ]),
+                    tune_key: shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
                 };
-                self.run_gemm(
-                    device,
-                    w,
-                    &col,
-                    out,
-                    if fused { bias } else { None },
-                    &gm,
-                    &mut ev,
-                )?;
+                self.run_gemm(device, w, &col, out, if fused { bias } else { None }, &gm, &mut ev)?;
             }
             n0 += nb;
         }
@@ -250,11 +207,7 @@ impl ClDevice {
     ) -> Result<Vec<Event>> {
         let p = g.p();
         let gm = Gemm {
-            bias: if bias.is_some() {
-                BiasMode::Row
-            } else {
-                BiasMode::None
-            },
+            bias: if bias.is_some() { BiasMode::Row } else { BiasMode::None },
             relu,
             tune_name: "conv2d_pointwise_gemm",
             tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
@@ -376,10 +329,8 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
-            .into_iter()
-            .filter(|a| g.eligible(*a))
-            .collect();
+        let cands: Vec<ConvAlgo> =
+            [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct].into_iter().filter(|a| g.eligible(*a)).collect();
         let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
         let algo = autotune::tune(device, "conv2d_fwd_algo", &key, &cands, 0, |a| {
             events_ms(&self.fwd_algo(device, *a, x, w, bias, out, g, relu)?)
@@ -389,48 +340,22 @@ impl ClDevice {
 
     // ------------------------------------------------------------------------------------------ backward
 
-    fn bias_grad(
-        &self,
-        device: &Device,
-        go: &Tensor,
-        gb: &Tensor,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    fn bias_grad(&self, device: &Device, go: &Tensor, gb: &Tensor, g: &ConvGeom, ev: &mut Vec<Event>) -> Result<()> {
         let p = g.p();
-        let cands: Vec<&str> = if self.info.max_work_group_size >= 64 {
-            vec!["wg", "serial"]
-        } else {
-            vec!["serial"]
-        };
+        let cands: Vec<&str> = if self.info.max_work_group_size >= 64 { vec!["wg", "serial"] } else { vec!["serial"] };
         let run = |c: &str| -> Result<Event> {
             if c == "wg" {
                 let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_wg")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                    Arg::Local(64 * 4),
-                ];
+                let args = [i(g.n), i(g.f), i(p), Arg::Mem(go.storage()), Arg::Mem(gb.storage()), Arg::Local(64 * 4)];
                 self.launch(&k, &args, &[g.f * 64], Some(&[64]))
             } else {
                 let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_serial")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                ];
+                let args = [i(g.n), i(g.f), i(p), Arg::Mem(go.storage()), Arg::Mem(gb.storage())];
                 self.launch(&k, &args, &[g.f], None)
             }
         };
         let key = shape_key(&[bucket(g.n), g.f as i64, bucket(p)]);
-        let c = autotune::tune(device, "conv2d_grad_bias", &key, &cands, 0, |c| {
-            events_ms(&[run(c)?])
-        })?;
+        let c = autotune::tune(device, "conv2d_grad_bias", &key, &cands, 0, |c| events_ms(&[run(c)?]))?;
         ev.push(run(c)?);
         Ok(())
     }
@@ -448,46 +373,23 @@ impl ClDevice {
         let d = Defines::new();
         if let Some(gx) = gr.gx {
             let k = self.kernel("conv", &d, "conv_direct_bwd_x")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(go.storage()),
-                Arg::Mem(w.storage()),
-                Arg::Mem(gx.storage()),
-            ];
+            let args =
+                [Arg::I32x8(g0), Arg::I32x8(g1), Arg::Mem(go.storage()), Arg::Mem(w.storage()), Arg::Mem(gx.storage())];
             ev.push(self.launch(&k, &args, &[gx.numel()], Some(&[64]))?);
         }
         if let Some(gw) = gr.gw {
             let k = self.kernel("conv", &d, "conv_direct_bwd_w")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(x.storage()),
-                Arg::Mem(go.storage()),
-                Arg::Mem(gw.storage()),
-            ];
+            let args =
+                [Arg::I32x8(g0), Arg::I32x8(g1), Arg::Mem(x.storage()), Arg::Mem(go.storage()), Arg::Mem(gw.storage())];
             ev.push(self.launch(&k, &args, &[gw.numel()], Some(&[64]))?);
         }
         Ok(())
     }
 
     /// Sums `count` consecutive blocks of `len` floats of `part` into `out` (adding to it when `accumulate`).
-    fn sum_batches(
-        &self,
-        part: &Tensor,
-        out: &Tensor,
-        len: usize,
-        count: usize,
-        accumulate: bool,
-    ) -> Result<Event> {
+    fn sum_batches(&self, part: &Tensor, out: &Tensor, len: usize, count: usize, accumulate: bool) -> Result<Event> {
         let k = self.kernel("conv", &Defines::new(), "conv_sum_batches")?;
-        let args = [
-            i(len),
-            i(count),
-            Arg::I32(accumulate as i32),
-            Arg::Mem(part.storage()),
-            Arg::Mem(out.storage()),
-        ];
+        let args = [i(len), i(count), Arg::I32(accumulate as i32), Arg::Mem(part.storage()), Arg::Mem(out.storage())];
         self.launch(&k, &args, &[len], None)
     }
 
@@ -505,11 +407,8 @@ impl ClDevice {
         let (cg, fg, kk, p) = (g.c / g.groups, g.f / g.groups, g.kh * g.kw, g.p());
         let chunk = self.col_chunk(g);
         let col = Tensor::empty(device, &[chunk * g.c * kk * p], DType::F32)?;
-        let part = if gr.gw.is_some() {
-            Some(Tensor::empty(device, &[chunk * g.f * cg * kk], DType::F32)?)
-        } else {
-            None
-        };
+        let part =
+            if gr.gw.is_some() { Some(Tensor::empty(device, &[chunk * g.f * cg * kk], DType::F32)?) } else { None };
         let (g0, g1) = g.cl_args();
         let mut n0 = 0;
         while n0 < g.n {
@@ -536,14 +435,7 @@ impl ClDevice {
                         bias: BiasMode::None,
                         relu: false,
                         tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            fg as i64,
-                            (cg * kk) as i64,
-                            bucket(p),
-                            bucket(nb),
-                            0,
-                            1,
-                        ]),
+                        tune_key: shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
                     };
                     self.run_gemm(device, go, &col, part, None, &gm, ev)?;
                 }
@@ -570,26 +462,13 @@ impl ClDevice {
                         bias: BiasMode::None,
                         relu: false,
                         tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            (cg * kk) as i64,
-                            fg as i64,
-                            bucket(p),
-                            bucket(nb),
-                            1,
-                            0,
-                        ]),
+                        tune_key: shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
                     };
                     self.run_gemm(device, w, go, &col, None, &gm, ev)?;
                 }
                 let k = self.kernel("conv", &Defines::new(), "conv_col2im")?;
-                let args = [
-                    Arg::I32x8(g0),
-                    Arg::I32x8(g1),
-                    i(n0),
-                    i(nb),
-                    Arg::Mem(col.storage()),
-                    Arg::Mem(gx.storage()),
-                ];
+                let args =
+                    [Arg::I32x8(g0), Arg::I32x8(g1), i(n0), i(nb), Arg::Mem(col.storage()), Arg::Mem(gx.storage())];
                 ev.push(self.launch(&k, &args, &[nb * g.c * g.h], None)?);
             }
             n0 += nb;
@@ -662,31 +541,12 @@ impl ClDevice {
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
             let k = self.kernel("conv", &Defines::new(), "conv_flip_weights")?;
-            let args = [
-                i(g.f),
-                i(g.c),
-                i(g.kh),
-                i(g.kw),
-                Arg::Mem(w.storage()),
-                Arg::Mem(wr.storage()),
-            ];
+            let args = [i(g.f), i(g.c), i(g.kh), i(g.kw), Arg::Mem(w.storage()), Arg::Mem(wr.storage())];
             ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
             ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
         }
         if gr.gw.is_some() {
-            self.bwd_im2col(
-                device,
-                x,
-                w,
-                go,
-                &ConvGrads {
-                    gx: None,
-                    gw: gr.gw,
-                    gb: None,
-                },
-                g,
-                ev,
-            )?;
+            self.bwd_im2col(device, x, w, go, &ConvGrads { gx: None, gw: gr.gw, gb: None }, g, ev)?;
         }
         Ok(())
     }
@@ -728,14 +588,7 @@ impl ClDevice {
             .into_iter()
             .filter(|a| g.eligible(*a) && (*a != ConvAlgo::Winograd || gr.gx.is_some()))
             .collect();
-        let key = algo_key(
-            g,
-            &[
-                gr.gx.is_some() as i64,
-                gr.gw.is_some() as i64,
-                gr.gb.is_some() as i64,
-            ],
-        );
+        let key = algo_key(g, &[gr.gx.is_some() as i64, gr.gw.is_some() as i64, gr.gb.is_some() as i64]);
         let algo = autotune::tune(device, "conv2d_bwd_algo", &key, &cands, 0, |a| {
             events_ms(&self.bwd_algo(device, *a, x, w, go, gr, g)?)
         })?;
@@ -790,12 +643,8 @@ impl ConvKernels for ClDevice {
                     0,
                     |c| {
                         events_ms(&match c {
-                            PwChoice::Legacy => {
-                                self.fwd_general(device, x, w, bias, out, g, relu)?
-                            }
-                            PwChoice::Pointwise => {
-                                self.fwd_pointwise(device, x, w, bias, out, g, relu)?
-                            }
+                            PwChoice::Legacy => self.fwd_general(device, x, w, bias, out, g, relu)?,
+                            PwChoice::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu)?,
                         })
                     },
                 )?,
@@ -826,20 +675,9 @@ impl ConvKernels for ClDevice {
             }
             return Ok(());
         }
-        let flags = [
-            gr.gx.is_some() as i64,
-            gr.gw.is_some() as i64,
-            gr.gb.is_some() as i64,
-        ];
+        let flags = [gr.gx.is_some() as i64, gr.gw.is_some() as i64, gr.gb.is_some() as i64];
         if let Some(a) = algo {
-            autotune::record_choice(
-                device,
-                "conv2d_bwd_algo",
-                &algo_key(g, &flags),
-                &a,
-                Source::Forced,
-                "algo option",
-            );
+            autotune::record_choice(device, "conv2d_bwd_algo", &algo_key(g, &flags), &a, Source::Forced, "algo option");
             self.bwd_algo(device, a, x, w, go, gr, g)?;
             return Ok(());
         }
@@ -867,9 +705,7 @@ impl ConvKernels for ClDevice {
                     |c| {
                         events_ms(&match c {
                             PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g)?,
-                            PwChoice::Pointwise => {
-                                self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?
-                            }
+                            PwChoice::Pointwise => self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?,
                         })
                     },
                 )?,

@@ -20,10 +20,7 @@ fn store(t: &Tensor, v: &[f64]) -> Result<()> {
 }
 
 /// Calls `f(n, f, c, oh, ow, y, x, kh, kw)` for every (output, tap) pair that reads an in-bounds input.
-fn for_each_tap(
-    g: &ConvGeom,
-    mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize, usize, usize),
-) {
+fn for_each_tap(g: &ConvGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize, usize, usize)) {
     let (cg, fg) = (g.c / g.groups, g.f / g.groups);
     for n in 0..g.n {
         for fo in 0..g.f {
@@ -69,9 +66,8 @@ impl ConvKernels for CpuDevice {
         let mut acc = vec![0f64; g.n * g.f * g.p()];
         for_each_tap(g, |n, f, c, oh, ow, y, xx, kh, kw| {
             let cl = c % cg;
-            acc[((n * g.f + f) * g.oh + oh) * g.ow + ow] += xv[((n * g.c + c) * g.h + y) * g.w + xx]
-                as f64
-                * wv[((f * cg + cl) * g.kh + kh) * g.kw + kw] as f64;
+            acc[((n * g.f + f) * g.oh + oh) * g.ow + ow] +=
+                xv[((n * g.c + c) * g.h + y) * g.w + xx] as f64 * wv[((f * cg + cl) * g.kh + kh) * g.kw + kw] as f64;
         });
         if let Some(b) = bias {
             let bv = host(b)?;
@@ -101,9 +97,7 @@ impl ConvKernels for CpuDevice {
     ) -> Result<()> {
         let gov = host(go)?;
         let cg = g.c / g.groups;
-        let goi = |n: usize, f: usize, oh: usize, ow: usize| {
-            gov[((n * g.f + f) * g.oh + oh) * g.ow + ow] as f64
-        };
+        let goi = |n: usize, f: usize, oh: usize, ow: usize| gov[((n * g.f + f) * g.oh + oh) * g.ow + ow] as f64;
         if let Some(gx) = grads.gx {
             let wv = host(w)?;
             let mut acc = vec![0f64; g.n * g.c * g.h * g.w];

@@ -62,14 +62,7 @@ pub struct Conv2dOptions {
 
 impl Default for Conv2dOptions {
     fn default() -> Self {
-        Conv2dOptions {
-            stride: [1, 1],
-            padding: [0, 0],
-            dilation: [1, 1],
-            groups: 1,
-            algo: None,
-            fuse_relu: false,
-        }
+        Conv2dOptions { stride: [1, 1], padding: [0, 0], dilation: [1, 1], groups: 1, algo: None, fuse_relu: false }
     }
 }
 
@@ -135,26 +128,16 @@ impl ConvGeom {
     /// Validates an input of shape `x` (N, C, H, W) against weights `w` (F, C/groups, KH, KW).
     pub(crate) fn new(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeom> {
         if x.len() != 4 {
-            return Err(Error::Shape(format!(
-                "{op}: the input must be 4-D (N, C, H, W), got {x:?}"
-            )));
+            return Err(Error::Shape(format!("{op}: the input must be 4-D (N, C, H, W), got {x:?}")));
         }
         if w.len() != 4 {
-            return Err(Error::Shape(format!(
-                "{op}: the weight must be 4-D (F, C/groups, KH, KW), got {w:?}"
-            )));
+            return Err(Error::Shape(format!("{op}: the weight must be 4-D (F, C/groups, KH, KW), got {w:?}")));
         }
         if o.stride.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "{op}: stride {:?} must be at least 1",
-                o.stride
-            )));
+            return Err(Error::Invalid(format!("{op}: stride {:?} must be at least 1", o.stride)));
         }
         if o.dilation.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "{op}: dilation {:?} must be at least 1",
-                o.dilation
-            )));
+            return Err(Error::Invalid(format!("{op}: dilation {:?} must be at least 1", o.dilation)));
         }
         let g = o.groups;
         let (n, c, h, wd) = (x[0], x[1], x[2], x[3]);
@@ -208,9 +191,7 @@ impl ConvGeom {
             n * c * kh * kw * geom.oh * geom.ow / n.max(1),
         ];
         if biggest.iter().any(|&e| e > lim) {
-            return Err(Error::Limit(format!(
-                "{op}: {x:?} * {w:?} addresses more than 2^31-1 elements"
-            )));
+            return Err(Error::Limit(format!("{op}: {x:?} * {w:?} addresses more than 2^31-1 elements")));
         }
         Ok(geom)
     }
@@ -233,21 +214,8 @@ impl ConvGeom {
     }
     /// The two int8 geometry vectors of `kernels/conv.cl`.
     pub(crate) fn cl_args(&self) -> ([i32; 8], [i32; 8]) {
-        let a = [
-            self.n,
-            self.c,
-            self.h,
-            self.w,
-            self.f,
-            self.oh,
-            self.ow,
-            self.groups,
-        ]
-        .map(|v| v as i32);
-        let b = [
-            self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw,
-        ]
-        .map(|v| v as i32);
+        let a = [self.n, self.c, self.h, self.w, self.f, self.oh, self.ow, self.groups].map(|v| v as i32);
+        let b = [self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw].map(|v| v as i32);
         (a, b)
     }
     /// Which algorithms can compute this convolution.
@@ -386,12 +354,7 @@ fn check_algo(op: &str, g: &ConvGeom, algo: Option<ConvAlgo>) -> Result<()> {
 /// assert_eq!(y.to_vec::<f32>()?, vec![4.0, 6.0, 4.0, 6.0, 9.0, 6.0, 4.0, 6.0, 4.0]);
 /// # Ok::<(), netcl::Error>(())
 /// ```
-pub fn conv2d(
-    x: &Tensor,
-    w: &Tensor,
-    bias: Option<&Tensor>,
-    opts: &Conv2dOptions,
-) -> Result<Tensor> {
+pub fn conv2d(x: &Tensor, w: &Tensor, bias: Option<&Tensor>, opts: &Conv2dOptions) -> Result<Tensor> {
     check_inputs("conv2d", &[x, w])?;
     if let Some(b) = bias {
         check_inputs("conv2d", &[x, b])?;
@@ -403,9 +366,7 @@ pub fn conv2d(
     if out.numel() == 0 {
         return Ok(out);
     }
-    x.device()
-        .kind()
-        .conv2d_fwd(x.device(), x, w, bias, &out, &g, opts.fuse_relu, opts.algo)?;
+    x.device().kind().conv2d_fwd(x.device(), x, w, bias, &out, &g, opts.fuse_relu, opts.algo)?;
     Ok(out)
 }
 
@@ -442,32 +403,11 @@ pub fn conv2d_backward(
     }
     check_algo("conv2d_backward", &g, opts.algo)?;
     let dev = x.device();
-    let gx = if need_grad_x {
-        Some(Tensor::empty(dev, &g.x_shape(), DType::F32)?)
-    } else {
-        None
-    };
+    let gx = if need_grad_x { Some(Tensor::empty(dev, &g.x_shape(), DType::F32)?) } else { None };
     let gw = Tensor::empty(dev, &g.w_shape(), DType::F32)?;
-    let gb = if has_bias {
-        Some(Tensor::empty(dev, &[g.f], DType::F32)?)
-    } else {
-        None
-    };
-    backward_into(
-        &g,
-        x,
-        w,
-        grad_out,
-        gx.as_ref(),
-        Some(&gw),
-        gb.as_ref(),
-        opts.algo,
-    )?;
-    Ok(Conv2dGrads {
-        grad_x: gx,
-        grad_w: gw,
-        grad_b: gb,
-    })
+    let gb = if has_bias { Some(Tensor::empty(dev, &[g.f], DType::F32)?) } else { None };
+    backward_into(&g, x, w, grad_out, gx.as_ref(), Some(&gw), gb.as_ref(), opts.algo)?;
+    Ok(Conv2dGrads { grad_x: gx, grad_w: gw, grad_b: gb })
 }
 
 /// Runs the backward primitive, zero-filling gradients of empty reductions.
@@ -489,8 +429,7 @@ fn backward_into(
         }
         return Ok(());
     }
-    dev.kind()
-        .conv2d_bwd(dev, x, w, go, &ConvGrads { gx, gw, gb }, g, algo)
+    dev.kind().conv2d_bwd(dev, x, w, go, &ConvGrads { gx, gw, gb }, g, algo)
 }
 
 /// Options of [`conv_transpose2d`].
@@ -503,12 +442,7 @@ pub struct ConvTranspose2dOptions {
 }
 
 /// The geometry of the convolution whose grad_x is this transposed convolution.
-fn transpose_geom(
-    op: &str,
-    x: &[usize],
-    w: &[usize],
-    o: &ConvTranspose2dOptions,
-) -> Result<ConvGeom> {
+fn transpose_geom(op: &str, x: &[usize], w: &[usize], o: &ConvTranspose2dOptions) -> Result<ConvGeom> {
     if x.len() != 4 || w.len() != 4 {
         return Err(Error::Shape(format!(
             "{op}: the input must be (N, Cin, H, W) and the weight (Cin, Cout/groups, KH, KW), got {x:?} and {w:?}"
@@ -521,9 +455,7 @@ fn transpose_geom(
             c.stride, c.dilation
         )));
     }
-    if o.output_padding[0] >= c.stride[0].max(c.dilation[0])
-        || o.output_padding[1] >= c.stride[1].max(c.dilation[1])
-    {
+    if o.output_padding[0] >= c.stride[0].max(c.dilation[0]) || o.output_padding[1] >= c.stride[1].max(c.dilation[1]) {
         return Err(Error::Invalid(format!(
             "{op}: output_padding {:?} must be smaller than the stride {:?} or the dilation {:?}",
             o.output_padding, c.stride, c.dilation
@@ -531,10 +463,7 @@ fn transpose_geom(
     }
     let g = c.groups;
     if g == 0 || !x[1].is_multiple_of(g) {
-        return Err(Error::Invalid(format!(
-            "{op}: groups = {g} must divide the input channels ({})",
-            x[1]
-        )));
+        return Err(Error::Invalid(format!("{op}: groups = {g} must divide the input channels ({})", x[1])));
     }
     if w[0] != x[1] {
         return Err(Error::Shape(format!(
@@ -545,10 +474,7 @@ fn transpose_geom(
     let mut out = [0usize; 2];
     for d in 0..2 {
         let k = w[2 + d];
-        let full = (x[2 + d].max(1) - 1) * c.stride[d]
-            + c.dilation[d] * (k.max(1) - 1)
-            + 1
-            + o.output_padding[d];
+        let full = (x[2 + d].max(1) - 1) * c.stride[d] + c.dilation[d] * (k.max(1) - 1) + 1 + o.output_padding[d];
         if k == 0 || full <= 2 * c.padding[d] {
             return Err(Error::Shape(format!(
                 "{op}: input {x:?} with weight {w:?}, stride {:?} and padding {:?} gives an empty output",
@@ -559,20 +485,10 @@ fn transpose_geom(
     }
     // The equivalent convolution maps the output (N, Cout, OH, OW) back to the input's spatial size.
     let y = [x[0], w[1] * g, out[0], out[1]];
-    let geom = ConvGeom::new(
-        op,
-        &y,
-        &[w[0], w[1], w[2], w[3]],
-        &Conv2dOptions {
-            algo: None,
-            fuse_relu: false,
-            ..c.clone()
-        },
-    )?;
+    let geom =
+        ConvGeom::new(op, &y, &[w[0], w[1], w[2], w[3]], &Conv2dOptions { algo: None, fuse_relu: false, ..c.clone() })?;
     if geom.oh != x[2] || geom.ow != x[3] {
-        return Err(Error::Shape(format!(
-            "{op}: input {x:?} is not reachable with these options"
-        )));
+        return Err(Error::Shape(format!("{op}: input {x:?} is not reachable with these options")));
     }
     Ok(geom)
 }
@@ -634,8 +550,7 @@ pub fn conv_transpose2d_backward(
     let grad_x = if need_grad_x && x.numel() > 0 {
         let gx = Tensor::empty(dev, x.shape(), DType::F32)?;
         if grad_out.numel() > 0 {
-            dev.kind()
-                .conv2d_fwd(dev, grad_out, w, None, &gx, &g, false, algo)?;
+            dev.kind().conv2d_fwd(dev, grad_out, w, None, &gx, &g, false, algo)?;
         } else {
             dev.kind().fill(gx.storage(), [0; 4], gx.numel() * 4)?;
         }
@@ -650,12 +565,7 @@ pub fn conv_transpose2d_backward(
     let gb = if has_bias {
         let t = Tensor::empty(dev, &[g.c], DType::F32)?;
         // The bias gradient sums grad_out over (N, H, W): the equivalent convolution's input channels.
-        let swapped = ConvGeom {
-            f: g.c,
-            oh: g.h,
-            ow: g.w,
-            ..g
-        };
+        let swapped = ConvGeom { f: g.c, oh: g.h, ow: g.w, ..g };
         if grad_out.numel() > 0 {
             cl_or_cpu_bias_grad(dev, grad_out, &t, &swapped)?;
         } else {
@@ -665,11 +575,7 @@ pub fn conv_transpose2d_backward(
     } else {
         None
     };
-    Ok(Conv2dGrads {
-        grad_x,
-        grad_w: gw,
-        grad_b: gb,
-    })
+    Ok(Conv2dGrads { grad_x, grad_w: gw, grad_b: gb })
 }
 
 /// The bias gradient of an (N, F, OH, OW) output gradient: its sum over N, OH and OW.
@@ -705,17 +611,5 @@ pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
 
 /// The per-channel sum of `go` (N, F, OH, OW) through the device's backward primitive (bias gradient only).
 fn cl_or_cpu_bias_grad(dev: &crate::Device, go: &Tensor, gb: &Tensor, g: &ConvGeom) -> Result<()> {
-    dev.kind().conv2d_bwd(
-        dev,
-        go,
-        go,
-        go,
-        &ConvGrads {
-            gx: None,
-            gw: None,
-            gb: Some(gb),
-        },
-        g,
-        None,
-    )
+    dev.kind().conv2d_bwd(dev, go, go, go, &ConvGrads { gx: None, gw: None, gb: Some(gb) }, g, None)
 }

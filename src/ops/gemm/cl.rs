@@ -18,27 +18,11 @@ use crate::tensor::{DType, Tensor};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
     /// Local-memory tiles `tm×tn×tk`, `rm×rn` outputs per work-item (GPUs).
-    Tiled {
-        tm: usize,
-        tn: usize,
-        tk: usize,
-        rm: usize,
-        rn: usize,
-    },
+    Tiled { tm: usize, tn: usize, tk: usize, rm: usize, rn: usize },
     /// Packed panels, `mr` rows × `vw·nb` columns per work-item, `ly` work-items per group along rows (CPU).
-    Packed {
-        mr: usize,
-        vw: usize,
-        nb: usize,
-        ly: usize,
-    },
+    Packed { mr: usize, vw: usize, nb: usize, ly: usize },
     /// As `Packed`, reading A and B in place (no packing pass).
-    Reg {
-        mr: usize,
-        vw: usize,
-        nb: usize,
-        ly: usize,
-    },
+    Reg { mr: usize, vw: usize, nb: usize, ly: usize },
 }
 
 /// A candidate: a kernel shape and the number of K splits (1 = no split).
@@ -66,11 +50,7 @@ impl Serialize for GemmCand {
 }
 
 /// Tile configurations of the local-memory kernel, largest first.
-const TILED: [(usize, usize, usize, usize, usize); 3] = [
-    (128, 128, 16, 8, 8),
-    (64, 128, 16, 4, 8),
-    (64, 64, 16, 4, 4),
-];
+const TILED: [(usize, usize, usize, usize, usize); 3] = [(128, 128, 16, 8, 8), (64, 128, 16, 4, 8), (64, 64, 16, 4, 4)];
 /// Register blocks of the CPU kernels: (rows, vector width, vectors per row).
 const BLOCKS: [(usize, usize, usize); 3] = [(16, 16, 1), (12, 16, 2), (6, 8, 2)];
 
@@ -81,11 +61,7 @@ impl ClDevice {
         let max_wg = self.info.max_work_group_size.max(1);
         let lmem = self.info.local_mem_bytes as usize;
         let wis = &self.info.max_work_item_sizes;
-        let (bm, bn, bk) = (
-            g.m.next_power_of_two(),
-            g.n.next_power_of_two(),
-            g.k.next_power_of_two(),
-        );
+        let (bm, bn, bk) = (g.m.next_power_of_two(), g.n.next_power_of_two(), g.k.next_power_of_two());
         let mut v = Vec::new();
         for (tm, tn, tk, rm, rn) in TILED {
             let (wx, wy) = (tn / rn, tm / rm);
@@ -94,41 +70,22 @@ impl ClDevice {
             // A tile far larger than the product only pads work.
             let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
             if wx * wy <= max_wg && bytes <= lmem && fits_items && useful {
-                v.push(GemmCand {
-                    algo: Algo::Tiled { tm, tn, tk, rm, rn },
-                    splits: 1,
-                });
+                v.push(GemmCand { algo: Algo::Tiled { tm, tn, tk, rm, rn }, splits: 1 });
             }
         }
         for (mr, vw, nb) in BLOCKS {
-            v.push(GemmCand {
-                algo: Algo::Packed { mr, vw, nb, ly: 4 },
-                splits: 1,
-            });
+            v.push(GemmCand { algo: Algo::Packed { mr, vw, nb, ly: 4 }, splits: 1 });
         }
         // Without a packing pass: pays for small products, where packing costs as much as the product.
         if !g.trans_b {
-            v.push(GemmCand {
-                algo: Algo::Reg {
-                    mr: 8,
-                    vw: 16,
-                    nb: 2,
-                    ly: 4,
-                },
-                splits: 1,
-            });
+            v.push(GemmCand { algo: Algo::Reg { mr: 8, vw: 16, nb: 2, ly: 4 }, splits: 1 });
         }
         // Split-K pays when the reduction is long and the output too small to fill the device.
         if bk >= 4 * bm.max(bn) && bk >= 1024 {
             let splits = (bk / bm.max(bn)).clamp(4, 32);
             let base: Vec<GemmCand> = v
                 .iter()
-                .filter(|c| {
-                    matches!(
-                        c.algo,
-                        Algo::Tiled { tm: 64, tn: 64, .. } | Algo::Packed { mr: 16, .. }
-                    )
-                })
+                .filter(|c| matches!(c.algo, Algo::Tiled { tm: 64, tn: 64, .. } | Algo::Packed { mr: 16, .. }))
                 .copied()
                 .collect();
             v.extend(base.into_iter().map(|c| GemmCand { splits, ..c }));
@@ -151,15 +108,8 @@ impl ClDevice {
         let mut splits = cand.splits.clamp(1, kd);
         let l = kd.div_ceil(splits).div_ceil(16) * 16;
         splits = kd.div_ceil(l);
-        let partial = if splits > 1 {
-            Some(Tensor::empty(
-                device,
-                &[g.batch * splits, g.m, g.n],
-                DType::F32,
-            )?)
-        } else {
-            None
-        };
+        let partial =
+            if splits > 1 { Some(Tensor::empty(device, &[g.batch * splits, g.m, g.n], DType::F32)?) } else { None };
         let (out, off_c, ldc, s_c) = match &partial {
             Some(p) => (p, 0, g.n, g.m * g.n),
             None => (c, g.off_c, g.ldc, g.s_c),
@@ -167,19 +117,12 @@ impl ClDevice {
         let bias_t = bias.unwrap_or(out);
         let bias_code = if bias.is_some() { g.bias.code() } else { 0 };
         let i = |v: usize| Arg::I32(v as i32);
-        let base = Defines::new()
-            .set("TRANS_A", g.trans_a as i32)
-            .set("TRANS_B", g.trans_b as i32);
+        let base = Defines::new().set("TRANS_A", g.trans_a as i32).set("TRANS_B", g.trans_b as i32);
         let z = g.batch * splits;
         let mut evs = Vec::new();
         match cand.algo {
             Algo::Tiled { tm, tn, tk, rm, rn } => {
-                let d = base
-                    .set("TM", tm)
-                    .set("TN", tn)
-                    .set("TK", tk)
-                    .set("RM", rm)
-                    .set("RN", rn);
+                let d = base.set("TM", tm).set("TN", tn).set("TK", tk).set("RM", rm).set("RN", rn);
                 let k = self.kernel("gemm", &d, "gemm_tiled")?;
                 let (wx, wy) = (tn / rn, tm / rm);
                 let args = [
@@ -217,26 +160,12 @@ impl ClDevice {
                 let ap = Tensor::empty(device, &[ba * pm * kd * mr], DType::F32)?;
                 let bp = Tensor::empty(device, &[bb * pn * kd * nr], DType::F32)?;
                 let ka = self.kernel("gemm", &d, "gemm_pack_a")?;
-                let args = [
-                    i(g.m),
-                    i(g.k),
-                    Arg::Mem(a.storage()),
-                    i(g.off_a),
-                    i(g.lda),
-                    i(g.s_a),
-                    Arg::Mem(ap.storage()),
-                ];
+                let args =
+                    [i(g.m), i(g.k), Arg::Mem(a.storage()), i(g.off_a), i(g.lda), i(g.s_a), Arg::Mem(ap.storage())];
                 evs.push(self.launch(&ka, &args, &[g.k.div_ceil(32), pm, ba], None)?);
                 let kb = self.kernel("gemm", &d, "gemm_pack_b")?;
-                let args = [
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(b.storage()),
-                    i(g.off_b),
-                    i(g.ldb),
-                    i(g.s_b),
-                    Arg::Mem(bp.storage()),
-                ];
+                let args =
+                    [i(g.n), i(g.k), Arg::Mem(b.storage()), i(g.off_b), i(g.ldb), i(g.s_b), Arg::Mem(bp.storage())];
                 evs.push(self.launch(&kb, &args, &[g.k.div_ceil(32), pn, bb], None)?);
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
@@ -263,9 +192,7 @@ impl ClDevice {
             }
             Algo::Reg { mr, vw, nb, ly } => {
                 if g.trans_b {
-                    return Err(Error::Invalid(
-                        "gemm_reg reads B in place and needs an untransposed B".into(),
-                    ));
+                    return Err(Error::Invalid("gemm_reg reads B in place and needs an untransposed B".into()));
                 }
                 let nr = vw * nb;
                 let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
@@ -355,42 +282,20 @@ impl ClDevice {
 }
 
 impl GemmKernels for ClDevice {
-    fn gemm(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<()> {
+    fn gemm(&self, device: &Device, a: &Tensor, b: &Tensor, c: &Tensor, bias: Option<&Tensor>, g: &Gemm) -> Result<()> {
         self.gemm_events(device, a, b, c, bias, g).map(|_| ())
     }
 
     fn gemm_labels(&self, g: &Gemm) -> Vec<String> {
-        self.gemm_candidates(g)
-            .iter()
-            .map(|c| autotune::label(&serde_json::to_value(c).unwrap_or_default()))
-            .collect()
+        self.gemm_candidates(g).iter().map(|c| autotune::label(&serde_json::to_value(c).unwrap_or_default())).collect()
     }
 
-    fn gemm_forced(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        g: &Gemm,
-        label: &str,
-    ) -> Result<()> {
+    fn gemm_forced(&self, device: &Device, a: &Tensor, b: &Tensor, c: &Tensor, g: &Gemm, label: &str) -> Result<()> {
         let cands = self.gemm_candidates(g);
         let labels = self.gemm_labels(g);
         let Some(i) = labels.iter().position(|l| l == label) else {
-            return Err(Error::Invalid(format!(
-                "gemm candidate `{label}` is not one of {labels:?}"
-            )));
+            return Err(Error::Invalid(format!("gemm candidate `{label}` is not one of {labels:?}")));
         };
-        self.gemm_with(device, a, b, c, None, g, cands[i])
-            .map(|_| ())
+        self.gemm_with(device, a, b, c, None, g, cands[i]).map(|_| ())
     }
 }

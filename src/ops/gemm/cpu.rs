@@ -9,19 +9,11 @@ use crate::{Device, Tensor};
 pub(crate) fn gemm_host(a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]>, g: &Gemm) {
     let mut row = vec![0f64; g.n];
     for z in 0..g.batch {
-        let (ab, bb, cb) = (
-            g.off_a + z * g.s_a,
-            g.off_b + z * g.s_b,
-            g.off_c + z * g.s_c,
-        );
+        let (ab, bb, cb) = (g.off_a + z * g.s_a, g.off_b + z * g.s_b, g.off_c + z * g.s_c);
         for i in 0..g.m {
             row.iter_mut().for_each(|v| *v = 0.0);
             for p in 0..g.k {
-                let av = if g.trans_a {
-                    a[ab + p * g.lda + i]
-                } else {
-                    a[ab + i * g.lda + p]
-                } as f64;
+                let av = if g.trans_a { a[ab + p * g.lda + i] } else { a[ab + i * g.lda + p] } as f64;
                 if g.trans_b {
                     for (j, r) in row.iter_mut().enumerate() {
                         *r += av * b[bb + j * g.ldb + p] as f64;
@@ -59,14 +51,10 @@ impl GemmKernels for CpuDevice {
     ) -> Result<()> {
         // Read the inputs into owned vectors first: `c` may share storage with nothing here, but a and b may
         // be the same tensor.
-        let av: Vec<f32> =
-            bytemuck::cast_slice::<u32, f32>(&cpu_access::read(a)?[..])[..a.numel()].to_vec();
-        let bv: Vec<f32> =
-            bytemuck::cast_slice::<u32, f32>(&cpu_access::read(b)?[..])[..b.numel()].to_vec();
+        let av: Vec<f32> = bytemuck::cast_slice::<u32, f32>(&cpu_access::read(a)?[..])[..a.numel()].to_vec();
+        let bv: Vec<f32> = bytemuck::cast_slice::<u32, f32>(&cpu_access::read(b)?[..])[..b.numel()].to_vec();
         let biasv: Option<Vec<f32>> = match bias {
-            Some(t) => Some(
-                bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec(),
-            ),
+            Some(t) => Some(bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec()),
             None => None,
         };
         let mut w = cpu_access::write(c)?;
@@ -80,15 +68,7 @@ impl GemmKernels for CpuDevice {
         vec!["reference".into()]
     }
 
-    fn gemm_forced(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        g: &Gemm,
-        label: &str,
-    ) -> Result<()> {
+    fn gemm_forced(&self, device: &Device, a: &Tensor, b: &Tensor, c: &Tensor, g: &Gemm, label: &str) -> Result<()> {
         if label != "reference" {
             return Err(crate::Error::Invalid(format!(
                 "gemm candidate `{label}` does not exist on the built-in device (it has `reference`)"

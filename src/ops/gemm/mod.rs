@@ -90,14 +90,7 @@ impl Gemm {
             bias: BiasMode::None,
             relu: false,
             tune_name: "matmul",
-            tune_key: shape_key(&[
-                bucket(m),
-                bucket(n),
-                bucket(k),
-                bucket(batch),
-                trans_a as i64,
-                trans_b as i64,
-            ]),
+            tune_key: shape_key(&[bucket(m), bucket(n), bucket(k), bucket(batch), trans_a as i64, trans_b as i64]),
         }
     }
 
@@ -109,11 +102,7 @@ impl Gemm {
         let b_rows = if self.trans_b { self.n } else { self.k };
         let b_cols = if self.trans_b { self.k } else { self.n };
         let ext = |off: usize, s: usize, rows: usize, ld: usize, cols: usize| {
-            if rows == 0 || cols == 0 {
-                0
-            } else {
-                off + last * s + (rows - 1) * ld + cols
-            }
+            if rows == 0 || cols == 0 { 0 } else { off + last * s + (rows - 1) * ld + cols }
         };
         (
             ext(self.off_a, self.s_a, a_rows, self.lda, a_cols),
@@ -123,13 +112,7 @@ impl Gemm {
     }
 
     /// Checks the descriptor against the buffers and the 32-bit index limit of the kernels.
-    pub(crate) fn check(
-        &self,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-    ) -> Result<()> {
+    pub(crate) fn check(&self, a: &Tensor, b: &Tensor, c: &Tensor, bias: Option<&Tensor>) -> Result<()> {
         let (ea, eb, ec) = self.extents();
         if ea > a.numel() || eb > b.numel() || ec > c.numel() {
             return Err(Error::Invalid(format!(
@@ -140,10 +123,7 @@ impl Gemm {
             )));
         }
         let lim = i32::MAX as usize;
-        if [ea, eb, ec, self.m * self.n * self.batch.max(1)]
-            .iter()
-            .any(|&e| e > lim)
-        {
+        if [ea, eb, ec, self.m * self.n * self.batch.max(1)].iter().any(|&e| e > lim) {
             return Err(Error::Limit(format!(
                 "gemm {}×{}×{} (batch {}) addresses more than 2^31-1 elements",
                 self.m, self.n, self.k, self.batch
@@ -209,16 +189,8 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
             b.shape()
         )));
     }
-    let (m, ka) = if trans_a {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
+    let (m, ka) = if trans_a { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
+    let (kb, n) = if trans_b { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
     if ka != kb {
         return Err(Error::Shape(format!(
             "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}{}, b {:?}{}); the inner sizes must match",
@@ -229,13 +201,7 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
         )));
     }
     let out = Tensor::empty(a.device(), &[m, n], DType::F32)?;
-    run(
-        a,
-        b,
-        &out,
-        None,
-        &Gemm::dense(m, n, ka, 1, trans_a, trans_b, false),
-    )?;
+    run(a, b, &out, None, &Gemm::dense(m, n, ka, 1, trans_a, trans_b, false))?;
     Ok(out)
 }
 
@@ -252,21 +218,11 @@ pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tenso
     }
     let (ba, bb) = (a.shape()[0], b.shape()[0]);
     if ba != bb && ba != 1 && bb != 1 {
-        return Err(Error::Shape(format!(
-            "bmm: batch sizes {ba} and {bb} differ (one of them may be 1)"
-        )));
+        return Err(Error::Shape(format!("bmm: batch sizes {ba} and {bb} differ (one of them may be 1)")));
     }
     let batch = ba.max(bb);
-    let (m, ka) = if trans_a {
-        (a.shape()[2], a.shape()[1])
-    } else {
-        (a.shape()[1], a.shape()[2])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[2], b.shape()[1])
-    } else {
-        (b.shape()[1], b.shape()[2])
-    };
+    let (m, ka) = if trans_a { (a.shape()[2], a.shape()[1]) } else { (a.shape()[1], a.shape()[2]) };
+    let (kb, n) = if trans_b { (b.shape()[2], b.shape()[1]) } else { (b.shape()[1], b.shape()[2]) };
     if ka != kb {
         return Err(Error::Shape(format!(
             "bmm: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}, b {:?}); the inner sizes must match",
@@ -286,22 +242,10 @@ pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tenso
 fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     check_f32(&[a, b], "matmul")?;
     if a.rank() != 2 || b.rank() != 2 {
-        return Err(Error::Shape(format!(
-            "matmul needs 2-D tensors, got {:?} and {:?}",
-            a.shape(),
-            b.shape()
-        )));
+        return Err(Error::Shape(format!("matmul needs 2-D tensors, got {:?} and {:?}", a.shape(), b.shape())));
     }
-    let (m, ka) = if trans_a {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
+    let (m, ka) = if trans_a { (a.shape()[1], a.shape()[0]) } else { (a.shape()[0], a.shape()[1]) };
+    let (kb, n) = if trans_b { (b.shape()[1], b.shape()[0]) } else { (b.shape()[0], b.shape()[1]) };
     if ka != kb {
         return Err(Error::Shape(format!(
             "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n}; the inner sizes must match"
@@ -312,44 +256,25 @@ fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<G
 
 /// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device, as
 /// labels (e.g. `["packed",16,16,4,1]`); the built-in device has the one candidate `reference`.
-pub fn matmul_candidates(
-    a: &Tensor,
-    b: &Tensor,
-    trans_a: bool,
-    trans_b: bool,
-) -> Result<Vec<String>> {
+pub fn matmul_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
     let g = matmul_desc(a, b, trans_a, trans_b)?;
     Ok(a.device().kind().gemm_labels(&g))
 }
 
 /// `matmul_t` computed by the candidate `label` (one of [`matmul_candidates`]), without autotuning: to test
 /// and compare individual kernels.
-pub fn matmul_with(
-    a: &Tensor,
-    b: &Tensor,
-    trans_a: bool,
-    trans_b: bool,
-    label: &str,
-) -> Result<Tensor> {
+pub fn matmul_with(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool, label: &str) -> Result<Tensor> {
     let g = matmul_desc(a, b, trans_a, trans_b)?;
     let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
     g.check(a, b, &out, None)?;
     if out.numel() > 0 {
-        a.device()
-            .kind()
-            .gemm_forced(a.device(), a, b, &out, &g, label)?;
+        a.device().kind().gemm_forced(a.device(), a, b, &out, &g, label)?;
     }
     Ok(out)
 }
 
 /// Validates `g` against the buffers and runs it on their device (k = 0 writes the epilogue of an empty sum).
-pub(crate) fn run(
-    a: &Tensor,
-    b: &Tensor,
-    c: &Tensor,
-    bias: Option<&Tensor>,
-    g: &Gemm,
-) -> Result<()> {
+pub(crate) fn run(a: &Tensor, b: &Tensor, c: &Tensor, bias: Option<&Tensor>, g: &Gemm) -> Result<()> {
     g.check(a, b, c, bias)?;
     if g.m == 0 || g.n == 0 || g.batch == 0 {
         return Ok(());
