@@ -14,7 +14,8 @@
 //! Every choice (measured, cached, default, forced, or the only eligible candidate) is appended to the
 //! decision log, which callers, the CLI and the wiki read with [`decisions_since`].
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -87,6 +88,9 @@ pub struct Decision {
     pub tune_ms: f64,
     /// Why, in words, when the choice was not measured.
     pub note: Option<String>,
+    /// 0 for a decision taken directly by an op; 1 or more for one taken while measuring another decision's
+    /// candidates (its time is part of the outer decision's `tune_ms`).
+    pub depth: u32,
 }
 
 /// A cache entry as listed by `netcl tune list` and the wiki.
@@ -253,7 +257,21 @@ pub fn record_choice<C: Serialize>(
         source,
         tune_ms: 0.0,
         note: Some(note.to_owned()),
+        depth: DEPTH.with(Cell::get),
     });
+}
+
+thread_local! {
+    /// How deep this thread is in nested measurements (an op's candidate that tunes its own sub-kernels).
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+    /// Keys whose cached answer this thread has logged in the current scope; see [`begin_scope`].
+    static LOGGED: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
+}
+
+/// Starts a new logging scope on this thread: each cached decision is logged once per scope, not on every call
+/// (a training loop asks the same questions thousands of times). A playground run is one scope.
+pub fn begin_scope() {
+    LOGGED.with(|l| l.borrow_mut().clear());
 }
 
 fn full_key(device: &Device, kernel: &str, shape_key: &str) -> String {
@@ -297,6 +315,7 @@ pub fn tune<C: Serialize + Clone>(
             source,
             tune_ms: started.elapsed().as_secs_f64() * 1e3,
             note,
+            depth: DEPTH.with(Cell::get),
         };
     let default_idx = if default < candidates.len() {
         default
@@ -323,10 +342,13 @@ pub fn tune<C: Serialize + Clone>(
     }
     let path = cache_path();
     if let Some((idx, cands)) = lookup(&path, &key, &values) {
-        record(decision(idx, Source::Cache, cands, None));
+        if LOGGED.with(|l| l.borrow_mut().insert(key.clone())) {
+            record(decision(idx, Source::Cache, cands, None));
+        }
         return Ok(candidates[idx].clone());
     }
     let n = reps();
+    DEPTH.with(|d| d.set(d.get() + 1));
     let mut times = Vec::with_capacity(candidates.len());
     for (c, v) in candidates.iter().zip(&values) {
         let mut run = || -> Result<(f64, f64)> {
@@ -352,6 +374,7 @@ pub fn tune<C: Serialize + Clone>(
             },
         });
     }
+    DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     let best = times
         .iter()
         .enumerate()

@@ -5,16 +5,17 @@ use rhai::{Array, Dynamic, Engine, EvalAltResult, FLOAT, INT, Map};
 
 use super::render::{self, Output};
 use super::{Shared, engine_err, script_err};
+use crate::autograd::{Var, ops as ag};
 use crate::autotune;
 use crate::ops;
 use crate::tensor::Tensor;
 
-type R<T> = Result<T, Box<EvalAltResult>>;
+pub(crate) type R<T> = Result<T, Box<EvalAltResult>>;
 
 /// A readable form of a script value (tensors as a one-line summary).
 pub(crate) fn display(v: &Dynamic) -> String {
-    match v.read_lock::<Tensor>() {
-        Some(t) => describe(&t),
+    match v.read_lock::<Var>() {
+        Some(t) => describe(t.value()),
         None => v.to_string(),
     }
 }
@@ -43,7 +44,7 @@ fn describe(t: &Tensor) -> String {
     }
 }
 
-fn shape_arg(a: &Array) -> R<Vec<usize>> {
+pub(crate) fn shape_arg(a: &Array) -> R<Vec<usize>> {
     a.iter()
         .map(|d| match d.as_int() {
             Ok(-1) => Ok(usize::MAX),
@@ -56,13 +57,13 @@ fn shape_arg(a: &Array) -> R<Vec<usize>> {
         .collect()
 }
 
-fn num(d: &Dynamic) -> Option<f64> {
+pub(crate) fn num(d: &Dynamic) -> Option<f64> {
     d.as_float()
         .ok()
         .or_else(|| d.as_int().ok().map(|i| i as f64))
 }
 
-fn opt_f(m: &Map, key: &str, default: f64) -> R<f64> {
+pub(crate) fn opt_f(m: &Map, key: &str, default: f64) -> R<f64> {
     match m.get(key) {
         None => Ok(default),
         Some(v) => num(v).ok_or_else(|| {
@@ -74,7 +75,7 @@ fn opt_f(m: &Map, key: &str, default: f64) -> R<f64> {
     }
 }
 
-fn seed_arg(v: INT) -> R<u64> {
+pub(crate) fn seed_arg(v: INT) -> R<u64> {
     u64::try_from(v).map_err(|_| {
         script_err(
             "invalid",
@@ -83,8 +84,18 @@ fn seed_arg(v: INT) -> R<u64> {
     })
 }
 
-/// Charges a new tensor against the run's limits.
-fn track(ctx: &Shared, t: Tensor) -> R<Tensor> {
+/// Charges a new tensor against the run's limits and wraps it as a constant.
+pub(crate) fn track(ctx: &Shared, t: Tensor) -> R<Var> {
+    Ok(Var::constant(charge(ctx, t)?))
+}
+
+/// Charges the value of an op's result against the run's limits.
+pub(crate) fn track_var(ctx: &Shared, v: Var) -> R<Var> {
+    charge(ctx, v.value().clone())?;
+    Ok(v)
+}
+
+fn charge(ctx: &Shared, t: Tensor) -> R<Tensor> {
     let mut c = ctx.borrow_mut();
     let n = t.numel();
     if n > c.limits.max_tensor_elements {
@@ -111,7 +122,7 @@ fn track(ctx: &Shared, t: Tensor) -> R<Tensor> {
 }
 
 /// Checks a shape against the per-tensor limit before anything is allocated.
-fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
+pub(crate) fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
     let max = ctx.borrow().limits.max_tensor_elements;
     let n = shape
         .iter()
@@ -160,38 +171,63 @@ fn flatten(v: &Dynamic, out: &mut Vec<f32>, shape: &mut Vec<usize>, depth: usize
     Ok(())
 }
 
+/// `op(a, b)` on script tensors: differentiable for + − × ÷, forward-only for the others.
+fn bin(op: ops::BinaryOp, a: &Var, b: &Var) -> R<Var> {
+    let r = match op {
+        ops::BinaryOp::Add => ag::add(a, b),
+        ops::BinaryOp::Sub => ag::sub(a, b),
+        ops::BinaryOp::Mul => ag::mul(a, b),
+        ops::BinaryOp::Div => ag::div(a, b),
+        _ => {
+            if a.requires_grad() || b.requires_grad() {
+                return Err(script_err(
+                    "unsupported",
+                    format!(
+                        "{} has no gradient; apply it to values without one",
+                        op.name()
+                    ),
+                ));
+            }
+            ops::binary(op, a.value(), b.value()).map(Var::constant)
+        }
+    };
+    r.map_err(engine_err)
+}
+
+fn scalar(like: &Var, v: f64) -> R<Var> {
+    Tensor::full(like.value().device(), &[], v as f32)
+        .map(Var::constant)
+        .map_err(engine_err)
+}
+
 macro_rules! binary {
     ($engine:expr, $ctx:expr, $name:literal, $op:expr) => {{
         let c = $ctx.clone();
-        $engine.register_fn($name, move |a: Tensor, b: Tensor| -> R<Tensor> {
-            track(&c, ops::binary($op, &a, &b).map_err(engine_err)?)
+        $engine.register_fn($name, move |a: Var, b: Var| -> R<Var> {
+            track_var(&c, bin($op, &a, &b)?)
         });
         let c = $ctx.clone();
-        $engine.register_fn($name, move |a: Tensor, b: FLOAT| -> R<Tensor> {
-            let s = Tensor::full(a.device(), &[], b as f32).map_err(engine_err)?;
-            track(&c, ops::binary($op, &a, &s).map_err(engine_err)?)
+        $engine.register_fn($name, move |a: Var, b: FLOAT| -> R<Var> {
+            track_var(&c, bin($op, &a, &scalar(&a, b)?)?)
         });
         let c = $ctx.clone();
-        $engine.register_fn($name, move |a: Tensor, b: INT| -> R<Tensor> {
-            let s = Tensor::full(a.device(), &[], b as f32).map_err(engine_err)?;
-            track(&c, ops::binary($op, &a, &s).map_err(engine_err)?)
+        $engine.register_fn($name, move |a: Var, b: INT| -> R<Var> {
+            track_var(&c, bin($op, &a, &scalar(&a, b as f64)?)?)
         });
         let c = $ctx.clone();
-        $engine.register_fn($name, move |a: FLOAT, b: Tensor| -> R<Tensor> {
-            let s = Tensor::full(b.device(), &[], a as f32).map_err(engine_err)?;
-            track(&c, ops::binary($op, &s, &b).map_err(engine_err)?)
+        $engine.register_fn($name, move |a: FLOAT, b: Var| -> R<Var> {
+            track_var(&c, bin($op, &scalar(&b, a)?, &b)?)
         });
         let c = $ctx.clone();
-        $engine.register_fn($name, move |a: INT, b: Tensor| -> R<Tensor> {
-            let s = Tensor::full(b.device(), &[], a as f32).map_err(engine_err)?;
-            track(&c, ops::binary($op, &s, &b).map_err(engine_err)?)
+        $engine.register_fn($name, move |a: INT, b: Var| -> R<Var> {
+            track_var(&c, bin($op, &scalar(&b, a as f64)?, &b)?)
         });
     }};
 }
 
 /// Registers every playground function on `engine`.
 pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
-    engine.register_type_with_name::<Tensor>("Tensor");
+    engine.register_type_with_name::<Var>("Tensor");
     let c = ctx.clone();
     engine.on_print(move |s| c.borrow_mut().push(Output::Text { text: s.to_owned() }));
     let c = ctx.clone();
@@ -204,8 +240,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             text: format!("{at}{s}"),
         })
     });
-    engine.register_fn("to_string", |t: &mut Tensor| describe(t));
-    engine.register_fn("to_debug", |t: &mut Tensor| describe(t));
+    engine.register_fn("to_string", |t: &mut Var| describe(t.value()));
+    engine.register_fn("to_debug", |t: &mut Var| describe(t.value()));
 
     register_creation(engine, ctx);
     register_tensor_methods(engine, ctx);
@@ -222,11 +258,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     binary!(engine, ctx, "*", ops::BinaryOp::Mul);
     binary!(engine, ctx, "/", ops::BinaryOp::Div);
 
-    let c = ctx.clone();
-    engine.register_fn("sum_all", move |t: Tensor| -> R<Tensor> {
-        track(&c, ops::sum_all(&t).map_err(engine_err)?)
-    });
-
+    super::opsbind::register(engine, ctx);
+    super::nnbind::register(engine, ctx);
     register_output(engine, ctx);
 }
 
@@ -253,14 +286,14 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         m
     });
     let c = ctx.clone();
-    engine.register_fn("zeros", move |shape: Array| -> R<Tensor> {
+    engine.register_fn("zeros", move |shape: Array| -> R<Var> {
         let s = shape_arg(&shape)?;
         precheck(&c, &s)?;
         let d = c.borrow().device.clone();
         track(&c, Tensor::zeros(&d, &s).map_err(engine_err)?)
     });
     let c = ctx.clone();
-    engine.register_fn("ones", move |shape: Array| -> R<Tensor> {
+    engine.register_fn("ones", move |shape: Array| -> R<Var> {
         let s = shape_arg(&shape)?;
         precheck(&c, &s)?;
         let d = c.borrow().device.clone();
@@ -268,7 +301,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
     });
     for name in ["full", "full_int"] {
         let c = ctx.clone();
-        engine.register_fn(name, move |shape: Array, v: Dynamic| -> R<Tensor> {
+        engine.register_fn(name, move |shape: Array, v: Dynamic| -> R<Var> {
             let s = shape_arg(&shape)?;
             precheck(&c, &s)?;
             let v = num(&v).ok_or_else(|| script_err("dtype", "full() takes a number"))?;
@@ -276,7 +309,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
             track(&c, Tensor::full(&d, &s, v as f32).map_err(engine_err)?)
         });
     }
-    let arange = |ctx: &Shared, start: f64, end: f64, step: f64| -> R<Tensor> {
+    let arange = |ctx: &Shared, start: f64, end: f64, step: f64| -> R<Var> {
         if step != 0.0 && ((end - start) / step).is_finite() {
             precheck(ctx, &[((end - start) / step).ceil().max(0.0) as usize])?;
         }
@@ -287,7 +320,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         )
     };
     let c = ctx.clone();
-    engine.register_fn("arange", move |end: Dynamic| -> R<Tensor> {
+    engine.register_fn("arange", move |end: Dynamic| -> R<Var> {
         arange(
             &c,
             0.0,
@@ -296,19 +329,19 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         )
     });
     let c = ctx.clone();
-    engine.register_fn("arange", move |start: Dynamic, end: Dynamic| -> R<Tensor> {
+    engine.register_fn("arange", move |start: Dynamic, end: Dynamic| -> R<Var> {
         let n = |d: &Dynamic| num(d).ok_or_else(|| script_err("dtype", "arange takes numbers"));
         arange(&c, n(&start)?, n(&end)?, 1.0)
     });
     let c = ctx.clone();
     engine.register_fn(
         "arange",
-        move |start: Dynamic, end: Dynamic, step: Dynamic| -> R<Tensor> {
+        move |start: Dynamic, end: Dynamic, step: Dynamic| -> R<Var> {
             let n = |d: &Dynamic| num(d).ok_or_else(|| script_err("dtype", "arange takes numbers"));
             arange(&c, n(&start)?, n(&end)?, n(&step)?)
         },
     );
-    let randn = |ctx: &Shared, shape: &Array, seed: u64, mean: f64, std: f64| -> R<Tensor> {
+    let randn = |ctx: &Shared, shape: &Array, seed: u64, mean: f64, std: f64| -> R<Var> {
         let s = shape_arg(shape)?;
         precheck(ctx, &s)?;
         let d = ctx.borrow().device.clone();
@@ -335,7 +368,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         )
     });
     let c = ctx.clone();
-    engine.register_fn("rand", move |shape: Array, seed: INT| -> R<Tensor> {
+    engine.register_fn("rand", move |shape: Array, seed: INT| -> R<Var> {
         let s = shape_arg(&shape)?;
         precheck(&c, &s)?;
         let d = c.borrow().device.clone();
@@ -345,7 +378,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         )
     });
     let c = ctx.clone();
-    engine.register_fn("tensor", move |data: Array| -> R<Tensor> {
+    engine.register_fn("tensor", move |data: Array| -> R<Var> {
         let mut vals = Vec::new();
         let mut shape = Vec::new();
         flatten(&Dynamic::from_array(data), &mut vals, &mut shape, 0)?;
@@ -357,7 +390,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         )
     });
     let c = ctx.clone();
-    engine.register_fn("tensor", move |data: Array, shape: Array| -> R<Tensor> {
+    engine.register_fn("tensor", move |data: Array, shape: Array| -> R<Var> {
         let mut vals = Vec::new();
         let mut ignored = Vec::new();
         flatten(&Dynamic::from_array(data), &mut vals, &mut ignored, 0)?;
@@ -369,35 +402,35 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
 }
 
 fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
-    engine.register_get("shape", |t: &mut Tensor| -> Array {
+    engine.register_get("shape", |t: &mut Var| -> Array {
         t.shape().iter().map(|&d| Dynamic::from(d as INT)).collect()
     });
-    engine.register_get("numel", |t: &mut Tensor| t.numel() as INT);
-    engine.register_get("rank", |t: &mut Tensor| t.rank() as INT);
-    engine.register_get("dtype", |t: &mut Tensor| t.dtype().name().to_string());
-    engine.register_fn("reshape", |t: &mut Tensor, shape: Array| -> R<Tensor> {
-        t.reshape(&shape_arg(&shape)?).map_err(engine_err)
+    engine.register_get("numel", |t: &mut Var| t.value().numel() as INT);
+    engine.register_get("rank", |t: &mut Var| t.value().rank() as INT);
+    engine.register_get("dtype", |t: &mut Var| t.value().dtype().name().to_string());
+    engine.register_get("requires_grad", |t: &mut Var| t.requires_grad());
+    engine.register_fn("reshape", |t: &mut Var, shape: Array| -> R<Var> {
+        ag::reshape(t, &shape_arg(&shape)?).map_err(engine_err)
     });
     let c = ctx.clone();
-    engine.register_fn("to_array", move |t: &mut Tensor| -> R<Array> {
+    engine.register_fn("to_array", move |t: &mut Var| -> R<Array> {
         let max = c.borrow().limits.max_tensor_elements.min(1 << 20);
-        if t.numel() > max {
+        let n = t.value().numel();
+        if n > max {
             return Err(script_err(
                 "limit",
-                format!(
-                    "to_array copies at most {max} elements; this tensor has {}",
-                    t.numel()
-                ),
+                format!("to_array copies at most {max} elements; this tensor has {n}"),
             ));
         }
-        Ok(t.to_f32_vec()
+        Ok(t.value()
+            .to_f32_vec()
             .map_err(engine_err)?
             .into_iter()
             .map(|v| Dynamic::from(v as FLOAT))
             .collect())
     });
-    engine.register_fn("item", |t: &mut Tensor| -> R<FLOAT> {
-        if t.numel() != 1 {
+    engine.register_fn("item", |t: &mut Var| -> R<FLOAT> {
+        if t.value().numel() != 1 {
             return Err(script_err(
                 "shape",
                 format!(
@@ -406,44 +439,41 @@ fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
                 ),
             ));
         }
-        Ok(t.to_f32_vec().map_err(engine_err)?[0] as FLOAT)
+        Ok(t.value().to_f32_vec().map_err(engine_err)?[0] as FLOAT)
     });
     let c = ctx.clone();
-    engine.register_fn("sum", move |t: &mut Tensor| -> R<Tensor> {
-        track(&c, ops::sum_all(t).map_err(engine_err)?)
+    engine.register_fn("sum", move |t: &mut Var| -> R<Var> {
+        track_var(&c, ag::sum_all(t).map_err(engine_err)?)
     });
     let c = ctx.clone();
-    engine.register_fn(
-        "to_device",
-        move |t: &mut Tensor, selector: &str| -> R<Tensor> {
-            let d = crate::Device::select(Some(selector)).map_err(engine_err)?;
-            track(&c, t.to_device(&d).map_err(engine_err)?)
-        },
-    );
+    engine.register_fn("to_device", move |t: &mut Var, selector: &str| -> R<Var> {
+        let d = crate::Device::select(Some(selector)).map_err(engine_err)?;
+        track(&c, t.value().to_device(&d).map_err(engine_err)?)
+    });
 }
 
 fn register_output(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
-    engine.register_fn("inspect", move |t: Tensor| -> R<()> {
-        let s = render::summarize(&t, "").map_err(engine_err)?;
+    engine.register_fn("inspect", move |t: Var| -> R<()> {
+        let s = render::summarize(t.value(), "").map_err(engine_err)?;
         c.borrow_mut().push(Output::Tensor(s));
         Ok(())
     });
     let c = ctx.clone();
-    engine.register_fn("inspect", move |t: Tensor, title: &str| -> R<()> {
-        let s = render::summarize(&t, title).map_err(engine_err)?;
+    engine.register_fn("inspect", move |t: Var, title: &str| -> R<()> {
+        let s = render::summarize(t.value(), title).map_err(engine_err)?;
         c.borrow_mut().push(Output::Tensor(s));
         Ok(())
     });
     let c = ctx.clone();
-    engine.register_fn("show", move |t: Tensor| -> R<()> {
-        let img = render::image(&t, "").map_err(engine_err)?;
+    engine.register_fn("show", move |t: Var| -> R<()> {
+        let img = render::image(t.value(), "").map_err(engine_err)?;
         c.borrow_mut().push(img);
         Ok(())
     });
     let c = ctx.clone();
-    engine.register_fn("show", move |t: Tensor, title: &str| -> R<()> {
-        let img = render::image(&t, title).map_err(engine_err)?;
+    engine.register_fn("show", move |t: Var, title: &str| -> R<()> {
+        let img = render::image(t.value(), title).map_err(engine_err)?;
         c.borrow_mut().push(img);
         Ok(())
     });

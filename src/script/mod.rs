@@ -7,6 +7,8 @@
 //! structured error with its line and column.
 
 mod bindings;
+mod nnbind;
+mod opsbind;
 pub mod render;
 pub mod worker;
 
@@ -269,6 +271,7 @@ pub fn run_with_progress(
 ) -> RunResult {
     let started = Instant::now();
     let seq = autotune::last_seq();
+    autotune::begin_scope();
     let build0 = crate::program::build_ms_total();
     let fail = |kind: &str, message: String| RunResult {
         ok: false,
@@ -342,7 +345,7 @@ pub fn run_with_progress(
     let build_ms = crate::program::build_ms_total() - build0;
     let tune_ms = decisions
         .iter()
-        .filter(|d| d.source == autotune::Source::Measured)
+        .filter(|d| d.source == autotune::Source::Measured && d.depth == 0)
         .fold(0.0, |a, d| a + d.tune_ms);
     let device_ms = launches.iter().fold(0.0, |a, l| a + l.ms);
     let c = ctx.borrow();
