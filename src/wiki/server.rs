@@ -20,6 +20,8 @@ use super::content::Content;
 use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
 use super::links::{LinkMode, Linker};
 use super::metrics::{Metrics, RouteClass};
+use super::playground::Playground;
+use super::playground::api::{self, RunRoute};
 use super::prepared::Prepared;
 use super::query::{self, QueryError};
 use super::search::SearchIndex;
@@ -167,12 +169,27 @@ pub struct AppState {
     metrics: Metrics,
     config: Config,
     headers: SecurityHeaders,
+    playground: Option<Arc<Playground>>,
 }
 
 impl AppState {
     /// Builds the state: reads and renders the content once.
     pub fn new(config: Config, engine: Arc<dyn EngineInfo>) -> Result<Arc<AppState>> {
+        AppState::with_workers(config, engine, false)
+    }
+
+    /// Like [`AppState::new`]; `eager` starts the playground's workers now rather than with the first run.
+    pub fn with_workers(
+        config: Config,
+        engine: Arc<dyn EngineInfo>,
+        eager: bool,
+    ) -> Result<Arc<AppState>> {
         let site = Site::load(&config)?;
+        let playground = if config.playground {
+            Some(Arc::new(Playground::new(&config, eager)?))
+        } else {
+            None
+        };
         Ok(Arc::new(AppState {
             site: RwLock::new(Arc::new(site)),
             engine,
@@ -180,6 +197,7 @@ impl AppState {
             metrics: Metrics::default(),
             config,
             headers: SecurityHeaders::default(),
+            playground,
         }))
     }
 
@@ -197,6 +215,11 @@ impl AppState {
             Ok(mut slot) => *slot = Arc::new(site),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(site),
         }
+    }
+
+    /// The playground, when it is on.
+    pub fn playground(&self) -> Option<&Arc<Playground>> {
+        self.playground.as_ref()
     }
 
     /// The configuration the server runs with.
@@ -221,11 +244,21 @@ const GZIP_DYNAMIC_MIN_BYTES: usize = 1024;
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
     let started = Instant::now();
-    let (parts, _body) = request.into_parts();
-    let (class, mut response) = route(&state, &parts).await;
+    let (parts, body) = request.into_parts();
+    let run_route = below_base(&state.config.base_path, parts.uri.path()).and_then(RunRoute::parse);
+    let (class, mut response) = match run_route {
+        Some(run) => (
+            RouteClass::Run,
+            match &state.playground {
+                Some(pg) => api::handle(pg, run, &parts, body, state.config.max_body_bytes).await,
+                None => api::disabled(),
+            },
+        ),
+        None => route(&state, &parts).await,
+    };
     if !matches!(
         class,
-        RouteClass::Page | RouteClass::Raw | RouteClass::Static
+        RouteClass::Page | RouteClass::Raw | RouteClass::Static | RouteClass::Run
     ) {
         response = compress_dynamic(&parts.headers, response).await;
     }
@@ -297,18 +330,22 @@ async fn engine_call<T: Send + 'static>(
     }
 }
 
-async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<Body>) {
-    let site = state.site();
-    let base = state.config.base_path.as_str();
-    let path = request.uri.path();
-    let rest = if base.is_empty() {
+/// The part of `path` below the base path `base`, or `None` when `path` is outside it.
+fn below_base<'a>(base: &str, path: &'a str) -> Option<&'a str> {
+    if base.is_empty() {
         Some(path)
     } else if path == base {
         Some("/")
     } else {
         path.strip_prefix(base).filter(|r| r.starts_with('/'))
-    };
-    let Some(rest) = rest else {
+    }
+}
+
+async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<Body>) {
+    let site = state.site();
+    let base = state.config.base_path.as_str();
+    let path = request.uri.path();
+    let Some(rest) = below_base(base, path) else {
         return (RouteClass::NotFound, not_found(&site, path));
     };
     let api = rest.starts_with("/api/");
