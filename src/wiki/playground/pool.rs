@@ -83,7 +83,8 @@ struct Job {
     enqueued: Instant,
     events: mpsc::Sender<RunEvent>,
     cancel: watch::Receiver<bool>,
-    _permit: OwnedSemaphorePermit,
+    /// The queue place; given back before the answer is sent, so a client that runs again at once is admitted.
+    permit: Option<OwnedSemaphorePermit>,
 }
 
 #[derive(Debug)]
@@ -177,7 +178,7 @@ impl Pool {
             enqueued: Instant::now(),
             events,
             cancel,
-            _permit: permit,
+            permit: Some(permit),
         };
         let sent = match self.sender.lock() {
             Ok(sender) => sender.as_ref().is_some_and(|s| s.send(job).is_ok()),
@@ -347,17 +348,28 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
             _ = stop.changed() => None,
         };
         let Some(mut job) = job else { break };
-        if job.events.is_closed() || *job.cancel.borrow() {
+        let queue_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
+        if job.events.is_closed() {
             continue;
         }
-        let queue_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
+        if *job.cancel.borrow() {
+            answer(
+                &mut job,
+                queue_ms,
+                "cancelled",
+                "the run was stopped before it started",
+                false,
+            )
+            .await;
+            continue;
+        }
         let mut w = match worker.take() {
             Some(w) => w,
             None => match start(slot, &shared) {
                 Ok(w) => w,
                 Err(e) => {
                     answer(
-                        &job,
+                        &mut job,
                         queue_ms,
                         "worker_unavailable",
                         &format!("no worker could be started: {e}"),
@@ -379,14 +391,15 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                     o.insert("id".into(), json!(job.id));
                     o.insert("worker_restarted".into(), json!(false));
                 }
-                let _ = job.events.send(RunEvent::Result(result)).await;
                 worker = Some(w);
+                job.permit.take();
+                let _ = job.events.send(RunEvent::Result(result)).await;
             }
             Outcome::Shutdown => {
                 w.kill().await;
                 forget_pid(&shared, slot);
                 answer(
-                    &job,
+                    &mut job,
                     queue_ms,
                     "shutdown",
                     "the server is shutting down",
@@ -419,10 +432,10 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                     _ => ("internal", String::new()),
                 };
                 tracing::warn!(slot, kind, "playground worker replaced");
-                answer(&job, queue_ms, kind, &message, true).await;
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 // Start the replacement now, so the next run finds the device open.
                 worker = start(slot, &shared).ok();
+                answer(&mut job, queue_ms, kind, &message, true).await;
             }
         }
     }
@@ -496,7 +509,8 @@ async fn run_job(
 }
 
 /// Answers `job` with a structured error in the shape of a run result.
-async fn answer(job: &Job, queue_ms: f64, kind: &str, message: &str, restarted: bool) {
+async fn answer(job: &mut Job, queue_ms: f64, kind: &str, message: &str, restarted: bool) {
+    job.permit.take();
     let _ = job
         .events
         .send(RunEvent::Result(error_result(
