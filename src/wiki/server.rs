@@ -27,8 +27,9 @@ use super::query::{self, QueryError};
 use super::search::SearchIndex;
 use super::site::{self, llms_txt};
 use super::views::{
-    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, HitView, NotFoundView,
-    SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes, render,
+    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, ExampleView, HitView,
+    NotFoundView, PlaygroundView, SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes,
+    render,
 };
 use crate::Result;
 
@@ -99,6 +100,13 @@ impl Site {
                 Prepared::new(bytes.to_vec(), ty, true),
             );
         }
+        if settings.playground {
+            let html = playground_page(&content, &settings, &mode)?;
+            files.insert(
+                "/playground".into(),
+                Prepared::new(html.into_bytes(), "text/html; charset=utf-8", false),
+            );
+        }
         let llms = llms_txt(&content, &settings, &Linker::new(&mode, "index"));
         files.insert(
             "/llms.txt".into(),
@@ -126,6 +134,29 @@ impl Site {
     fn chrome(&self, current: &str) -> Chrome {
         Chrome::new(&self.content, &self.settings, &self.linker(), current)
     }
+}
+
+/// The standalone playground page: an empty editor, then every runnable example in navigation order.
+fn playground_page(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Result<String> {
+    let linker = Linker::new(mode, "index");
+    let examples = content
+        .ordered()
+        .iter()
+        .filter_map(|path| content.pages.get(*path))
+        .flat_map(|page| {
+            super::markdown::runnable_blocks(&page.body)
+                .into_iter()
+                .map(|code| ExampleView {
+                    title: page.front.title.clone(),
+                    page_url: linker.page(&page.path),
+                    code,
+                })
+        })
+        .collect();
+    render(&PlaygroundView {
+        chrome: Chrome::new(content, settings, &linker, "route:playground"),
+        examples,
+    })
 }
 
 /// The headers every answer carries.
