@@ -61,6 +61,7 @@
     this.box = el("div", "run-curve");
     this.svg = document.createElementNS(SVG, "svg");
     this.svg.setAttribute("viewBox", "0 0 400 120");
+    this.svg.setAttribute("preserveAspectRatio", "none");
     this.svg.setAttribute("role", "img");
     this.svg.setAttribute("aria-label", "progress curve");
     this.legend = el("p", "run-curve-legend");
@@ -109,7 +110,16 @@
     box.open = true;
     box.appendChild(el("summary", null, "Autotune decisions (" + decisions.length + ")"));
     var t = table(["kernel", "shape key", "candidate", "time", "", "source"], "run-table decisions-table");
+    // A loop takes the same decision many times; each distinct one is shown once, with its count.
+    var seen = {}, distinct = [];
     decisions.forEach(function (d) {
+      var key = d.kernel + "|" + d.shape_key + "|" + d.source + "|" + d.winner_label;
+      if (seen[key]) { seen[key].count++; return; }
+      seen[key] = { d: d, count: 1 };
+      distinct.push(seen[key]);
+    });
+    distinct.forEach(function (entry) {
+      var d = entry.d;
       var slowest = 0;
       d.candidates.forEach(function (c) { if (typeof c.ms === "number" && c.ms > slowest) { slowest = c.ms; } });
       var cands = d.candidates.length ? d.candidates : [{ label: d.winner_label, ms: null }];
@@ -118,7 +128,7 @@
         bar.min = 0; bar.max = slowest || 1; bar.value = typeof c.ms === "number" ? c.ms : 0;
         var winner = c.label === d.winner_label;
         var tr = row(t.body, [i === 0 ? d.kernel : "", i === 0 ? d.shape_key : "", c.label + (winner ? " ✓" : ""),
-          c.error ? "failed: " + c.error : fmt(c.ms), bar, i === 0 ? d.source + (d.source === "measured" ? " in " + fmt(d.tune_ms) : "") : ""]);
+          c.error ? "failed: " + c.error : fmt(c.ms), bar, i === 0 ? d.source + (d.source === "measured" ? " in " + fmt(d.tune_ms) : "") + (entry.count > 1 ? " ×" + entry.count : "") : ""]);
         if (winner) { tr.className = "winner"; }
       });
     });
@@ -307,6 +317,7 @@
             area.textContent = "";
             if (chart) { area.appendChild(chart); }
             renderResult(area, data, editor);
+            if (area.getBoundingClientRect().top > window.innerHeight) { area.scrollIntoView({ block: "nearest" }); }
             var ms = performance.now() - job.started;
             status.textContent = (data.ok ? "done" : "failed") + " in " + Math.round(ms) + " ms";
             area.setAttribute("data-roundtrip-ms", ms.toFixed(1));
