@@ -142,6 +142,16 @@ async fn every_limit_is_enforced() {
     let body = post(&app, "/api/run", &json!({"code": "x".repeat(5000)})).await;
     assert_eq!(body.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(body.json()["error"]["kind"], "body_too_large");
+    let declared = send(
+        &app,
+        Request::post("/api/run")
+            .header("content-length", "100000")
+            .body(Body::from("x".repeat(100_000)))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(declared.json()["error"]["kind"], "body_too_large");
     let bad = send(
         &app,
         Request::post("/api/run").body(Body::from("{code")).unwrap(),
@@ -425,6 +435,23 @@ async fn routes_refuse_other_methods_and_vanish_when_turned_off() {
     assert_eq!(answer.json()["error"]["kind"], "not_found");
     let page = get(&off, "/docs/concepts/autotune").await.text();
     assert!(page.contains("data-playground=\"off\""));
+    assert!(!page.contains("playground.js") && !page.contains("data-run-api"));
+    assert_eq!(get(&off, "/playground").await.status, StatusCode::NOT_FOUND);
+    let page = get(&app, "/docs/concepts/autotune").await.text();
+    assert!(page.contains("data-run-api=\"/api/run\"") && page.contains("playground.js"));
+    assert!(page.contains("data-runnable=\"true\""));
+    assert!(
+        page.contains("class=\"recorded-output\""),
+        "the recorded output stays for readers without JS"
+    );
+    let playground = get(&app, "/playground").await;
+    assert_eq!(playground.status, StatusCode::OK);
+    let html = playground.text();
+    assert!(html.contains("class=\"code-block runnable playground-editor\""));
+    assert!(
+        html.matches("class=\"example\"").count() >= 3,
+        "every runnable example is listed"
+    );
 }
 
 #[tokio::test]

@@ -503,6 +503,18 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
             .unwrap_or("")
             == "print(\"again\");\n6 * 7"
     });
+
+    // Nothing the playground does is refused by the Content-Security-Policy.
+    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
+    let refused: Vec<String> = log
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.contains("Content Security Policy"))
+        .map(str::to_string)
+        .collect();
+    assert!(refused.is_empty(), "CSP violations: {refused:?}");
 }
 
 #[test]

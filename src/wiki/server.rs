@@ -12,7 +12,6 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::json;
-use tower_http::limit::RequestBodyLimitLayer;
 
 use super::assets::{STATIC_FILES, content_type};
 use super::config::Config;
@@ -260,14 +259,10 @@ impl AppState {
 }
 
 /// The router. Deliberately thin: prepared pages are answered by [`dispatch`] directly, which also does the
-/// logging, metrics, security headers and the compression of dynamic answers; only the body limit is a layer.
-/// Timeouts apply where time can go: the engine calls (see [`engine_call`]).
+/// logging, metrics, security headers, the body limit and the compression of dynamic answers. Timeouts apply
+/// where time can go: the engine calls (see [`engine_call`]) and the playground's runs.
 pub fn router(state: Arc<AppState>) -> Router {
-    let body_limit = state.config.max_body_bytes;
-    Router::new()
-        .fallback(dispatch)
-        .with_state(state)
-        .layer(RequestBodyLimitLayer::new(body_limit))
+    Router::new().fallback(dispatch).with_state(state)
 }
 
 /// Dynamic answers smaller than this are sent uncompressed.
@@ -276,8 +271,36 @@ const GZIP_DYNAMIC_MIN_BYTES: usize = 1024;
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
     let started = Instant::now();
     let (parts, body) = request.into_parts();
-    let run_route = below_base(&state.config.base_path, parts.uri.path()).and_then(RunRoute::parse);
+    let rest = below_base(&state.config.base_path, parts.uri.path());
+    let run_route = rest.and_then(RunRoute::parse);
+    // A declared body over the limit is refused before it is read; one that only turns out too large while
+    // being read is refused by the run routes themselves. Either way the answer is JSON for the API.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
     let (class, mut response) = match run_route {
+        _ if too_large => {
+            let api = rest.is_some_and(|r| r.starts_with("/api/"));
+            let message = format!(
+                "the request body is larger than {} bytes",
+                state.config.max_body_bytes
+            );
+            let response = if api {
+                api_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", &message)
+            } else {
+                error(
+                    &state.site(),
+                    false,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload too large",
+                    &message,
+                )
+            };
+            (RouteClass::Api, response)
+        }
         Some(run) => (
             RouteClass::Run,
             match &state.playground {
