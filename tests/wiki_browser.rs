@@ -29,6 +29,13 @@ fn binary(env: &str, default: &str) -> Option<PathBuf> {
 
 /// Starts the wiki on a free loopback port in a background runtime.
 fn start_wiki() -> SocketAddr {
+    start_wiki_with(|_| {})
+}
+
+/// Like [`start_wiki`], with `configure` applied to the config.
+fn start_wiki_with(
+    configure: impl FnOnce(&mut netcl::wiki::config::Config) + Send + 'static,
+) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -37,10 +44,11 @@ fn start_wiki() -> SocketAddr {
             .build()
             .unwrap();
         runtime.block_on(async move {
-            let config = netcl::wiki::config::Config {
+            let mut config = netcl::wiki::config::Config {
                 content_dir: content_dir(),
                 ..Default::default()
             };
+            configure(&mut config);
             let state = netcl::wiki::server::AppState::new(config, Arc::new(TestEngine)).unwrap();
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
@@ -215,7 +223,11 @@ impl Session {
     }
 
     fn wait_until(&self, what: &str, check: impl Fn() -> bool) {
-        let deadline = Instant::now() + WAIT;
+        self.wait_for(what, WAIT, check);
+    }
+
+    fn wait_for(&self, what: &str, wait: Duration, check: impl Fn() -> bool) {
+        let deadline = Instant::now() + wait;
         while !check() {
             assert!(
                 Instant::now() < deadline,
@@ -232,7 +244,12 @@ impl Session {
         assert!(png.starts_with(b"\x89PNG"), "screenshot is a PNG");
         let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("artifacts/screenshots");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join(format!("wiki-{name}.png")), png).unwrap();
+        let name = if name.starts_with("playground-") {
+            name.to_string()
+        } else {
+            format!("wiki-{name}")
+        };
+        std::fs::write(dir.join(format!("{name}.png")), png).unwrap();
     }
 }
 
@@ -306,6 +323,198 @@ fn open_session(chromium: &std::path::Path, chromedriver: &std::path::Path) -> (
         .unwrap_or_else(|| panic!("no session: {answer}"))
         .to_string();
     (driver, Session { port, id })
+}
+
+/// The browser binaries, or `None` (skipped) outside CI when they are missing.
+fn browsers() -> Option<(PathBuf, PathBuf)> {
+    let (Some(chromium), Some(chromedriver)) = (
+        binary("NETCL_CHROMIUM", "/usr/bin/chromium"),
+        binary("NETCL_CHROMEDRIVER", "/usr/bin/chromedriver"),
+    ) else {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!(
+                "CI=true but chromium or chromedriver is missing: apt-get install chromium chromium-driver"
+            );
+        }
+        eprintln!(
+            "\n*** SKIPPED wiki browser test: /usr/bin/chromium or /usr/bin/chromedriver is missing ***\n"
+        );
+        return None;
+    };
+    Some((chromium, chromedriver))
+}
+
+/// Sets the editor's code in the first runnable block matching `block` (as typing would).
+fn set_code(s: &Session, block: &str, code: &str) {
+    s.call(
+        "POST",
+        "/execute/sync",
+        Some(json!({
+            "script": "var t = document.querySelector(arguments[0] + ' textarea'); t.value = arguments[1]; t.dispatchEvent(new Event('input')); t.focus();",
+            "args": [block, code]
+        })),
+    );
+}
+
+fn result_state(s: &Session, block: &str) -> String {
+    s.call(
+        "POST",
+        "/execute/sync",
+        Some(json!({
+            "script": "var r = document.querySelector(arguments[0] + ' .run-result'); return r ? (r.getAttribute('data-state') || '') : '';",
+            "args": [block]
+        })),
+    )
+    .as_str()
+    .unwrap_or_default()
+    .to_string()
+}
+
+#[test]
+fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
+    let Some((chromium, chromedriver)) = browsers() else {
+        return;
+    };
+    let addr = start_wiki_with(|c| {
+        c.playground_worker_command =
+            Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
+        c.playground_timeout_ms = 30_000;
+        c.playground_limits.max_operations = u64::MAX;
+    });
+    let (_driver, s) = open_session(&chromium, &chromedriver);
+    let base = format!("http://{addr}");
+    let block = ".code-block[data-runnable='true']";
+
+    // The autotune page's example runs and shows its output, decision table, timings and device.
+    s.go(&format!("{base}/docs/concepts/autotune"));
+    s.click(&format!("{block} .run-btn"));
+    s.wait_for("the example's result", Duration::from_secs(60), || {
+        result_state(&s, block) == "ok"
+    });
+    assert!(
+        s.text(&format!("{block} .run-output"))
+            .contains("sum = 1048576")
+    );
+    let decisions = s.text(&format!("{block} .decisions-table"));
+    assert!(decisions.contains("sum_all"), "{decisions}");
+    assert!(
+        s.js("return document.querySelectorAll('.decisions-table meter').length")
+            .as_u64()
+            .unwrap_or(0)
+            >= 2,
+        "each candidate's time is a bar"
+    );
+    let meta = s.text(&format!("{block} .run-meta"));
+    assert!(
+        meta.contains("device ") && meta.contains("queue ") && meta.contains("tune "),
+        "{meta}"
+    );
+    s.screenshot("playground-01-autotune-result");
+
+    // Run again: the decision now comes from the cache; the round trip is what a reader waits.
+    s.click(&format!("{block} .run-btn"));
+    s.wait_for("the second result", Duration::from_secs(30), || {
+        result_state(&s, block) == "ok"
+            && s.text(&format!("{block} .run-status")).starts_with("done")
+    });
+    assert!(
+        s.text(&format!("{block} .decisions-table"))
+            .contains("cache")
+    );
+    let roundtrip = s.js(
+        "return document.querySelector('.code-block[data-runnable] .run-result').getAttribute('data-roundtrip-ms')",
+    );
+    eprintln!("cached example round trip in the browser: {roundtrip} ms");
+
+    // A shape error is shown with its kind and marked at its line; Ctrl+Enter runs.
+    set_code(
+        &s,
+        block,
+        "let x = zeros([2, 3]);\nlet y = zeros([4, 3]);\nlet z = x + y;",
+    );
+    s.call(
+        "POST",
+        "/actions",
+        Some(
+            json!({"actions": [{"type": "key", "id": "keyboard", "actions": [
+                {"type": "keyDown", "value": "\u{E009}"}, {"type": "keyDown", "value": "\u{E007}"},
+                {"type": "keyUp", "value": "\u{E007}"}, {"type": "keyUp", "value": "\u{E009}"}
+            ]}]}),
+        ),
+    );
+    s.wait_for("the shape error", Duration::from_secs(30), || {
+        result_state(&s, block) == "error"
+    });
+    let error = s.text(&format!("{block} .run-error")).to_lowercase();
+    assert!(
+        error.contains("shape") && error.contains("line 3"),
+        "{error}"
+    );
+    assert_eq!(s.text(&format!("{block} .editor-gutter .error-line")), "3");
+    s.screenshot("playground-02-shape-error");
+
+    // Reset brings the example back.
+    s.click(&format!("{block} .reset-btn"));
+    let code = s.js("return document.querySelector('.code-block[data-runnable] textarea').value");
+    assert!(code.as_str().unwrap_or("").contains("ones([1024, 1024])"));
+
+    // A long run streams progress as a curve, and Stop ends it.
+    s.go(&format!("{base}/playground"));
+    let editor = ".playground-editor";
+    set_code(
+        &s,
+        editor,
+        "let i = 0;\nloop {\n    i += 1;\n    if i % 20000 == 0 { progress(#{step: i, loss: 1000.0 / i}); }\n}",
+    );
+    s.click(&format!("{editor} .run-btn"));
+    s.wait_for("a progress curve", Duration::from_secs(30), || {
+        s.js("return document.querySelectorAll('.playground-editor .run-curve polyline').length")
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    });
+    s.screenshot("playground-03-progress");
+    s.click(&format!("{editor} .stop-btn"));
+    s.wait_until("the run to stop", || result_state(&s, editor) == "error");
+    // The kind is shown in capitals (CSS); the text compares case-insensitively.
+    let stopped = s.text(&format!("{editor} .run-error")).to_lowercase();
+    assert!(stopped.contains("cancelled"), "{stopped}");
+    s.screenshot("playground-04-stopped");
+
+    // The next run gets a fresh worker; Share makes a link that reproduces the snippet.
+    set_code(&s, editor, "print(\"again\");\n6 * 7");
+    s.click(&format!("{editor} .run-btn"));
+    s.wait_for("a run after stopping", Duration::from_secs(30), || {
+        result_state(&s, editor) == "ok"
+    });
+    assert!(s.text(&format!("{editor} .run-output")).contains("42"));
+    s.click(&format!("{editor} .share-btn"));
+    let link = s
+        .js("return document.querySelector('.playground-editor .share-link').href")
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert!(link.contains("/playground#code="), "{link}");
+    s.go(&format!("{base}/docs/faq"));
+    s.go(&link);
+    s.wait_until("the shared code in the editor", || {
+        s.js("var t = document.querySelector('.playground-editor textarea'); return t ? t.value : ''")
+            .as_str()
+            .unwrap_or("")
+            == "print(\"again\");\n6 * 7"
+    });
+
+    // Nothing the playground does is refused by the Content-Security-Policy.
+    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
+    let refused: Vec<String> = log
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.contains("Content Security Policy"))
+        .map(str::to_string)
+        .collect();
+    assert!(refused.is_empty(), "CSP violations: {refused:?}");
 }
 
 #[test]

@@ -18,6 +18,11 @@ pub const STATIC_FILES: &[(&str, &str, &[u8])] = &[
         include_bytes!("../../static/app.js"),
     ),
     (
+        "playground.js",
+        "text/javascript; charset=utf-8",
+        include_bytes!("../../static/playground.js"),
+    ),
+    (
         "theme.js",
         "text/javascript; charset=utf-8",
         include_bytes!("../../static/theme.js"),

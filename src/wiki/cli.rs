@@ -99,7 +99,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 /// Runs the server with engine data from `engine` until Ctrl-C.
 pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
     let config = args.to_config()?;
-    let state = AppState::new(config.clone(), engine)?;
+    let state = AppState::with_workers(config.clone(), engine, true)?;
     for problem in &state.site().problems {
         tracing::warn!(%problem, "content problem");
     }
@@ -107,15 +107,20 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
         watch::spawn(Arc::clone(&state));
     }
     let base = config.base_path.clone();
-    listen::serve_on_threads(
+    let served = listen::serve_on_threads(
         config.bind,
         listen::default_threads(),
-        router(state),
+        router(Arc::clone(&state)),
         |address| {
             tracing::info!(%address, base = %base, "wiki listening");
             eprintln!("netcl wiki on http://{address}{base}/");
         },
-    )
+    );
+    // No worker outlives the server.
+    if let Some(playground) = state.playground() {
+        playground.shutdown();
+    }
+    served
 }
 
 /// Writes the static site; content problems are printed, and fail the export with `--strict`.

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::script::Limits;
 use crate::{Error, Result};
 
 /// Everything `netcl serve` needs to know.
@@ -31,6 +32,24 @@ pub struct Config {
     pub request_timeout_secs: u64,
     /// Device selection passed to the engine (`NETCL_DEVICE` syntax).
     pub device: Option<String>,
+    /// Playground worker processes (each holds the device open between runs).
+    pub playground_workers: usize,
+    /// Runs that may wait for a worker; beyond them a run is answered 503.
+    pub playground_queue: usize,
+    /// Wall time of one run in milliseconds; past it the worker is killed and restarted.
+    pub playground_timeout_ms: u64,
+    /// When set, runs need `Authorization: Bearer <token>`.
+    pub playground_token: Option<String>,
+    /// Runs one client may start per minute, on average.
+    pub playground_rate_per_minute: u32,
+    /// Runs one client may start at once before the rate applies.
+    pub playground_burst: u32,
+    /// Take the client address from `X-Forwarded-For` (only behind a proxy that sets it).
+    pub playground_trust_forwarded: bool,
+    /// The most a run may use; a request may ask for less.
+    pub playground_limits: Limits,
+    /// The worker command (program, then arguments); by default this binary with `worker`.
+    pub playground_worker_command: Option<Vec<String>>,
 }
 
 impl Default for Config {
@@ -46,6 +65,15 @@ impl Default for Config {
             max_body_bytes: 64 * 1024,
             request_timeout_secs: 30,
             device: None,
+            playground_workers: 1,
+            playground_queue: 16,
+            playground_timeout_ms: 10_000,
+            playground_token: None,
+            playground_rate_per_minute: 60,
+            playground_burst: 10,
+            playground_trust_forwarded: false,
+            playground_limits: Limits::default(),
+            playground_worker_command: None,
         }
     }
 }
@@ -81,6 +109,24 @@ impl Config {
         if self.max_body_bytes == 0 || self.request_timeout_secs == 0 {
             return Err(Error::Wiki(
                 "max_body_bytes and request_timeout_secs must be positive".into(),
+            ));
+        }
+        if self.playground_workers == 0
+            || self.playground_timeout_ms == 0
+            || self.playground_rate_per_minute == 0
+            || self.playground_burst == 0
+        {
+            return Err(Error::Wiki(
+                "playground_workers, playground_timeout_ms, playground_rate_per_minute and playground_burst must be positive".into(),
+            ));
+        }
+        if self
+            .playground_worker_command
+            .as_ref()
+            .is_some_and(|c| c.is_empty())
+        {
+            return Err(Error::Wiki(
+                "playground_worker_command needs at least the program".into(),
             ));
         }
         Ok(self)

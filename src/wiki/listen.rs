@@ -54,12 +54,16 @@ fn run_thread(
                 .local_addr()
                 .map_err(|e| Error::Wiki(e.to_string())),
         );
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move {
-                let _ = stop.changed().await;
-            })
-            .await
-            .map_err(|e| Error::Wiki(format!("server: {e}")))
+        // The peer address is what the playground's rate limit counts by.
+        axum::serve(
+            listener,
+            app.into_make_service_with_connect_info::<SocketAddr>(),
+        )
+        .with_graceful_shutdown(async move {
+            let _ = stop.changed().await;
+        })
+        .await
+        .map_err(|e| Error::Wiki(format!("server: {e}")))
     })
 }
 

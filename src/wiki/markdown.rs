@@ -305,13 +305,49 @@ fn rewrite<'a>(
     dest.clone()
 }
 
-/// Renders one fenced block: a diagram, display math, a recorded output, or highlighted code (runnable or not).
-fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &str) -> String {
+/// Whether a fenced block with this info string is a playground example: `netcl`, or any language with the
+/// `run` flag (`rhai,run`); `norun` opts a block out.
+pub fn is_runnable(info: &str) -> bool {
     let mut words = info
         .split(|c: char| c == ',' || c.is_whitespace())
         .filter(|w| !w.is_empty());
     let tag = words.next().unwrap_or("").to_ascii_lowercase();
     let flags: Vec<&str> = words.collect();
+    (tag == "netcl" || flags.contains(&"run")) && !flags.contains(&"norun")
+}
+
+/// The code of every runnable block of a page's Markdown, in order.
+pub fn runnable_blocks(body: &str) -> Vec<String> {
+    let mut blocks = Vec::new();
+    let mut current: Option<String> = None;
+    for event in Parser::new_ext(body, options()) {
+        match event {
+            Event::Start(Tag::CodeBlock(CodeBlockKind::Fenced(info))) if is_runnable(&info) => {
+                current = Some(String::new());
+            }
+            Event::Text(t) => {
+                if let Some(code) = &mut current {
+                    code.push_str(&t);
+                }
+            }
+            Event::End(TagEnd::CodeBlock) => {
+                if let Some(code) = current.take() {
+                    blocks.push(code);
+                }
+            }
+            _ => {}
+        }
+    }
+    blocks
+}
+
+/// Renders one fenced block: a diagram, display math, a recorded output, or highlighted code (runnable or not).
+fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &str) -> String {
+    let tag = info
+        .split(|c: char| c == ',' || c.is_whitespace())
+        .find(|w| !w.is_empty())
+        .unwrap_or("")
+        .to_ascii_lowercase();
     match tag.as_str() {
         "svg" => match svg::sanitize(text) {
             Some(svg) => return format!("<figure class=\"diagram\">{svg}</figure>\n"),
@@ -351,7 +387,7 @@ fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &st
             (lang, label)
         }
     };
-    let runnable = (tag == "netcl" || flags.contains(&"run")) && !flags.contains(&"norun");
+    let runnable = is_runnable(info);
     let mut out = String::with_capacity(text.len() * 2 + 256);
     out.push_str("<div class=\"code-block");
     if runnable {

@@ -16,10 +16,11 @@ pub enum RouteClass {
     Health,
     Metrics,
     NotFound,
+    Run,
 }
 
 impl RouteClass {
-    const ALL: [RouteClass; 9] = [
+    const ALL: [RouteClass; 10] = [
         RouteClass::Page,
         RouteClass::Raw,
         RouteClass::Static,
@@ -29,6 +30,7 @@ impl RouteClass {
         RouteClass::Health,
         RouteClass::Metrics,
         RouteClass::NotFound,
+        RouteClass::Run,
     ];
 
     fn name(self) -> &'static str {
@@ -42,6 +44,7 @@ impl RouteClass {
             RouteClass::Health => "health",
             RouteClass::Metrics => "metrics",
             RouteClass::NotFound => "not_found",
+            RouteClass::Run => "run",
         }
     }
 }
@@ -56,7 +59,7 @@ const BUCKETS: [f64; 10] = [
 /// All counters of the server.
 #[derive(Debug)]
 pub struct Metrics {
-    requests: [[AtomicU64; 4]; 9],
+    requests: [[AtomicU64; 4]; 10],
     buckets: [AtomicU64; 10],
     count: AtomicU64,
     sum_micros: AtomicU64,

@@ -18,6 +18,7 @@ pub mod listen;
 pub mod markdown;
 pub mod math;
 pub mod metrics;
+pub mod playground;
 pub mod prepared;
 pub mod query;
 pub mod search;

@@ -12,7 +12,6 @@ use axum::extract::{Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::json;
-use tower_http::limit::RequestBodyLimitLayer;
 
 use super::assets::{STATIC_FILES, content_type};
 use super::config::Config;
@@ -20,13 +19,16 @@ use super::content::Content;
 use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
 use super::links::{LinkMode, Linker};
 use super::metrics::{Metrics, RouteClass};
+use super::playground::Playground;
+use super::playground::api::{self, RunRoute};
 use super::prepared::Prepared;
 use super::query::{self, QueryError};
 use super::search::SearchIndex;
 use super::site::{self, llms_txt};
 use super::views::{
-    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, HitView, NotFoundView,
-    SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes, render,
+    AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, ExampleView, HitView,
+    NotFoundView, PlaygroundView, SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes,
+    render,
 };
 use crate::Result;
 
@@ -97,6 +99,13 @@ impl Site {
                 Prepared::new(bytes.to_vec(), ty, true),
             );
         }
+        if settings.playground {
+            let html = playground_page(&content, &settings, &mode)?;
+            files.insert(
+                "/playground".into(),
+                Prepared::new(html.into_bytes(), "text/html; charset=utf-8", false),
+            );
+        }
         let llms = llms_txt(&content, &settings, &Linker::new(&mode, "index"));
         files.insert(
             "/llms.txt".into(),
@@ -124,6 +133,29 @@ impl Site {
     fn chrome(&self, current: &str) -> Chrome {
         Chrome::new(&self.content, &self.settings, &self.linker(), current)
     }
+}
+
+/// The standalone playground page: an empty editor, then every runnable example in navigation order.
+fn playground_page(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Result<String> {
+    let linker = Linker::new(mode, "index");
+    let examples = content
+        .ordered()
+        .iter()
+        .filter_map(|path| content.pages.get(*path))
+        .flat_map(|page| {
+            super::markdown::runnable_blocks(&page.body)
+                .into_iter()
+                .map(|code| ExampleView {
+                    title: page.front.title.clone(),
+                    page_url: linker.page(&page.path),
+                    code,
+                })
+        })
+        .collect();
+    render(&PlaygroundView {
+        chrome: Chrome::new(content, settings, &linker, "route:playground"),
+        examples,
+    })
 }
 
 /// The headers every answer carries.
@@ -167,12 +199,27 @@ pub struct AppState {
     metrics: Metrics,
     config: Config,
     headers: SecurityHeaders,
+    playground: Option<Arc<Playground>>,
 }
 
 impl AppState {
     /// Builds the state: reads and renders the content once.
     pub fn new(config: Config, engine: Arc<dyn EngineInfo>) -> Result<Arc<AppState>> {
+        AppState::with_workers(config, engine, false)
+    }
+
+    /// Like [`AppState::new`]; `eager` starts the playground's workers now rather than with the first run.
+    pub fn with_workers(
+        config: Config,
+        engine: Arc<dyn EngineInfo>,
+        eager: bool,
+    ) -> Result<Arc<AppState>> {
         let site = Site::load(&config)?;
+        let playground = if config.playground {
+            Some(Arc::new(Playground::new(&config, eager)?))
+        } else {
+            None
+        };
         Ok(Arc::new(AppState {
             site: RwLock::new(Arc::new(site)),
             engine,
@@ -180,6 +227,7 @@ impl AppState {
             metrics: Metrics::default(),
             config,
             headers: SecurityHeaders::default(),
+            playground,
         }))
     }
 
@@ -199,6 +247,11 @@ impl AppState {
         }
     }
 
+    /// The playground, when it is on.
+    pub fn playground(&self) -> Option<&Arc<Playground>> {
+        self.playground.as_ref()
+    }
+
     /// The configuration the server runs with.
     pub fn config(&self) -> &Config {
         &self.config
@@ -206,14 +259,10 @@ impl AppState {
 }
 
 /// The router. Deliberately thin: prepared pages are answered by [`dispatch`] directly, which also does the
-/// logging, metrics, security headers and the compression of dynamic answers; only the body limit is a layer.
-/// Timeouts apply where time can go: the engine calls (see [`engine_call`]).
+/// logging, metrics, security headers, the body limit and the compression of dynamic answers. Timeouts apply
+/// where time can go: the engine calls (see [`engine_call`]) and the playground's runs.
 pub fn router(state: Arc<AppState>) -> Router {
-    let body_limit = state.config.max_body_bytes;
-    Router::new()
-        .fallback(dispatch)
-        .with_state(state)
-        .layer(RequestBodyLimitLayer::new(body_limit))
+    Router::new().fallback(dispatch).with_state(state)
 }
 
 /// Dynamic answers smaller than this are sent uncompressed.
@@ -221,11 +270,49 @@ const GZIP_DYNAMIC_MIN_BYTES: usize = 1024;
 
 async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Response<Body> {
     let started = Instant::now();
-    let (parts, _body) = request.into_parts();
-    let (class, mut response) = route(&state, &parts).await;
+    let (parts, body) = request.into_parts();
+    let rest = below_base(&state.config.base_path, parts.uri.path());
+    let run_route = rest.and_then(RunRoute::parse);
+    // A declared body over the limit is refused before it is read; one that only turns out too large while
+    // being read is refused by the run routes themselves. Either way the answer is JSON for the API.
+    let declared = parts
+        .headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
+    let (class, mut response) = match run_route {
+        _ if too_large => {
+            let api = rest.is_some_and(|r| r.starts_with("/api/"));
+            let message = format!(
+                "the request body is larger than {} bytes",
+                state.config.max_body_bytes
+            );
+            let response = if api {
+                api_error(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", &message)
+            } else {
+                error(
+                    &state.site(),
+                    false,
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "payload too large",
+                    &message,
+                )
+            };
+            (RouteClass::Api, response)
+        }
+        Some(run) => (
+            RouteClass::Run,
+            match &state.playground {
+                Some(pg) => api::handle(pg, run, &parts, body, state.config.max_body_bytes).await,
+                None => api::disabled(),
+            },
+        ),
+        None => route(&state, &parts).await,
+    };
     if !matches!(
         class,
-        RouteClass::Page | RouteClass::Raw | RouteClass::Static
+        RouteClass::Page | RouteClass::Raw | RouteClass::Static | RouteClass::Run
     ) {
         response = compress_dynamic(&parts.headers, response).await;
     }
@@ -297,18 +384,22 @@ async fn engine_call<T: Send + 'static>(
     }
 }
 
-async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<Body>) {
-    let site = state.site();
-    let base = state.config.base_path.as_str();
-    let path = request.uri.path();
-    let rest = if base.is_empty() {
+/// The part of `path` below the base path `base`, or `None` when `path` is outside it.
+fn below_base<'a>(base: &str, path: &'a str) -> Option<&'a str> {
+    if base.is_empty() {
         Some(path)
     } else if path == base {
         Some("/")
     } else {
         path.strip_prefix(base).filter(|r| r.starts_with('/'))
-    };
-    let Some(rest) = rest else {
+    }
+}
+
+async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<Body>) {
+    let site = state.site();
+    let base = state.config.base_path.as_str();
+    let path = request.uri.path();
+    let Some(rest) = below_base(base, path) else {
         return (RouteClass::NotFound, not_found(&site, path));
     };
     let api = rest.starts_with("/api/");

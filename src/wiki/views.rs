@@ -31,6 +31,7 @@ pub struct Chrome {
     pub print_css: String,
     pub js: String,
     pub theme_js: String,
+    pub playground_js: String,
     pub search: String,
     /// Prefilled search box text.
     pub query: String,
@@ -42,6 +43,10 @@ pub struct Chrome {
     /// The offline index script of an exported site.
     pub search_index_js: Option<String>,
     pub playground: bool,
+    /// `POST` here to run code (served sites with the playground on).
+    pub run_api: Option<String>,
+    /// The standalone playground page (served sites with the playground on).
+    pub playground_url: Option<String>,
 }
 
 /// Site-wide settings the views need.
@@ -78,7 +83,17 @@ impl Chrome {
                     .collect(),
             })
             .collect();
-        let server_links = [("devices", "Devices"), ("autotune", "Autotune cache")]
+        let playground_url = linker.route("playground").filter(|_| settings.playground);
+        let pages: &[(&str, &str)] = if playground_url.is_some() {
+            &[
+                ("playground", "Playground"),
+                ("devices", "Devices"),
+                ("autotune", "Autotune cache"),
+            ]
+        } else {
+            &[("devices", "Devices"), ("autotune", "Autotune cache")]
+        };
+        let server_links = pages
             .iter()
             .filter_map(|(route, title)| {
                 linker.route(route).map(|url| NavItem {
@@ -95,6 +110,7 @@ impl Chrome {
             print_css: linker.static_file("print.css"),
             js: linker.static_file("app.js"),
             theme_js: linker.static_file("theme.js"),
+            playground_js: linker.static_file("playground.js"),
             search: linker.search(),
             query: String::new(),
             nav,
@@ -105,8 +121,26 @@ impl Chrome {
                 .is_export()
                 .then(|| format!("{}search-index.js", linker.root())),
             playground: settings.playground,
+            run_api: linker.route("api/run").filter(|_| settings.playground),
+            playground_url,
         }
     }
+}
+
+/// One example on the playground page: a runnable block of a page.
+#[derive(Debug, Clone)]
+pub struct ExampleView {
+    pub title: String,
+    pub page_url: String,
+    pub code: String,
+}
+
+/// The standalone playground: an empty editor and every runnable example of the wiki.
+#[derive(Template)]
+#[template(path = "playground.html")]
+pub struct PlaygroundView {
+    pub chrome: Chrome,
+    pub examples: Vec<ExampleView>,
 }
 
 /// A documentation page.

@@ -1,0 +1,382 @@
+//! The run routes: request parsing, auth, rate limit and admission, and the two answer forms (one JSON object,
+//! or server-sent events).
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use axum::body::{Body, Bytes};
+use axum::extract::ConnectInfo;
+use axum::http::request::Parts;
+use axum::http::{HeaderValue, Method, Response, StatusCode, header};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::Playground;
+use super::pool::{Refusal, RunEvent, Ticket};
+use crate::script::Limits;
+
+/// Which run route a path names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RunRoute {
+    /// `/api/run` (streams with `?stream=1`).
+    Run,
+    /// `/api/run/stream`.
+    Stream,
+    /// `/api/run/{id}/cancel`.
+    Cancel(String),
+}
+
+impl RunRoute {
+    /// The run route for `path` (below the base path), if it is one.
+    pub fn parse(path: &str) -> Option<RunRoute> {
+        match path {
+            "/api/run" => Some(RunRoute::Run),
+            "/api/run/stream" => Some(RunRoute::Stream),
+            _ => {
+                let id = path.strip_prefix("/api/run/")?.strip_suffix("/cancel")?;
+                (!id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric()))
+                    .then(|| RunRoute::Cancel(id.to_string()))
+            }
+        }
+    }
+}
+
+/// Limits a request may ask for; each is lowered to the server's, never raised.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RequestLimits {
+    max_operations: Option<u64>,
+    max_tensor_elements: Option<usize>,
+    max_run_elements: Option<usize>,
+    max_output_bytes: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RunRequest {
+    code: String,
+    #[serde(default)]
+    limits: Option<RequestLimits>,
+}
+
+fn json_answer(status: StatusCode, value: &Value) -> Response<Body> {
+    let mut response = Response::new(Body::from(value.to_string()));
+    *response.status_mut() = status;
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+/// A refused request: `{"ok": false, "error": {"kind", "message"}}`.
+fn refuse(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+    json_answer(
+        status,
+        &json!({"ok": false, "error": {"kind": kind, "message": message, "line": null, "column": null}}),
+    )
+}
+
+fn with_retry_after(mut response: Response<Body>, seconds: u64) -> Response<Body> {
+    if let Ok(v) = HeaderValue::from_str(&seconds.max(1).to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    response
+}
+
+/// The run routes when the playground is off: the same 404 JSON as any unknown endpoint.
+pub fn disabled() -> Response<Body> {
+    refuse(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "the playground is turned off on this server",
+    )
+}
+
+/// Answers a request to a run route.
+pub async fn handle(
+    playground: &Playground,
+    route: RunRoute,
+    parts: &Parts,
+    body: Body,
+    max_body: usize,
+) -> Response<Body> {
+    if parts.method != Method::POST {
+        let mut r = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use POST",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return r;
+    }
+    if let RunRoute::Cancel(id) = route {
+        if let Some(r) = authorise(playground, parts) {
+            return r;
+        }
+        return if playground.pool.cancel(&id) {
+            json_answer(StatusCode::OK, &json!({"id": id, "cancelled": true}))
+        } else {
+            refuse(
+                StatusCode::NOT_FOUND,
+                "not_found",
+                "no run with this id is waiting or running",
+            )
+        };
+    }
+    let stream = route == RunRoute::Stream
+        || parts
+            .uri
+            .query()
+            .is_some_and(|q| q.split('&').any(|p| p == "stream=1" || p == "stream=true"));
+    let request = match read_request(body, max_body).await {
+        Ok(r) => r,
+        Err(response) => return response,
+    };
+    let limits = merge(&playground.limits, request.limits.unwrap_or_default());
+    if request.code.len() > limits.max_code_bytes {
+        return refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "limit",
+            &format!(
+                "the code is {} bytes; max_code_bytes is {}",
+                request.code.len(),
+                limits.max_code_bytes
+            ),
+        );
+    }
+    if let Some(r) = authorise(playground, parts) {
+        return r;
+    }
+    if let Err(wait) = playground.rate.check(&client(playground, parts)) {
+        return with_retry_after(
+            refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                "too many runs from this client; try again shortly",
+            ),
+            wait.as_secs_f64().ceil() as u64,
+        );
+    }
+    let ticket = match playground.pool.submit(request.code, limits) {
+        Ok(t) => t,
+        Err(Refusal::Busy) => {
+            let workers = playground.pool.settings().workers.max(1);
+            let wait = (playground.pool.in_flight() / workers) as u64 + 1;
+            return with_retry_after(
+                refuse(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "busy",
+                    "every worker is busy and the queue is full; try again shortly",
+                ),
+                wait,
+            );
+        }
+        Err(Refusal::Closed) => {
+            return refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shutdown",
+                "the server is shutting down",
+            );
+        }
+    };
+    if stream {
+        return event_stream(ticket);
+    }
+    one_answer(ticket).await
+}
+
+async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Response<Body>> {
+    let bytes = axum::body::to_bytes(body, max_body).await.map_err(|_| {
+        refuse(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            &format!("the request body is larger than {max_body} bytes"),
+        )
+    })?;
+    serde_json::from_slice(&bytes).map_err(|e| {
+        refuse(
+            StatusCode::BAD_REQUEST,
+            "bad_request",
+            &format!("expected {{\"code\": \"…\", \"limits\"?: {{…}}}}: {e}"),
+        )
+    })
+}
+
+fn merge(server: &Limits, asked: RequestLimits) -> Limits {
+    Limits {
+        max_operations: asked
+            .max_operations
+            .map_or(server.max_operations, |v| v.min(server.max_operations)),
+        max_tensor_elements: asked
+            .max_tensor_elements
+            .map_or(server.max_tensor_elements, |v| {
+                v.min(server.max_tensor_elements)
+            }),
+        max_run_elements: asked
+            .max_run_elements
+            .map_or(server.max_run_elements, |v| v.min(server.max_run_elements)),
+        max_output_bytes: asked
+            .max_output_bytes
+            .map_or(server.max_output_bytes, |v| v.min(server.max_output_bytes)),
+        ..server.clone()
+    }
+}
+
+/// `None` when the request may run; a 401 otherwise.
+fn authorise(playground: &Playground, parts: &Parts) -> Option<Response<Body>> {
+    let token = playground.token.as_deref()?;
+    let given = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        return None;
+    }
+    let mut r = refuse(
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        "this server needs `Authorization: Bearer <token>` to run code",
+    );
+    r.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"netcl playground\""),
+    );
+    Some(r)
+}
+
+/// Compares without stopping at the first difference, so timing does not reveal the token.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = a.len() ^ b.len();
+    for (i, x) in a.iter().enumerate() {
+        diff |= usize::from(x ^ b.get(i % b.len().max(1)).copied().unwrap_or(0));
+    }
+    diff == 0
+}
+
+/// The rate-limit key: the peer address, or the first `X-Forwarded-For` entry behind a trusted proxy.
+fn client(playground: &Playground, parts: &Parts) -> String {
+    if playground.trust_forwarded
+        && let Some(first) = parts
+            .headers
+            .get("x-forwarded-for")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(',').next())
+    {
+        return first.trim().chars().take(64).collect();
+    }
+    parts
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or_else(|| "local".into(), |c| c.0.ip().to_string())
+}
+
+async fn one_answer(mut ticket: Ticket) -> Response<Body> {
+    while let Some(event) = ticket.events.recv().await {
+        if let RunEvent::Result(result) = event {
+            return json_answer(StatusCode::OK, &result);
+        }
+    }
+    refuse(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "internal",
+        "the run ended without an answer",
+    )
+}
+
+/// Server-sent events: `queued` (with the run id), `started`, `progress`…, then `result`.
+fn event_stream(ticket: Ticket) -> Response<Body> {
+    let id = ticket.id.clone();
+    let stream = Events {
+        first: Some(sse("queued", &json!({"id": id}))),
+        ticket,
+        done: false,
+    };
+    let mut response = Response::new(Body::from_stream(stream));
+    let h = response.headers_mut();
+    h.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    if let Ok(v) = HeaderValue::from_str(&id) {
+        h.insert("x-run-id", v);
+    }
+    response
+}
+
+fn sse(event: &str, data: &Value) -> Bytes {
+    Bytes::from(format!("event: {event}\ndata: {data}\n\n"))
+}
+
+/// The event stream of one run; dropping it (the client went away) drops the ticket, which stops the run.
+struct Events {
+    first: Option<Bytes>,
+    ticket: Ticket,
+    done: bool,
+}
+
+impl futures_core::Stream for Events {
+    type Item = Result<Bytes, Infallible>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if let Some(first) = self.first.take() {
+            return Poll::Ready(Some(Ok(first)));
+        }
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let events: &mut mpsc::Receiver<RunEvent> = &mut self.ticket.events;
+        match events.poll_recv(cx) {
+            Poll::Ready(Some(event)) => {
+                let bytes = match event {
+                    RunEvent::Started { queue_ms } => {
+                        sse("started", &json!({"queue_ms": queue_ms}))
+                    }
+                    RunEvent::Progress(data) => sse("progress", &data),
+                    RunEvent::Result(result) => {
+                        self.done = true;
+                        sse("result", &result)
+                    }
+                };
+                Poll::Ready(Some(Ok(bytes)))
+            }
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_parse() {
+        assert_eq!(RunRoute::parse("/api/run"), Some(RunRoute::Run));
+        assert_eq!(RunRoute::parse("/api/run/stream"), Some(RunRoute::Stream));
+        assert_eq!(
+            RunRoute::parse("/api/run/ab12/cancel"),
+            Some(RunRoute::Cancel("ab12".into()))
+        );
+        assert_eq!(RunRoute::parse("/api/run/a-b/cancel"), None);
+        assert_eq!(RunRoute::parse("/api/runs"), None);
+    }
+
+    #[test]
+    fn token_comparison() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
+        assert!(!constant_time_eq(b"", b"secret"));
+        assert!(!constant_time_eq(b"secret1", b"secret"));
+    }
+}
