@@ -198,6 +198,12 @@ impl Session {
 
     fn click(&self, css: &str) {
         let id = self.find(css);
+        // Centre the element first: the sticky header would otherwise cover one scrolled to the top edge.
+        self.call(
+            "POST",
+            "/execute/sync",
+            Some(json!({"script": "arguments[0].scrollIntoView({block: 'center'});", "args": [{ELEMENT_KEY: id}]})),
+        );
         self.call("POST", &format!("/element/{id}/click"), Some(json!({})));
     }
 
@@ -385,7 +391,8 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     let base = format!("http://{addr}");
     let block = ".code-block[data-runnable='true']";
 
-    // The autotune page's example runs and shows its output, decision table, timings and device.
+    // The autotune page's pointwise-convolution example runs and shows its output, decision table, timings and
+    // device.
     s.go(&format!("{base}/docs/concepts/autotune"));
     s.click(&format!("{block} .run-btn"));
     s.wait_for("the example's result", Duration::from_secs(60), || {
@@ -393,10 +400,13 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     });
     assert!(
         s.text(&format!("{block} .run-output"))
-            .contains("sum = 1048576")
+            .contains("y: [8, 64, 28, 28]")
     );
     let decisions = s.text(&format!("{block} .decisions-table"));
-    assert!(decisions.contains("sum_all"), "{decisions}");
+    assert!(
+        decisions.contains("conv2d_pointwise_fwd_select"),
+        "{decisions}"
+    );
     assert!(
         s.js("return document.querySelectorAll('.decisions-table meter').length")
             .as_u64()
@@ -456,7 +466,7 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     // Reset brings the example back.
     s.click(&format!("{block} .reset-btn"));
     let code = s.js("return document.querySelector('.code-block[data-runnable] textarea').value");
-    assert!(code.as_str().unwrap_or("").contains("ones([1024, 1024])"));
+    assert!(code.as_str().unwrap_or("").contains("conv2d(x, w)"));
 
     // A long run streams progress as a curve, and Stop ends it.
     s.go(&format!("{base}/playground"));

@@ -477,8 +477,9 @@ fn register_output(engine: &mut Engine, ctx: &Shared) {
         c.borrow_mut().push(img);
         Ok(())
     });
-    engine.register_fn("decisions", || -> Array {
-        autotune::decisions_since(0)
+    let c = ctx.clone();
+    engine.register_fn("decisions", move || -> Array {
+        autotune::decisions_since(c.borrow().seq0)
             .into_iter()
             .rev()
             .take(64)

@@ -132,6 +132,8 @@ pub(crate) struct Ctx {
     pub(crate) truncated: bool,
     pub(crate) elements: usize,
     pub(crate) progress: Box<dyn FnMut(&serde_json::Value)>,
+    /// The decision log's sequence number when the run started.
+    pub(crate) seq0: u64,
 }
 
 impl Ctx {
@@ -307,6 +309,7 @@ pub fn run_with_progress(
         truncated: false,
         elements: 0,
         progress,
+        seq0: seq,
     }));
     let mut engine = Engine::new();
     configure(&mut engine, limits, started);
