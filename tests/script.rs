@@ -207,3 +207,53 @@ fn the_worker_answers_json_lines_and_survives_bad_requests() {
     drop(stdin);
     assert!(child.wait().expect("exit").success());
 }
+
+#[test]
+fn the_language_covers_ops_autograd_models_and_training() {
+    let d = dev();
+    let code = r#"
+        let x = randn([2, 3, 6, 6], 1);
+        let w = param(randn([4, 3, 3, 3], #{seed: 2, std: 0.2}));
+        let y = conv2d(x, w, #{stride: 2, padding: 1, relu: true});
+        let loss = mean_all(y * y);
+        backward(loss);
+        let g = grad(w);
+        let pooled = max_pool2d(relu(conv2d(x, randn([5, 3, 1, 1], 3))), #{kernel: 2});
+        let p = softmax(matmul(randn([2, 4], 4), randn([4, 3], 5)), 1);
+        let m = sequential([#{type: "Flatten"}, #{type: "Linear", args: #{in_features: 64, out_features: 10}}], 7);
+        let data = digits(0);
+        let h = fit(m, adam(m, 0.01), data, #{epochs: 1, batch: 64});
+        let img = sample_image("digits");
+        [y.shape, g.shape, pooled.shape, p.shape, sum_all(p).item(), h.len(), h[0].val_accuracy > 0.5, img.shape]
+    "#;
+    let steps = std::rc::Rc::new(std::cell::Cell::new(0));
+    let s = steps.clone();
+    let r = run_with_progress(
+        &d,
+        code,
+        &Limits {
+            timeout_ms: 120_000,
+            ..Limits::default()
+        },
+        Box::new(move |v| {
+            if v["event"] == "step" {
+                s.set(s.get() + 1);
+            }
+        }),
+    );
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(
+        r.value.as_deref(),
+        Some("[[2, 4, 3, 3], [4, 3, 3, 3], [2, 5, 3, 3], [2, 3], 2.0, 1, true, [10, 1, 8, 8]]")
+    );
+    assert!(steps.get() >= 20, "fit streams every step: {}", steps.get());
+    let r = run(
+        &d,
+        "conv2d(randn([1, 2, 4, 4], 1), randn([3, 2, 3, 3], 2), #{strid: 2})",
+        &Limits::default(),
+    );
+    let e = r.error.expect("unknown option");
+    assert!(e.kind == "invalid" && e.message.contains("strid"), "{e:?}");
+    let r = run(&d, "let w = param(ones([2])); grad(w)", &Limits::default());
+    assert_eq!(r.error.map(|e| e.kind), Some("invalid".into()));
+}

@@ -184,6 +184,57 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     });
 
     let c = ctx.clone();
+    engine.register_fn("sample_image", move |name: &str| -> R<Var> {
+        let d = c.borrow().device.clone();
+        let (data, shape): (Vec<f32>, Vec<usize>) = match name {
+            // The first sample of each digit 0..9 of the UCI digits, pixels in [0, 1].
+            "digits" => {
+                let ds = Digits::load().map_err(engine_err)?;
+                let mut out = vec![0.0f32; 10 * 64];
+                let mut found = [false; 10];
+                for i in 0..crate::data::Dataset::len(&ds) {
+                    let l = crate::data::Dataset::label(&ds, i) as usize;
+                    if l < 10 && !found[l] {
+                        crate::data::Dataset::sample(&ds, i, &mut out[l * 64..(l + 1) * 64]);
+                        found[l] = true;
+                    }
+                }
+                (out, vec![10, 1, 8, 8])
+            }
+            "checkerboard" => (
+                (0..32 * 32)
+                    .map(|i| (((i / 32) / 4 + (i % 32) / 4) % 2) as f32)
+                    .collect(),
+                vec![1, 1, 32, 32],
+            ),
+            "gradient" => (
+                (0..3 * 32 * 32)
+                    .map(|i| {
+                        let (ch, y, x) = (i / 1024, (i / 32) % 32, i % 32);
+                        [
+                            x as f32 / 31.0,
+                            y as f32 / 31.0,
+                            1.0 - (x + y) as f32 / 62.0,
+                        ][ch]
+                    })
+                    .collect(),
+                vec![1, 3, 32, 32],
+            ),
+            other => {
+                return Err(script_err(
+                    "invalid",
+                    format!(
+                        "no sample image `{other}`; samples are digits, checkerboard, gradient"
+                    ),
+                ));
+            }
+        };
+        track(
+            &c,
+            crate::Tensor::from_slice(&d, &data, &shape).map_err(engine_err)?,
+        )
+    });
+    let c = ctx.clone();
     engine.register_fn(
         "fit",
         move |m: Model, o: Opt, data: Map, opts: Map| -> R<Array> {
