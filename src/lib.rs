@@ -37,3 +37,30 @@ pub mod wiki;
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, Result};
 pub use tensor::{DType, Tensor};
+
+/// The wiki's Rust code blocks, compiled and run as doctests so the documentation cannot go stale.
+#[cfg(doctest)]
+mod docs_pages {
+    #[doc = include_str!("../web-wiki/content/concepts/tensor.md")]
+    mod tensor {}
+    #[doc = include_str!("../web-wiki/content/concepts/buffer-pool.md")]
+    mod buffer_pool {}
+    #[doc = include_str!("../web-wiki/content/concepts/kernel-cache.md")]
+    mod kernel_cache {}
+    #[doc = include_str!("../web-wiki/content/concepts/gemm.md")]
+    mod gemm {}
+    #[doc = include_str!("../web-wiki/content/concepts/convolution.md")]
+    mod convolution {}
+    #[doc = include_str!("../web-wiki/content/concepts/reductions-and-broadcasting.md")]
+    mod reductions_and_broadcasting {}
+    #[doc = include_str!("../web-wiki/content/concepts/autograd.md")]
+    mod autograd {}
+    #[doc = include_str!("../web-wiki/content/concepts/modules.md")]
+    mod modules {}
+    #[doc = include_str!("../web-wiki/content/concepts/optimizers.md")]
+    mod optimizers {}
+    #[doc = include_str!("../web-wiki/content/concepts/training.md")]
+    mod training {}
+    #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]
+    mod model_files {}
+}
