@@ -63,4 +63,16 @@ mod docs_pages {
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]
     mod model_files {}
+    #[doc = include_str!("../web-wiki/content/tutorials/first-kernel-run.md")]
+    mod tutorial_first_kernel_run {}
+    #[doc = include_str!("../web-wiki/content/tutorials/convolutions-compared.md")]
+    mod tutorial_convolutions_compared {}
+    #[doc = include_str!("../web-wiki/content/tutorials/reductions-gradients.md")]
+    mod tutorial_reductions_gradients {}
+    #[doc = include_str!("../web-wiki/content/tutorials/autograd-by-hand.md")]
+    mod tutorial_autograd_by_hand {}
+    #[doc = include_str!("../web-wiki/content/tutorials/training-digits.md")]
+    mod tutorial_training_digits {}
+    #[doc = include_str!("../web-wiki/content/tutorials/tuning-your-gpu.md")]
+    mod tutorial_tuning_your_gpu {}
 }
