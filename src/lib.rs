@@ -41,6 +41,10 @@ pub use tensor::{DType, Tensor};
 /// The wiki's Rust code blocks, compiled and run as doctests so the documentation cannot go stale.
 #[cfg(doctest)]
 mod docs_pages {
+    #[doc = include_str!("../web-wiki/content/concepts/device.md")]
+    mod device {}
+    #[doc = include_str!("../web-wiki/content/concepts/autotune.md")]
+    mod autotune {}
     #[doc = include_str!("../web-wiki/content/concepts/tensor.md")]
     mod tensor {}
     #[doc = include_str!("../web-wiki/content/concepts/buffer-pool.md")]
