@@ -304,3 +304,47 @@ fn a_missing_entry_and_an_unknown_name_are_reported() {
         "{problems:?}"
     );
 }
+
+/// Every page path (relative to the content directory) with a ```rust block.
+fn pages_with_rust(dir: &Path, base: &Path, out: &mut Vec<String>) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            pages_with_rust(&path, base, out);
+        } else if path.extension().is_some_and(|x| x == "md") {
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            if text.lines().any(|l| l.trim_start().starts_with("```rust")) {
+                let rel = path.strip_prefix(base).unwrap_or(&path);
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+}
+
+/// The pages whose Rust blocks `src/lib.rs` does not compile as doctests.
+fn pages_without_doctests(pages: &[String], lib_rs: &str) -> Vec<String> {
+    pages
+        .iter()
+        .filter(|p| !lib_rs.contains(&format!("include_str!(\"../web-wiki/content/{p}\")")))
+        .cloned()
+        .collect()
+}
+
+#[test]
+fn every_page_with_rust_code_is_compiled_as_a_doctest() {
+    let content = root().join("web-wiki/content");
+    let mut pages = Vec::new();
+    pages_with_rust(&content, &content, &mut pages);
+    assert!(!pages.is_empty());
+    let lib_rs = fs::read_to_string(root().join("src/lib.rs")).unwrap();
+    let missing = pages_without_doctests(&pages, &lib_rs);
+    assert!(
+        missing.is_empty(),
+        "pages with ```rust blocks missing from src/lib.rs's docs_pages: {missing:?}"
+    );
+    let uncovered = pages_without_doctests(&["concepts/none.md".to_string()], &lib_rs);
+    assert_eq!(uncovered, vec!["concepts/none.md".to_string()]);
+}
