@@ -79,4 +79,6 @@ mod docs_pages {
     mod tutorial_training_digits {}
     #[doc = include_str!("../web-wiki/content/tutorials/tuning-your-gpu.md")]
     mod tutorial_tuning_your_gpu {}
+    #[doc = include_str!("../web-wiki/content/tutorials/mobilenet-block.md")]
+    mod tutorial_mobilenet_block {}
 }
