@@ -37,3 +37,48 @@ pub mod wiki;
 pub use device::{Device, DeviceInfo};
 pub use error::{Error, Result};
 pub use tensor::{DType, Tensor};
+
+/// The wiki's Rust code blocks, compiled and run as doctests so the documentation cannot go stale.
+#[cfg(doctest)]
+mod docs_pages {
+    #[doc = include_str!("../web-wiki/content/concepts/device.md")]
+    mod device {}
+    #[doc = include_str!("../web-wiki/content/concepts/autotune.md")]
+    mod autotune {}
+    #[doc = include_str!("../web-wiki/content/concepts/tensor.md")]
+    mod tensor {}
+    #[doc = include_str!("../web-wiki/content/concepts/buffer-pool.md")]
+    mod buffer_pool {}
+    #[doc = include_str!("../web-wiki/content/concepts/kernel-cache.md")]
+    mod kernel_cache {}
+    #[doc = include_str!("../web-wiki/content/concepts/gemm.md")]
+    mod gemm {}
+    #[doc = include_str!("../web-wiki/content/concepts/convolution.md")]
+    mod convolution {}
+    #[doc = include_str!("../web-wiki/content/concepts/reductions-and-broadcasting.md")]
+    mod reductions_and_broadcasting {}
+    #[doc = include_str!("../web-wiki/content/concepts/autograd.md")]
+    mod autograd {}
+    #[doc = include_str!("../web-wiki/content/concepts/modules.md")]
+    mod modules {}
+    #[doc = include_str!("../web-wiki/content/concepts/optimizers.md")]
+    mod optimizers {}
+    #[doc = include_str!("../web-wiki/content/concepts/training.md")]
+    mod training {}
+    #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]
+    mod model_files {}
+    #[doc = include_str!("../web-wiki/content/tutorials/first-kernel-run.md")]
+    mod tutorial_first_kernel_run {}
+    #[doc = include_str!("../web-wiki/content/tutorials/convolutions-compared.md")]
+    mod tutorial_convolutions_compared {}
+    #[doc = include_str!("../web-wiki/content/tutorials/reductions-gradients.md")]
+    mod tutorial_reductions_gradients {}
+    #[doc = include_str!("../web-wiki/content/tutorials/autograd-by-hand.md")]
+    mod tutorial_autograd_by_hand {}
+    #[doc = include_str!("../web-wiki/content/tutorials/training-digits.md")]
+    mod tutorial_training_digits {}
+    #[doc = include_str!("../web-wiki/content/tutorials/tuning-your-gpu.md")]
+    mod tutorial_tuning_your_gpu {}
+    #[doc = include_str!("../web-wiki/content/tutorials/mobilenet-block.md")]
+    mod tutorial_mobilenet_block {}
+}
