@@ -13,7 +13,7 @@ use rhai::{Array, Dynamic, Engine, FLOAT, INT, Map};
 use super::bindings::{R, seed_arg, track, track_var};
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, no_grad};
-use crate::data::{DataLoader, Digits, InMemory, Transform};
+use crate::data::{DataLoader, Digits, InMemory};
 use crate::nn::{LayerConfig, Module, Sequential, build_sequential, preset};
 use crate::optim::Optimizer;
 use crate::train::{FitEvent, FitOptions, fit};
@@ -175,6 +175,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 crate::data::Dataset::sample(&part, i, &mut x[i * 64..(i + 1) * 64]);
                 y.push(crate::data::Dataset::label(&part, i));
             }
+            // Standardised with the training set's pixel statistics (mean 0.3, deviation 0.38), as `netcl train` does.
+            x.iter_mut().for_each(|v| *v = (*v - 0.3) / 0.38);
             let xt = crate::Tensor::from_slice(&d, &x, &[n, 1, 8, 8]).map_err(engine_err)?;
             let yt = crate::Tensor::from_slice(&d, &y, &[n]).map_err(engine_err)?;
             out.insert(format!("x_{name}").into(), Dynamic::from(track(&c, xt)?));
@@ -269,22 +271,14 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             let (xs, shape) = host("x_train")?;
             let ys = labels("y_train")?;
             let sample: Vec<usize> = shape.iter().skip(1).copied().collect();
-            let norm = Transform::Normalize {
-                mean: vec![0.3; sample.first().copied().unwrap_or(1)],
-                std: vec![0.38; sample.first().copied().unwrap_or(1)],
-            };
             let train_set = InMemory::new(xs, &sample, ys).map_err(engine_err)?;
             let train = DataLoader::new(Arc::new(train_set), batch)
-                .and_then(|l| l.shuffle(seed).transform(norm.clone()))
+                .map(|l| l.shuffle(seed))
                 .map_err(engine_err)?;
             let val = if data.contains_key("x_test") {
                 let (xv, _) = host("x_test")?;
                 let set = InMemory::new(xv, &sample, labels("y_test")?).map_err(engine_err)?;
-                Some(
-                    DataLoader::new(Arc::new(set), 256)
-                        .and_then(|l| l.transform(norm))
-                        .map_err(engine_err)?,
-                )
+                Some(DataLoader::new(Arc::new(set), 256).map_err(engine_err)?)
             } else {
                 None
             };
