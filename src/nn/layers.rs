@@ -24,6 +24,34 @@ fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
     }
 }
 
+/// The parameters of a layer with a weight and an optional bias, in that order.
+fn weight_bias_params(weight: &Var, bias: &Option<Var>) -> Vec<Var> {
+    std::iter::once(weight.clone())
+        .chain(bias.clone())
+        .collect()
+}
+
+/// The state of a layer with a weight and an optional bias: `weight`, then `bias` when present.
+fn weight_bias_state(weight: &Var, bias: &Option<Var>) -> Vec<(String, Tensor)> {
+    let mut v = vec![("weight".to_owned(), weight.value().clone())];
+    if let Some(b) = bias {
+        v.push(("bias".into(), b.value().clone()));
+    }
+    v
+}
+
+/// A bias of `n` values uniform in ±1/√fan_in, seeded from the layer's seed.
+fn uniform_bias(device: &Device, n: usize, fan_in: usize, seed: u64) -> Result<Var> {
+    let bound = 1.0 / (fan_in.max(1) as f32).sqrt();
+    Ok(Var::param(Tensor::rand_uniform(
+        device,
+        &[n],
+        -bound,
+        bound,
+        crate::rng::hash(seed, 1),
+    )?))
+}
+
 fn expect_channels(x: &Var, rank: usize, dim: usize, want: usize, layer: &str) -> Result<()> {
     let s = x.shape();
     if s.len() != rank || s[dim] != want {
@@ -64,14 +92,7 @@ impl Linear {
             seed,
         )?;
         let b = if bias {
-            let bound = 1.0 / (in_features as f32).sqrt();
-            Some(Var::param(Tensor::rand_uniform(
-                device,
-                &[out_features],
-                -bound,
-                bound,
-                crate::rng::hash(seed, 1),
-            )?))
+            Some(uniform_bias(device, out_features, in_features, seed)?)
         } else {
             None
         };
@@ -101,9 +122,7 @@ impl Module for Linear {
         ag::linear(x, &self.weight, self.bias.as_ref())
     }
     fn parameters(&self) -> Vec<Var> {
-        std::iter::once(self.weight.clone())
-            .chain(self.bias.clone())
-            .collect()
+        weight_bias_params(&self.weight, &self.bias)
     }
     fn set_training(&mut self, on: bool) {
         self.training = on;
@@ -112,11 +131,7 @@ impl Module for Linear {
         self.training
     }
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".into(), b.value().clone()));
-        }
-        v
+        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(
@@ -177,14 +192,7 @@ impl Conv2d {
             seed,
         )?;
         let b = if bias {
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            Some(Var::param(Tensor::rand_uniform(
-                device,
-                &[out_channels],
-                -bound,
-                bound,
-                crate::rng::hash(seed, 1),
-            )?))
+            Some(uniform_bias(device, out_channels, fan_in, seed)?)
         } else {
             None
         };
@@ -225,9 +233,7 @@ impl Module for Conv2d {
         ag::conv2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
     fn parameters(&self) -> Vec<Var> {
-        std::iter::once(self.weight.clone())
-            .chain(self.bias.clone())
-            .collect()
+        weight_bias_params(&self.weight, &self.bias)
     }
     fn set_training(&mut self, on: bool) {
         self.training = on;
@@ -236,11 +242,7 @@ impl Module for Conv2d {
         self.training
     }
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".into(), b.value().clone()));
-        }
-        v
+        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
@@ -291,14 +293,7 @@ impl DepthwiseConv2d {
             seed,
         )?;
         let b = if bias {
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            Some(Var::param(Tensor::rand_uniform(
-                device,
-                &[channels],
-                -bound,
-                bound,
-                crate::rng::hash(seed, 1),
-            )?))
+            Some(uniform_bias(device, channels, fan_in, seed)?)
         } else {
             None
         };
@@ -329,9 +324,7 @@ impl Module for DepthwiseConv2d {
         ag::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.pad)
     }
     fn parameters(&self) -> Vec<Var> {
-        std::iter::once(self.weight.clone())
-            .chain(self.bias.clone())
-            .collect()
+        weight_bias_params(&self.weight, &self.bias)
     }
     fn set_training(&mut self, on: bool) {
         self.training = on;
@@ -340,11 +333,7 @@ impl Module for DepthwiseConv2d {
         self.training
     }
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".into(), b.value().clone()));
-        }
-        v
+        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(
@@ -396,14 +385,7 @@ impl ConvTranspose2d {
             seed,
         )?;
         let b = if bias {
-            let bound = 1.0 / (fan_in as f32).sqrt();
-            Some(Var::param(Tensor::rand_uniform(
-                device,
-                &[out_channels],
-                -bound,
-                bound,
-                crate::rng::hash(seed, 1),
-            )?))
+            Some(uniform_bias(device, out_channels, fan_in, seed)?)
         } else {
             None
         };
@@ -442,9 +424,7 @@ impl Module for ConvTranspose2d {
         ag::conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
     fn parameters(&self) -> Vec<Var> {
-        std::iter::once(self.weight.clone())
-            .chain(self.bias.clone())
-            .collect()
+        weight_bias_params(&self.weight, &self.bias)
     }
     fn set_training(&mut self, on: bool) {
         self.training = on;
@@ -453,11 +433,7 @@ impl Module for ConvTranspose2d {
         self.training
     }
     fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
-        if let Some(b) = &self.bias {
-            v.push(("bias".into(), b.value().clone()));
-        }
-        v
+        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({

@@ -430,12 +430,11 @@ pub fn clip_grad_norm(params: &[Var], max_norm: f32) -> Result<f32> {
         )));
     }
     let grads: Vec<Tensor> = params.iter().filter_map(Var::grad).collect();
-    let mut sq = 0f64;
-    for g in &grads {
-        let s = crate::ops::sum_all(&crate::ops::mul(g, g)?)?.to_vec::<f32>()?;
-        sq += s[0] as f64;
+    if grads.is_empty() {
+        return Ok(0.0);
     }
-    let norm = sq.sqrt() as f32;
+    let refs: Vec<&Tensor> = grads.iter().collect();
+    let norm = crate::ops::global_l2_norm(&refs)?.to_vec::<f32>()?[0];
     if norm > max_norm {
         let s = max_norm / (norm + 1e-6);
         for g in &grads {
