@@ -1,5 +1,6 @@
 // Convolution family (NCHW activations, F x C/groups x KH x KW weights): direct kernels, im2col / col2im for
-// the GEMM path, batch and bias reductions, and the Winograd F(2x2, 3x3) transforms.
+// the GEMM path, batch and bias reductions, weight flipping for the Winograd grad_x (kernels/winograd.cl holds the
+// Winograd transforms).
 //
 // Geometry is passed as two int8 vectors:
 //   g0 = (N, C, H, W, F, OH, OW, groups)      g1 = (KH, KW, SH, SW, PH, PW, DH, DW)
@@ -230,110 +231,6 @@ __kernel void conv_flip_weights(const int F, const int C, const int KH, const in
     __global const float* src = w + ((size_t)f * C + c) * KH * KW;
     __global float* dst = wr + (size_t)i * KH * KW;
     for (int t = 0; t < KH * KW; ++t) dst[t] = src[KH * KW - 1 - t];
-}
-
-// ------------------------------------------------------------------------------ Winograd F(2x2, 3x3)
-// U[ab][f][c] = (G g G^T)[a][b] for the 3x3 filter g = w[f][c]. A run of 16 filters per work-item.
-__kernel void wino_filter(const int F, const int C, __global const float* restrict w, __global float* restrict U)
-{
-    const int i0 = get_global_id(0) * 16;
-    for (int i = i0; i < min(F * C, i0 + 16); ++i) {
-    __global const float* g = w + (size_t)i * 9;
-    float t[4][3];
-    for (int j = 0; j < 3; ++j) {
-        const float g0 = g[j], g1 = g[3 + j], g2 = g[6 + j];
-        t[0][j] = g0;
-        t[1][j] = 0.5f * (g0 + g1 + g2);
-        t[2][j] = 0.5f * (g0 - g1 + g2);
-        t[3][j] = g2;
-    }
-    const size_t FC = (size_t)F * C;
-    for (int a = 0; a < 4; ++a) {
-        const float r0 = t[a][0], r1 = t[a][1], r2 = t[a][2];
-        U[(a * 4 + 0) * FC + i] = r0;
-        U[(a * 4 + 1) * FC + i] = 0.5f * (r0 + r1 + r2);
-        U[(a * 4 + 2) * FC + i] = 0.5f * (r0 - r1 + r2);
-        U[(a * 4 + 3) * FC + i] = r2;
-    }
-    }
-}
-
-// V[ab][c][n * T + t] = (B^T d B)[a][b] for the 4x4 input patch d of tile t (stride 2, zero padded).
-// One row of tiles per work-item.
-__kernel void wino_input(const int N, const int C, const int H, const int W, const int PH, const int PW,
-                         const int TH, const int TW, __global const float* restrict x, __global float* restrict V)
-{
-    // Dimension 0 is 1: a tile row per work-item, rows and channels along dimension 1 (CPU OpenCL would
-    // otherwise vectorise across work-items and turn the transform's stores into scatters).
-    const int ty = get_global_id(1) % TH, c = get_global_id(1) / TH, n = get_global_id(2);
-    const int T = TH * TW;
-    if (c >= C || n >= N) return;
-    for (int tx = 0; tx < TW; ++tx) {
-    const int t = ty * TW + tx;
-    const int y0 = ty * 2 - PH, x0 = tx * 2 - PW;
-    __global const float* xp = x + ((size_t)n * C + c) * H * W;
-    float d[4][4];
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int y = y0 + i, xx = x0 + j;
-            d[i][j] = (y >= 0 && y < H && xx >= 0 && xx < W) ? xp[y * W + xx] : 0.0f;
-        }
-    float e[4][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        e[0][j] = d[0][j] - d[2][j];
-        e[1][j] = d[1][j] + d[2][j];
-        e[2][j] = d[2][j] - d[1][j];
-        e[3][j] = d[1][j] - d[3][j];
-    }
-    const size_t NT = (size_t)N * T, stride = (size_t)C * NT, o = (size_t)c * NT + (size_t)n * T + t;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        V[(i * 4 + 0) * stride + o] = e[i][0] - e[i][2];
-        V[(i * 4 + 1) * stride + o] = e[i][1] + e[i][2];
-        V[(i * 4 + 2) * stride + o] = e[i][2] - e[i][1];
-        V[(i * 4 + 3) * stride + o] = e[i][1] - e[i][3];
-    }
-    }
-}
-
-// out[n][f][2 ty + i][2 tx + j] = (A^T M A)[i][j] + bias[f] (cropped to OH x OW), optional ReLU.
-// One row of tiles per work-item.
-__kernel void wino_output(const int N, const int F, const int OH, const int OW, const int TH, const int TW,
-                          __global const float* restrict Mt, __global const float* restrict bias,
-                          const int has_bias, const int relu, __global float* restrict out)
-{
-    const int ty = get_global_id(1) % TH, f = get_global_id(1) / TH, n = get_global_id(2);
-    const int T = TH * TW;
-    if (f >= F || n >= N) return;
-    for (int tx = 0; tx < TW; ++tx) {
-    const int t = ty * TW + tx;
-    const size_t NT = (size_t)N * T, stride = (size_t)F * NT, o = (size_t)f * NT + (size_t)n * T + t;
-    float m[4][4];
-#pragma unroll
-    for (int i = 0; i < 16; ++i) m[i / 4][i % 4] = Mt[i * stride + o];
-    float r[2][4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        r[0][j] = m[0][j] + m[1][j] + m[2][j];
-        r[1][j] = m[1][j] - m[2][j] - m[3][j];
-    }
-    const float bb = has_bias ? bias[f] : 0.0f;
-    const int oy = ty * 2, ox = tx * 2;
-    __global float* op = out + ((size_t)n * F + f) * OH * OW;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-        float v0 = r[i][0] + r[i][1] + r[i][2] + bb;
-        float v1 = r[i][1] - r[i][2] - r[i][3] + bb;
-        if (relu) { v0 = v0 < 0.0f ? 0.0f : v0; v1 = v1 < 0.0f ? 0.0f : v1; }
-        if (oy + i < OH) {
-            op[(oy + i) * OW + ox] = v0;
-            if (ox + 1 < OW) op[(oy + i) * OW + ox + 1] = v1;
-        }
-    }
-    }
 }
 
 // out[n][f][p] = act(out[n][f][p] + bias[f]) in place.

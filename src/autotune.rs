@@ -278,7 +278,21 @@ fn full_key(device: &Device, kernel: &str, shape_key: &str) -> String {
     format!("{}::{kernel}::{shape_key}", device.info().tune_id())
 }
 
+/// The candidate label `NETCL_AUTOTUNE_FORCE` names for `kernel`, if any. The variable holds
+/// `kernel=label` entries separated by `;` (labels of GEMM candidates contain commas), e.g.
+/// `wino_input=tiles;conv2d_fwd_algo=winograd`.
+fn forced_label(kernel: &str) -> Option<String> {
+    let v = std::env::var("NETCL_AUTOTUNE_FORCE").ok()?;
+    v.split(';').find_map(|entry| {
+        let (k, l) = entry.split_once('=')?;
+        (k.trim() == kernel).then(|| l.trim().to_owned())
+    })
+}
+
 /// Chooses among `candidates` for (`device`, `kernel`, `shape_key`) by measurement, with caching.
+///
+/// `NETCL_AUTOTUNE_FORCE` (see [`forced_label`]) overrides the choice for the kernels it names; naming a
+/// label that is not a candidate is an error.
 ///
 /// `bench` runs one candidate once and returns its time in milliseconds (device time from profiling events
 /// on OpenCL). An error disqualifies the candidate. `default` indexes the candidate used when autotuning is
@@ -322,6 +336,21 @@ pub fn tune<C: Serialize + Clone>(
     } else {
         0
     };
+    if let Some(want) = forced_label(kernel) {
+        let labels: Vec<String> = values.iter().map(label).collect();
+        let Some(idx) = labels.iter().position(|l| *l == want) else {
+            return Err(Error::Invalid(format!(
+                "NETCL_AUTOTUNE_FORCE names `{want}` for `{kernel}`, which is not a candidate for shape {shape_key}; the candidates are {labels:?}"
+            )));
+        };
+        record(decision(
+            idx,
+            Source::Forced,
+            Vec::new(),
+            Some("NETCL_AUTOTUNE_FORCE".into()),
+        ));
+        return Ok(candidates[idx].clone());
+    }
     if candidates.len() == 1 {
         record(decision(
             0,

@@ -281,3 +281,105 @@ fn bad_input_gives_clear_errors() {
             .contains("bias")
     );
 }
+
+/// Both Winograd tile sizes, F(2×2, 3×3) and F(4×4, 3×3), forced through `NETCL_AUTOTUNE_FORCE` in a child
+/// process each: forward, backward, and the weight gradient alone (no grad_x).
+#[test]
+fn winograd_tile_sizes() {
+    if opencl_device().is_none() {
+        return;
+    }
+    for tile in ["2", "4", "3"] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "winograd_tile_child",
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(
+                "NETCL_AUTOTUNE_FORCE",
+                format!("wino_tile={tile};wino_grad_w_tile={tile}"),
+            )
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "tile {tile}:\n{text}");
+        assert!(
+            text.contains("1 passed"),
+            "tile {tile}: child did not run:\n{text}"
+        );
+        assert!(
+            text.contains(&format!("forced tile {tile}")),
+            "tile {tile}: {text}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by winograd_tile_sizes with NETCL_AUTOTUNE_FORCE set"]
+fn winograd_tile_child() {
+    let dev = opencl_device().expect("an OpenCL device");
+    let want = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
+    let tile = want.rsplit('=').next().unwrap().to_owned();
+    if tile != "2" && tile != "4" {
+        // A label that is not a candidate: a clear error naming the candidates, and no output.
+        let x = Tensor::randn(&dev, &[1, 2, 6, 6], 0.0, 1.0, 1).unwrap();
+        let w = Tensor::randn(&dev, &[3, 2, 3, 3], 0.0, 1.0, 2).unwrap();
+        let o = Conv2dOptions::new().padding(1).algo(ConvAlgo::Winograd);
+        let e = ops::conv2d(&x, &w, None, &o).unwrap_err().to_string();
+        assert!(
+            e.contains("NETCL_AUTOTUNE_FORCE") && e.contains("[\"2\", \"4\"]"),
+            "{e}"
+        );
+        println!("forced tile {tile} rejected");
+        return;
+    }
+    let seq = netcl::autotune::last_seq();
+    for (i, &(n, c, h, w, f, p)) in [
+        (2, 5, 7, 6, 3, 1),
+        (1, 9, 4, 9, 6, 0),
+        (3, 4, 5, 5, 7, 2),
+        (2, 16, 13, 10, 8, 1),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let o = Conv2dOptions::new().padding(p).algo(ConvAlgo::Winograd);
+        check(&dev, [n, c, h, w], f, [3, 3], &o, 600 + i as u64);
+        // The weight gradient without grad_x (a first layer).
+        let (xc, xd) = pair(&dev, &[n, c, h, w], 700 + i as u64);
+        let (wc, wd) = pair(&dev, &[f, c, 3, 3], 710 + i as u64);
+        let y = ops::conv2d(&xc, &wc, None, &o).unwrap();
+        let (gc, gd) = pair(&dev, y.shape(), 720 + i as u64);
+        let want = ops::conv2d_backward(&xc, &wc, &gc, false, false, &o).unwrap();
+        let got = ops::conv2d_backward(&xd, &wd, &gd, false, false, &o).unwrap();
+        assert!(got.grad_x.is_none());
+        assert_close(
+            &v(&got.grad_w),
+            &v(&want.grad_w),
+            1e-3,
+            RTOL,
+            &format!("grad_w only, case {i}"),
+        );
+    }
+    let used: Vec<_> = netcl::autotune::decisions_since(seq)
+        .into_iter()
+        .filter(|d| d.kernel == "wino_tile" || d.kernel == "wino_grad_w_tile")
+        .collect();
+    assert!(
+        used.iter().any(|d| d.kernel == "wino_tile")
+            && used.iter().any(|d| d.kernel == "wino_grad_w_tile"),
+        "the Winograd tile decisions were not logged: {used:?}"
+    );
+    for d in &used {
+        assert_eq!(d.source, netcl::autotune::Source::Forced, "{d:?}");
+        assert_eq!(d.winner_label, tile, "{d:?}");
+    }
+    println!("forced tile {tile}");
+}

@@ -19,6 +19,9 @@ use crate::tensor::{DType, Tensor};
 /// The most bytes an im2col workspace may take; larger batches are processed in chunks.
 const COL_BUDGET: usize = 128 << 20;
 
+/// The Winograd output tile sizes, chosen by measurement: F(2×2, 3×3) and F(4×4, 3×3).
+const WINO_TILES: [usize; 2] = [2, 4];
+
 /// `NETCL_CONV_POINTWISE`: `auto` (measured), `1` (always the pointwise kernels), `0` (never).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PointwiseMode {
@@ -265,9 +268,50 @@ impl ClDevice {
         Ok(ev)
     }
 
-    fn fwd_winograd(
+    /// The Winograd transform kernels for output tiles of `wm`×`wm` (2 or 4).
+    fn wino_kernel(
+        &self,
+        wm: usize,
+        name: &str,
+    ) -> Result<std::sync::Arc<crate::program::ClKernel>> {
+        self.kernel("winograd", &Defines::new().set("WM", wm), name)
+    }
+
+    /// The Winograd input transform of `x` (N×C×H×W, padding `ph`×`pw`) into `v` (α²×C×N·T), for `th`×`tw`
+    /// tiles of `wm`×`wm` outputs per image (α = wm + 2).
+    #[allow(clippy::too_many_arguments)]
+    fn wino_input(
+        &self,
+        wm: usize,
+        x: &Tensor,
+        v: &Tensor,
+        (n, c, h, w): (usize, usize, usize, usize),
+        (ph, pw): (usize, usize),
+        (th, tw): (usize, usize),
+    ) -> Result<Event> {
+        let k = self.wino_kernel(wm, "wino_input")?;
+        let args = [
+            i(n),
+            i(c),
+            i(h),
+            i(w),
+            i(ph),
+            i(pw),
+            i(th),
+            i(tw),
+            Arg::Mem(x.storage()),
+            Arg::Mem(v.storage()),
+        ];
+        self.launch(&k, &args, &[n * th * tw, c], None)
+    }
+
+    /// Winograd F(wm×wm, 3×3) forward: filter and input transforms, one batched product per transform
+    /// element (`M[ab] = U[ab] · V[ab]`), output transform with bias and ReLU.
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_winograd_tile(
         &self,
         device: &Device,
+        wm: usize,
         x: &Tensor,
         w: &Tensor,
         bias: Option<&Tensor>,
@@ -275,40 +319,27 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let (th, tw) = (g.oh.div_ceil(2), g.ow.div_ceil(2));
+        let al2 = (wm + 2) * (wm + 2);
+        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
         let t = th * tw;
         let nt = g.n * t;
-        let u = Tensor::empty(device, &[16, g.f, g.c], DType::F32)?;
-        let v = Tensor::empty(device, &[16, g.c, nt], DType::F32)?;
-        let m = Tensor::empty(device, &[16, g.f, nt], DType::F32)?;
-        let d = Defines::new();
+        let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
+        let v = Tensor::empty(device, &[al2, g.c, nt], DType::F32)?;
+        let m = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
         let mut ev = Vec::new();
-        let k = self.kernel("conv", &d, "wino_filter")?;
+        let k = self.wino_kernel(wm, "wino_filter")?;
         ev.push(self.launch(
             &k,
             &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
-            &[(g.f * g.c).div_ceil(16)],
+            &[g.f * g.c],
             None,
         )?);
-        let k = self.kernel("conv", &d, "wino_input")?;
-        let args = [
-            i(g.n),
-            i(g.c),
-            i(g.h),
-            i(g.w),
-            i(g.ph),
-            i(g.pw),
-            i(th),
-            i(tw),
-            Arg::Mem(x.storage()),
-            Arg::Mem(v.storage()),
-        ];
-        ev.push(self.launch(&k, &args, &[1, th * g.c, g.n], None)?);
+        ev.push(self.wino_input(wm, x, &v, (g.n, g.c, g.h, g.w), (g.ph, g.pw), (th, tw))?);
         let gm = Gemm {
             m: g.f,
             n: nt,
             k: g.c,
-            batch: 16,
+            batch: al2,
             trans_a: false,
             trans_b: false,
             off_a: 0,
@@ -323,10 +354,10 @@ impl ClDevice {
             bias: BiasMode::None,
             relu: false,
             tune_name: "wino_batched_gemm",
-            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t)]),
+            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
-        let k = self.kernel("conv", &d, "wino_output")?;
+        let k = self.wino_kernel(wm, "wino_output")?;
         let args = [
             i(g.n),
             i(g.f),
@@ -340,8 +371,112 @@ impl ClDevice {
             Arg::I32(relu as i32),
             Arg::Mem(out.storage()),
         ];
-        ev.push(self.launch(&k, &args, &[1, th * g.f, g.n], None)?);
+        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
         Ok(ev)
+    }
+
+    /// Winograd forward with the output tile size (2×2 or 4×4) chosen by measurement (`wino_tile`).
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_winograd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
+        let wm = autotune::tune(device, "wino_tile", &key, &WINO_TILES, 0, |&wm| {
+            events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
+        })?;
+        self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
+    }
+
+    /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
+    /// of `x`, the adjoint output transform of grad_out, one batched product per transform element
+    /// (`dU[ab] = D[ab] · V[ab]ᵀ`, reduced over every tile of the batch, split-K when long) and the adjoint
+    /// filter transform.
+    fn wino_grad_w_tile(
+        &self,
+        device: &Device,
+        wm: usize,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+    ) -> Result<Vec<Event>> {
+        let al2 = (wm + 2) * (wm + 2);
+        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
+        let t = th * tw;
+        let nt = g.n * t;
+        let v = Tensor::empty(device, &[al2, g.c, nt], DType::F32)?;
+        let dm = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
+        let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
+        let mut ev =
+            vec![self.wino_input(wm, x, &v, (g.n, g.c, g.h, g.w), (g.ph, g.pw), (th, tw))?];
+        let k = self.wino_kernel(wm, "wino_grad_out")?;
+        let args = [
+            i(g.n),
+            i(g.f),
+            i(g.oh),
+            i(g.ow),
+            i(th),
+            i(tw),
+            Arg::Mem(go.storage()),
+            Arg::Mem(dm.storage()),
+        ];
+        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        let gm = Gemm {
+            m: g.f,
+            n: g.c,
+            k: nt,
+            batch: al2,
+            trans_a: false,
+            trans_b: true,
+            off_a: 0,
+            lda: nt,
+            s_a: g.f * nt,
+            off_b: 0,
+            ldb: nt,
+            s_b: g.c * nt,
+            off_c: 0,
+            ldc: g.c,
+            s_c: g.f * g.c,
+            bias: BiasMode::None,
+            relu: false,
+            tune_name: "wino_grad_w_gemm",
+            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
+        };
+        self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
+        let k = self.wino_kernel(wm, "wino_grad_filter")?;
+        let args = [
+            i(g.f),
+            i(g.c),
+            Arg::Mem(mw.storage()),
+            Arg::Mem(gw.storage()),
+        ];
+        ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+        Ok(ev)
+    }
+
+    /// Winograd grad_w with the tile size chosen by measurement (`wino_grad_w_tile`).
+    fn wino_grad_w(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let key = algo_key(g, &[]);
+        let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
+            events_ms(&self.wino_grad_w_tile(device, wm, x, go, gw, g)?)
+        })?;
+        ev.extend(self.wino_grad_w_tile(device, wm, x, go, gw, g)?);
+        Ok(())
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -673,20 +808,8 @@ impl ClDevice {
             ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
             ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
         }
-        if gr.gw.is_some() {
-            self.bwd_im2col(
-                device,
-                x,
-                w,
-                go,
-                &ConvGrads {
-                    gx: None,
-                    gw: gr.gw,
-                    gb: None,
-                },
-                g,
-                ev,
-            )?;
+        if let Some(gw) = gr.gw {
+            self.wino_grad_w(device, x, go, gw, g, ev)?;
         }
         Ok(())
     }
@@ -726,7 +849,7 @@ impl ClDevice {
     ) -> Result<Vec<Event>> {
         let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
             .into_iter()
-            .filter(|a| g.eligible(*a) && (*a != ConvAlgo::Winograd || gr.gx.is_some()))
+            .filter(|a| g.eligible(*a))
             .collect();
         let key = algo_key(
             g,

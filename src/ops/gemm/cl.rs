@@ -66,10 +66,15 @@ impl Serialize for GemmCand {
 }
 
 /// Tile configurations of the local-memory kernel, largest first.
-const TILED: [(usize, usize, usize, usize, usize); 3] = [
+const TILED: [(usize, usize, usize, usize, usize); 6] = [
     (128, 128, 16, 8, 8),
     (64, 128, 16, 4, 8),
     (64, 64, 16, 4, 4),
+    // Few rows (grad_x of a pointwise convolution with few input channels): no padded half tile.
+    (32, 128, 16, 4, 8),
+    // Short reductions (the Winograd products, K = C): half the barriers per K, or 8×4 blocks per work-item.
+    (64, 64, 32, 4, 4),
+    (64, 64, 16, 8, 4),
 ];
 /// Register blocks of the CPU kernels: (rows, vector width, vectors per row).
 const BLOCKS: [(usize, usize, usize); 3] = [(16, 16, 1), (12, 16, 2), (6, 8, 2)];
