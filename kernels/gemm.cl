@@ -11,6 +11,7 @@
 //  * gemm_packed  barrier-free register blocking on panels packed by gemm_pack_a / gemm_pack_b
 //                 (MR rows x NR = VW * NB columns per work-item, VW-wide vectors); the CPU OpenCL kernel.
 //  * gemm_reg     the same register blocking reading A and B in place (no packing pass; TRANS_B == 0 only).
+//  * gemm_smallk  K <= 64 without transposes: columns of B in registers, rows of A broadcast from local memory.
 
 #ifndef TRANS_A
 #define TRANS_A 0
@@ -156,6 +157,65 @@ void gemm_tiled(const int M, const int N, const int K,
         }
     }
 }
+#endif
+
+// ------------------------------------------------------------------------------------------------ gemm_smallk
+// Short reductions (K = SK <= 64, neither operand transposed; pointwise convolutions with few input channels,
+// the Winograd products; K < SK reads zeros): each work-item keeps PX columns of B (SK values each) in registers and walks every
+// row of A, which the work-group stages MT rows at a time in local memory and every work-item reads at the same
+// address (a broadcast). Loads of B and stores of C are coalesced along n; no K tiling, one barrier pair per MT
+// rows. Work-groups of LS work-items along n, batches along dimension 1.
+#ifdef SK
+#define MT 64
+__kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
+void gemm_smallk(const int M, const int N, const int K,
+                 __global const float* restrict A, const int offA, const int lda, const int sA,
+                 __global const float* restrict B, const int offB, const int ldb, const int sB,
+                 __global float* restrict C, const int offC, const int ldc, const int sC,
+                 __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    __local float As[MT * SK];
+    const int lid = get_local_id(0);
+    const int b = get_group_id(1);
+    const int nb = get_group_id(0) * (LS * PX) + lid;
+    __global const float* Ab = A + offA + (size_t)b * sA;
+    __global const float* Bb = B + offB + (size_t)b * sB;
+    __global float* Cb = C + offC + (size_t)b * sC;
+    float xr[PX][SK];
+#pragma unroll
+    for (int q = 0; q < PX; ++q) {
+        const int n = nb + q * LS;
+#pragma unroll
+        for (int c = 0; c < SK; ++c) xr[q][c] = (n < N && c < K) ? Bb[(size_t)c * ldb + n] : 0.0f;
+    }
+    for (int m0 = 0; m0 < M; m0 += MT) {
+        const int rows = min(MT, M - m0);
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int i = lid; i < rows * SK; i += LS) {
+            const int r = i / SK, c = i - r * SK;
+            As[i] = c < K ? Ab[(size_t)(m0 + r) * lda + c] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int r = 0; r < rows; ++r) {
+            float acc[PX];
+#pragma unroll
+            for (int q = 0; q < PX; ++q) acc[q] = 0.0f;
+#pragma unroll
+            for (int c = 0; c < SK; ++c) {
+                const float a = As[r * SK + c];
+#pragma unroll
+                for (int q = 0; q < PX; ++q) acc[q] = fma(a, xr[q][c], acc[q]);
+            }
+            const int m = m0 + r;
+#pragma unroll
+            for (int q = 0; q < PX; ++q) {
+                const int n = nb + q * LS;
+                if (n < N) Cb[(size_t)m * ldc + n] = gemm_epilogue(acc[q], bias, bias_mode, relu, m, n);
+            }
+        }
+    }
+}
+#undef MT
 #endif
 
 // ------------------------------------------------------------------------------------------------ CPU kernels

@@ -131,6 +131,9 @@ struct Meta {
 struct FileCache {
     winners: BTreeMap<String, Value>,
     meta: BTreeMap<String, Meta>,
+    /// The candidate index each winner was last found at (a hint, verified on use), so repeated calls
+    /// serialise one candidate instead of all of them.
+    resolved: HashMap<String, usize>,
 }
 
 /// Whether autotuning measures (`NETCL_AUTOTUNE` unset or not `0`/`false`/`off`).
@@ -312,6 +315,17 @@ pub fn tune<C: Serialize + Clone>(
     };
     let started = Instant::now();
     let key = full_key(device, kernel, shape_key);
+    let forced = forced_label(kernel);
+    // Fast path for a decision already resolved and logged in this scope: no serialisation of every
+    // candidate, no copy of the cached candidate times.
+    if forced.is_none() && candidates.len() > 1 && is_enabled() {
+        let path = cache_path();
+        if let Some(idx) = resolved_hit(&path, &key, candidates)
+            && LOGGED.with(|l| l.borrow().contains(&key))
+        {
+            return Ok(candidates[idx].clone());
+        }
+    }
     let values: Vec<Value> = candidates
         .iter()
         .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
@@ -336,7 +350,7 @@ pub fn tune<C: Serialize + Clone>(
     } else {
         0
     };
-    if let Some(want) = forced_label(kernel) {
+    if let Some(want) = forced {
         let labels: Vec<String> = values.iter().map(label).collect();
         let Some(idx) = labels.iter().position(|l| *l == want) else {
             return Err(Error::Invalid(format!(
@@ -442,6 +456,16 @@ fn now_secs() -> u64 {
 }
 
 /// Finds a valid cached winner; drops the entry when it is no longer a candidate.
+/// The cached winner's index when a previous lookup resolved it and it still names `candidates[idx]`.
+fn resolved_hit<C: Serialize>(path: &Path, key: &str, candidates: &[C]) -> Option<usize> {
+    let m = memo().lock().ok()?;
+    let fc = m.get(path)?;
+    let idx = *fc.resolved.get(key)?;
+    let winner = fc.winners.get(key)?;
+    let c = candidates.get(idx)?;
+    (serde_json::to_value(c).ok()? == *winner).then_some(idx)
+}
+
 fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<CandidateTime>)> {
     let mut m = memo().lock().ok()?;
     let fc = m
@@ -449,19 +473,23 @@ fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<Candid
         .or_insert_with(|| read_file(path).0);
     let cached = fc.winners.get(key)?;
     match values.iter().position(|v| v == cached) {
-        Some(i) => Some((
-            i,
-            fc.meta
-                .get(key)
-                .map(|mt| mt.candidates.clone())
-                .unwrap_or_default(),
-        )),
+        Some(i) => {
+            fc.resolved.insert(key.to_owned(), i);
+            Some((
+                i,
+                fc.meta
+                    .get(key)
+                    .map(|mt| mt.candidates.clone())
+                    .unwrap_or_default(),
+            ))
+        }
         None => {
             tracing::info!(
                 "autotune: cached winner {cached} for {key} is no longer a candidate; measuring again"
             );
             fc.winners.remove(key);
             fc.meta.remove(key);
+            fc.resolved.remove(key);
             None
         }
     }
@@ -583,6 +611,7 @@ pub(crate) fn write_atomic(path: &Path, text: &[u8]) -> std::io::Result<()> {
 fn store(path: &Path, key: &str, winner: Value, meta: Meta) {
     if let Ok(mut m) = memo().lock() {
         let fc = m.entry(path.to_owned()).or_default();
+        fc.resolved.remove(key);
         fc.winners.insert(key.to_owned(), winner.clone());
         fc.meta.insert(key.to_owned(), meta.clone());
     }

@@ -383,3 +383,77 @@ fn winograd_tile_child() {
     }
     println!("forced tile {tile}");
 }
+
+/// The pointwise GEMM with the small-K kernel forced (bias and ReLU in its epilogue, batch > 1, more filters
+/// than one local-memory chunk), in a child process.
+#[test]
+fn pointwise_small_k_kernel() {
+    if opencl_device().is_none() {
+        return;
+    }
+    for label in [
+        r#"["smallk",1,128,1]"#,
+        r#"["smallk",2,128,1]"#,
+        r#"["smallk",4,64,1]"#,
+    ] {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "pointwise_small_k_child",
+                "--ignored",
+                "--test-threads=1",
+                "--nocapture",
+            ])
+            .env(
+                "NETCL_AUTOTUNE_FORCE",
+                format!("conv2d_pointwise_gemm={label};conv2d_pointwise_fwd_select=pointwise"),
+            )
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{label}:\n{text}");
+        assert!(text.contains("small-K kernel used"), "{label}: {text}");
+    }
+}
+
+#[test]
+#[ignore = "run by pointwise_small_k_kernel with NETCL_AUTOTUNE_FORCE set"]
+fn pointwise_small_k_child() {
+    let dev = opencl_device().expect("an OpenCL device");
+    let seq = netcl::autotune::last_seq();
+    // Forward only: the forced label names a kernel for non-transposed products, and the backward's grad_x
+    // product is transposed (forcing a label that is not a candidate is an error).
+    for (i, &(x, f, relu)) in [([3, 24, 5, 7], 70, true), ([1, 30, 9, 9], 5, false)]
+        .iter()
+        .enumerate()
+    {
+        let o = Conv2dOptions::new().fuse_relu(relu);
+        let seed = 800 + 10 * i as u64;
+        let (xc, xd) = pair(&dev, &x, seed);
+        let (wc, wd) = pair(&dev, &[f, x[1], 1, 1], seed + 1);
+        let (bc, bd) = pair(&dev, &[f], seed + 2);
+        let want = ops::conv2d(&xc, &wc, Some(&bc), &o).unwrap();
+        let got = ops::conv2d(&xd, &wd, Some(&bd), &o).unwrap();
+        assert_close(
+            &v(&got),
+            &v(&want),
+            ATOL,
+            RTOL,
+            &format!("small-K case {i}"),
+        );
+    }
+    let used: Vec<_> = netcl::autotune::decisions_since(seq)
+        .into_iter()
+        .filter(|d| d.kernel == "conv2d_pointwise_gemm")
+        .collect();
+    assert!(!used.is_empty());
+    for d in &used {
+        assert_eq!(d.source, netcl::autotune::Source::Forced, "{d:?}");
+        assert!(d.winner_label.contains("smallk"), "{d:?}");
+    }
+    println!("small-K kernel used");
+}

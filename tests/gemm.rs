@@ -148,6 +148,8 @@ fn every_candidate_matches_on_edge_shapes() {
         (19, 70, 33, true, true),
         (3, 5, 1100, false, true),
         (66, 130, 17, true, false),
+        // K <= 64 without transposes: the small-K candidates, with more rows than one local-memory chunk.
+        (130, 300, 64, false, false),
     ]
     .iter()
     .enumerate()
@@ -162,6 +164,9 @@ fn every_candidate_matches_on_edge_shapes() {
             .unwrap();
         let labels = ops::matmul_candidates(&ad, &bd, ta, tb).unwrap();
         assert!(labels.len() >= 3, "{labels:?}");
+        if k <= 64 && !ta && !tb {
+            assert!(labels.iter().any(|l| l.contains("smallk")), "{labels:?}");
+        }
         for l in &labels {
             let got = ops::matmul_with(&ad, &bd, ta, tb, l)
                 .unwrap()

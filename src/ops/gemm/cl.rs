@@ -39,6 +39,9 @@ pub(crate) enum Algo {
         nb: usize,
         ly: usize,
     },
+    /// K ≤ 64 without transposes: `px` columns of B per work-item in registers, rows of A broadcast from local
+    /// memory, `ls` work-items per group.
+    SmallK { px: usize, ls: usize },
 }
 
 /// A candidate: a kernel shape and the number of K splits (1 = no split).
@@ -60,6 +63,7 @@ impl Serialize for GemmCand {
             Algo::Reg { mr, vw, nb, ly } => {
                 serde_json::json!(["reg", mr, vw * nb, ly, self.splits])
             }
+            Algo::SmallK { px, ls } => serde_json::json!(["smallk", px, ls, self.splits]),
         };
         v.serialize(s)
     }
@@ -122,6 +126,18 @@ impl ClDevice {
                 },
                 splits: 1,
             });
+        }
+        // Short reductions: the K values of a column fit in registers. `bk` bounds g.k from above (the key
+        // holds a bucket of K or K itself), so the list depends on the key only.
+        if !g.trans_a && !g.trans_b && bk <= 64 && 64 * bk * 4 <= lmem {
+            for (px, ls) in [(1, 128), (2, 128), (4, 64)] {
+                if px * bk <= 128 && ls <= max_wg && (wis.is_empty() || ls <= wis[0]) {
+                    v.push(GemmCand {
+                        algo: Algo::SmallK { px, ls },
+                        splits: 1,
+                    });
+                }
+            }
         }
         // Split-K pays when the reduction is long and the output too small to fill the device.
         if bk >= 4 * bm.max(bn) && bk >= 1024 {
@@ -211,6 +227,32 @@ impl ClDevice {
                 ];
                 let global = [g.n.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, z];
                 evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, 1]))?);
+            }
+            Algo::SmallK { px, ls } => {
+                let d = base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
+                let k = self.kernel("gemm", &d, "gemm_smallk")?;
+                let args = [
+                    i(g.m),
+                    i(g.n),
+                    i(g.k),
+                    Arg::Mem(a.storage()),
+                    i(g.off_a),
+                    i(g.lda),
+                    i(g.s_a),
+                    Arg::Mem(b.storage()),
+                    i(g.off_b),
+                    i(g.ldb),
+                    i(g.s_b),
+                    Arg::Mem(out.storage()),
+                    i(off_c),
+                    i(ldc),
+                    i(s_c),
+                    Arg::Mem(bias_t.storage()),
+                    Arg::I32(bias_code),
+                    Arg::I32(g.relu as i32),
+                ];
+                let global = [g.n.div_ceil(ls * px) * ls, z];
+                evs.push(self.launch(&k, &args, &global, Some(&[ls, 1]))?);
             }
             Algo::Packed { mr, vw, nb, ly } => {
                 let nr = vw * nb;
