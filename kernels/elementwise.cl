@@ -130,3 +130,14 @@ __kernel void binary_scalar(const int n, const float s, __global const float* a,
         for (int j = i; j < n; ++j) out[j] = SOP(a[j], s);
     }
 }
+
+// A plain copy of n floats, float4 per work-item (the bandwidth yardstick of `netcl bench copy_large`). Buffers
+// start aligned, so the float4 view is aligned; the tail of n % 4 elements is copied by the first items.
+__kernel void copy_f32(const int n, __global const float* x, __global float* y) {
+    const int n4 = n >> 2;
+    __global const float4* x4 = (__global const float4*)x;
+    __global float4* y4 = (__global float4*)y;
+    for (int i = get_global_id(0); i < n4; i += get_global_size(0)) y4[i] = x4[i];
+    const int t = (n4 << 2) + get_global_id(0);
+    if (t < n) y[t] = x[t];
+}
