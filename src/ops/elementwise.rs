@@ -493,10 +493,12 @@ impl BinaryKernels for ClDevice {
             };
             let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
             let vec = if d[2] % 4 == 0 { 4 } else { 1 };
+            let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
             let defines = defines
                 .set("VEC", vec)
                 .set("A_INNER", sa[2].min(1))
-                .set("B_INNER", sb[2].min(1));
+                .set("B_INNER", sb[2].min(1))
+                .set("ALIGN4", u8::from(align));
             let g = [d[2] / vec, d[1], d[0]];
             let (g, local, capped) = grid_3d(self, g);
             let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
