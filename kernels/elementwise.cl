@@ -34,30 +34,42 @@
 #define SWAP 0
 #endif
 
-// Same-shape inputs: four elements per work-item, scalar tail.
+// Same-shape inputs: four elements per work-item, scalar tail. Buffers start aligned and i is a multiple of 4,
+// so the float4 views are aligned (one 16-byte access per input instead of four).
 __kernel void binary_same(const int n, __global const float* a, __global const float* b, __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
-        const float4 x = vload4(0, a + i);
-        const float4 y = vload4(0, b + i);
+        const float4 x = *(__global const float4*)(a + i);
+        const float4 y = *(__global const float4*)(b + i);
         float4 r;
         r.s0 = OP(x.s0, y.s0);
         r.s1 = OP(x.s1, y.s1);
         r.s2 = OP(x.s2, y.s2);
         r.s3 = OP(x.s3, y.s3);
-        vstore4(r, 0, out + i);
+        *(__global float4*)(out + i) = r;
     } else {
         for (int j = i; j < n; ++j) out[j] = OP(a[j], b[j]);
     }
 }
 
+#ifndef ALIGN4
+#define ALIGN4 0
+#endif
+// ALIGN4: every outer stride is a multiple of 4, so with VEC = 4 each float4 access is 16-byte aligned.
+#if ALIGN4
+#define VLOAD4(p) (*(__global const float4*)(p))
+#define VSTORE4(v, p) (*(__global float4*)(p) = (v))
+#else
+#define VLOAD4(p) vload4(0, (p))
+#define VSTORE4(v, p) vstore4((v), 0, (p))
+#endif
 #if A_INNER
-#define LOAD_A4(p) vload4(0, (p))
+#define LOAD_A4(p) VLOAD4(p)
 #else
 #define LOAD_A4(p) ((float4)(*(p)))
 #endif
 #if B_INNER
-#define LOAD_B4(p) vload4(0, (p))
+#define LOAD_B4(p) VLOAD4(p)
 #else
 #define LOAD_B4(p) ((float4)(*(p)))
 #endif
@@ -81,7 +93,7 @@ __kernel void binary_3d(const int d0, const int d1, const int d2, const int sa0,
     r.s1 = OP(u.s1, v.s1);
     r.s2 = OP(u.s2, v.s2);
     r.s3 = OP(u.s3, v.s3);
-    vstore4(r, 0, out + o);
+    VSTORE4(r, out + o);
 #else
     out[o] = OP(a[ia], b[ib]);
 #endif
@@ -129,4 +141,15 @@ __kernel void binary_scalar(const int n, const float s, __global const float* a,
     } else {
         for (int j = i; j < n; ++j) out[j] = SOP(a[j], s);
     }
+}
+
+// A plain copy of n floats, float4 per work-item (the bandwidth yardstick of `netcl bench copy_large`). Buffers
+// start aligned, so the float4 view is aligned; the tail of n % 4 elements is copied by the first items.
+__kernel void copy_f32(const int n, __global const float* x, __global float* y) {
+    const int n4 = n >> 2;
+    __global const float4* x4 = (__global const float4*)x;
+    __global float4* y4 = (__global float4*)y;
+    for (int i = get_global_id(0); i < n4; i += get_global_size(0)) y4[i] = x4[i];
+    const int t = (n4 << 2) + get_global_id(0);
+    if (t < n) y[t] = x[t];
 }

@@ -39,6 +39,9 @@
 #ifndef V
 #define V 1
 #endif
+#ifndef ALIGN4
+#define ALIGN4 0
+#endif
 
 #ifndef KAHAN
 #define KAHAN 0
@@ -69,7 +72,13 @@ __kernel void red_row_wg(const int O, const int R, const int rc, const int G, co
     const int len = end - start;
     const int n4 = len >> 2;
     float4 a4 = (float4)(IDENT);
+#if ALIGN4
+    // R and rc are multiples of 4 (the host rounds rc up), so every chunk starts 16-byte aligned.
+    __global const float4* row4 = (__global const float4*)row;
+    for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(row4[k]));
+#else
     for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(vload4(k, row)));
+#endif
     float acc = RED4(a4);
     for (int i = (n4 << 2) + lid; i < len; i += L) acc = COMB(acc, PRE(row[i]));
     sc[lid] = acc;
@@ -109,12 +118,15 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
     const int end = min(R, start + rc);
     __global const float* p = x + o * R * I + i;
 #if V == 4
+    // V == 4 only when I % 4 == 0: every load is 16-byte aligned.
+    __global const float4* p4 = (__global const float4*)p;
+    const int I4 = I >> 2;
     float4 acc = (float4)(IDENT);
 #if KAHAN
     float4 comp = (float4)(0.0f);
-    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(vload4(0, p + r * I)), (float4)(0.0f), float4);
+    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(p4[r * I4]), (float4)(0.0f), float4);
 #else
-    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(vload4(0, p + r * I)));
+    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(p4[r * I4]));
 #endif
     vstore4(acc * scale, 0, out + out_off + (o * G + g) * I + i);
 #else
@@ -236,11 +248,18 @@ ARG_KERNEL(argmin_col, LT)
 
 // reduce_to_shape: sum a gradient over its broadcast axes. Kept axes (kshape, kstride) index the output; the
 // reduced axes (rshape, rstride) are summed, R positions in all.
-// rts_wg: one work-group of 256 per output element, strided loop plus a local tree (used when R >= 256).
+// rts_wg: G work-groups of 256 per output element (group o·G + g takes chunk g of the reduced positions), a
+// strided loop plus a local tree (used when R >= 256). With G > 1 it writes partials [outputs, G] that rts_fold
+// sums. RTS_V4: the innermost reduced axis is contiguous and every offset a multiple of 4, so it loads float4.
+#ifndef RTS_V4
+#define RTS_V4 0
+#endif
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, const int8 rshape, const int8 rstride,
-            const int R, __global const float* grad, __global float* out) {
-    const int o = get_group_id(0);
+            const int R, const int G, __global const float* grad, __global float* out) {
+    const int gid = get_group_id(0);
+    const int o = gid / G;
+    const int g = gid - o * G;
     const int lid = get_local_id(0);
     int rem = o, base = 0;
     DECOMP(nk, kshape, kstride, rem, base)
@@ -250,13 +269,30 @@ void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, c
         // The innermost reduced axis is long: walk it contiguously, decomposing only the outer reduced index.
         const int istr = rstride.s0;
         const int outer = R / inner;
-        for (int ro = 0; ro < outer; ++ro) {
+        const int oc = (outer + G - 1) / G;
+        const int o0 = min(outer, g * oc);
+        const int o1 = min(outer, o0 + oc);
+#if RTS_V4
+        float4 acc4 = (float4)(0.0f);
+#endif
+        for (int ro = o0; ro < o1; ++ro) {
             int q = ro, off = base;
             DECOMP_FROM1(nr, rshape, rstride, q, off)
+#if RTS_V4
+            __global const float4* p4 = (__global const float4*)(grad + off);
+            for (int ri = lid; ri < (inner >> 2); ri += 256) acc4 += p4[ri];
+#else
             for (int ri = lid; ri < inner; ri += 256) acc += grad[off + ri * istr];
+#endif
         }
+#if RTS_V4
+        acc += (acc4.s0 + acc4.s1) + (acc4.s2 + acc4.s3);
+#endif
     } else {
-        for (int r = lid; r < R; r += 256) {
+        const int rc = (R + G - 1) / G;
+        const int r0 = min(R, g * rc);
+        const int r1 = min(R, r0 + rc);
+        for (int r = r0 + lid; r < r1; r += 256) {
             int q = r, off = base;
             DECOMP(nr, rshape, rstride, q, off)
             acc += grad[off];
@@ -269,7 +305,16 @@ void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, c
         if (lid < s) red[lid] += red[lid + s];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
-    if (lid == 0) out[o] = red[0];
+    if (lid == 0) out[gid] = red[0];
+}
+
+// The second stage of rts_wg with G > 1: out[o] = Σ_g part[o·G + g].
+__kernel void rts_fold(const int total, const int G, __global const float* part, __global float* out) {
+    const int o = get_global_id(0);
+    if (o >= total) return;
+    float acc = 0.0f;
+    for (int g = 0; g < G; ++g) acc += part[o * G + g];
+    out[o] = acc;
 }
 
 // rts_item: one work-item per output element (used when R < 256).

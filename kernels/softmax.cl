@@ -2,6 +2,8 @@
 // LOG = 1 builds log_softmax. Kernels:
 //   sm_row_wg / smb_row_wg:   I == 1, one work-group per row, local-memory trees (GPUs);
 //   sm_row_serial / smb_row_serial: I == 1, one work-item per row, no barriers (CPU OpenCL);
+//   sm_row_reg:               I == 1, R % 4 == 0: one work-group per row holding the row in registers (SM_K
+//                             float4 per work-item), so the row is read once and written once (GPUs);
 //   sm_col / smb_col:         I > 1, one work-item per (o, i), coalesced across i.
 // Backward: softmax gx = y·(g − Σg·y); log_softmax gx = g − e^y·Σg, from the forward output y.
 
@@ -42,6 +44,67 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
 #else
     const float iz = 1.0f / z;
     for (int r = lid; r < R; r += L) q[r] = exp(p[r] - m) * iz;
+#endif
+}
+
+#ifndef SM_K
+#define SM_K 1
+#endif
+
+#define MAX4(v) nmax(nmax((v).s0, (v).s1), nmax((v).s2, (v).s3))
+
+// Reduces `v` over the work-group with OP through the local array `sc` (L a power of two); every item gets it.
+#define GROUP_REDUCE(v, OP)                                    \
+    sc[lid] = (v);                                             \
+    barrier(CLK_LOCAL_MEM_FENCE);                              \
+    for (int s_ = L >> 1; s_ > 0; s_ >>= 1) {                  \
+        if (lid < s_) sc[lid] = OP(sc[lid], sc[lid + s_]);     \
+        barrier(CLK_LOCAL_MEM_FENCE);                          \
+    }                                                          \
+    v = sc[0];                                                 \
+    barrier(CLK_LOCAL_MEM_FENCE);
+
+#define ADD(a, b) ((a) + (b))
+
+__kernel void sm_row_reg(const int R, __global const float* x, __global float* y, __local float* sc) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int o = get_group_id(0);
+    const int R4 = R >> 2;
+    // R % 4 == 0, so every row starts 16-byte aligned.
+    __global const float4* p = (__global const float4*)(x + (size_t)o * R);
+    __global float4* q = (__global float4*)(y + (size_t)o * R);
+    float4 v[SM_K];
+    float m = -INFINITY;
+    for (int k = 0; k < SM_K; ++k) {
+        const int j = lid + k * L;
+        v[k] = j < R4 ? p[j] : (float4)(-INFINITY);
+        m = nmax(m, MAX4(v[k]));
+    }
+    GROUP_REDUCE(m, nmax)
+    float z = 0.0f;
+    for (int k = 0; k < SM_K; ++k) {
+        if (lid + k * L < R4) {
+            const float4 e = exp(v[k] - m);
+            z += (e.s0 + e.s1) + (e.s2 + e.s3);
+#if !LOG
+            v[k] = e;
+#endif
+        }
+    }
+    GROUP_REDUCE(z, ADD)
+#if LOG
+    const float lz = m + log(z);
+    for (int k = 0; k < SM_K; ++k) {
+        const int j = lid + k * L;
+        if (j < R4) q[j] = v[k] - lz;
+    }
+#else
+    const float iz = 1.0f / z;
+    for (int k = 0; k < SM_K; ++k) {
+        const int j = lid + k * L;
+        if (j < R4) q[j] = v[k] * iz;
+    }
 #endif
 }
 

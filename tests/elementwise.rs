@@ -22,14 +22,16 @@ fn binary_broadcast_matches_reference_on_every_path() {
     let Some(dev) = opencl_device() else { return };
     let mut r = Lcg(11);
     let mut cases: Vec<(Vec<usize>, Vec<usize>)> = vec![
-        (vec![37, 64], vec![64]),          // row broadcast, vectorised
-        (vec![37, 63], vec![63]),          // row broadcast, scalar
-        (vec![40, 1], vec![40, 12]),       // column broadcast on the left operand
+        (vec![37, 64], vec![64]),    // row broadcast, vectorised, aligned float4
+        (vec![7, 3, 1], vec![3, 8]), // vectorised with an outer stride of 3: unaligned float4
+        (vec![6, 8], vec![6, 8]),    // same shape, no tail
+        (vec![37, 63], vec![63]),    // row broadcast, scalar
+        (vec![40, 1], vec![40, 12]), // column broadcast on the left operand
         (vec![3, 5, 7, 8], vec![5, 1, 1]), // per-channel over NCHW
         (vec![2, 1, 4, 1, 5, 1, 2], vec![4, 1, 5, 3, 2]), // deep: general kernel
-        (vec![1001], vec![1001]),          // same shape with a tail
-        (vec![0, 3], vec![3]),             // empty
-        (vec![], vec![4, 4]),              // scalar tensor
+        (vec![1001], vec![1001]),    // same shape with a tail
+        (vec![0, 3], vec![3]),       // empty
+        (vec![], vec![4, 4]),        // scalar tensor
     ];
     for _ in 0..12 {
         let rank = r.range(1, 5);

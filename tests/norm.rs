@@ -250,3 +250,131 @@ fn dropout_masks_are_identical_across_devices_and_reproducible() {
         xd.to_vec::<f32>().unwrap()
     );
 }
+
+/// Every training batch_norm2d kernel combination, forced, against the built-in device: planes of a multiple
+/// of 4 (float4 paths) and not, chunks that split planes, a large mean (the shifted sums), optional γ/β, a
+/// channel with a NaN, and the invalid cases.
+#[test]
+fn batch_norm2d_training_kernels_match_reference() {
+    use ops::norm::{BatchNormAlgo, BnApply, BnStats};
+    let Some(dev) = opencl_device() else { return };
+    let algos = [
+        BatchNormAlgo {
+            stats: BnStats::Wg(64, 1),
+            apply: BnApply::Flat,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wg(256, 7),
+            apply: BnApply::Flat,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wg(128, 3),
+            apply: BnApply::Plane,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Item(1),
+            apply: BnApply::Plane,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Item(5),
+            apply: BnApply::Flat,
+        },
+    ];
+    let shapes: [[usize; 4]; 4] = [[3, 5, 7, 6], [4, 3, 8, 8], [5, 4, 1, 3], [2, 2, 33, 17]];
+    for (k, shape) in shapes.iter().enumerate() {
+        let (xc0, _) = pair(&dev, shape, 40 + k as u64);
+        // Shifted by 100 in every other shape: the variance must survive a large mean.
+        let off = if k % 2 == 1 { 100.0 } else { 0.0 };
+        let xc = ops::add_scalar(&xc0, off).unwrap();
+        let xd = xc.to_device(&dev).unwrap();
+        let c = shape[1];
+        let (gamc, gamd) = pair(&dev, &[c], 50 + k as u64);
+        let (betc, betd) = pair(&dev, &[c], 60 + k as u64);
+        let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
+        let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
+        let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
+        for algo in algos {
+            for (g, b) in [(true, true), (false, true), (true, false), (false, false)] {
+                let what = format!("bn {shape:?} +{off} {algo:?} gamma {g} beta {b}");
+                let od = ops::norm::batch_norm2d_with(
+                    &xd,
+                    g.then_some(&gamd),
+                    b.then_some(&betd),
+                    &rmd,
+                    &rvd,
+                    0.1,
+                    1e-5,
+                    true,
+                    Some(algo),
+                )
+                .unwrap();
+                let oc = ops::batch_norm2d(
+                    &xc,
+                    g.then_some(&gamc),
+                    b.then_some(&betc),
+                    &rmc,
+                    &rvc,
+                    0.1,
+                    1e-5,
+                    true,
+                )
+                .unwrap();
+                close(&od.out.y, &oc.out.y, &format!("{what} y"));
+                close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));
+                close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
+                close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
+                // The running variance carries the batch variance, whose error grows with the mean² · ε.
+                assert_close(
+                    &od.running_var.to_vec::<f32>().unwrap(),
+                    &oc.running_var.to_vec::<f32>().unwrap(),
+                    1e-3,
+                    1e-4,
+                    &format!("{what} rv"),
+                );
+            }
+        }
+    }
+    // A NaN in channel 1 makes that channel's output and statistics NaN and leaves the others as they were.
+    let shape = [2, 3, 4, 4];
+    let (xc, _) = pair(&dev, &shape, 70);
+    let mut v = xc.to_vec::<f32>().unwrap();
+    v[16 + 5] = f32::NAN;
+    let xc = Tensor::from_slice(&cpu(), &v, &shape).unwrap();
+    let xd = xc.to_device(&dev).unwrap();
+    let rm = Tensor::zeros(&dev, &[3]).unwrap();
+    let rv = Tensor::ones(&dev, &[3]).unwrap();
+    let (rmc, rvc) = (rm.to_device(&cpu()).unwrap(), rv.to_device(&cpu()).unwrap());
+    for algo in algos {
+        let od =
+            ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(algo))
+                .unwrap();
+        let oc = ops::batch_norm2d(&xc, None, None, &rmc, &rvc, 0.1, 1e-5, true).unwrap();
+        let y = od.out.y.to_vec::<f32>().unwrap();
+        assert!(y[16..32].iter().all(|v| v.is_nan()), "{algo:?}");
+        assert!(y[..16].iter().all(|v| v.is_finite()), "{algo:?}");
+        close(&od.out.y, &oc.out.y, &format!("bn NaN {algo:?}"));
+        close(
+            &od.running_var,
+            &oc.running_var,
+            &format!("bn NaN rv {algo:?}"),
+        );
+    }
+    // Invalid algorithms and an empty batch are errors.
+    for bad in [
+        BatchNormAlgo {
+            stats: BnStats::Wg(100, 1),
+            apply: BnApply::Flat,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Item(0),
+            apply: BnApply::Plane,
+        },
+    ] {
+        let e = ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(bad))
+            .unwrap_err();
+        assert!(e.to_string().contains("not valid"), "{e}");
+    }
+    let empty = Tensor::zeros(&dev, &[0, 3, 4, 4]).unwrap();
+    let e = ops::batch_norm2d(&empty, None, None, &rm, &rv, 0.1, 1e-5, true).unwrap_err();
+    assert!(e.to_string().contains("at least one element"), "{e}");
+}

@@ -270,3 +270,67 @@ fn large_reduction_of_ten_million_elements() {
         .unwrap();
     assert_close(&got, &want, 1e-2, 1e-5, "column sums of 10^4 x 1000");
 }
+
+/// `reduce_to_shape` with every algorithm forced: one or several work-groups per output (float4 loads where
+/// the innermost reduced axis allows, scalar otherwise, the short-inner path), and one work-item per output.
+#[test]
+fn reduce_to_shape_with_every_algorithm() {
+    use ops::reduce::RtsAlgo;
+    let Some(dev) = opencl_device() else { return };
+    let cases: &[(&[usize], &[usize])] = &[
+        (&[6, 8, 17, 16], &[8, 1, 1]), // inner 272, multiple of 4: float4 loads
+        (&[5, 3, 300], &[3, 1]),       // two reduced axes merged around a kept one
+        (&[5, 3, 259], &[3, 1]),       // inner 259: scalar loads
+        (&[100, 7, 3], &[1, 7, 1]),    // inner 3 < 256 with 300 per output: chunks of positions
+        (&[9, 4, 16, 16], &[1, 4, 1, 1]), // a bias gradient
+    ];
+    for (k, (g, t)) in cases.iter().enumerate() {
+        let (c, d) = with_specials(&dev, g, 90 + k as u64);
+        let (c2, d2) = pair(&dev, g, 95 + k as u64);
+        for algo in [
+            None,
+            Some(RtsAlgo::Wg(1)),
+            Some(RtsAlgo::Wg(3)),
+            Some(RtsAlgo::Wg(64)),
+            Some(RtsAlgo::Item),
+        ] {
+            for (c, d) in [(&c, &d), (&c2, &d2)] {
+                let got = ops::reduce::reduce_to_shape_with(d, t, algo).unwrap();
+                let want = ops::reduce_to_shape(c, t).unwrap();
+                assert_eq!(got.shape(), *t);
+                let n: usize = g.iter().product();
+                assert_close(
+                    &got.to_vec::<f32>().unwrap(),
+                    &want.to_vec::<f32>().unwrap(),
+                    4e-5 * (n as f32).sqrt(),
+                    1e-5,
+                    &format!("{g:?} -> {t:?} {algo:?}"),
+                );
+            }
+        }
+    }
+    let ones = Tensor::ones(&dev, &[3, 4]).unwrap();
+    assert!(ops::reduce::reduce_to_shape_with(&ones, &[4], Some(RtsAlgo::Wg(0))).is_err());
+}
+
+/// Row reductions whose chunks are rounded to multiples of 4 (aligned float4 loads), with a tail, and the
+/// few-groups-per-row candidate.
+#[test]
+fn row_reductions_with_aligned_chunks() {
+    let Some(dev) = opencl_device() else { return };
+    for (k, shape) in [[3usize, 4100], [1, 100_004], [2, 12]].iter().enumerate() {
+        let (c, d) = with_specials(&dev, shape, 110 + k as u64);
+        let (c2, d2) = pair(&dev, shape, 120 + k as u64);
+        for algo in [
+            ReduceAlgo::Wg(256, 7),
+            ReduceAlgo::Wg(64, 1),
+            ReduceAlgo::Wg(128, 13),
+        ] {
+            for op in [ReduceOp::Sum, ReduceOp::Max, ReduceOp::SumSq] {
+                check_reduce(op, &c, &d, Some(&[1]), false, Some(algo));
+                check_reduce(op, &c2, &d2, Some(&[1]), false, Some(algo));
+                check_reduce(op, &c2, &d2, None, false, Some(algo));
+            }
+        }
+    }
+}

@@ -138,3 +138,54 @@ fn cross_entropy_equals_log_softmax_pick_and_rejects_bad_labels() {
     let f = Tensor::zeros(&dev, &[2]).unwrap();
     assert!(ops::cross_entropy(&x, &f, -100).is_err());
 }
+
+/// Rows held in registers (`SoftmaxAlgo::Reg`), forward softmax and log_softmax, against the built-in device:
+/// rows filling every work-item, rows that leave padding, several float4 per item, and non-finite values.
+#[test]
+fn softmax_rows_in_registers_match_reference() {
+    let Some(dev) = opencl_device() else { return };
+    let cases: &[(&[usize], SoftmaxAlgo)] = &[
+        (&[7, 1024], SoftmaxAlgo::Reg(256, 1)),
+        (&[3, 4100], SoftmaxAlgo::Reg(128, 9)),
+        (&[5, 8], SoftmaxAlgo::Reg(128, 1)),
+        (&[2, 3, 64], SoftmaxAlgo::Reg(64, 1)),
+        (&[4, 2048], SoftmaxAlgo::Reg(64, 8)),
+    ];
+    for (k, &(shape, algo)) in cases.iter().enumerate() {
+        for specials in [false, true] {
+            let (xc, xd) = if specials {
+                with_specials(&dev, shape, 80 + k as u64)
+            } else {
+                pair(&dev, shape, 80 + k as u64)
+            };
+            for log in [false, true] {
+                let what = format!("{shape:?} {algo:?} log {log} specials {specials}");
+                let yd = ops::softmax_with(&xd, -1, log, Some(algo)).unwrap();
+                let yc = ops::softmax_with(&xc, -1, log, None).unwrap();
+                assert_close(
+                    &yd.to_vec::<f32>().unwrap(),
+                    &yc.to_vec::<f32>().unwrap(),
+                    1e-6,
+                    1e-5,
+                    &what,
+                );
+                // The backward accepts the forward's algorithm (it runs the work-group kernel).
+                let gxd = ops::softmax_backward_with(&yd, &xd, -1, log, Some(algo)).unwrap();
+                let gxc = ops::softmax_backward_with(&yc, &xc, -1, log, None).unwrap();
+                assert_close(
+                    &gxd.to_vec::<f32>().unwrap(),
+                    &gxc.to_vec::<f32>().unwrap(),
+                    1e-5,
+                    1e-4,
+                    &format!("backward {what}"),
+                );
+            }
+        }
+    }
+    // Rows that are not a multiple of 4, or longer than the registers hold, are refused with a reason.
+    let x = Tensor::ones(&dev, &[2, 10]).unwrap();
+    let e = ops::softmax_with(&x, -1, false, Some(SoftmaxAlgo::Reg(128, 1))).unwrap_err();
+    assert!(e.to_string().contains("multiple of 4"), "{e}");
+    let x = Tensor::ones(&dev, &[2, 1024]).unwrap();
+    assert!(ops::softmax_with(&x, -1, false, Some(SoftmaxAlgo::Reg(64, 2))).is_err());
+}

@@ -1,4 +1,5 @@
-//! Benchmark cases of the foundation ops: broadcast add and the full sum.
+//! Benchmark cases of the foundation ops: broadcast add, the full sum, and the device copy that measures the
+//! memory bandwidth the memory-bound cases are compared with.
 
 use super::{Case, Work};
 use crate::ops;
@@ -8,7 +9,17 @@ fn rows(small: bool) -> usize {
     if small { 1024 } else { 4096 }
 }
 
-/// `add_bcast_4096`: a (R×4096) + a row vector (4096), and `sum_all_4096`: the sum of R×4096 elements.
+/// The `_large` shape: 8192×16384 f32 (512 MB), 1024×2048 with `--small`.
+pub(super) fn large(small: bool) -> [usize; 2] {
+    if small { [1024, 2048] } else { [8192, 16384] }
+}
+
+fn large_bytes(small: bool) -> f64 {
+    (large(small)[0] * large(small)[1] * 4) as f64
+}
+
+/// `add_bcast_4096`: a (R×4096) + a row vector (4096), and `sum_all_4096`: the sum of R×4096 elements; the
+/// `_large` broadcast add; `copy_large`: a kernel copy of the large shape (read and write counted).
 pub(super) fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -26,6 +37,25 @@ pub(super) fn cases() -> Vec<Case> {
             setup: |dev, small| {
                 let a = Tensor::randn(dev, &[rows(small), 4096], 0.0, 1.0, 3)?;
                 Ok(Box::new(move || Ok(vec![ops::sum_all(&a)?])))
+            },
+        },
+        Case {
+            name: "copy_large",
+            work: |small| Work::Bytes(2.0 * large_bytes(small)),
+            setup: |dev, small| {
+                let a = Tensor::randn(dev, &large(small), 0.0, 1.0, 4)?;
+                Ok(Box::new(move || {
+                    Ok(vec![ops::elementwise::device_copy(&a)?])
+                }))
+            },
+        },
+        Case {
+            name: "add_bcast_large",
+            work: |small| Work::Bytes(2.0 * large_bytes(small) + (large(small)[1] * 4) as f64),
+            setup: |dev, small| {
+                let a = Tensor::randn(dev, &large(small), 0.0, 1.0, 5)?;
+                let b = Tensor::randn(dev, &[large(small)[1]], 0.0, 1.0, 6)?;
+                Ok(Box::new(move || Ok(vec![ops::add(&a, &b)?])))
             },
         },
     ]

@@ -2,7 +2,14 @@
 //!
 //! Keys match the peer script's (`case`, `impl`, `ms`, `median_ms`, `first_call_ms`, `gflops` or `gbps`,
 //! `rel_err`), so runs compare line by line; `device` and `decisions` are added. Times are wall-clock around
-//! the op plus a device synchronisation, like the peer's, after two warm-up calls.
+//! the op plus a device synchronisation, like the peer's, after two warm-up calls. On OpenCL each call's
+//! kernels are also timed by their profiling events (the start of the first kernel to the end of the last):
+//! `device_ms`, `device_median_ms` and `device_gflops` or `device_gbps`, which leave out the host's launch
+//! and synchronisation overhead that dominates small calls.
+//!
+//! Cases ending in `_large` use tensors of hundreds of megabytes so the device's memory system, not launch
+//! overhead, bounds them; `copy_large` measures the device's copy bandwidth as the yardstick for them. Their
+//! reference check is skipped at full size (the built-in device is single-threaded) and said so in `note`.
 
 mod cases_conv;
 mod cases_core;
@@ -14,6 +21,7 @@ use serde::Serialize;
 
 use crate::autotune::{self, Decision};
 use crate::device::Device;
+use crate::device::opencl::{record_launches, take_launch_span_ms};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -62,6 +70,21 @@ pub struct BenchLine {
     pub gbps: Option<f64>,
     /// max|out − ref| / max|ref| against the built-in device, when checked.
     pub rel_err: Option<f64>,
+    /// Minimum device time per call in milliseconds (OpenCL profiling events), when the device records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_ms: Option<f64>,
+    /// Median device time per call in milliseconds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_median_ms: Option<f64>,
+    /// GFLOP/s at the minimum device time, for compute cases.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_gflops: Option<f64>,
+    /// GB/s at the minimum device time, for memory-bound cases.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_gbps: Option<f64>,
+    /// Why a field is missing (for example a reference check skipped for a large case).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
     /// Autotune decisions taken by the first call.
     pub decisions: Vec<Decision>,
 }
@@ -95,7 +118,9 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     device.synchronize()?;
     let first_call_ms = t0.elapsed().as_secs_f64() * 1e3;
     let decisions = autotune::decisions_since(seq);
-    let rel_err = if opts.check && device.is_opencl() {
+    // The built-in device is single-threaded: at full size the `_large` cases would take minutes to check.
+    let skip_check = opts.check && device.is_opencl() && is_large(case.name) && !opts.small;
+    let rel_err = if opts.check && device.is_opencl() && !skip_check {
         let cpu = Device::builtin();
         let mut reference = (case.setup)(&cpu, opts.small)?;
         let want = reference()?;
@@ -107,20 +132,38 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     run()?;
     device.synchronize()?;
     let mut times = Vec::with_capacity(opts.reps);
+    let mut dev_times = Vec::with_capacity(opts.reps);
     for _ in 0..opts.reps.max(1) {
+        record_launches(true);
         let t = Instant::now();
-        let o = run()?;
-        device.synchronize()?;
-        times.push(t.elapsed().as_secs_f64() * 1e3);
+        let o = run();
+        let synced = device.synchronize();
+        let wall = t.elapsed().as_secs_f64() * 1e3;
+        let span = take_launch_span_ms();
+        record_launches(false);
+        let o = o?;
+        synced?;
+        times.push(wall);
+        if let Some(d) = span? {
+            dev_times.push(d);
+        }
         drop(o);
     }
     times.sort_by(f64::total_cmp);
+    dev_times.sort_by(f64::total_cmp);
     let ms = times[0];
     let median_ms = times[times.len() / 2];
-    let (gflops, gbps) = match (case.work)(opts.small) {
-        Work::Flops(f) => (Some(round1(f / ms / 1e6)), None),
-        Work::Bytes(b) => (None, Some(round1(b / ms / 1e6))),
+    // Device time only when every call launched kernels (a call that only copies or allocates records none).
+    let dev_ms = (dev_times.len() == times.len()).then(|| dev_times[0]);
+    let dev_median = (dev_times.len() == times.len()).then(|| dev_times[dev_times.len() / 2]);
+    let rate = |per: f64, t: Option<f64>| t.filter(|&t| t > 0.0).map(|t| round1(per / t / 1e6));
+    let (gflops, gbps, device_gflops, device_gbps) = match (case.work)(opts.small) {
+        Work::Flops(f) => (rate(f, Some(ms)), None, rate(f, dev_ms), None),
+        Work::Bytes(b) => (None, rate(b, Some(ms)), None, rate(b, dev_ms)),
     };
+    let note = skip_check.then(|| {
+        "reference check skipped: a _large case at full size takes minutes on the single-threaded built-in device (checked at --small size)".to_owned()
+    });
     Ok(BenchLine {
         case: case.name.to_owned(),
         implementation: "netcl".into(),
@@ -131,8 +174,18 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         gflops,
         gbps,
         rel_err,
+        device_ms: dev_ms.map(round4),
+        device_median_ms: dev_median.map(round4),
+        device_gflops,
+        device_gbps,
+        note,
         decisions,
     })
+}
+
+/// Whether `name` is one of the large-tensor cases.
+fn is_large(name: &str) -> bool {
+    name.ends_with("_large")
 }
 
 fn round1(x: f64) -> f64 {

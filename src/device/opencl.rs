@@ -294,6 +294,32 @@ pub(crate) fn take_launches() -> Vec<Launch> {
         .collect()
 }
 
+/// Returns and clears this thread's recorded launches as one span of device time: from the start of the first
+/// launch to the end of the last, in milliseconds, after waiting for them (`None` when nothing was launched).
+pub(crate) fn take_launch_span_ms() -> Result<Option<f64>> {
+    let list = RECORDING.with(|rec| {
+        rec.borrow_mut()
+            .as_mut()
+            .map(std::mem::take)
+            .unwrap_or_default()
+    });
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    for r in &list {
+        r.event.wait().cl("clWaitForEvents")?;
+        start = start.min(
+            r.event
+                .profiling_command_start()
+                .cl("clGetEventProfilingInfo")?,
+        );
+        end = end.max(
+            r.event
+                .profiling_command_end()
+                .cl("clGetEventProfilingInfo")?,
+        );
+    }
+    Ok((!list.is_empty()).then(|| end.saturating_sub(start) as f64 / 1e6))
+}
+
 impl Error {
     fn with_context(self, kernel: &str, global: &[usize], local: Option<&[usize]>) -> Error {
         match self {

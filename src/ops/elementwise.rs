@@ -233,6 +233,24 @@ pub(crate) trait BinaryKernels {
         swap: bool,
         out: &Tensor,
     ) -> Result<()>;
+    /// Copies the f32 elements of `x` into `out` (same size) with a kernel, so the copy is timed like an op.
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()>;
+}
+
+/// A copy of `x` (f32) made by a device kernel: the yardstick of the memory-bound benchmarks.
+pub(crate) fn device_copy(x: &Tensor) -> Result<Tensor> {
+    x.expect_dtype(DType::F32, "device_copy")?;
+    if x.numel() > i32::MAX as usize {
+        return Err(Error::Limit(format!(
+            "device_copy: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
+    }
+    let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    if out.numel() > 0 {
+        x.device().kind().copy_f32(x, &out)?;
+    }
+    Ok(out)
 }
 
 /// `op(a, b)` with broadcasting; both inputs f32 on one device.
@@ -426,6 +444,20 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl BinaryKernels for ClDevice {
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        use crate::device::opencl::Arg;
+        let n = x.numel();
+        let k = self.kernel("elementwise", &Defines::new(), "copy_f32")?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        let local = 256.min(self.info.max_work_group_size.max(1));
+        self.launch(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
+        Ok(())
+    }
+
     fn binary(
         &self,
         op: BinaryOp,
@@ -461,10 +493,12 @@ impl BinaryKernels for ClDevice {
             };
             let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
             let vec = if d[2] % 4 == 0 { 4 } else { 1 };
+            let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
             let defines = defines
                 .set("VEC", vec)
                 .set("A_INNER", sa[2].min(1))
-                .set("B_INNER", sb[2].min(1));
+                .set("B_INNER", sb[2].min(1))
+                .set("ALIGN4", u8::from(align));
             let g = [d[2] / vec, d[1], d[0]];
             let (g, local, capped) = grid_3d(self, g);
             let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
@@ -534,6 +568,10 @@ impl BinaryKernels for ClDevice {
 }
 
 impl BinaryKernels for CpuDevice {
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        super::host::map_f32(&[x], out, |ins, o| o.copy_from_slice(ins[0]))
+    }
+
     fn binary(
         &self,
         op: BinaryOp,

@@ -1,10 +1,18 @@
 //! Normalisation layers, forward and backward, entirely on the device: batch_norm2d (training statistics,
 //! running statistics, eval mode), layer_norm, group_norm and rms_norm.
 //!
-//! Each is composed from the reduction passes (autotuned per shape) and fused elementwise kernels, so no
-//! value goes through the host. ε and momentum travel as kernel arguments (scalar ops), never as source.
+//! Training batch_norm2d has its own kernels (per-channel statistics as a grid reduction, then one normalising
+//! pass: the input is read twice and the output written once); the others are composed from the reduction
+//! passes (autotuned per shape) and fused elementwise kernels. No value goes through the host. ε and momentum
+//! travel as kernel arguments, never as source.
 
+use serde::Serialize;
+
+use crate::autotune::{self, Source, bucket, shape_key};
+use crate::device::opencl::{Arg, events_ms};
+use crate::device::{ClDevice, CpuDevice, Device};
 use crate::error::{Error, Result};
+use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 use super::fused::fused;
@@ -363,6 +371,32 @@ pub fn batch_norm2d(
     eps: f32,
     training: bool,
 ) -> Result<BatchNormOut> {
+    batch_norm2d_with(
+        x,
+        gamma,
+        beta,
+        running_mean,
+        running_var,
+        momentum,
+        eps,
+        training,
+        None,
+    )
+}
+
+/// [`batch_norm2d`] with the training kernels forced to `algo` when given (eval mode ignores it).
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm2d_with(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f32,
+    eps: f32,
+    training: bool,
+    algo: Option<BatchNormAlgo>,
+) -> Result<BatchNormOut> {
     let [_, c, _, _] = nchw(x, "batch_norm2d")?;
     check_eps(eps, "batch_norm2d")?;
     if !(0.0..=1.0).contains(&momentum) {
@@ -377,24 +411,16 @@ pub fn batch_norm2d(
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     if training {
-        let (m, rstd) = stats(x, &[0, 2, 3], eps)?;
-        let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
-        // Biased variance back from rstd: 1/rstd² − ε, exactly the variance the kernel normalised with.
-        let var = add_scalar(&fused("1 / (x0 * x0)", &[&rstd])?, -eps)?;
-        let mo = Tensor::full(x.device(), &[1], momentum)?;
-        let rm = fused(
-            "(1 - x2) * x0 + x2 * x1",
-            &[running_mean, &m.reshape(&[c])?, &mo],
-        )?;
-        let rv = fused(
-            "(1 - x2) * x0 + x2 * x1",
-            &[running_var, &var.reshape(&[c])?, &mo],
-        )?;
-        Ok(BatchNormOut {
-            out: NormOut { y, mean: m, rstd },
-            running_mean: rm,
-            running_var: rv,
-        })
+        batch_norm_train(
+            x,
+            gamma,
+            beta,
+            running_mean,
+            running_var,
+            momentum,
+            eps,
+            algo,
+        )
     } else {
         let m = running_mean.reshape(&[1, c, 1, 1])?;
         let rstd = unary(
@@ -439,4 +465,379 @@ pub fn batch_norm2d_backward(
         has_beta,
         true,
     )
+}
+
+/// How training batch_norm2d computes its per-channel statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BnStats {
+    /// `["wg", local, groups]`: work-groups of `local` items with a local-memory tree, `groups` chunks per
+    /// channel, then a fold of the chunks (GPUs).
+    Wg(usize, usize),
+    /// `["item", groups]`: one work-item per (channel, chunk) with float8 loads and no barriers (CPU OpenCL).
+    Item(usize),
+}
+
+/// How training batch_norm2d writes its output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BnApply {
+    /// One float4 (when H·W is a multiple of 4, else one float) per work-item over every element (GPUs).
+    Flat,
+    /// One work-item per (n, c) plane with float8 loads (CPU OpenCL).
+    Plane,
+}
+
+/// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct BatchNormAlgo {
+    /// The statistics pass.
+    pub stats: BnStats,
+    /// The normalising pass.
+    pub apply: BnApply,
+}
+
+impl Serialize for BnStats {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            BnStats::Wg(l, g) => ("wg", l, g).serialize(s),
+            BnStats::Item(g) => ("item", g).serialize(s),
+        }
+    }
+}
+
+/// The tensors of one training batch_norm2d call.
+pub(crate) struct BnTrain<'a> {
+    pub x: &'a Tensor,
+    pub gamma: Option<&'a Tensor>,
+    pub beta: Option<&'a Tensor>,
+    pub rm: &'a Tensor,
+    pub rv: &'a Tensor,
+    pub momentum: f32,
+    pub eps: f32,
+    /// The output, shaped like `x`.
+    pub y: &'a Tensor,
+    /// [1, C, 1, 1] each: the batch mean and 1/√(var + ε).
+    pub mean: &'a Tensor,
+    pub rstd: &'a Tensor,
+    /// [2, C]: γ·rstd and β per channel (the normalising pass's scale and shift).
+    pub stat: &'a Tensor,
+    pub rm_out: &'a Tensor,
+    pub rv_out: &'a Tensor,
+}
+
+/// Device primitives of the normalisation layers.
+pub(crate) trait NormKernels {
+    /// Training batch_norm2d: statistics over (N, H, W) per channel, the output, the running statistics.
+    fn batch_norm_train(
+        &self,
+        device: &Device,
+        bn: &BnTrain<'_>,
+        algo: Option<BatchNormAlgo>,
+    ) -> Result<()>;
+}
+
+#[allow(clippy::too_many_arguments)]
+fn batch_norm_train(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f32,
+    eps: f32,
+    algo: Option<BatchNormAlgo>,
+) -> Result<BatchNormOut> {
+    let [n, c, h, w] = nchw(x, "batch_norm2d")?;
+    if n * h * w == 0 {
+        return Err(Error::Shape(format!(
+            "batch_norm2d: training needs at least one element per channel; the input is {:?}",
+            x.shape()
+        )));
+    }
+    if x.numel() > i32::MAX as usize {
+        return Err(Error::Limit(format!(
+            "batch_norm2d: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
+    }
+    let dev = x.device();
+    let y = Tensor::empty(dev, x.shape(), DType::F32)?;
+    let mean = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
+    let rstd = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
+    let stat = Tensor::empty(dev, &[2, c], DType::F32)?;
+    let rm_out = Tensor::empty(dev, &[c], DType::F32)?;
+    let rv_out = Tensor::empty(dev, &[c], DType::F32)?;
+    let bn = BnTrain {
+        x,
+        gamma,
+        beta,
+        rm: running_mean,
+        rv: running_var,
+        momentum,
+        eps,
+        y: &y,
+        mean: &mean,
+        rstd: &rstd,
+        stat: &stat,
+        rm_out: &rm_out,
+        rv_out: &rv_out,
+    };
+    dev.kind().batch_norm_train(dev, &bn, algo)?;
+    Ok(BatchNormOut {
+        out: NormOut { y, mean, rstd },
+        running_mean: rm_out,
+        running_var: rv_out,
+    })
+}
+
+impl ClDevice {
+    fn bn_candidates(&self, v: [usize; 3]) -> (Vec<BatchNormAlgo>, usize) {
+        let [n, c, p] = [v[0], v[1], v[2]];
+        let cu = self.info.compute_units.max(1) as usize;
+        let max_wg = self.info.max_work_group_size.max(1);
+        let per_channel = n * p;
+        let mut out = Vec::new();
+        for local in [256usize, 512] {
+            if local > max_wg {
+                continue;
+            }
+            // About four work-groups per compute unit, each reading at least 8 elements per item.
+            let g = (cu * 4)
+                .div_ceil(c)
+                .clamp(1, (per_channel / (local * 8)).max(1));
+            for g in [g, (g * 4).min((per_channel / (local * 8)).max(1))] {
+                let a = BatchNormAlgo {
+                    stats: BnStats::Wg(local, g),
+                    apply: BnApply::Flat,
+                };
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+        let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
+        for apply in [BnApply::Plane, BnApply::Flat] {
+            out.push(BatchNormAlgo {
+                stats: BnStats::Item(g),
+                apply,
+            });
+        }
+        let default = if self.info.kind == "cpu" {
+            out.iter()
+                .position(|a| matches!(a.stats, BnStats::Item(_)))
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        (out, default)
+    }
+
+    fn run_bn(
+        &self,
+        device: &Device,
+        bn: &BnTrain<'_>,
+        algo: BatchNormAlgo,
+    ) -> Result<Vec<opencl3::event::Event>> {
+        let s = bn.x.shape();
+        let (n, c, p) = (s[0], s[1], s[2] * s[3]);
+        let vec4 = p.is_multiple_of(4);
+        let d = Defines::new().set("VEC4", u8::from(vec4));
+        let mut evs = Vec::with_capacity(3);
+        let g = match algo.stats {
+            BnStats::Wg(_, g) | BnStats::Item(g) => g.max(1),
+        };
+        let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
+        match algo.stats {
+            BnStats::Wg(local, _) => {
+                let local = local.min(self.info.max_work_group_size.max(1));
+                let units = if vec4 { n * p / 4 } else { n * p };
+                let rc = units.div_ceil(g).max(1);
+                let k = self.kernel("norm", &d, "bn_partial_wg")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                    Arg::Local(local * 4),
+                    Arg::Local(local * 4),
+                ];
+                evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            }
+            BnStats::Item(_) => {
+                let rc = (n * p).div_ceil(g).max(1);
+                let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                ];
+                evs.push(self.launch(&k, &args, &[g, c], None)?);
+            }
+        }
+        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
+        // An absent γ or β is never read; any buffer stands in for the argument.
+        let args = [
+            Arg::I32(n as i32),
+            Arg::I32(c as i32),
+            Arg::I32(p as i32),
+            Arg::I32(g as i32),
+            Arg::F32(bn.eps),
+            Arg::F32(bn.momentum),
+            Arg::I32(i32::from(bn.gamma.is_some())),
+            Arg::I32(i32::from(bn.beta.is_some())),
+            Arg::Mem(bn.x.storage()),
+            Arg::Mem(part.storage()),
+            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.rm.storage()),
+            Arg::Mem(bn.rv.storage()),
+            Arg::Mem(bn.mean.storage()),
+            Arg::Mem(bn.rstd.storage()),
+            Arg::Mem(bn.stat.storage()),
+            Arg::Mem(bn.rm_out.storage()),
+            Arg::Mem(bn.rv_out.storage()),
+        ];
+        evs.push(self.launch(
+            &k,
+            &args,
+            &[c],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?);
+        let common = |total: usize| {
+            [
+                Arg::I32(total as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::Mem(bn.x.storage()),
+                Arg::Mem(bn.mean.storage()),
+                Arg::Mem(bn.stat.storage()),
+                Arg::Mem(bn.y.storage()),
+            ]
+        };
+        match algo.apply {
+            BnApply::Flat => {
+                let total = if vec4 { n * c * p / 4 } else { n * c * p };
+                let k = self.kernel("norm", &d, "bn_apply_flat")?;
+                let local = 256.min(self.info.max_work_group_size.max(1));
+                evs.push(self.launch(&k, &common(total), &[total], Some(&[local]))?);
+            }
+            BnApply::Plane => {
+                let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
+                evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
+            }
+        }
+        Ok(evs)
+    }
+}
+
+impl NormKernels for ClDevice {
+    fn batch_norm_train(
+        &self,
+        device: &Device,
+        bn: &BnTrain<'_>,
+        algo: Option<BatchNormAlgo>,
+    ) -> Result<()> {
+        let s = bn.x.shape();
+        let v = [s[0], s[1], s[2] * s[3]];
+        let key = shape_key(&[
+            bucket(v[0]),
+            bucket(v[1]),
+            bucket(v[2]),
+            i64::from(v[2].is_multiple_of(4)),
+        ]);
+        let chosen = match algo {
+            Some(a) => {
+                let max_wg = self.info.max_work_group_size.max(1);
+                let ok = match a.stats {
+                    BnStats::Wg(l, g) => l.is_power_of_two() && l <= max_wg && g >= 1,
+                    BnStats::Item(g) => g >= 1,
+                };
+                if !ok {
+                    return Err(Error::Invalid(format!(
+                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, and at least one chunk per channel)"
+                    )));
+                }
+                autotune::record_choice(
+                    device,
+                    "batch_norm2d",
+                    &key,
+                    &a,
+                    Source::Forced,
+                    "algorithm given by the caller",
+                );
+                a
+            }
+            None => {
+                let (cands, default) = self.bn_candidates(v);
+                autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
+                    events_ms(&self.run_bn(device, bn, *a)?)
+                })?
+            }
+        };
+        self.run_bn(device, bn, chosen)?;
+        Ok(())
+    }
+}
+
+impl NormKernels for CpuDevice {
+    fn batch_norm_train(
+        &self,
+        _device: &Device,
+        bn: &BnTrain<'_>,
+        _algo: Option<BatchNormAlgo>,
+    ) -> Result<()> {
+        let s = bn.x.shape();
+        let (n, c, p) = (s[0], s[1], s[2] * s[3]);
+        let read = |t: Option<&Tensor>| t.map(|t| t.to_vec::<f32>()).transpose();
+        let (gamma, beta) = (read(bn.gamma)?, read(bn.beta)?);
+        let (rm, rv) = (bn.rm.to_vec::<f32>()?, bn.rv.to_vec::<f32>()?);
+        let (mut means, mut rstds, mut stat) = (vec![0f32; c], vec![0f32; c], vec![0f32; 2 * c]);
+        let (mut rm_out, mut rv_out) = (vec![0f32; c], vec![0f32; c]);
+        super::host::map_f32(&[bn.x], bn.y, |ins, y| {
+            let x = ins[0];
+            let cnt = (n * p) as f64;
+            for ch in 0..c {
+                let planes =
+                    || (0..n).flat_map(move |b| x[(b * c + ch) * p..(b * c + ch + 1) * p].iter());
+                // The reference accumulates in f64, in two passes.
+                let mean = planes().map(|&v| v as f64).sum::<f64>() / cnt;
+                let var = planes().map(|&v| (v as f64 - mean).powi(2)).sum::<f64>() / cnt;
+                let rstd = 1.0 / (var + bn.eps as f64).sqrt();
+                let scale = rstd * gamma.as_ref().map_or(1.0, |g| g[ch] as f64);
+                let shift = beta.as_ref().map_or(0.0, |b| b[ch] as f64);
+                for b in 0..n {
+                    let r = (b * c + ch) * p..(b * c + ch + 1) * p;
+                    for (o, &v) in y[r.clone()].iter_mut().zip(&x[r]) {
+                        *o = ((v as f64 - mean) * scale + shift) as f32;
+                    }
+                }
+                means[ch] = mean as f32;
+                rstds[ch] = rstd as f32;
+                stat[ch] = scale as f32;
+                stat[c + ch] = shift as f32;
+                let m = bn.momentum as f64;
+                rm_out[ch] = ((1.0 - m) * rm[ch] as f64 + m * mean) as f32;
+                rv_out[ch] = ((1.0 - m) * rv[ch] as f64 + m * var) as f32;
+            }
+        })?;
+        for (t, v) in [
+            (bn.mean, &means),
+            (bn.rstd, &rstds),
+            (bn.stat, &stat),
+            (bn.rm_out, &rm_out),
+            (bn.rv_out, &rv_out),
+        ] {
+            t.device()
+                .kind()
+                .write(t.storage(), 0, bytemuck::cast_slice(v))?;
+        }
+        Ok(())
+    }
 }

@@ -139,7 +139,7 @@ pub(crate) struct Ori {
 }
 
 /// Device primitives for reductions.
-pub(crate) trait ReduceKernels {
+pub(crate) trait ReduceKernels: super::norm::NormKernels {
     /// One reduction pass over [O, R, I] of `x` into `out` ([O, I]) at element offset `out_off`, multiplied by
     /// `scale`. `algo` forces an algorithm (else the autotuner chooses).
     #[allow(clippy::too_many_arguments)]
@@ -164,6 +164,7 @@ pub(crate) trait ReduceKernels {
         grad: &Tensor,
         out: &Tensor,
         plan: &RtsPlan,
+        algo: Option<RtsAlgo>,
     ) -> Result<()>;
     /// `out[0] = sqrt(Σ parts)`.
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()>;
@@ -458,6 +459,21 @@ impl RtsPlan {
 /// On OpenCL: one work-group of 256 per output element with a tree reduction once 256 or more elements fold
 /// into each output, one work-item per output element otherwise.
 pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> {
+    reduce_to_shape_with(grad, target_shape, None)
+}
+
+/// [`reduce_to_shape`] with the algorithm forced when given: `RtsAlgo::Wg(g)` applies where 256 or more
+/// elements fold into each output (elsewhere the one-work-item rule runs), `RtsAlgo::Item` everywhere.
+pub fn reduce_to_shape_with(
+    grad: &Tensor,
+    target_shape: &[usize],
+    algo: Option<RtsAlgo>,
+) -> Result<Tensor> {
+    if algo == Some(RtsAlgo::Wg(0)) {
+        return Err(Error::Invalid(
+            "reduce_to_shape: a work-group algorithm needs at least one group per output".into(),
+        ));
+    }
     grad.expect_dtype(DType::F32, "reduce_to_shape")?;
     if grad.numel() > i32::MAX as usize {
         return Err(Error::Limit(format!(
@@ -475,7 +491,7 @@ pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> 
     }
     grad.device()
         .kind()
-        .reduce_to_shape(grad.device(), grad, &out, &plan)?;
+        .reduce_to_shape(grad.device(), grad, &out, &plan, algo)?;
     Ok(out)
 }
 
@@ -545,6 +561,13 @@ impl ClDevice {
                     // Enough groups to fill the device, each reading at least 4 float4 per item.
                     let g = (cu * 16).div_ceil(o).clamp(1, (r / (local * 16)).max(1));
                     c.push(ReduceAlgo::Wg(local, g));
+                }
+            }
+            if 256 <= max_wg {
+                // Few work-groups per compute unit, each streaming a long chunk (large rows on GPUs).
+                let g = (cu * 4).div_ceil(o).clamp(1, (r / (256 * 16)).max(1));
+                if !c.contains(&ReduceAlgo::Wg(256, g)) {
+                    c.push(ReduceAlgo::Wg(256, g));
                 }
             }
             let g = (cu * 4).div_ceil(o).clamp(1, (r / 256).max(1));
@@ -667,6 +690,10 @@ impl ClDevice {
         match algo {
             ReduceAlgo::Wg(local, _) if v.i == 1 => {
                 let local = local.min(self.info.max_work_group_size.max(1));
+                // Rows of a multiple of 4 with chunks rounded up to a multiple of 4 load aligned float4.
+                let align = v.r.is_multiple_of(4);
+                let rc = if align { rc.next_multiple_of(4) } else { rc };
+                let defines = defines.set("ALIGN4", u8::from(align));
                 let k = self.kernel("reduce", &defines, "red_row_wg")?;
                 let args = [
                     Arg::I32(v.o as i32),
@@ -758,6 +785,107 @@ impl ClDevice {
     }
 }
 
+/// A `reduce_to_shape` algorithm; cache form `"item"` or `["wg", groups]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RtsAlgo {
+    /// One work-item per output element (fewer than 256 elements fold into each).
+    Item,
+    /// `groups` work-groups of 256 per output element, then a fold of the partials when `groups` > 1.
+    Wg(usize),
+}
+
+impl Serialize for RtsAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            RtsAlgo::Item => "item".serialize(s),
+            RtsAlgo::Wg(g) => ("wg", g).serialize(s),
+        }
+    }
+}
+
+fn rts_args<'a>(plan: &RtsPlan, grad: &'a Tensor, out: &'a Tensor) -> [Arg<'a>; 9] {
+    [
+        Arg::I32(plan.kshape.len() as i32),
+        Arg::I32x8(int8(&plan.kshape)),
+        Arg::I32x8(int8(&plan.kstride)),
+        Arg::I32(plan.rshape.len() as i32),
+        Arg::I32x8(int8(&plan.rshape)),
+        Arg::I32x8(int8(&plan.rstride)),
+        Arg::I32(plan.r as i32),
+        Arg::Mem(grad.storage()),
+        Arg::Mem(out.storage()),
+    ]
+}
+
+impl ClDevice {
+    fn rts_candidates(&self, total: usize, plan: &RtsPlan) -> Vec<RtsAlgo> {
+        let cu = self.info.compute_units.max(1) as usize;
+        // Chunks are whole runs of the innermost reduced axis when it is long, else 256-element stretches.
+        let chunks = match plan.rshape.first() {
+            Some(&inner) if inner >= 256 => plan.r / inner,
+            _ => plan.r / 256,
+        }
+        .max(1);
+        let mut c = vec![RtsAlgo::Wg(1)];
+        for per_cu in [4usize, 16] {
+            let g = (cu * per_cu).div_ceil(total).clamp(1, chunks);
+            if !c.contains(&RtsAlgo::Wg(g)) {
+                c.push(RtsAlgo::Wg(g));
+            }
+        }
+        c
+    }
+
+    fn run_rts(
+        &self,
+        device: &Device,
+        grad: &Tensor,
+        out: &Tensor,
+        plan: &RtsPlan,
+        algo: RtsAlgo,
+    ) -> Result<Vec<opencl3::event::Event>> {
+        let total = out.numel();
+        let g = match algo {
+            RtsAlgo::Wg(g) => g.max(1),
+            RtsAlgo::Item => 1,
+        };
+        let v4 = plan
+            .rshape
+            .first()
+            .is_some_and(|&i| i >= 256 && i.is_multiple_of(4))
+            && plan.rstride.first() == Some(&1)
+            && plan.rstride.iter().skip(1).all(|s| s.is_multiple_of(4))
+            && plan.kstride.iter().all(|s| s.is_multiple_of(4));
+        let d = Defines::new().set("RTS_V4", u8::from(v4));
+        let k = self.kernel("reduce", &d, "rts_wg")?;
+        let partial = if g > 1 {
+            Some(Tensor::empty(device, &[total * g], DType::F32)?)
+        } else {
+            None
+        };
+        let dst = partial.as_ref().unwrap_or(out);
+        let mut args: Vec<Arg<'_>> = rts_args(plan, grad, dst).into();
+        args.insert(7, Arg::I32(g as i32));
+        let mut evs = vec![self.launch(&k, &args, &[total * g * 256], Some(&[256]))?];
+        if let Some(p) = &partial {
+            let k = self.kernel("reduce", &Defines::new(), "rts_fold")?;
+            let args = [
+                Arg::I32(total as i32),
+                Arg::I32(g as i32),
+                Arg::Mem(p.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            evs.push(self.launch(
+                &k,
+                &args,
+                &[total],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            )?);
+        }
+        Ok(evs)
+    }
+}
+
 impl ReduceKernels for ClDevice {
     fn reduce_pass(
         &self,
@@ -842,40 +970,58 @@ impl ReduceKernels for ClDevice {
         grad: &Tensor,
         out: &Tensor,
         plan: &RtsPlan,
+        algo: Option<RtsAlgo>,
     ) -> Result<()> {
         let total = out.numel();
-        let wg = plan.r >= 256 && self.info.max_work_group_size >= 256;
+        let wg =
+            plan.r >= 256 && self.info.max_work_group_size >= 256 && algo != Some(RtsAlgo::Item);
         let key = shape_key(&[bucket(total), bucket(plan.r)]);
-        let name = if wg { "wg" } else { "item" };
-        if once_per_key(&format!("rts|{}|{key}|{name}", device.info().index)) {
-            let why = "rule: one work-group of 256 per output once 256 or more elements fold into each, else one work-item per output";
-            autotune::record_choice(device, "reduce_to_shape", &key, &name, Source::Only, why);
-        }
-        let common = [
-            Arg::I32(plan.kshape.len() as i32),
-            Arg::I32x8(int8(&plan.kshape)),
-            Arg::I32x8(int8(&plan.kstride)),
-            Arg::I32(plan.rshape.len() as i32),
-            Arg::I32x8(int8(&plan.rshape)),
-            Arg::I32x8(int8(&plan.rstride)),
-            Arg::I32(plan.r as i32),
-            Arg::Mem(grad.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        if wg {
-            let k = self.kernel("reduce", &Defines::new(), "rts_wg")?;
-            self.launch(&k, &common, &[total * 256], Some(&[256]))?;
-        } else {
+        if !wg {
+            if once_per_key(&format!("rts|{}|{key}|item", device.info().index)) {
+                let why = "rule: one work-item per output when fewer than 256 elements fold into each (or the device's work-groups are smaller than 256)";
+                autotune::record_choice(
+                    device,
+                    "reduce_to_shape",
+                    &key,
+                    &RtsAlgo::Item,
+                    Source::Only,
+                    why,
+                );
+            }
             let k = self.kernel("reduce", &Defines::new(), "rts_item")?;
             let mut args = vec![Arg::I32(total as i32)];
-            args.extend(common);
+            args.extend(rts_args(plan, grad, out));
             self.launch(
                 &k,
                 &args,
                 &[total],
                 Some(&[64.min(self.info.max_work_group_size.max(1))]),
             )?;
+            return Ok(());
         }
+        let chosen = match algo {
+            Some(a) => {
+                if once_per_key(&format!("rts|{}|{key}|{a:?}", device.info().index)) {
+                    let why = "algorithm given by the caller";
+                    autotune::record_choice(
+                        device,
+                        "reduce_to_shape",
+                        &key,
+                        &a,
+                        Source::Forced,
+                        why,
+                    );
+                }
+                a
+            }
+            None => {
+                let cands = self.rts_candidates(total, plan);
+                autotune::tune(device, "reduce_to_shape", &key, &cands, 0, |a| {
+                    events_ms(&self.run_rts(device, grad, out, plan, *a)?)
+                })?
+            }
+        };
+        self.run_rts(device, grad, out, plan, chosen)?;
         Ok(())
     }
 
@@ -986,6 +1132,7 @@ impl ReduceKernels for CpuDevice {
         grad: &Tensor,
         out: &Tensor,
         plan: &RtsPlan,
+        _algo: Option<RtsAlgo>,
     ) -> Result<()> {
         super::host::map_f32(&[grad], out, |ins, o| {
             let g = ins[0];

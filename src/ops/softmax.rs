@@ -2,6 +2,7 @@
 //! integer labels.
 //!
 //! Both run over the view [O, R, I] (R the softmax axis). Rows (I = 1) choose by autotune between one
+//! work-group per row holding the row in registers (read once, written once; rows of a multiple of 4), one
 //! work-group per row with local-memory trees (GPUs) and one work-item per row without barriers (CPU
 //! OpenCL); other axes run one work-item per (o, i), coalesced across i.
 
@@ -16,9 +17,12 @@ use crate::tensor::{DType, Tensor};
 
 use super::reduce::{Ori, normalize_axes};
 
-/// A softmax row algorithm; its autotune cache form is `["wg", local]` or `"serial"`.
+/// A softmax row algorithm; its autotune cache form is `["reg", local, k]`, `["wg", local]` or `"serial"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftmaxAlgo {
+    /// One work-group of `local` items per row, each holding `k` float4 of the row in registers (forward
+    /// only; needs R a multiple of 4 and R ≤ 4·k·local; the backward runs it as `Wg(local)`).
+    Reg(usize, usize),
     /// One work-group of `local` items per row.
     Wg(usize),
     /// One work-item per row.
@@ -28,6 +32,7 @@ pub enum SoftmaxAlgo {
 impl Serialize for SoftmaxAlgo {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match *self {
+            SoftmaxAlgo::Reg(l, k) => ("reg", l, k).serialize(s),
             SoftmaxAlgo::Wg(l) => ("wg", l).serialize(s),
             SoftmaxAlgo::Serial => "serial".serialize(s),
         }
@@ -263,28 +268,65 @@ impl ClDevice {
         device: &Device,
         v: Ori,
         forced: Option<SoftmaxAlgo>,
+        bwd: bool,
         mut bench: impl FnMut(SoftmaxAlgo) -> Result<f64>,
     ) -> Result<SoftmaxAlgo> {
         if v.i > 1 {
             return Ok(SoftmaxAlgo::Serial);
         }
+        let max_wg = self.info.max_work_group_size.max(1);
         if let Some(a) = forced {
+            let ok = match a {
+                SoftmaxAlgo::Reg(l, k) => {
+                    bwd || (l.is_power_of_two()
+                        && l <= max_wg
+                        && (1..=16).contains(&k)
+                        && v.r.is_multiple_of(4)
+                        && v.r <= 4 * k * l)
+                }
+                SoftmaxAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
+                SoftmaxAlgo::Serial => true,
+            };
+            if !ok {
+                return Err(Error::Invalid(format!(
+                    "softmax: algorithm {a:?} does not fit rows of {} on this device (reg needs a power-of-two local size up to {max_wg}, 1 ≤ k ≤ 16, rows a multiple of 4 and at most 4·k·local)",
+                    v.r
+                )));
+            }
             return Ok(a);
         }
-        let max_wg = self.info.max_work_group_size.max(1);
-        let mut cands: Vec<SoftmaxAlgo> = [64usize, 128, 256]
-            .into_iter()
-            .filter(|&l| l <= max_wg)
-            .map(SoftmaxAlgo::Wg)
-            .collect();
+        let mut cands: Vec<SoftmaxAlgo> = Vec::new();
+        if !bwd && v.r.is_multiple_of(4) {
+            // Rows in registers: at most 16 float4 per work-item, and no more work-items than float4 columns.
+            let r4 = v.r / 4;
+            for l in [128usize, 256, 512, 1024] {
+                let k = r4.div_ceil(l);
+                if l <= max_wg && k <= 16 && (l == 128 || l <= r4) {
+                    cands.push(SoftmaxAlgo::Reg(l, k));
+                }
+            }
+        }
+        cands.extend(
+            [64usize, 128, 256]
+                .into_iter()
+                .filter(|&l| l <= max_wg)
+                .map(SoftmaxAlgo::Wg),
+        );
         cands.push(SoftmaxAlgo::Serial);
         let default = if self.info.kind == "cpu" {
             cands.len() - 1
+        } else if let Some(i) = cands
+            .iter()
+            .position(|a| matches!(a, SoftmaxAlgo::Reg(256, _)))
+        {
+            i
         } else {
             cands.len().saturating_sub(2)
         };
-        let key = shape_key(&[bucket(v.o), bucket(v.r)]);
-        autotune::tune(device, "softmax", &key, &cands, default, |c| bench(*c))
+        // The key keeps R's multiple-of-4 bit: rows in registers are a candidate only then.
+        let key = shape_key(&[bucket(v.o), bucket(v.r), i64::from(v.r.is_multiple_of(4))]);
+        let kernel = if bwd { "softmax_backward" } else { "softmax" };
+        autotune::tune(device, kernel, &key, &cands, default, |c| bench(*c))
     }
 
     fn run_softmax(
@@ -313,6 +355,16 @@ impl ClDevice {
             );
         }
         match algo {
+            SoftmaxAlgo::Reg(l, kk) => {
+                let k = self.kernel("softmax", &d.set("SM_K", kk), "sm_row_reg")?;
+                let args = [
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(y.storage()),
+                    Arg::Local(l * 4),
+                ];
+                self.launch(&k, &args, &[l * v.o], Some(&[l]))
+            }
             SoftmaxAlgo::Wg(l) => {
                 let k = self.kernel("softmax", &d, "sm_row_wg")?;
                 let args = [
@@ -364,7 +416,7 @@ impl ClDevice {
             );
         }
         match algo {
-            SoftmaxAlgo::Wg(l) => {
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
                 let k = self.kernel("softmax", &d, "smb_row_wg")?;
                 let args = [
                     Arg::I32(v.r as i32),
@@ -400,7 +452,7 @@ impl SoftmaxKernels for ClDevice {
         y: &Tensor,
         algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, |c| {
+        let a = self.softmax_algo(device, v, algo, false, |c| {
             events_ms(&[self.run_softmax(log, v, x, y, c)?])
         })?;
         self.run_softmax(log, v, x, y, a)?;
@@ -417,7 +469,7 @@ impl SoftmaxKernels for ClDevice {
         gx: &Tensor,
         algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, |c| {
+        let a = self.softmax_algo(device, v, algo, true, |c| {
             events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?])
         })?;
         self.run_softmax_bwd(log, v, y, g, gx, a)?;

@@ -1,0 +1,159 @@
+// Training batch normalisation of N×C×H×W per channel (P = H·W elements per plane, planes ordered (n, c)).
+// Statistics are shifted sums: with K the channel's first element (0 when it is not finite), each chunk sums
+// d = x − K and d², which keeps the variance accurate when the mean is large against the spread. Kernels:
+//   bn_partial_wg:   work-group per (chunk g, channel c), strided loads (float4 with VEC4) and a local tree (GPUs);
+//   bn_partial_item: one work-item per (chunk g, channel c), float8 loads along each plane, no barriers (CPU);
+//   bn_finish:       one work-item per channel: folds the G partials into mean, rstd, the scale γ·rstd, the
+//                    shift β, and the updated running statistics;
+//   bn_apply_flat:   y = (x − mean)·scale + shift, one float4 (VEC4) or float per work-item over all elements;
+//   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU).
+// A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4).
+
+#ifndef VEC4
+#define VEC4 0
+#endif
+
+static inline float bn_shift(__global const float* x, const int c, const int P) {
+    const float k = x[c * P];
+    return isfinite(k) ? k : 0.0f;
+}
+
+__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
+                            __global const float* x, __global float* part, __local float* ls,
+                            __local float* lq) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_global_id(1);
+    const float k = bn_shift(x, c, P);
+#if VEC4
+    const int P4 = P >> 2;
+    const int total = N * P4;
+    __global const float4* x4 = (__global const float4*)x;
+    float4 s4 = (float4)(0.0f), q4 = (float4)(0.0f);
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    for (int j = start + lid; j < end; j += L) {
+        const int n = j / P4;
+        const float4 d = x4[(n * C + c) * P4 + (j - n * P4)] - k;
+        s4 += d;
+        q4 = fma(d, d, q4);
+    }
+    float s = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
+    float q = (q4.s0 + q4.s1) + (q4.s2 + q4.s3);
+#else
+    const int total = N * P;
+    float s = 0.0f, q = 0.0f;
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    for (int j = start + lid; j < end; j += L) {
+        const int n = j / P;
+        const float d = x[(n * C + c) * P + (j - n * P)] - k;
+        s += d;
+        q = fma(d, d, q);
+    }
+#endif
+    ls[lid] = s;
+    lq[lid] = q;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = L >> 1; h > 0; h >>= 1) {
+        if (lid < h) {
+            ls[lid] += ls[lid + h];
+            lq[lid] += lq[lid + h];
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) {
+        part[(c * G + g) * 2] = ls[0];
+        part[(c * G + g) * 2 + 1] = lq[0];
+    }
+}
+
+__kernel void bn_partial_item(const int N, const int C, const int P, const int rc, const int G,
+                              __global const float* x, __global float* part) {
+    const int g = get_global_id(0);
+    const int c = get_global_id(1);
+    if (g >= G || c >= C) return;
+    const float k = bn_shift(x, c, P);
+    const int total = N * P;
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    float8 s8 = (float8)(0.0f), q8 = (float8)(0.0f);
+    float s = 0.0f, q = 0.0f;
+    int j = start;
+    while (j < end) {
+        // One plane segment [j, stop) at a time: contiguous in memory.
+        const int n = j / P;
+        const int stop = min(end, (n + 1) * P);
+        __global const float* p = x + (n * C + c) * P - n * P;
+        for (; j + 8 <= stop; j += 8) {
+            const float8 d = vload8(0, p + j) - k;
+            s8 += d;
+            q8 = fma(d, d, q8);
+        }
+        for (; j < stop; ++j) {
+            const float d = p[j] - k;
+            s += d;
+            q = fma(d, d, q);
+        }
+    }
+    const float4 sa = s8.lo + s8.hi, qa = q8.lo + q8.hi;
+    part[(c * G + g) * 2] = s + (sa.s0 + sa.s1) + (sa.s2 + sa.s3);
+    part[(c * G + g) * 2 + 1] = q + (qa.s0 + qa.s1) + (qa.s2 + qa.s3);
+}
+
+// mean[c], rstd[c], and stat[c] = γ·rstd, stat[C + c] = β (0 without β) for the apply.
+__kernel void bn_finish(const int N, const int C, const int P, const int G, const float eps, const float momentum,
+                        const int has_gamma, const int has_beta, __global const float* x,
+                        __global const float* part, __global const float* gamma, __global const float* beta,
+                        __global const float* rm, __global const float* rv, __global float* mean_out,
+                        __global float* rstd_out, __global float* stat,
+                        __global float* rm_out, __global float* rv_out) {
+    const int c = get_global_id(0);
+    if (c >= C) return;
+    float s = 0.0f, q = 0.0f;
+    for (int g = 0; g < G; ++g) {
+        s += part[(c * G + g) * 2];
+        q += part[(c * G + g) * 2 + 1];
+    }
+    const float cnt = (float)N * (float)P;
+    const float d = s / cnt;
+    const float mean = bn_shift(x, c, P) + d;
+    float var = q / cnt - d * d;
+    // Rounding can make a tiny variance negative; a NaN stays NaN.
+    var = var < 0.0f ? 0.0f : var;
+    const float rstd = 1.0f / sqrt(var + eps);
+    mean_out[c] = mean;
+    rstd_out[c] = rstd;
+    stat[c] = has_gamma ? gamma[c] * rstd : rstd;
+    stat[C + c] = has_beta ? beta[c] : 0.0f;
+    rm_out[c] = (1.0f - momentum) * rm[c] + momentum * mean;
+    rv_out[c] = (1.0f - momentum) * rv[c] + momentum * var;
+}
+
+__kernel void bn_apply_flat(const int total, const int C, const int P, __global const float* x,
+                            __global const float* mean, __global const float* stat, __global float* y) {
+    const int i = get_global_id(0);
+    if (i >= total) return;
+#if VEC4
+    const int c = (i / (P >> 2)) % C;
+    const float4 v = ((__global const float4*)x)[i];
+    ((__global float4*)y)[i] = (v - mean[c]) * stat[c] + stat[C + c];
+#else
+    const int c = (i / P) % C;
+    y[i] = (x[i] - mean[c]) * stat[c] + stat[C + c];
+#endif
+}
+
+__kernel void bn_apply_plane(const int planes, const int C, const int P, __global const float* x,
+                             __global const float* mean, __global const float* stat, __global float* y) {
+    const int t = get_global_id(0);
+    if (t >= planes) return;
+    const int c = t % C;
+    const float m = mean[c], a = stat[c], b = stat[C + c];
+    __global const float* p = x + t * P;
+    __global float* o = y + t * P;
+    int j = 0;
+    for (; j + 8 <= P; j += 8) vstore8((vload8(0, p + j) - m) * a + b, 0, o + j);
+    for (; j < P; ++j) o[j] = (p[j] - m) * a + b;
+}
