@@ -5,6 +5,7 @@
 //  * naive / tile: one output per work-item (1-D, or 3-D with 8x8 groups).
 //  * rows: one output row per work-item, accumulated tap by tap over contiguous spans (CPU OpenCL).
 //  * local: a 32x8 output tile per work-group with the input tile and halo in local memory (GPUs).
+//  * block: a BY x VW register block of outputs per work-item, read from global memory (see below).
 // grad_w sums over "bands" (a sample and a range of output rows) into partials, then reduces them.
 
 #define GEO                                                                                    \

@@ -68,12 +68,13 @@ fn check(
     );
 }
 
-const ALL: [DwAlgo; 7] = [
+const ALL: [DwAlgo; 8] = [
     DwAlgo::Local,
     DwAlgo::Rows,
     DwAlgo::Tile,
     DwAlgo::Naive,
     DwAlgo::Block1x4,
+    DwAlgo::Block1x8,
     DwAlgo::Block4x2,
     DwAlgo::Block8x2,
 ];
@@ -151,7 +152,12 @@ fn block_algorithms_reject_large_filters() {
     };
     let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
     let w = Tensor::zeros(&dev, &[2, 1, 9, 9]).unwrap();
-    for algo in [DwAlgo::Block1x4, DwAlgo::Block4x2, DwAlgo::Block8x2] {
+    for algo in [
+        DwAlgo::Block1x4,
+        DwAlgo::Block1x8,
+        DwAlgo::Block4x2,
+        DwAlgo::Block8x2,
+    ] {
         let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
         assert!(
             matches!(e, Error::Invalid(_)) && e.to_string().contains("K ≤ 7"),

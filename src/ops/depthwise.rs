@@ -1,11 +1,14 @@
 //! Depthwise convolution: one `K × K` filter per channel (weights `C × 1 × K × K`), square stride and padding.
 //!
-//! Algorithms (`NETCL_DWCONV_ALGO=local|naive|tile` forces one, as in netcl; otherwise measured per shape
-//! class): `local` (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs),
-//! `rows` (one output row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output
-//! per work-item). Backward: grad_x of a stride-1 convolution is the forward convolution of grad_out with
-//! the flipped filter (so it uses the same kernels); otherwise a gather. grad_w sums band partials
-//! (a sample × a range of output rows) and reduces them.
+//! Algorithms (`NETCL_DWCONV_ALGO` forces one, as in netcl; otherwise measured per shape class): `local`
+//! (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs), `rows` (one output
+//! row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output per work-item), and
+//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2` (columns × rows of outputs per
+//! work-item read straight from global memory, K ≤ 7, stride 1 or 2; one-column blocks coalesce on GPUs,
+//! `float8` rows suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of
+//! grad_out with the flipped filter (so it uses the same kernels); otherwise a gather (one input pixel per
+//! work-item, no atomics) or one input row per work-item. grad_w sums band partials (a channel × a range of
+//! output rows or units) and reduces them.
 
 #![allow(clippy::too_many_arguments)]
 
@@ -37,6 +40,9 @@ pub enum DwAlgo {
     /// 1 or 2); adjacent work-items take adjacent columns (GPUs).
     #[serde(rename = "block1x4")]
     Block1x4,
+    /// Register blocks of 1 column × 8 rows (fewer input rows read per output; GPUs).
+    #[serde(rename = "block1x8")]
+    Block1x8,
     /// Register blocks of 4 columns × 2 rows (`float4` rows; K ≤ 7, stride 1 or 2).
     #[serde(rename = "block4x2")]
     Block4x2,
@@ -50,6 +56,7 @@ impl DwAlgo {
     fn block(self) -> Option<(usize, usize)> {
         match self {
             DwAlgo::Block1x4 => Some((1, 4)),
+            DwAlgo::Block1x8 => Some((1, 8)),
             DwAlgo::Block4x2 => Some((4, 2)),
             DwAlgo::Block8x2 => Some((8, 2)),
             _ => None,
@@ -197,6 +204,7 @@ fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
         Ok("tile") => Some((DwAlgo::Tile, "NETCL_DWCONV_ALGO")),
         Ok("rows") => Some((DwAlgo::Rows, "NETCL_DWCONV_ALGO")),
         Ok("block1x4") => Some((DwAlgo::Block1x4, "NETCL_DWCONV_ALGO")),
+        Ok("block1x8") => Some((DwAlgo::Block1x8, "NETCL_DWCONV_ALGO")),
         Ok("block4x2") => Some((DwAlgo::Block4x2, "NETCL_DWCONV_ALGO")),
         Ok("block8x2") => Some((DwAlgo::Block8x2, "NETCL_DWCONV_ALGO")),
         _ => None,
@@ -381,7 +389,7 @@ impl ClDevice {
         let k = g.k as i32;
         self.dw_eligible(a, g)?;
         match a {
-            DwAlgo::Block1x4 | DwAlgo::Block4x2 | DwAlgo::Block8x2 => {
+            DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 | DwAlgo::Block8x2 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
                 let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
                 let args = [
@@ -469,7 +477,12 @@ impl ClDevice {
         }
         v.extend([DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive]);
         if self.dw_block_ok(g) {
-            v.extend([DwAlgo::Block1x4, DwAlgo::Block4x2, DwAlgo::Block8x2]);
+            v.extend([
+                DwAlgo::Block1x4,
+                DwAlgo::Block1x8,
+                DwAlgo::Block4x2,
+                DwAlgo::Block8x2,
+            ]);
         }
         v
     }
@@ -514,7 +527,7 @@ impl ClDevice {
                     )?);
                     ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
                 }
-                _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block4x2) => {
+                _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let kern =
                         self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_gather")?;
                     let args = [
@@ -565,7 +578,7 @@ impl ClDevice {
                 ];
                 ev.push(self.launch(&kern, &args, &[gw.numel()], None)?);
             }
-            DwAlgo::Block1x4 | DwAlgo::Block4x2 => {
+            DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 => {
                 let (bands, per_band) = Self::dw_block_bands(g, a.block().map_or(4, |b| b.1));
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
                 let kern =
