@@ -469,29 +469,43 @@ inline void dw_block(const int H, const int W, const int OH, const int OW, const
     }
 }
 
-// One BY x VW output block per work-item; work-items are ordered (n, c, row block, column block).
+// One BY x VW output block per work-item, work-items ordered (n, c, row block, column block); with XLOOP, one
+// work-item per (n, c, row block) walks the row's column blocks (fewer work-items and index divisions, for
+// CPU OpenCL).
 __kernel void dw_fwd_block(const int8 g, __global const float* restrict x, __global const float* restrict w,
                            __global const float* restrict bias, const int has_bias, __global float* restrict out)
 {
     const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
     const int nxb = (OW + VW - 1) / VW, nyb = (OH + BY - 1) / BY;
     const int i = get_global_id(0);
+#if XLOOP
+    if (i >= N * C * nyb) return;
+    const int yb = i % nyb, nc = i / nyb, c = nc % C;
+#else
     if (i >= N * C * nyb * nxb) return;
     const int xb = i % nxb, t = i / nxb, yb = t % nyb, nc = t / nyb, c = nc % C;
-    const int ow0 = xb * VW, oh0 = yb * BY;
+#endif
+    const int oh0 = yb * BY;
     float wv[BK * BK];
 #pragma unroll
     for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
     const float b = has_bias ? bias[c] : 0.0f;
     __global const float* xp = x + (size_t)nc * H * W;
-    __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
-    const int ix0 = ow0 * BS - P;
-    if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
-        dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
-    else if (VW > 1 && W > VEXT)
-        dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 2);
-    else
-        dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 0);
+#if XLOOP
+    for (int xb = 0; xb < nxb; ++xb) {
+#endif
+        const int ow0 = xb * VW;
+        __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
+        const int ix0 = ow0 * BS - P;
+        if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
+        else if (VW > 1 && W > VEXT)
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 2);
+        else
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 0);
+#if XLOOP
+    }
+#endif
 }
 
 // grad_x by gathering: input pixel (y, x) sums grad_out at the outputs whose window covers it, which for

@@ -68,7 +68,7 @@ fn check(
     );
 }
 
-const ALL: [DwAlgo; 8] = [
+const ALL: [DwAlgo; 9] = [
     DwAlgo::Local,
     DwAlgo::Rows,
     DwAlgo::Tile,
@@ -77,6 +77,7 @@ const ALL: [DwAlgo; 8] = [
     DwAlgo::Block1x8,
     DwAlgo::Block4x2,
     DwAlgo::Block8x2,
+    DwAlgo::Block8x4,
 ];
 
 #[test]
@@ -157,6 +158,7 @@ fn block_algorithms_reject_large_filters() {
         DwAlgo::Block1x8,
         DwAlgo::Block4x2,
         DwAlgo::Block8x2,
+        DwAlgo::Block8x4,
     ] {
         let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
         assert!(

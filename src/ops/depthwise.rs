@@ -3,9 +3,9 @@
 //! Algorithms (`NETCL_DWCONV_ALGO` forces one, as in netcl; otherwise measured per shape class): `local`
 //! (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs), `rows` (one output
 //! row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output per work-item), and
-//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2` (columns × rows of outputs per
-//! work-item read straight from global memory, K ≤ 7, stride 1 or 2; one-column blocks coalesce on GPUs,
-//! `float8` rows suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of
+//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2`, `block8x4` (columns × rows of
+//! outputs per work-item read straight from global memory, K ≤ 7, stride 1 or 2; one-column blocks
+//! coalesce on GPUs, `float8` rows walked by one work-item suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of
 //! grad_out with the flipped filter (so it uses the same kernels); otherwise a gather (one input pixel per
 //! work-item, no atomics) or one input row per work-item. grad_w sums band partials (a channel × a range of
 //! output rows or units) and reduces them.
@@ -46,9 +46,13 @@ pub enum DwAlgo {
     /// Register blocks of 4 columns × 2 rows (`float4` rows; K ≤ 7, stride 1 or 2).
     #[serde(rename = "block4x2")]
     Block4x2,
-    /// Register blocks of 8 columns × 2 rows (`float8` rows; K ≤ 7, stride 1 or 2; CPU OpenCL).
+    /// Register blocks of 8 columns × 2 rows (`float8` rows, one work-item per row block walking its
+    /// columns; K ≤ 7, stride 1 or 2; CPU OpenCL).
     #[serde(rename = "block8x2")]
     Block8x2,
+    /// Register blocks of 8 columns × 4 rows (as `block8x2`, with more input rows shared per load).
+    #[serde(rename = "block8x4")]
+    Block8x4,
 }
 
 impl DwAlgo {
@@ -59,6 +63,7 @@ impl DwAlgo {
             DwAlgo::Block1x8 => Some((1, 8)),
             DwAlgo::Block4x2 => Some((4, 2)),
             DwAlgo::Block8x2 => Some((8, 2)),
+            DwAlgo::Block8x4 => Some((8, 4)),
             _ => None,
         }
     }
@@ -207,6 +212,7 @@ fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
         Ok("block1x8") => Some((DwAlgo::Block1x8, "NETCL_DWCONV_ALGO")),
         Ok("block4x2") => Some((DwAlgo::Block4x2, "NETCL_DWCONV_ALGO")),
         Ok("block8x2") => Some((DwAlgo::Block8x2, "NETCL_DWCONV_ALGO")),
+        Ok("block8x4") => Some((DwAlgo::Block8x4, "NETCL_DWCONV_ALGO")),
         _ => None,
     }
 }
@@ -373,6 +379,7 @@ impl ClDevice {
             .set("BS", g.s)
             .set("VW", vw)
             .set("BY", by)
+            .set("XLOOP", (vw == 8) as usize)
     }
 
     fn dw_fwd_with(
@@ -389,7 +396,11 @@ impl ClDevice {
         let k = g.k as i32;
         self.dw_eligible(a, g)?;
         match a {
-            DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 | DwAlgo::Block8x2 => {
+            DwAlgo::Block1x4
+            | DwAlgo::Block1x8
+            | DwAlgo::Block4x2
+            | DwAlgo::Block8x2
+            | DwAlgo::Block8x4 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
                 let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
                 let args = [
@@ -400,7 +411,9 @@ impl ClDevice {
                     hb,
                     Arg::Mem(out.storage()),
                 ];
-                let items = g.n * g.c * g.oh.div_ceil(by) * g.ow.div_ceil(vw);
+                // 8-wide blocks walk whole rows (XLOOP): one work-item per row block.
+                let cols = if vw == 8 { 1 } else { g.ow.div_ceil(vw) };
+                let items = g.n * g.c * g.oh.div_ceil(by) * cols;
                 self.launch(&kern, &args, &[items], Some(&[128]))
             }
             DwAlgo::Local => {
@@ -482,6 +495,7 @@ impl ClDevice {
                 DwAlgo::Block1x8,
                 DwAlgo::Block4x2,
                 DwAlgo::Block8x2,
+                DwAlgo::Block8x4,
             ]);
         }
         v
@@ -538,7 +552,11 @@ impl ClDevice {
                     ];
                     ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[128]))?);
                 }
-                _ if matches!(a, DwAlgo::Rows | DwAlgo::Local | DwAlgo::Block8x2) => {
+                _ if matches!(
+                    a,
+                    DwAlgo::Rows | DwAlgo::Local | DwAlgo::Block8x2 | DwAlgo::Block8x4
+                ) =>
+                {
                     let kern = self.kernel(
                         "depthwise",
                         &Defines::new().set("RK", g.k).set("RS", g.s),
@@ -593,7 +611,7 @@ impl ClDevice {
                 ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 ev.push(self.dw_reduce(&part, gw, g, bands)?);
             }
-            DwAlgo::Local | DwAlgo::Rows | DwAlgo::Block8x2 => {
+            DwAlgo::Local | DwAlgo::Rows | DwAlgo::Block8x2 | DwAlgo::Block8x4 => {
                 let (bands_per, rows) = self.dw_bands(g);
                 let bands = g.n * bands_per;
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
