@@ -226,6 +226,11 @@ __kernel void dw_bwd_w_rows(const int8 g, const int K, const int bands_per, cons
                 // (no reassociation without fast-math).
                 float8 a8 = (float8)(0.0f);
                 int ow = lo;
+#if ROW_S == 2
+                // vload16 reads one column past the last tap: the vector loop stops where that is outside the row.
+                const int hv = W - 2 + P - kw >= 0 ? min(hi, (W - 2 + P - kw) / 2) : -1;
+                for (; ow + 8 <= hv + 1; ow += 8) a8 = fma(vload8(0, gr + ow), vload16(0, xr + 2 * ow).even, a8);
+#endif
                 for (; ow + 8 <= hi + 1; ow += 8) {
                     const float8 gv = vload8(0, gr + ow);
 #if ROW_S == 1
@@ -535,6 +540,59 @@ __kernel void dw_bwd_x_gather(const int8 g, __global const float* restrict go, _
     }
     gx[i] = acc;
 }
+
+#if BS == 2
+// grad_x of a stride-2 convolution for CPU OpenCL: one input row (n, c, y) per work-item, 16 columns at a time.
+// Column x0 + 2m + e (x0 even) reads grad_out column (x0 + 2m + e + P - kw) / 2 at the taps kw whose parity
+// makes that exact, so the even and the odd columns of a block each take one float8 of grad_out per such
+// tap; the two float8 sums are then interleaved into 16 columns.
+__kernel void dw_bwd_x_s2(const int8 g, __global const float* restrict go, __global const float* restrict w,
+                          __global float* restrict gx)
+{
+    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    const int r = get_global_id(0);
+    if (r >= N * C * H) return;
+    const int y = r % H, nc = r / H, c = nc % C;
+    float wv[BK * BK];
+#pragma unroll
+    for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
+    __global const float* gp = go + (size_t)nc * OH * OW;
+    __global float* gxr = gx + (size_t)r * W;
+    for (int x0 = 0; x0 < W; x0 += 16) {
+        float8 ae = (float8)(0.0f), ao = (float8)(0.0f);
+#pragma unroll
+        for (int kh = 0; kh < BK; ++kh) {
+            const int ty = y + P - kh;
+            if (ty < 0 || (ty & 1) || ty / 2 >= OH) continue;
+            __global const float* gr = gp + (ty / 2) * OW;
+#pragma unroll
+            for (int kw = 0; kw < BK; ++kw) {
+                const int e = (kw + P) & 1, o0 = (x0 + e + P - kw) / 2;
+                float8 v;
+                if (o0 >= 0 && o0 + 8 <= OW) {
+                    v = vload8(0, gr + o0);
+                } else {
+                    float lane[8];
+                    for (int m = 0; m < 8; ++m) lane[m] = (o0 + m >= 0 && o0 + m < OW) ? gr[o0 + m] : 0.0f;
+                    v = vload8(0, lane);
+                }
+                if (e)
+                    ao = fma(v, (float8)(wv[kh * BK + kw]), ao);
+                else
+                    ae = fma(v, (float8)(wv[kh * BK + kw]), ae);
+            }
+        }
+        const float16 o = shuffle2(ae, ao, (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+        if (x0 + 16 <= W) {
+            vstore16(o, 0, gxr + x0);
+        } else {
+            float lane[16];
+            vstore16(o, 0, lane);
+            for (int i = 0; i < W - x0; ++i) gxr[x0 + i] = lane[i];
+        }
+    }
+}
+#endif
 
 // grad_w partials: one work-group of 256 per (c, band), a band being `per_band` consecutive units of
 // (n, row block, column) with the column fastest, so reads of grad_out and x are coalesced. A unit is BY

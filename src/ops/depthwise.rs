@@ -552,6 +552,17 @@ impl ClDevice {
                     ];
                     ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[128]))?);
                 }
+                _ if matches!(a, DwAlgo::Block8x2 | DwAlgo::Block8x4) && g.s == 2 => {
+                    let kern =
+                        self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_s2")?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                }
                 _ if matches!(
                     a,
                     DwAlgo::Rows | DwAlgo::Local | DwAlgo::Block8x2 | DwAlgo::Block8x4
