@@ -541,8 +541,8 @@ __kernel void dw_bwd_x_gather(const int8 g, __global const float* restrict go, _
     gx[i] = acc;
 }
 
-#if BS == 2
-// grad_x of a stride-2 convolution for CPU OpenCL: one input row (n, c, y) per work-item, 16 columns at a time.
+#if BS == 2 && VW == 8
+// grad_x of a stride-2 convolution for CPU OpenCL (built with the 8-wide blocks only): one input row (n, c, y) per work-item, 16 columns at a time.
 // Column x0 + 2m + e (x0 even) reads grad_out column (x0 + 2m + e + P - kw) / 2 at the taps kw whose parity
 // makes that exact, so the even and the odd columns of a block each take one float8 of grad_out per such
 // tap; the two float8 sums are then interleaved into 16 columns.
