@@ -5,6 +5,7 @@
 //  * naive / tile: one output per work-item (1-D, or 3-D with 8x8 groups).
 //  * rows: one output row per work-item, accumulated tap by tap over contiguous spans (CPU OpenCL).
 //  * local: a 32x8 output tile per work-group with the input tile and halo in local memory (GPUs).
+//  * block: a BY x VW register block of outputs per work-item, read from global memory (see below).
 // grad_w sums over "bands" (a sample and a range of output rows) into partials, then reduces them.
 
 #define GEO                                                                                    \
@@ -225,6 +226,11 @@ __kernel void dw_bwd_w_rows(const int8 g, const int K, const int bands_per, cons
                 // (no reassociation without fast-math).
                 float8 a8 = (float8)(0.0f);
                 int ow = lo;
+#if ROW_S == 2
+                // vload16 reads one column past the last tap: the vector loop stops where that is outside the row.
+                const int hv = W - 2 + P - kw >= 0 ? min(hi, (W - 2 + P - kw) / 2) : -1;
+                for (; ow + 8 <= hv + 1; ow += 8) a8 = fma(vload8(0, gr + ow), vload16(0, xr + 2 * ow).even, a8);
+#endif
                 for (; ow + 8 <= hi + 1; ow += 8) {
                     const float8 gv = vload8(0, gr + ow);
 #if ROW_S == 1
@@ -334,5 +340,322 @@ void dw_bwd_weight_local(const int8 g, const int bands_per, const int rows,
         if (lid == 0) out[t] = red[0];
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+#endif
+
+// ------------------------------------------------------------------------------ register-block kernels
+// Built per (BK = K, BS = stride, VW = outputs along a row, BY = output rows) with K <= 7 and stride 1 or 2.
+// No local memory in the forward pass: a work-item keeps a BY x VW block of outputs in registers and reads
+// each of the (BY - 1) * BS + BK input rows it needs once, as BK vectors (one per filter column), from
+// global memory. VW = 1 gives adjacent work-items adjacent columns (coalesced on GPUs); VW = 8 gives CPU
+// OpenCL one float8 per row and tap.
+#ifdef BK
+#if VW == 1
+typedef float vfloat;
+#define VLOAD(p) (*(p))
+#define VSTORE(v, p) (*(p) = (v))
+#define VSPLAT(s) (s)
+#elif VW == 4
+typedef float4 vfloat;
+#define VLOAD(p) vload4(0, p)
+#define VSTORE(v, p) vstore4(v, 0, p)
+#define VSPLAT(s) ((float4)(s))
+#elif VW == 8
+typedef float8 vfloat;
+#define VLOAD(p) vload8(0, p)
+#define VSTORE(v, p) vstore8(v, 0, p)
+#define VSPLAT(s) ((float8)(s))
+#else
+#error "VW must be 1, 4 or 8"
+#endif
+
+// VLOADS(p) = (p[0], p[BS], ..., p[(VW - 1) * BS]); it reads p[0 .. VEXT].
+#if BS == 1 || VW == 1
+#define VLOADS(p) VLOAD(p)
+#define VEXT ((VW - 1) * BS)
+#elif BS == 2 && VW == 4
+#define VLOADS(p) (vload8(0, p).even)
+#define VEXT 7
+#elif BS == 2 && VW == 8
+#define VLOADS(p) (vload16(0, p).even)
+#define VEXT 15
+#else
+#error "BS must be 1 or 2"
+#endif
+
+// Border blocks of VW > 1 load the VEXT + 1 columns at a clamped start and move each lane into place with a
+// shuffle (lanes outside the image become zero), where the row is at least that wide.
+#if VW == 4
+typedef int4 ivec;
+#define LANES ((int4)(0, 1, 2, 3))
+#define VMASK(v) convert_uint4(v)
+#elif VW == 8
+typedef int8 ivec;
+#define LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
+#define VMASK(v) convert_uint8(v)
+#endif
+#if VEXT == 3
+#define VLOADL(p) vload4(0, p)
+#elif VEXT == 7
+#define VLOADL(p) vload8(0, p)
+#elif VEXT == 15
+#define VLOADL(p) vload16(0, p)
+#endif
+
+// The BY x VW output block at (oh0, ow0) of channel c. `mode` 1: every input column the block reads is
+// inside the image, so rows load as plain vectors; 2: a border block of a row at least VEXT + 1 wide, loaded
+// by shuffles; 0: each lane is loaded with a bounds check.
+inline void dw_block(const int H, const int W, const int OH, const int OW, const int P, const int oh0, const int ow0,
+                     __global const float* restrict xp, const float* wv, const float b, __global float* restrict op,
+                     const int mode)
+{
+    const int ix0 = ow0 * BS - P;
+    vfloat acc[BY];
+#pragma unroll
+    for (int j = 0; j < BY; ++j) acc[j] = VSPLAT(b);
+#pragma unroll
+    for (int r = 0; r < (BY - 1) * BS + BK; ++r) {
+        const int y = oh0 * BS - P + r;
+        if (y < 0 || y >= H) continue;
+        __global const float* xr = xp + (size_t)y * W;
+        vfloat xv[BK];
+#pragma unroll
+        for (int kw = 0; kw < BK; ++kw) {
+            if (mode == 1) {
+                xv[kw] = VLOADS(xr + ix0 + kw);
+            }
+#if VW > 1
+            else if (mode == 2) {
+                const int c0 = ix0 + kw, base = clamp(c0, 0, W - (VEXT + 1));
+                const ivec col = c0 + LANES * BS;
+                const vfloat v = shuffle(VLOADL(xr + base), VMASK((col - base) & VEXT));
+                xv[kw] = select(VSPLAT(0.0f), v, col >= 0 && col < W);
+            }
+#endif
+            else {
+                float lane[VW];
+#pragma unroll
+                for (int l = 0; l < VW; ++l) {
+                    const int xx = ix0 + l * BS + kw;
+                    lane[l] = (xx >= 0 && xx < W) ? xr[xx] : 0.0f;
+                }
+#if VW == 1
+                xv[kw] = lane[0];
+#else
+                xv[kw] = VLOAD(lane);
+#endif
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < BY; ++j) {
+            const int kh = r - j * BS;
+            if (kh >= 0 && kh < BK) {
+#pragma unroll
+                for (int kw = 0; kw < BK; ++kw) acc[j] = fma(xv[kw], VSPLAT(wv[kh * BK + kw]), acc[j]);
+            }
+        }
+    }
+    const int nv = min(VW, OW - ow0);
+#pragma unroll
+    for (int j = 0; j < BY; ++j) {
+        if (oh0 + j >= OH) break;
+        __global float* o = op + (size_t)j * OW;
+        if (nv == VW) {
+            VSTORE(acc[j], o);
+        } else {
+#if VW == 1
+            o[0] = acc[j];
+#else
+            float lane[VW];
+            VSTORE(acc[j], lane);
+            for (int l = 0; l < nv; ++l) o[l] = lane[l];
+#endif
+        }
+    }
+}
+
+// One BY x VW output block per work-item, work-items ordered (n, c, row block, column block); with XLOOP, one
+// work-item per (n, c, row block) walks the row's column blocks (fewer work-items and index divisions, for
+// CPU OpenCL).
+__kernel void dw_fwd_block(const int8 g, __global const float* restrict x, __global const float* restrict w,
+                           __global const float* restrict bias, const int has_bias, __global float* restrict out)
+{
+    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    const int nxb = (OW + VW - 1) / VW, nyb = (OH + BY - 1) / BY;
+    const int i = get_global_id(0);
+#if XLOOP
+    if (i >= N * C * nyb) return;
+    const int yb = i % nyb, nc = i / nyb, c = nc % C;
+#else
+    if (i >= N * C * nyb * nxb) return;
+    const int xb = i % nxb, t = i / nxb, yb = t % nyb, nc = t / nyb, c = nc % C;
+#endif
+    const int oh0 = yb * BY;
+    float wv[BK * BK];
+#pragma unroll
+    for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
+    const float b = has_bias ? bias[c] : 0.0f;
+    __global const float* xp = x + (size_t)nc * H * W;
+#if XLOOP
+    for (int xb = 0; xb < nxb; ++xb) {
+#endif
+        const int ow0 = xb * VW;
+        __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
+        const int ix0 = ow0 * BS - P;
+        if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
+        else if (VW > 1 && W > VEXT)
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 2);
+        else
+            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 0);
+#if XLOOP
+    }
+#endif
+}
+
+// grad_x by gathering: input pixel (y, x) sums grad_out at the outputs whose window covers it, which for
+// stride BS are at most ceil(BK / BS) rows times as many columns; one pixel per work-item, no atomics.
+__kernel void dw_bwd_x_gather(const int8 g, __global const float* restrict go, __global const float* restrict w,
+                              __global float* restrict gx)
+{
+    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    const int i = get_global_id(0);
+    if (i >= N * C * H * W) return;
+    const int xx = i % W, y = (i / W) % H, nc = i / (W * H), c = nc % C;
+    __global const float* gp = go + (size_t)nc * OH * OW;
+    __global const float* wp = w + c * BK * BK;
+    // The last output row / column covering (y, xx); earlier ones are BS apart in the filter.
+    const int oyh = (y + P) / BS, oxh = (xx + P) / BS;
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < (BK + BS - 1) / BS; ++j) {
+        const int oy = oyh - j, kh = y + P - oy * BS;
+        if (oy < 0 || oy >= OH || kh >= BK) continue;
+#pragma unroll
+        for (int q = 0; q < (BK + BS - 1) / BS; ++q) {
+            const int ox = oxh - q, kw = xx + P - ox * BS;
+            if (ox < 0 || ox >= OW || kw >= BK) continue;
+            acc = fma(gp[oy * OW + ox], wp[kh * BK + kw], acc);
+        }
+    }
+    gx[i] = acc;
+}
+
+#if BS == 2 && VW == 8
+// grad_x of a stride-2 convolution for CPU OpenCL (built with the 8-wide blocks only): one input row (n, c, y) per work-item, 16 columns at a time.
+// Column x0 + 2m + e (x0 even) reads grad_out column (x0 + 2m + e + P - kw) / 2 at the taps kw whose parity
+// makes that exact, so the even and the odd columns of a block each take one float8 of grad_out per such
+// tap; the two float8 sums are then interleaved into 16 columns.
+__kernel void dw_bwd_x_s2(const int8 g, __global const float* restrict go, __global const float* restrict w,
+                          __global float* restrict gx)
+{
+    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    const int r = get_global_id(0);
+    if (r >= N * C * H) return;
+    const int y = r % H, nc = r / H, c = nc % C;
+    float wv[BK * BK];
+#pragma unroll
+    for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
+    __global const float* gp = go + (size_t)nc * OH * OW;
+    __global float* gxr = gx + (size_t)r * W;
+    for (int x0 = 0; x0 < W; x0 += 16) {
+        float8 ae = (float8)(0.0f), ao = (float8)(0.0f);
+#pragma unroll
+        for (int kh = 0; kh < BK; ++kh) {
+            const int ty = y + P - kh;
+            if (ty < 0 || (ty & 1) || ty / 2 >= OH) continue;
+            __global const float* gr = gp + (ty / 2) * OW;
+#pragma unroll
+            for (int kw = 0; kw < BK; ++kw) {
+                const int e = (kw + P) & 1, o0 = (x0 + e + P - kw) / 2;
+                float8 v;
+                if (o0 >= 0 && o0 + 8 <= OW) {
+                    v = vload8(0, gr + o0);
+                } else {
+                    float lane[8];
+                    for (int m = 0; m < 8; ++m) lane[m] = (o0 + m >= 0 && o0 + m < OW) ? gr[o0 + m] : 0.0f;
+                    v = vload8(0, lane);
+                }
+                if (e)
+                    ao = fma(v, (float8)(wv[kh * BK + kw]), ao);
+                else
+                    ae = fma(v, (float8)(wv[kh * BK + kw]), ae);
+            }
+        }
+        const float16 o = shuffle2(ae, ao, (uint16)(0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15));
+        if (x0 + 16 <= W) {
+            vstore16(o, 0, gxr + x0);
+        } else {
+            float lane[16];
+            vstore16(o, 0, lane);
+            for (int i = 0; i < W - x0; ++i) gxr[x0 + i] = lane[i];
+        }
+    }
+}
+#endif
+
+// grad_w partials: one work-group of 256 per (c, band), a band being `per_band` consecutive units of
+// (n, row block, column) with the column fastest, so reads of grad_out and x are coalesced. A unit is BY
+// outputs of one column: its (BY - 1) * BS + BK input rows are read once and feed every tap. The 256
+// per-tap sums fold to 64 in local memory, then to one per tap: part[c][band][tap].
+#define WG_W 256
+__kernel __attribute__((reqd_work_group_size(WG_W, 1, 1)))
+void dw_bwd_w_block(const int8 g, const int per_band, __global const float* restrict x,
+                    __global const float* restrict go, __global float* restrict part)
+{
+    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    __local float red[BK * BK * 64];
+    __local float red4[BK * BK * 4];
+    const int lid = get_local_id(0), c = get_group_id(0), band = get_group_id(1), bands = get_num_groups(1);
+    const int nyb = (OH + BY - 1) / BY;
+    const int units = N * nyb * OW;
+    const int u1 = min(units, (band + 1) * per_band);
+    float acc[BK * BK];
+#pragma unroll
+    for (int k = 0; k < BK * BK; ++k) acc[k] = 0.0f;
+    for (int u = band * per_band + lid; u < u1; u += WG_W) {
+        const int ow = u % OW, t = u / OW, oh0 = (t % nyb) * BY, n = t / nyb;
+        __global const float* xp = x + ((size_t)n * C + c) * H * W;
+        __global const float* gp = go + ((size_t)n * C + c) * OH * OW + ow;
+        float gv[BY];
+#pragma unroll
+        for (int j = 0; j < BY; ++j) gv[j] = oh0 + j < OH ? gp[(oh0 + j) * OW] : 0.0f;
+        const int ix0 = ow * BS - P;
+#pragma unroll
+        for (int r = 0; r < (BY - 1) * BS + BK; ++r) {
+            const int y = oh0 * BS - P + r;
+            if (y < 0 || y >= H) continue;
+            __global const float* xr = xp + (size_t)y * W;
+            float xv[BK];
+#pragma unroll
+            for (int kw = 0; kw < BK; ++kw) {
+                const int xx = ix0 + kw;
+                xv[kw] = (xx >= 0 && xx < W) ? xr[xx] : 0.0f;
+            }
+#pragma unroll
+            for (int j = 0; j < BY; ++j) {
+                const int kh = r - j * BS;
+                if (kh >= 0 && kh < BK) {
+#pragma unroll
+                    for (int kw = 0; kw < BK; ++kw) acc[kh * BK + kw] = fma(gv[j], xv[kw], acc[kh * BK + kw]);
+                }
+            }
+        }
+    }
+    const int q = lid / 64, s = lid % 64;
+    for (int p = 0; p < WG_W / 64; ++p) {
+        if (q == p)
+            for (int k = 0; k < BK * BK; ++k) red[k * 64 + s] = p == 0 ? acc[k] : red[k * 64 + s] + acc[k];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    for (int e = lid; e < BK * BK * 4; e += WG_W) {
+        __local const float* rp = red + (e / 4) * 64 + (e % 4) * 16;
+        float a = 0.0f;
+        for (int m = 0; m < 16; ++m) a += rp[m];
+        red4[e] = a;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __global float* out = part + ((size_t)c * bands + band) * BK * BK;
+    for (int k = lid; k < BK * BK; k += WG_W) out[k] = (red4[4 * k] + red4[4 * k + 1]) + (red4[4 * k + 2] + red4[4 * k + 3]);
 }
 #endif

@@ -68,6 +68,18 @@ fn check(
     );
 }
 
+const ALL: [DwAlgo; 9] = [
+    DwAlgo::Local,
+    DwAlgo::Rows,
+    DwAlgo::Tile,
+    DwAlgo::Naive,
+    DwAlgo::Block1x4,
+    DwAlgo::Block1x8,
+    DwAlgo::Block4x2,
+    DwAlgo::Block8x2,
+    DwAlgo::Block8x4,
+];
+
 #[test]
 fn every_algorithm_on_random_shapes() {
     let Some(dev) = devices().0.clone() else {
@@ -84,12 +96,83 @@ fn every_algorithm_on_random_shapes() {
             k + rng.range(0, 40),
             k + rng.range(0, 37),
         ];
-        for algo in [DwAlgo::Local, DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive] {
+        for algo in ALL {
             check(&dev, x, k, s, p, Some(algo), 50 * case);
         }
     }
     // Measured choice.
     check(&dev, [2, 8, 20, 19], 3, 2, 1, None, 999);
+}
+
+/// Every kernel size 1..7, stride 1 and 2 and padding 0..3 (capped by the kernel size) at batch 1 and 2,
+/// odd channel counts and widths that are not multiples of any block (narrower than a block too), so the
+/// interior and border paths of the register blocks, their partial last blocks, the gather grad_x
+/// (stride 2, or padding ≥ K at stride 1) and the grad_w bands all run.
+#[test]
+fn every_algorithm_on_odd_shapes() {
+    let Some(dev) = devices().0.clone() else {
+        return;
+    };
+    let mut rng = Lcg(7);
+    let mut seed = 5000;
+    for k in 1..=7 {
+        for s in 1..=2 {
+            let p = rng.range(0, 3.min(k));
+            let wide = rng.range(0, 1) == 1;
+            let x = [
+                1 + rng.range(0, 1),
+                [1, 3, 5, 7][rng.range(0, 3)],
+                k + rng.range(0, 13),
+                if wide {
+                    k + rng.range(30, 61)
+                } else {
+                    k + rng.range(0, 9)
+                },
+            ];
+            for algo in ALL {
+                check(&dev, x, k, s, p, Some(algo), seed);
+            }
+            seed += 10;
+        }
+    }
+    // Padding of K or more at stride 1: no flipped-filter convolution, grad_x by gathering. Rows of
+    // 45 and 47 columns: interior blocks, shuffled border blocks and a partial last block in one row.
+    for algo in ALL {
+        check(&dev, [1, 3, 7, 45], 3, 1, 1, Some(algo), 6900);
+        check(&dev, [1, 3, 9, 47], 3, 2, 1, Some(algo), 6910);
+        check(&dev, [1, 2, 9, 47], 5, 2, 2, Some(algo), 6920);
+        check(&dev, [1, 3, 9, 11], 2, 1, 2, Some(algo), 7000);
+        check(&dev, [2, 5, 6, 40], 1, 1, 3, Some(algo), 7010);
+    }
+}
+
+#[test]
+fn block_algorithms_reject_large_filters() {
+    let Some(dev) = devices().0.clone() else {
+        return;
+    };
+    let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
+    let w = Tensor::zeros(&dev, &[2, 1, 9, 9]).unwrap();
+    for algo in [
+        DwAlgo::Block1x4,
+        DwAlgo::Block1x8,
+        DwAlgo::Block4x2,
+        DwAlgo::Block8x2,
+        DwAlgo::Block8x4,
+    ] {
+        let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
+        assert!(
+            matches!(e, Error::Invalid(_)) && e.to_string().contains("K ≤ 7"),
+            "{e}"
+        );
+        let go = Tensor::zeros(&dev, &[1, 2, 12, 12]).unwrap();
+        let e = ops::depthwise_conv2d_backward_algo(&x, &w, &go, false, true, 1, 0, Some(algo))
+            .unwrap_err();
+        assert!(e.to_string().contains("K ≤ 7"), "{e}");
+    }
+    let w = Tensor::zeros(&dev, &[2, 1, 3, 3]).unwrap();
+    let e = ops::depthwise_conv2d_algo(&x, &w, None, 3, 0, Some(DwAlgo::Block8x2)).unwrap_err();
+    assert!(e.to_string().contains("stride 1 or 2"), "{e}");
 }
 
 #[test]

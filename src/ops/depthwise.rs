@@ -1,11 +1,14 @@
 //! Depthwise convolution: one `K × K` filter per channel (weights `C × 1 × K × K`), square stride and padding.
 //!
-//! Algorithms (`NETCL_DWCONV_ALGO=local|naive|tile` forces one, as in netcl; otherwise measured per shape
-//! class): `local` (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs),
-//! `rows` (one output row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output
-//! per work-item). Backward: grad_x of a stride-1 convolution is the forward convolution of grad_out with
-//! the flipped filter (so it uses the same kernels); otherwise a gather. grad_w sums band partials
-//! (a sample × a range of output rows) and reduces them.
+//! Algorithms (`NETCL_DWCONV_ALGO` forces one, as in netcl; otherwise measured per shape class): `local`
+//! (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs), `rows` (one output
+//! row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output per work-item), and
+//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2`, `block8x4` (columns × rows of
+//! outputs per work-item read straight from global memory, K ≤ 7, stride 1 or 2; one-column blocks
+//! coalesce on GPUs, `float8` rows walked by one work-item suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of
+//! grad_out with the flipped filter (so it uses the same kernels); otherwise a gather (one input pixel per
+//! work-item, no atomics) or one input row per work-item. grad_w sums band partials (a channel × a range of
+//! output rows or units) and reduces them.
 
 #![allow(clippy::too_many_arguments)]
 
@@ -33,6 +36,37 @@ pub enum DwAlgo {
     Tile,
     /// One output per work-item.
     Naive,
+    /// Register blocks of 1 column × 4 rows per work-item, read straight from global memory (K ≤ 7, stride
+    /// 1 or 2); adjacent work-items take adjacent columns (GPUs).
+    #[serde(rename = "block1x4")]
+    Block1x4,
+    /// Register blocks of 1 column × 8 rows (fewer input rows read per output; GPUs).
+    #[serde(rename = "block1x8")]
+    Block1x8,
+    /// Register blocks of 4 columns × 2 rows (`float4` rows; K ≤ 7, stride 1 or 2).
+    #[serde(rename = "block4x2")]
+    Block4x2,
+    /// Register blocks of 8 columns × 2 rows (`float8` rows, one work-item per row block walking its
+    /// columns; K ≤ 7, stride 1 or 2; CPU OpenCL).
+    #[serde(rename = "block8x2")]
+    Block8x2,
+    /// Register blocks of 8 columns × 4 rows (as `block8x2`, with more input rows shared per load).
+    #[serde(rename = "block8x4")]
+    Block8x4,
+}
+
+impl DwAlgo {
+    /// (columns, rows) of a register-block algorithm's output block.
+    fn block(self) -> Option<(usize, usize)> {
+        match self {
+            DwAlgo::Block1x4 => Some((1, 4)),
+            DwAlgo::Block1x8 => Some((1, 8)),
+            DwAlgo::Block4x2 => Some((4, 2)),
+            DwAlgo::Block8x2 => Some((8, 2)),
+            DwAlgo::Block8x4 => Some((8, 4)),
+            _ => None,
+        }
+    }
 }
 
 /// Validated geometry: (N, C, H, W, OH, OW, stride, pad) and the kernel size.
@@ -174,6 +208,11 @@ fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
         Ok("naive") => Some((DwAlgo::Naive, "NETCL_DWCONV_ALGO")),
         Ok("tile") => Some((DwAlgo::Tile, "NETCL_DWCONV_ALGO")),
         Ok("rows") => Some((DwAlgo::Rows, "NETCL_DWCONV_ALGO")),
+        Ok("block1x4") => Some((DwAlgo::Block1x4, "NETCL_DWCONV_ALGO")),
+        Ok("block1x8") => Some((DwAlgo::Block1x8, "NETCL_DWCONV_ALGO")),
+        Ok("block4x2") => Some((DwAlgo::Block4x2, "NETCL_DWCONV_ALGO")),
+        Ok("block8x2") => Some((DwAlgo::Block8x2, "NETCL_DWCONV_ALGO")),
+        Ok("block8x4") => Some((DwAlgo::Block8x4, "NETCL_DWCONV_ALGO")),
         _ => None,
     }
 }
@@ -306,6 +345,43 @@ impl ClDevice {
             && (ih * iw * 4) as u64 <= self.info.local_mem_bytes
     }
 
+    /// The register-block kernels unroll K and the stride; grad_w needs 256-wide groups and K²·68 floats
+    /// of local memory.
+    fn dw_block_ok(&self, g: &DwGeom) -> bool {
+        g.k <= 7
+            && (g.s == 1 || g.s == 2)
+            && self.info.max_work_group_size >= 256
+            && (g.k * g.k * 68 * 4) as u64 <= self.info.local_mem_bytes
+    }
+
+    /// Whether `a` can run `g` on this device, with the reason when it cannot.
+    fn dw_eligible(&self, a: DwAlgo, g: &DwGeom) -> Result<()> {
+        let ok = match a {
+            DwAlgo::Local => self.dw_local_ok(g),
+            _ if a.block().is_some() => self.dw_block_ok(g),
+            _ => true,
+        };
+        if ok {
+            return Ok(());
+        }
+        Err(Error::Invalid(format!(
+            "depthwise `{}` needs K ≤ 7, stride 1 or 2 and 256-wide work-groups, got K = {} and stride {}",
+            autotune::label(&serde_json::to_value(a).unwrap_or_default()),
+            g.k,
+            g.s
+        )))
+    }
+
+    fn block_defines(a: DwAlgo, g: &DwGeom) -> Defines {
+        let (vw, by) = a.block().unwrap_or((1, 4));
+        Defines::new()
+            .set("BK", g.k)
+            .set("BS", g.s)
+            .set("VW", vw)
+            .set("BY", by)
+            .set("XLOOP", (vw == 8) as usize)
+    }
+
     fn dw_fwd_with(
         &self,
         a: DwAlgo,
@@ -318,14 +394,29 @@ impl ClDevice {
         let hb = Arg::I32(bias.is_some() as i32);
         let b = bias.unwrap_or(w);
         let k = g.k as i32;
+        self.dw_eligible(a, g)?;
         match a {
+            DwAlgo::Block1x4
+            | DwAlgo::Block1x8
+            | DwAlgo::Block4x2
+            | DwAlgo::Block8x2
+            | DwAlgo::Block8x4 => {
+                let (vw, by) = a.block().unwrap_or((1, 4));
+                let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(w.storage()),
+                    Arg::Mem(b.storage()),
+                    hb,
+                    Arg::Mem(out.storage()),
+                ];
+                // 8-wide blocks walk whole rows (XLOOP): one work-item per row block.
+                let cols = if vw == 8 { 1 } else { g.ow.div_ceil(vw) };
+                let items = g.n * g.c * g.oh.div_ceil(by) * cols;
+                self.launch(&kern, &args, &[items], Some(&[128]))
+            }
             DwAlgo::Local => {
-                if !self.dw_local_ok(g) {
-                    return Err(Error::Invalid(format!(
-                        "depthwise `local` needs K ≤ 7 and stride 1 or 2, got K = {} and stride {}",
-                        g.k, g.s
-                    )));
-                }
                 let kern = self.kernel(
                     "depthwise",
                     &Defines::new().set("KS", g.k).set("SS", g.s),
@@ -398,6 +489,15 @@ impl ClDevice {
             v.push(DwAlgo::Local);
         }
         v.extend([DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive]);
+        if self.dw_block_ok(g) {
+            v.extend([
+                DwAlgo::Block1x4,
+                DwAlgo::Block1x8,
+                DwAlgo::Block4x2,
+                DwAlgo::Block8x2,
+                DwAlgo::Block8x4,
+            ]);
+        }
         v
     }
 
@@ -425,7 +525,7 @@ impl ClDevice {
         if let Some(gx) = gx {
             match g.grad_x_geom() {
                 // Stride 1: the forward kernels on grad_out with the flipped filter.
-                Some(gg) if a != DwAlgo::Local || self.dw_local_ok(&gg) => {
+                Some(gg) if self.dw_eligible(a, &gg).is_ok() => {
                     let wf = Tensor::empty(device, w.shape(), DType::F32)?;
                     let kern = self.kernel("depthwise", &Defines::new(), "dw_flip")?;
                     ev.push(self.launch(
@@ -441,7 +541,33 @@ impl ClDevice {
                     )?);
                     ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
                 }
-                _ if a == DwAlgo::Rows || a == DwAlgo::Local => {
+                _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
+                    let kern =
+                        self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_gather")?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[128]))?);
+                }
+                _ if matches!(a, DwAlgo::Block8x2 | DwAlgo::Block8x4) && g.s == 2 => {
+                    let kern =
+                        self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_s2")?;
+                    let args = [
+                        Arg::I32x8(g.arg()),
+                        Arg::Mem(go.storage()),
+                        Arg::Mem(w.storage()),
+                        Arg::Mem(gx.storage()),
+                    ];
+                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                }
+                _ if matches!(
+                    a,
+                    DwAlgo::Rows | DwAlgo::Local | DwAlgo::Block8x2 | DwAlgo::Block8x4
+                ) =>
+                {
                     let kern = self.kernel(
                         "depthwise",
                         &Defines::new().set("RK", g.k).set("RS", g.s),
@@ -481,7 +607,22 @@ impl ClDevice {
                 ];
                 ev.push(self.launch(&kern, &args, &[gw.numel()], None)?);
             }
-            DwAlgo::Local | DwAlgo::Rows => {
+            DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 => {
+                let (bands, per_band) = Self::dw_block_bands(g, a.block().map_or(4, |b| b.1));
+                let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
+                let kern =
+                    self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_w_block")?;
+                let args = [
+                    Arg::I32x8(g.arg()),
+                    Arg::I32(per_band as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(go.storage()),
+                    Arg::Mem(part.storage()),
+                ];
+                ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
+                ev.push(self.dw_reduce(&part, gw, g, bands)?);
+            }
+            DwAlgo::Local | DwAlgo::Rows | DwAlgo::Block8x2 | DwAlgo::Block8x4 => {
                 let (bands_per, rows) = self.dw_bands(g);
                 let bands = g.n * bands_per;
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
@@ -519,18 +660,32 @@ impl ClDevice {
                     ];
                     ev.push(self.launch(&kern, &args, &[g.c, bands], None)?);
                 }
-                let kern = self.kernel("depthwise", &Defines::new(), "dw_reduce_weight")?;
-                let args = [
-                    Arg::I32(g.c as i32),
-                    Arg::I32((g.k * g.k) as i32),
-                    Arg::I32(bands as i32),
-                    Arg::Mem(part.storage()),
-                    Arg::Mem(gw.storage()),
-                ];
-                ev.push(self.launch(&kern, &args, &[g.c * g.k * g.k], None)?);
+                ev.push(self.dw_reduce(&part, gw, g, bands)?);
             }
         }
         Ok(ev)
+    }
+
+    /// Band split of the register-block grad_w: about 2048 work-groups in all, each over `per_band`
+    /// consecutive units of (n, block of `by` rows, column). Returns (bands per channel, per_band).
+    fn dw_block_bands(g: &DwGeom, by: usize) -> (usize, usize) {
+        let units = g.n * g.oh.div_ceil(by) * g.ow;
+        let bands = 2048usize.div_ceil(g.c).clamp(1, units.div_ceil(256).max(1));
+        let per_band = units.div_ceil(bands).max(1);
+        (units.div_ceil(per_band).max(1), per_band)
+    }
+
+    /// gw[c][t] = the sum of part[c][band][t] over `bands` bands.
+    fn dw_reduce(&self, part: &Tensor, gw: &Tensor, g: &DwGeom, bands: usize) -> Result<Event> {
+        let kern = self.kernel("depthwise", &Defines::new(), "dw_reduce_weight")?;
+        let args = [
+            Arg::I32(g.c as i32),
+            Arg::I32((g.k * g.k) as i32),
+            Arg::I32(bands as i32),
+            Arg::Mem(part.storage()),
+            Arg::Mem(gw.storage()),
+        ];
+        self.launch(&kern, &args, &[g.c * g.k * g.k], None)
     }
 
     fn dw_choose(
@@ -544,12 +699,7 @@ impl ClDevice {
     ) -> Result<DwAlgo> {
         let key = g.key(extra);
         if let Some((a, why)) = forced(algo) {
-            if a == DwAlgo::Local && !self.dw_local_ok(g) {
-                return Err(Error::Invalid(format!(
-                    "depthwise `local` needs K ≤ 7 and stride 1 or 2, got K = {} and stride {}",
-                    g.k, g.s
-                )));
-            }
+            self.dw_eligible(a, g)?;
             autotune::record_choice(device, kernel, &key, &a, Source::Forced, why);
             return Ok(a);
         }
