@@ -6,9 +6,7 @@
 //   bn_finish:       one work-item per channel: folds the G partials into mean, rstd, the scale γ·rstd, the
 //                    shift β, and the updated running statistics;
 //   bn_apply_flat:   y = (x − mean)·scale + shift, one float4 (VEC4) or float per work-item over all elements;
-//   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU);
-//   bn_apply_block:  the same for a block of channels, run per block right after the block's statistics and
-//                    finish passes (tensors larger than the GPU's cache read x from HBM once instead of twice).
+//   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU).
 // A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4).
 
 #ifndef VEC4
@@ -20,13 +18,13 @@ static inline float bn_shift(__global const float* x, const int c, const int P) 
     return isfinite(k) ? k : 0.0f;
 }
 
-__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G, const int c0,
+__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
                             __global const float* x, __global float* part, __local float* ls,
                             __local float* lq) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int g = get_group_id(0);
-    const int c = c0 + get_global_id(1);
+    const int c = get_global_id(1);
     const float k = bn_shift(x, c, P);
 #if VEC4
     const int P4 = P >> 2;
@@ -105,15 +103,14 @@ __kernel void bn_partial_item(const int N, const int C, const int P, const int r
 }
 
 // mean[c], rstd[c], and stat[c] = γ·rstd, stat[C + c] = β (0 without β) for the apply.
-__kernel void bn_finish(const int N, const int C, const int P, const int G, const int c0, const int cn,
-                        const float eps, const float momentum,
+__kernel void bn_finish(const int N, const int C, const int P, const int G, const float eps, const float momentum,
                         const int has_gamma, const int has_beta, __global const float* x,
                         __global const float* part, __global const float* gamma, __global const float* beta,
                         __global const float* rm, __global const float* rv, __global float* mean_out,
                         __global float* rstd_out, __global float* stat,
                         __global float* rm_out, __global float* rv_out) {
-    if ((int)get_global_id(0) >= cn) return;
-    const int c = c0 + get_global_id(0);
+    const int c = get_global_id(0);
+    if (c >= C) return;
     float s = 0.0f, q = 0.0f;
     for (int g = 0; g < G; ++g) {
         s += part[(c * G + g) * 2];
@@ -159,25 +156,4 @@ __kernel void bn_apply_plane(const int planes, const int C, const int P, __globa
     int j = 0;
     for (; j + 8 <= P; j += 8) vstore8((vload8(0, p + j) - m) * a + b, 0, o + j);
     for (; j < P; ++j) o[j] = (p[j] - m) * a + b;
-}
-
-// The apply of channels [c0, c0 + cn) only: dimension 0 over their cn·P contiguous elements of one image
-// (float4 with VEC4), dimension 1 over images. Run right after the block's statistics pass, it reads x while
-// the block is still in the GPU's cache.
-__kernel void bn_apply_block(const int c0, const int cn, const int C, const int P, __global const float* x,
-                             __global const float* mean, __global const float* stat, __global float* y) {
-    const int i = get_global_id(0);
-    const int n = get_global_id(1);
-#if VEC4
-    const int P4 = P >> 2;
-    if (i >= cn * P4) return;
-    const int c = c0 + i / P4;
-    const size_t o = ((size_t)n * C + c0) * P4 + i;
-    ((__global float4*)y)[o] = (((__global const float4*)x)[o] - mean[c]) * stat[c] + stat[C + c];
-#else
-    if (i >= cn * P) return;
-    const int c = c0 + i / P;
-    const size_t o = ((size_t)n * C + c0) * P + i;
-    y[o] = (x[o] - mean[c]) * stat[c] + stat[C + c];
-#endif
 }

@@ -485,9 +485,6 @@ pub enum BnApply {
     Flat,
     /// One work-item per (n, c) plane with float8 loads (CPU OpenCL).
     Plane,
-    /// Blocks of this many channels: statistics, finish and apply per block, so the apply reads the block
-    /// while it is still in the GPU's cache (tensors larger than the cache).
-    Blocked(usize),
 }
 
 /// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
@@ -618,23 +615,6 @@ impl ClDevice {
                 }
             }
         }
-        // Channel blocks of about 8 or 24 MB when the tensor is larger than 32 MB (about a GPU's cache).
-        let chan_bytes = per_channel * 4;
-        if chan_bytes * c > 32 << 20 && max_wg >= 256 {
-            for target in [8usize << 20, 24 << 20] {
-                let cb = (target / chan_bytes.max(1)).clamp(1, c);
-                let g = (cu * 4)
-                    .div_ceil(cb)
-                    .clamp(1, (per_channel / (256 * 8)).max(1));
-                let a = BatchNormAlgo {
-                    stats: BnStats::Wg(256, g),
-                    apply: BnApply::Blocked(cb),
-                };
-                if cb < c && !out.contains(&a) {
-                    out.push(a);
-                }
-            }
-        }
         let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
         for apply in [BnApply::Plane, BnApply::Flat] {
             out.push(BatchNormAlgo {
@@ -667,97 +647,69 @@ impl ClDevice {
             BnStats::Wg(_, g) | BnStats::Item(g) => g.max(1),
         };
         let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
-        // One block of every channel, or blocks of `cb` channels each run statistics, finish and apply.
-        let blocked = match algo.apply {
-            BnApply::Blocked(cb) => Some(cb.max(1)),
-            _ => None,
-        };
-        let step = blocked.unwrap_or(c).max(1);
-        for c0 in (0..c).step_by(step) {
-            let cn = step.min(c - c0);
-            match algo.stats {
-                BnStats::Wg(local, _) => {
-                    let local = local.min(self.info.max_work_group_size.max(1));
-                    let units = if vec4 { n * p / 4 } else { n * p };
-                    let rc = units.div_ceil(g).max(1);
-                    let k = self.kernel("norm", &d, "bn_partial_wg")?;
-                    let args = [
-                        Arg::I32(n as i32),
-                        Arg::I32(c as i32),
-                        Arg::I32(p as i32),
-                        Arg::I32(rc as i32),
-                        Arg::I32(g as i32),
-                        Arg::I32(c0 as i32),
-                        Arg::Mem(bn.x.storage()),
-                        Arg::Mem(part.storage()),
-                        Arg::Local(local * 4),
-                        Arg::Local(local * 4),
-                    ];
-                    evs.push(self.launch(&k, &args, &[local * g, cn], Some(&[local, 1]))?);
-                }
-                BnStats::Item(_) => {
-                    let rc = (n * p).div_ceil(g).max(1);
-                    let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
-                    let args = [
-                        Arg::I32(n as i32),
-                        Arg::I32(c as i32),
-                        Arg::I32(p as i32),
-                        Arg::I32(rc as i32),
-                        Arg::I32(g as i32),
-                        Arg::Mem(bn.x.storage()),
-                        Arg::Mem(part.storage()),
-                    ];
-                    evs.push(self.launch(&k, &args, &[g, c], None)?);
-                }
-            }
-            let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
-            // An absent γ or β is never read; any buffer stands in for the argument.
-            let args = [
-                Arg::I32(n as i32),
-                Arg::I32(c as i32),
-                Arg::I32(p as i32),
-                Arg::I32(g as i32),
-                Arg::I32(c0 as i32),
-                Arg::I32(cn as i32),
-                Arg::F32(bn.eps),
-                Arg::F32(bn.momentum),
-                Arg::I32(i32::from(bn.gamma.is_some())),
-                Arg::I32(i32::from(bn.beta.is_some())),
-                Arg::Mem(bn.x.storage()),
-                Arg::Mem(part.storage()),
-                Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
-                Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
-                Arg::Mem(bn.rm.storage()),
-                Arg::Mem(bn.rv.storage()),
-                Arg::Mem(bn.mean.storage()),
-                Arg::Mem(bn.rstd.storage()),
-                Arg::Mem(bn.stat.storage()),
-                Arg::Mem(bn.rm_out.storage()),
-                Arg::Mem(bn.rv_out.storage()),
-            ];
-            evs.push(self.launch(
-                &k,
-                &args,
-                &[cn],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?);
-            if blocked.is_some() {
-                let k = self.kernel("norm", &d, "bn_apply_block")?;
+        match algo.stats {
+            BnStats::Wg(local, _) => {
+                let local = local.min(self.info.max_work_group_size.max(1));
+                let units = if vec4 { n * p / 4 } else { n * p };
+                let rc = units.div_ceil(g).max(1);
+                let k = self.kernel("norm", &d, "bn_partial_wg")?;
                 let args = [
-                    Arg::I32(c0 as i32),
-                    Arg::I32(cn as i32),
+                    Arg::I32(n as i32),
                     Arg::I32(c as i32),
                     Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
                     Arg::Mem(bn.x.storage()),
-                    Arg::Mem(bn.mean.storage()),
-                    Arg::Mem(bn.stat.storage()),
-                    Arg::Mem(bn.y.storage()),
+                    Arg::Mem(part.storage()),
+                    Arg::Local(local * 4),
+                    Arg::Local(local * 4),
                 ];
-                let span = if vec4 { cn * p / 4 } else { cn * p };
-                let local = 256.min(self.info.max_work_group_size.max(1));
-                evs.push(self.launch(&k, &args, &[span, n], Some(&[local, 1]))?);
+                evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            }
+            BnStats::Item(_) => {
+                let rc = (n * p).div_ceil(g).max(1);
+                let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                ];
+                evs.push(self.launch(&k, &args, &[g, c], None)?);
             }
         }
+        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
+        // An absent γ or β is never read; any buffer stands in for the argument.
+        let args = [
+            Arg::I32(n as i32),
+            Arg::I32(c as i32),
+            Arg::I32(p as i32),
+            Arg::I32(g as i32),
+            Arg::F32(bn.eps),
+            Arg::F32(bn.momentum),
+            Arg::I32(i32::from(bn.gamma.is_some())),
+            Arg::I32(i32::from(bn.beta.is_some())),
+            Arg::Mem(bn.x.storage()),
+            Arg::Mem(part.storage()),
+            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.rm.storage()),
+            Arg::Mem(bn.rv.storage()),
+            Arg::Mem(bn.mean.storage()),
+            Arg::Mem(bn.rstd.storage()),
+            Arg::Mem(bn.stat.storage()),
+            Arg::Mem(bn.rm_out.storage()),
+            Arg::Mem(bn.rv_out.storage()),
+        ];
+        evs.push(self.launch(
+            &k,
+            &args,
+            &[c],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?);
         let common = |total: usize| {
             [
                 Arg::I32(total as i32),
@@ -780,8 +732,6 @@ impl ClDevice {
                 let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
                 evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
             }
-            // Applied per block above.
-            BnApply::Blocked(_) => {}
         }
         Ok(evs)
     }
@@ -805,14 +755,13 @@ impl NormKernels for ClDevice {
         let chosen = match algo {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
-                let ok = match (a.stats, a.apply) {
-                    (BnStats::Item(_), BnApply::Blocked(_)) | (_, BnApply::Blocked(0)) => false,
-                    (BnStats::Wg(l, g), _) => l.is_power_of_two() && l <= max_wg && g >= 1,
-                    (BnStats::Item(g), _) => g >= 1,
+                let ok = match a.stats {
+                    BnStats::Wg(l, g) => l.is_power_of_two() && l <= max_wg && g >= 1,
+                    BnStats::Item(g) => g >= 1,
                 };
                 if !ok {
                     return Err(Error::Invalid(format!(
-                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel, and channel blocks of at least one channel with work-group statistics)"
+                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, and at least one chunk per channel)"
                     )));
                 }
                 autotune::record_choice(
