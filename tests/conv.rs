@@ -282,6 +282,33 @@ fn bad_input_gives_clear_errors() {
     );
 }
 
+/// Runs the ignored test `name` of this binary in a child process with `NETCL_AUTOTUNE_FORCE=force`; asserts
+/// that it passed and returns its output.
+fn run_forced_child(name: &str, force: &str) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("NETCL_AUTOTUNE_FORCE", force)
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} with {force}:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "{name} with {force} did not run:\n{text}"
+    );
+    text
+}
+
 /// Both Winograd tile sizes, F(2×2, 3×3) and F(4×4, 3×3), forced through `NETCL_AUTOTUNE_FORCE` in a child
 /// process each: forward, backward, and the weight gradient alone (no grad_x).
 #[test]
@@ -290,26 +317,10 @@ fn winograd_tile_sizes() {
         return;
     }
     for tile in ["2", "4", "3"] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "winograd_tile_child",
-                "--ignored",
-                "--test-threads=1",
-                "--nocapture",
-            ])
-            .env(
-                "NETCL_AUTOTUNE_FORCE",
-                format!("wino_tile={tile};wino_grad_w_tile={tile}"),
-            )
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let text = run_forced_child(
+            "winograd_tile_child",
+            &format!("wino_tile={tile};wino_grad_w_tile={tile}"),
         );
-        assert!(out.status.success(), "tile {tile}:\n{text}");
         assert!(
             text.contains("1 passed"),
             "tile {tile}: child did not run:\n{text}"
@@ -396,26 +407,10 @@ fn pointwise_small_k_kernel() {
         r#"["smallk",2,128,1]"#,
         r#"["smallk",4,64,1]"#,
     ] {
-        let out = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                "pointwise_small_k_child",
-                "--ignored",
-                "--test-threads=1",
-                "--nocapture",
-            ])
-            .env(
-                "NETCL_AUTOTUNE_FORCE",
-                format!("conv2d_pointwise_gemm={label};conv2d_pointwise_fwd_select=pointwise"),
-            )
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+        let text = run_forced_child(
+            "pointwise_small_k_child",
+            &format!("conv2d_pointwise_gemm={label};conv2d_pointwise_fwd_select=pointwise"),
         );
-        assert!(out.status.success(), "{label}:\n{text}");
         assert!(text.contains("small-K kernel used"), "{label}: {text}");
     }
 }

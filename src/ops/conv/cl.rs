@@ -336,25 +336,9 @@ impl ClDevice {
         )?);
         ev.push(self.wino_input(wm, x, &v, (g.n, g.c, g.h, g.w), (g.ph, g.pw), (th, tw))?);
         let gm = Gemm {
-            m: g.f,
-            n: nt,
-            k: g.c,
-            batch: al2,
-            trans_a: false,
-            trans_b: false,
-            off_a: 0,
-            lda: g.c,
-            s_a: g.f * g.c,
-            off_b: 0,
-            ldb: nt,
-            s_b: g.c * nt,
-            off_c: 0,
-            ldc: nt,
-            s_c: g.f * nt,
-            bias: BiasMode::None,
-            relu: false,
             tune_name: "wino_batched_gemm",
             tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
+            ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
         let k = self.wino_kernel(wm, "wino_output")?;
@@ -429,25 +413,9 @@ impl ClDevice {
         ];
         ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
         let gm = Gemm {
-            m: g.f,
-            n: g.c,
-            k: nt,
-            batch: al2,
-            trans_a: false,
-            trans_b: true,
-            off_a: 0,
-            lda: nt,
-            s_a: g.f * nt,
-            off_b: 0,
-            ldb: nt,
-            s_b: g.c * nt,
-            off_c: 0,
-            ldc: g.c,
-            s_c: g.f * g.c,
-            bias: BiasMode::None,
-            relu: false,
             tune_name: "wino_grad_w_gemm",
             tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
+            ..Gemm::dense(g.f, g.c, nt, al2, false, true, false)
         };
         self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
         let k = self.wino_kernel(wm, "wino_grad_filter")?;
@@ -757,25 +725,9 @@ impl ClDevice {
             // then one reduction.
             let part = Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?;
             let gm = Gemm {
-                m: g.f,
-                n: g.c,
-                k: p,
-                batch: g.n,
-                trans_a: false,
-                trans_b: true,
-                off_a: 0,
-                lda: p,
-                s_a: g.f * p,
-                off_b: 0,
-                ldb: p,
-                s_b: g.c * p,
-                off_c: 0,
-                ldc: g.c,
-                s_c: g.f * g.c,
-                bias: BiasMode::None,
-                relu: false,
                 tune_name: "conv2d_pointwise_grad_w",
                 tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+                ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
             self.run_gemm(device, go, x, &part, None, &gm, ev)?;
             ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
