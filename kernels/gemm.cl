@@ -164,7 +164,8 @@ void gemm_tiled(const int M, const int N, const int K,
 // the Winograd products; K < SK reads zeros): each work-item keeps PX columns of B (SK values each) in registers and walks every
 // row of A, which the work-group stages MT rows at a time in local memory and every work-item reads at the same
 // address (a broadcast). Loads of B and stores of C are coalesced along n; no K tiling, one barrier pair per MT
-// rows. Work-groups of LS work-items along n, batches along dimension 1.
+// rows. Work-groups of LS work-items along n, batches along dimension 1. The argument list is gemm_tiled's;
+// S (K splits) is always 1 and L unused.
 #ifdef SK
 #define MT 64
 __kernel __attribute__((reqd_work_group_size(LS, 1, 1)))
@@ -172,6 +173,7 @@ void gemm_smallk(const int M, const int N, const int K,
                  __global const float* restrict A, const int offA, const int lda, const int sA,
                  __global const float* restrict B, const int offB, const int ldb, const int sB,
                  __global float* restrict C, const int offC, const int ldc, const int sC,
+                 const int S, const int L,
                  __global const float* restrict bias, const int bias_mode, const int relu)
 {
     __local float As[MT * SK];

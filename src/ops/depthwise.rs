@@ -391,10 +391,28 @@ impl ClDevice {
         out: &Tensor,
         g: &DwGeom,
     ) -> Result<Event> {
-        let hb = Arg::I32(bias.is_some() as i32);
+        let hb = bias.is_some() as i32;
         let b = bias.unwrap_or(w);
-        let k = g.k as i32;
         self.dw_eligible(a, g)?;
+        // The block and local kernels take the geometry, the tensors and the bias flag; the others also the
+        // filter size at run time.
+        let args = [
+            Arg::I32x8(g.arg()),
+            Arg::Mem(x.storage()),
+            Arg::Mem(w.storage()),
+            Arg::Mem(b.storage()),
+            Arg::I32(hb),
+            Arg::Mem(out.storage()),
+        ];
+        let args_k = [
+            Arg::I32x8(g.arg()),
+            Arg::I32(g.k as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(w.storage()),
+            Arg::Mem(b.storage()),
+            Arg::I32(hb),
+            Arg::Mem(out.storage()),
+        ];
         match a {
             DwAlgo::Block1x4
             | DwAlgo::Block1x8
@@ -403,14 +421,6 @@ impl ClDevice {
             | DwAlgo::Block8x4 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
                 let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(w.storage()),
-                    Arg::Mem(b.storage()),
-                    hb,
-                    Arg::Mem(out.storage()),
-                ];
                 // 8-wide blocks walk whole rows (XLOOP): one work-item per row block.
                 let cols = if vw == 8 { 1 } else { g.ow.div_ceil(vw) };
                 let items = g.n * g.c * g.oh.div_ceil(by) * cols;
@@ -422,14 +432,6 @@ impl ClDevice {
                     &Defines::new().set("KS", g.k).set("SS", g.s),
                     "dw_fwd_local",
                 )?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(w.storage()),
-                    Arg::Mem(b.storage()),
-                    hb,
-                    Arg::Mem(out.storage()),
-                ];
                 self.launch(
                     &kern,
                     &args,
@@ -443,42 +445,15 @@ impl ClDevice {
                     &Defines::new().set("RK", g.k).set("RS", g.s),
                     "dw_fwd_rows",
                 )?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::I32(k),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(w.storage()),
-                    Arg::Mem(b.storage()),
-                    hb,
-                    Arg::Mem(out.storage()),
-                ];
-                self.launch(&kern, &args, &[g.n * g.c * g.oh], None)
+                self.launch(&kern, &args_k, &[g.n * g.c * g.oh], None)
             }
             DwAlgo::Tile => {
                 let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_tile")?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::I32(k),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(w.storage()),
-                    Arg::Mem(b.storage()),
-                    hb,
-                    Arg::Mem(out.storage()),
-                ];
-                self.launch(&kern, &args, &[g.ow, g.oh, g.n * g.c], Some(&[8, 8, 1]))
+                self.launch(&kern, &args_k, &[g.ow, g.oh, g.n * g.c], Some(&[8, 8, 1]))
             }
             DwAlgo::Naive => {
                 let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_naive")?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::I32(k),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(w.storage()),
-                    Arg::Mem(b.storage()),
-                    hb,
-                    Arg::Mem(out.storage()),
-                ];
-                self.launch(&kern, &args, &[out.numel()], Some(&[64]))
+                self.launch(&kern, &args_k, &[out.numel()], Some(&[64]))
             }
         }
     }

@@ -408,8 +408,6 @@ pub fn batch_norm2d_with(
     check_param(beta, &[c], x, "beta", "batch_norm2d")?;
     check_param(Some(running_mean), &[c], x, "running_mean", "batch_norm2d")?;
     check_param(Some(running_var), &[c], x, "running_var", "batch_norm2d")?;
-    let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
-    let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     if training {
         batch_norm_train(
             x,
@@ -422,6 +420,8 @@ pub fn batch_norm2d_with(
             algo,
         )
     } else {
+        let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
+        let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let m = running_mean.reshape(&[1, c, 1, 1])?;
         let rstd = unary(
             UnaryOp::Rsqrt,

@@ -22,6 +22,40 @@ const COL_BUDGET: usize = 128 << 20;
 /// The Winograd output tile sizes, chosen by measurement: F(2×2, 3×3) and F(4×4, 3×3).
 const WINO_TILES: [usize; 2] = [2, 4];
 
+/// The tiling of one Winograd F(wm×wm, 3×3) pass: α² = (wm + 2)² transform elements, `th`×`tw` output tiles
+/// per image, `nt` = N·th·tw tiles in all.
+struct WinoTiles {
+    wm: usize,
+    al2: usize,
+    th: usize,
+    tw: usize,
+    nt: usize,
+}
+
+impl WinoTiles {
+    fn new(g: &ConvGeom, wm: usize) -> Self {
+        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
+        WinoTiles {
+            wm,
+            al2: (wm + 2) * (wm + 2),
+            th,
+            tw,
+            nt: g.n * th * tw,
+        }
+    }
+
+    /// The tuning key of the pass's batched products.
+    fn gemm_key(&self, g: &ConvGeom) -> String {
+        shape_key(&[
+            g.f as i64,
+            g.c as i64,
+            bucket(g.n),
+            bucket(self.th * self.tw),
+            self.wm as i64,
+        ])
+    }
+}
+
 /// `NETCL_CONV_POINTWISE`: `auto` (measured), `1` (always the pointwise kernels), `0` (never).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum PointwiseMode {
@@ -277,32 +311,30 @@ impl ClDevice {
         self.kernel("winograd", &Defines::new().set("WM", wm), name)
     }
 
-    /// The Winograd input transform of `x` (N×C×H×W, padding `ph`×`pw`) into `v` (α²×C×N·T), for `th`×`tw`
-    /// tiles of `wm`×`wm` outputs per image (α = wm + 2).
-    #[allow(clippy::too_many_arguments)]
+    /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T).
     fn wino_input(
         &self,
-        wm: usize,
+        device: &Device,
+        tl: &WinoTiles,
         x: &Tensor,
-        v: &Tensor,
-        (n, c, h, w): (usize, usize, usize, usize),
-        (ph, pw): (usize, usize),
-        (th, tw): (usize, usize),
-    ) -> Result<Event> {
-        let k = self.wino_kernel(wm, "wino_input")?;
+        g: &ConvGeom,
+    ) -> Result<(Tensor, Event)> {
+        let v = Tensor::empty(device, &[tl.al2, g.c, tl.nt], DType::F32)?;
+        let k = self.wino_kernel(tl.wm, "wino_input")?;
         let args = [
-            i(n),
-            i(c),
-            i(h),
-            i(w),
-            i(ph),
-            i(pw),
-            i(th),
-            i(tw),
+            i(g.n),
+            i(g.c),
+            i(g.h),
+            i(g.w),
+            i(g.ph),
+            i(g.pw),
+            i(tl.th),
+            i(tl.tw),
             Arg::Mem(x.storage()),
             Arg::Mem(v.storage()),
         ];
-        self.launch(&k, &args, &[n * th * tw, c], None)
+        let ev = self.launch(&k, &args, &[tl.nt, g.c], None)?;
+        Ok((v, ev))
     }
 
     /// Winograd F(wm×wm, 3×3) forward: filter and input transforms, one batched product per transform
@@ -319,25 +351,22 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let al2 = (wm + 2) * (wm + 2);
-        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
-        let t = th * tw;
-        let nt = g.n * t;
+        let tl = WinoTiles::new(g, wm);
+        let (al2, nt) = (tl.al2, tl.nt);
         let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
-        let v = Tensor::empty(device, &[al2, g.c, nt], DType::F32)?;
         let m = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
-        let mut ev = Vec::new();
         let k = self.wino_kernel(wm, "wino_filter")?;
-        ev.push(self.launch(
+        let mut ev = vec![self.launch(
             &k,
             &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
             &[g.f * g.c],
             None,
-        )?);
-        ev.push(self.wino_input(wm, x, &v, (g.n, g.c, g.h, g.w), (g.ph, g.pw), (th, tw))?);
+        )?];
+        let (v, e) = self.wino_input(device, &tl, x, g)?;
+        ev.push(e);
         let gm = Gemm {
             tune_name: "wino_batched_gemm",
-            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
+            tune_key: tl.gemm_key(g),
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
@@ -347,8 +376,8 @@ impl ClDevice {
             i(g.f),
             i(g.oh),
             i(g.ow),
-            i(th),
-            i(tw),
+            i(tl.th),
+            i(tl.tw),
             Arg::Mem(m.storage()),
             Arg::Mem(bias.unwrap_or(w).storage()),
             Arg::I32(bias.is_some() as i32),
@@ -391,30 +420,27 @@ impl ClDevice {
         gw: &Tensor,
         g: &ConvGeom,
     ) -> Result<Vec<Event>> {
-        let al2 = (wm + 2) * (wm + 2);
-        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
-        let t = th * tw;
-        let nt = g.n * t;
-        let v = Tensor::empty(device, &[al2, g.c, nt], DType::F32)?;
+        let tl = WinoTiles::new(g, wm);
+        let (al2, nt) = (tl.al2, tl.nt);
         let dm = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
         let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
-        let mut ev =
-            vec![self.wino_input(wm, x, &v, (g.n, g.c, g.h, g.w), (g.ph, g.pw), (th, tw))?];
+        let (v, e) = self.wino_input(device, &tl, x, g)?;
+        let mut ev = vec![e];
         let k = self.wino_kernel(wm, "wino_grad_out")?;
         let args = [
             i(g.n),
             i(g.f),
             i(g.oh),
             i(g.ow),
-            i(th),
-            i(tw),
+            i(tl.th),
+            i(tl.tw),
             Arg::Mem(go.storage()),
             Arg::Mem(dm.storage()),
         ];
         ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
         let gm = Gemm {
             tune_name: "wino_grad_w_gemm",
-            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(t), wm as i64]),
+            tune_key: tl.gemm_key(g),
             ..Gemm::dense(g.f, g.c, nt, al2, false, true, false)
         };
         self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
@@ -790,6 +816,39 @@ impl ClDevice {
         Ok(ev)
     }
 
+    /// netcl's two-way pointwise dispatch under `kernel`: `NETCL_CONV_POINTWISE` forces or forbids the
+    /// pointwise kernels, otherwise `run` times both choices (the legacy general path and the pointwise GEMM).
+    fn pointwise_select(
+        &self,
+        device: &Device,
+        kernel: &str,
+        key: &str,
+        run: impl Fn(PwChoice) -> Result<Vec<Event>>,
+    ) -> Result<PwChoice> {
+        match pointwise_mode() {
+            PointwiseMode::Off => Ok(PwChoice::Legacy),
+            PointwiseMode::Force => {
+                autotune::record_choice(
+                    device,
+                    kernel,
+                    key,
+                    &PwChoice::Pointwise,
+                    Source::Forced,
+                    "NETCL_CONV_POINTWISE=1",
+                );
+                Ok(PwChoice::Pointwise)
+            }
+            PointwiseMode::Auto => autotune::tune(
+                device,
+                kernel,
+                key,
+                &[PwChoice::Legacy, PwChoice::Pointwise],
+                0,
+                |c| events_ms(&run(*c)?),
+            ),
+        }
+    }
+
     fn bwd_general(
         &self,
         device: &Device,
@@ -844,37 +903,11 @@ impl ConvKernels for ClDevice {
         }
         if g.eligible(ConvAlgo::Pointwise) {
             let key = pointwise_key(g, bias.is_some(), relu);
-            let choice = match pointwise_mode() {
-                PointwiseMode::Off => PwChoice::Legacy,
-                PointwiseMode::Force => {
-                    autotune::record_choice(
-                        device,
-                        "conv2d_pointwise_fwd_select",
-                        &key,
-                        &PwChoice::Pointwise,
-                        Source::Forced,
-                        "NETCL_CONV_POINTWISE=1",
-                    );
-                    PwChoice::Pointwise
-                }
-                PointwiseMode::Auto => autotune::tune(
-                    device,
-                    "conv2d_pointwise_fwd_select",
-                    &key,
-                    &[PwChoice::Legacy, PwChoice::Pointwise],
-                    0,
-                    |c| {
-                        events_ms(&match c {
-                            PwChoice::Legacy => {
-                                self.fwd_general(device, x, w, bias, out, g, relu)?
-                            }
-                            PwChoice::Pointwise => {
-                                self.fwd_pointwise(device, x, w, bias, out, g, relu)?
-                            }
-                        })
-                    },
-                )?,
-            };
+            let choice =
+                self.pointwise_select(device, "conv2d_pointwise_fwd_select", &key, |c| match c {
+                    PwChoice::Legacy => self.fwd_general(device, x, w, bias, out, g, relu),
+                    PwChoice::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
+                })?;
             if choice == PwChoice::Pointwise {
                 self.fwd_pointwise(device, x, w, bias, out, g, relu)?;
                 return Ok(());
@@ -920,35 +953,13 @@ impl ConvKernels for ClDevice {
         }
         if g.eligible(ConvAlgo::Pointwise) {
             let key = pointwise_key(g, gr.gb.is_some(), gr.gx.is_some());
-            let choice = match pointwise_mode() {
-                PointwiseMode::Off => PwChoice::Legacy,
-                PointwiseMode::Force => {
-                    autotune::record_choice(
-                        device,
-                        "conv2d_pointwise_bwd_select",
-                        &key,
-                        &PwChoice::Pointwise,
-                        Source::Forced,
-                        "NETCL_CONV_POINTWISE=1",
-                    );
-                    PwChoice::Pointwise
-                }
-                PointwiseMode::Auto => autotune::tune(
-                    device,
-                    "conv2d_pointwise_bwd_select",
-                    &key,
-                    &[PwChoice::Legacy, PwChoice::Pointwise],
-                    0,
-                    |c| {
-                        events_ms(&match c {
-                            PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g)?,
-                            PwChoice::Pointwise => {
-                                self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?
-                            }
-                        })
-                    },
-                )?,
-            };
+            let choice =
+                self.pointwise_select(device, "conv2d_pointwise_bwd_select", &key, |c| match c {
+                    PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g),
+                    PwChoice::Pointwise => {
+                        self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)
+                    }
+                })?;
             if choice == PwChoice::Pointwise {
                 self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?;
                 return Ok(());

@@ -193,6 +193,29 @@ impl ClDevice {
             .set("TRANS_B", g.trans_b as i32);
         let z = g.batch * splits;
         let mut evs = Vec::new();
+        // The arguments of the kernels that read A and B in place (tiled, register-blocked, small-K).
+        let args = [
+            i(g.m),
+            i(g.n),
+            i(g.k),
+            Arg::Mem(a.storage()),
+            i(g.off_a),
+            i(g.lda),
+            i(g.s_a),
+            Arg::Mem(b.storage()),
+            i(g.off_b),
+            i(g.ldb),
+            i(g.s_b),
+            Arg::Mem(out.storage()),
+            i(off_c),
+            i(ldc),
+            i(s_c),
+            i(splits),
+            i(l),
+            Arg::Mem(bias_t.storage()),
+            Arg::I32(bias_code),
+            Arg::I32(g.relu as i32),
+        ];
         match cand.algo {
             Algo::Tiled { tm, tn, tk, rm, rn } => {
                 let d = base
@@ -203,54 +226,12 @@ impl ClDevice {
                     .set("RN", rn);
                 let k = self.kernel("gemm", &d, "gemm_tiled")?;
                 let (wx, wy) = (tn / rn, tm / rm);
-                let args = [
-                    i(g.m),
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(a.storage()),
-                    i(g.off_a),
-                    i(g.lda),
-                    i(g.s_a),
-                    Arg::Mem(b.storage()),
-                    i(g.off_b),
-                    i(g.ldb),
-                    i(g.s_b),
-                    Arg::Mem(out.storage()),
-                    i(off_c),
-                    i(ldc),
-                    i(s_c),
-                    i(splits),
-                    i(l),
-                    Arg::Mem(bias_t.storage()),
-                    Arg::I32(bias_code),
-                    Arg::I32(g.relu as i32),
-                ];
                 let global = [g.n.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, z];
                 evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, 1]))?);
             }
             Algo::SmallK { px, ls } => {
                 let d = base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
                 let k = self.kernel("gemm", &d, "gemm_smallk")?;
-                let args = [
-                    i(g.m),
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(a.storage()),
-                    i(g.off_a),
-                    i(g.lda),
-                    i(g.s_a),
-                    Arg::Mem(b.storage()),
-                    i(g.off_b),
-                    i(g.ldb),
-                    i(g.s_b),
-                    Arg::Mem(out.storage()),
-                    i(off_c),
-                    i(ldc),
-                    i(s_c),
-                    Arg::Mem(bias_t.storage()),
-                    Arg::I32(bias_code),
-                    Arg::I32(g.relu as i32),
-                ];
                 let global = [g.n.div_ceil(ls * px) * ls, z];
                 evs.push(self.launch(&k, &args, &global, Some(&[ls, 1]))?);
             }
@@ -318,28 +299,6 @@ impl ClDevice {
                 let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
                 let k = self.kernel("gemm", &d, "gemm_reg")?;
-                let args = [
-                    i(g.m),
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(a.storage()),
-                    i(g.off_a),
-                    i(g.lda),
-                    i(g.s_a),
-                    Arg::Mem(b.storage()),
-                    i(g.off_b),
-                    i(g.ldb),
-                    i(g.s_b),
-                    Arg::Mem(out.storage()),
-                    i(off_c),
-                    i(ldc),
-                    i(s_c),
-                    i(splits),
-                    i(l),
-                    Arg::Mem(bias_t.storage()),
-                    Arg::I32(bias_code),
-                    Arg::I32(g.relu as i32),
-                ];
                 evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
             }
         }
