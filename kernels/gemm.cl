@@ -5,9 +5,9 @@
 // split writes its own partial product and `gemm_reduce_splits` sums them; with S == 1 the epilogue (bias per
 // row or per column, ReLU) is applied directly.
 //
-// Three kernel shapes, chosen by the autotuner per device and shape class:
-//  * gemm_tiled   local-memory tiles (TM x TN x TK per work-group, RM x RN per work-item, float4 local reads,
-//                 register prefetch of the next tile); the GPU kernel.
+// Four kernel shapes, chosen by the autotuner per device and shape class:
+//  * gemm_tiled   double-buffered local-memory tiles (TM x TN x TK per work-group, RM x RN per work-item, float4
+//                 local reads, float4 global loads of the next tile into registers); the GPU kernel.
 //  * gemm_packed  barrier-free register blocking on panels packed by gemm_pack_a / gemm_pack_b
 //                 (MR rows x NR = VW * NB columns per work-item, VW-wide vectors); the CPU OpenCL kernel.
 //  * gemm_reg     the same register blocking reading A and B in place (no packing pass; TRANS_B == 0 only).
@@ -40,14 +40,24 @@ inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, i
 }
 
 // ------------------------------------------------------------------------------------------------ gemm_tiled
+// TM x TN x TK tiles per work-group and RM x RN outputs per work-item, read from local memory as float4 rows.
+// Two local buffers: while one K tile is multiplied, the next one (already in float4 registers) is stored into
+// the other, so there is one barrier per K tile. With VEC, work-groups whose tile lies inside the matrices load
+// and store float4 (VEC needs lda, ldb, ldc, the offsets and the batch strides to be multiples of 4; the host
+// checks); edge tiles, and every tile without VEC, take the guarded scalar path and read zeros outside.
 #ifdef TM
 #define WX (TN / RN)
 #define WY (TM / RM)
 #define NT (WX * WY)
 #define LDS_A (TM + 4)
 #define LDS_B (TN + 4)
-#define LOADS_A ((TM * TK + NT - 1) / NT)
-#define LOADS_B ((TN * TK + NT - 1) / NT)
+#define A4 (TM * TK / 4)
+#define B4 (TN * TK / 4)
+#define LA ((A4 + NT - 1) / NT)
+#define LB ((B4 + NT - 1) / NT)
+#ifndef VEC
+#define VEC 0
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
 void gemm_tiled(const int M, const int N, const int K,
@@ -66,70 +76,138 @@ void gemm_tiled(const int M, const int N, const int K,
     const int k1 = min(K, k0 + L);
     __global const float* Ab = A + offA + (size_t)b * sA;
     __global const float* Bb = B + offB + (size_t)b * sB;
+    const bool inside = VEC && m0 + TM <= M && n0 + TN <= N;
 
-    // Row-major [TK][TM + 4] tiles: rows stay 16-byte aligned for float4 reads, and the pad spreads the
-    // k-major stores of a non-transposed operand over the banks.
-    __local float4 As4[TK * LDS_A / 4];
-    __local float4 Bs4[TK * LDS_B / 4];
-    __local float* As = (__local float*)As4;
-    __local float* Bs = (__local float*)Bs4;
+    __local float4 As4[2 * TK * LDS_A / 4];
+    __local float4 Bs4[2 * TK * LDS_B / 4];
 
-    float ra[LOADS_A], rb[LOADS_B];
+    float4 ra[LA], rb[LB];
     float acc[RM][RN];
 #pragma unroll
     for (int i = 0; i < RM; ++i)
 #pragma unroll
         for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
 
-    // Global -> registers for the tile starting at kt. Consecutive work-items read consecutive addresses.
-#define LOAD_TILE(kt)                                                                          \
-    for (int l = 0; l < LOADS_A; ++l) {                                      \
-        const int i = tid + l * NT;                                                            \
-        int mm, kk;                                                                            \
-        if (TRANS_A) { mm = i % TM; kk = i / TM; } else { kk = i % TK; mm = i / TK; }          \
-        const int m = m0 + mm, k = (kt) + kk;                                                  \
-        ra[l] = (i < TM * TK && m < M && k < k1) ? OPA(Ab, m, k, lda) : 0.0f;                  \
-    }                                                                                          \
-    for (int l = 0; l < LOADS_B; ++l) {                                      \
-        const int i = tid + l * NT;                                                            \
-        int nn, kk;                                                                            \
-        if (TRANS_B) { kk = i % TK; nn = i / TK; } else { nn = i % TN; kk = i / TN; }          \
-        const int n = n0 + nn, k = (kt) + kk;                                                  \
-        rb[l] = (i < TN * TK && n < N && k < k1) ? OPB(Bb, k, n, ldb) : 0.0f;                  \
+    // Quad l of a tile: along k for an untransposed A (transposed B), along m (n) otherwise, so that every
+    // float4 is contiguous in global memory. A quad past the matrix or the split reads zeros.
+#define QUAD_A(l, mm, kk)                                                                      \
+    const int qa = tid + (l) * NT;                                                            \
+    const int mm = TRANS_A ? (qa % (TM / 4)) * 4 : qa / (TK / 4);                            \
+    const int kk = TRANS_A ? qa / (TM / 4) : (qa % (TK / 4)) * 4;
+#define QUAD_B(l, nn, kk)                                                                      \
+    const int qb = tid + (l) * NT;                                                            \
+    const int nn = TRANS_B ? qb / (TK / 4) : (qb % (TN / 4)) * 4;                            \
+    const int kk = TRANS_B ? (qb % (TK / 4)) * 4 : qb / (TN / 4);
+
+#define LOAD_TILE(kt)                                                                        \
+    {                                                                                          \
+        const bool fast = inside && (kt) + TK <= k1;                                          \
+        _Pragma("unroll") for (int l = 0; l < LA; ++l) {                                       \
+            QUAD_A(l, mm, kk)                                                                  \
+            const int m = m0 + mm, k = (kt) + kk;                                              \
+            if (fast && qa < A4) {                                                             \
+                ra[l] = TRANS_A ? *(__global const float4*)(Ab + (size_t)k * lda + m)          \
+                                : *(__global const float4*)(Ab + (size_t)m * lda + k);         \
+            } else {                                                                           \
+                float4 v = (float4)(0.0f);                                                     \
+                if (qa < A4) {                                                                 \
+                    if (TRANS_A) {                                                             \
+                        if (k < k1) {                                                          \
+                            if (m < M) v.s0 = OPA(Ab, m, k, lda);                              \
+                            if (m + 1 < M) v.s1 = OPA(Ab, m + 1, k, lda);                      \
+                            if (m + 2 < M) v.s2 = OPA(Ab, m + 2, k, lda);                      \
+                            if (m + 3 < M) v.s3 = OPA(Ab, m + 3, k, lda);                      \
+                        }                                                                      \
+                    } else if (m < M) {                                                        \
+                        if (k < k1) v.s0 = OPA(Ab, m, k, lda);                                 \
+                        if (k + 1 < k1) v.s1 = OPA(Ab, m, k + 1, lda);                         \
+                        if (k + 2 < k1) v.s2 = OPA(Ab, m, k + 2, lda);                         \
+                        if (k + 3 < k1) v.s3 = OPA(Ab, m, k + 3, lda);                         \
+                    }                                                                          \
+                }                                                                              \
+                ra[l] = v;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+        _Pragma("unroll") for (int l = 0; l < LB; ++l) {                                       \
+            QUAD_B(l, nn, kk)                                                                  \
+            const int n = n0 + nn, k = (kt) + kk;                                              \
+            if (fast && qb < B4) {                                                             \
+                rb[l] = TRANS_B ? *(__global const float4*)(Bb + (size_t)n * ldb + k)          \
+                                : *(__global const float4*)(Bb + (size_t)k * ldb + n);         \
+            } else {                                                                           \
+                float4 v = (float4)(0.0f);                                                     \
+                if (qb < B4) {                                                                 \
+                    if (!TRANS_B) {                                                            \
+                        if (k < k1) {                                                          \
+                            if (n < N) v.s0 = OPB(Bb, k, n, ldb);                              \
+                            if (n + 1 < N) v.s1 = OPB(Bb, k, n + 1, ldb);                      \
+                            if (n + 2 < N) v.s2 = OPB(Bb, k, n + 2, ldb);                      \
+                            if (n + 3 < N) v.s3 = OPB(Bb, k, n + 3, ldb);                      \
+                        }                                                                      \
+                    } else if (n < N) {                                                        \
+                        if (k < k1) v.s0 = OPB(Bb, k, n, ldb);                                 \
+                        if (k + 1 < k1) v.s1 = OPB(Bb, k + 1, n, ldb);                         \
+                        if (k + 2 < k1) v.s2 = OPB(Bb, k + 2, n, ldb);                         \
+                        if (k + 3 < k1) v.s3 = OPB(Bb, k + 3, n, ldb);                         \
+                    }                                                                          \
+                }                                                                              \
+                rb[l] = v;                                                                     \
+            }                                                                                  \
+        }                                                                                      \
+    }
+    // Registers -> local buffer `buf`, k-major rows.
+#define STORE_TILE(buf)                                                                      \
+    {                                                                                          \
+        __local float* as = (__local float*)(As4 + (buf) * (TK * LDS_A / 4));                 \
+        __local float* bs = (__local float*)(Bs4 + (buf) * (TK * LDS_B / 4));                 \
+        _Pragma("unroll") for (int l = 0; l < LA; ++l) {                                       \
+            QUAD_A(l, mm, kk)                                                                  \
+            if (qa < A4) {                                                                     \
+                if (TRANS_A) {                                                                 \
+                    *(__local float4*)(as + kk * LDS_A + mm) = ra[l];                          \
+                } else {                                                                       \
+                    as[(kk + 0) * LDS_A + mm] = ra[l].s0;                                      \
+                    as[(kk + 1) * LDS_A + mm] = ra[l].s1;                                      \
+                    as[(kk + 2) * LDS_A + mm] = ra[l].s2;                                      \
+                    as[(kk + 3) * LDS_A + mm] = ra[l].s3;                                      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
+        _Pragma("unroll") for (int l = 0; l < LB; ++l) {                                       \
+            QUAD_B(l, nn, kk)                                                                  \
+            if (qb < B4) {                                                                     \
+                if (!TRANS_B) {                                                                \
+                    *(__local float4*)(bs + kk * LDS_B + nn) = rb[l];                          \
+                } else {                                                                       \
+                    bs[(kk + 0) * LDS_B + nn] = rb[l].s0;                                      \
+                    bs[(kk + 1) * LDS_B + nn] = rb[l].s1;                                      \
+                    bs[(kk + 2) * LDS_B + nn] = rb[l].s2;                                      \
+                    bs[(kk + 3) * LDS_B + nn] = rb[l].s3;                                      \
+                }                                                                              \
+            }                                                                                  \
+        }                                                                                      \
     }
 
+    int buf = 0;
     LOAD_TILE(k0)
+    STORE_TILE(0)
+    barrier(CLK_LOCAL_MEM_FENCE);
     for (int kt = k0; kt < k1; kt += TK) {
-#pragma unroll
-        for (int l = 0; l < LOADS_A; ++l) {
-            const int i = tid + l * NT;
-            int mm, kk;
-            if (TRANS_A) { mm = i % TM; kk = i / TM; } else { kk = i % TK; mm = i / TK; }
-            if (i < TM * TK) As[kk * LDS_A + mm] = ra[l];
-        }
-#pragma unroll
-        for (int l = 0; l < LOADS_B; ++l) {
-            const int i = tid + l * NT;
-            int nn, kk;
-            if (TRANS_B) { kk = i % TK; nn = i / TK; } else { nn = i % TN; kk = i / TN; }
-            if (i < TN * TK) Bs[kk * LDS_B + nn] = rb[l];
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        // The next tile's global loads are in flight while this tile is multiplied.
-        if (kt + TK < k1) {
-            LOAD_TILE(kt + TK)
-        }
+        const bool more = kt + TK < k1;
+        if (more) LOAD_TILE(kt + TK)
+        __local const float4* as4 = As4 + buf * (TK * LDS_A / 4);
+        __local const float4* bs4 = Bs4 + buf * (TK * LDS_B / 4);
 #pragma unroll
         for (int kk = 0; kk < TK; ++kk) {
             float a[RM], bv[RN];
 #pragma unroll
             for (int g = 0; g < RM / 4; ++g) {
-                const float4 v = As4[(kk * LDS_A + g * WY * 4 + ty * 4) / 4];
+                const float4 v = as4[kk * (LDS_A / 4) + g * WY + ty];
                 a[g * 4 + 0] = v.s0; a[g * 4 + 1] = v.s1; a[g * 4 + 2] = v.s2; a[g * 4 + 3] = v.s3;
             }
 #pragma unroll
             for (int g = 0; g < RN / 4; ++g) {
-                const float4 v = Bs4[(kk * LDS_B + g * WX * 4 + tx * 4) / 4];
+                const float4 v = bs4[kk * (LDS_B / 4) + g * WX + tx];
                 bv[g * 4 + 0] = v.s0; bv[g * 4 + 1] = v.s1; bv[g * 4 + 2] = v.s2; bv[g * 4 + 3] = v.s3;
             }
 #pragma unroll
@@ -137,26 +215,43 @@ void gemm_tiled(const int M, const int N, const int K,
 #pragma unroll
                 for (int j = 0; j < RN; ++j) acc[i][j] = fma(a[i], bv[j], acc[i][j]);
         }
+        if (more) STORE_TILE(buf ^ 1)
         barrier(CLK_LOCAL_MEM_FENCE);
+        buf ^= 1;
     }
 #undef LOAD_TILE
+#undef STORE_TILE
+#undef QUAD_A
+#undef QUAD_B
 
     __global float* Cz = C + offC + (size_t)z * sC;
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         const int m = m0 + (i / 4) * WY * 4 + ty * 4 + (i % 4);
-        if (m < M) {
 #pragma unroll
-            for (int j = 0; j < RN; ++j) {
-                const int n = n0 + (j / 4) * WX * 4 + tx * 4 + (j % 4);
-                if (n < N) {
-                    const float v = acc[i][j];
-                    Cz[(size_t)m * ldc + n] = S == 1 ? gemm_epilogue(v, bias, bias_mode, relu, m, n) : v;
+        for (int g = 0; g < RN / 4; ++g) {
+            const int n = n0 + g * WX * 4 + tx * 4;
+            float4 v = (float4)(acc[i][g * 4 + 0], acc[i][g * 4 + 1], acc[i][g * 4 + 2], acc[i][g * 4 + 3]);
+            if (inside) {
+                if (S == 1) {
+                    v.s0 = gemm_epilogue(v.s0, bias, bias_mode, relu, m, n);
+                    v.s1 = gemm_epilogue(v.s1, bias, bias_mode, relu, m, n + 1);
+                    v.s2 = gemm_epilogue(v.s2, bias, bias_mode, relu, m, n + 2);
+                    v.s3 = gemm_epilogue(v.s3, bias, bias_mode, relu, m, n + 3);
                 }
+                *(__global float4*)(Cz + (size_t)m * ldc + n) = v;
+            } else if (m < M) {
+                __global float* c = Cz + (size_t)m * ldc + n;
+                const float e[4] = {v.s0, v.s1, v.s2, v.s3};
+#pragma unroll
+                for (int q = 0; q < 4; ++q)
+                    if (n + q < N) c[q] = S == 1 ? gemm_epilogue(e[q], bias, bias_mode, relu, m, n + q) : e[q];
             }
         }
     }
 }
+#undef A4
+#undef B4
 #endif
 
 // ------------------------------------------------------------------------------------------------ gemm_smallk

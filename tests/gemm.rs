@@ -150,6 +150,12 @@ fn every_candidate_matches_on_edge_shapes() {
         (66, 130, 17, true, false),
         // K <= 64 without transposes: the small-K candidates, with more rows than one local-memory chunk.
         (130, 300, 64, false, false),
+        // Multiples of 4 that are not multiples of a tile: the float4 paths of the double-buffered kernel,
+        // inside tiles and guarded edge tiles alike, in every transpose combination and with split-K.
+        (132, 136, 40, false, false),
+        (36, 260, 48, true, false),
+        (68, 44, 1104, false, true),
+        (40, 72, 20, true, true),
     ]
     .iter()
     .enumerate()
@@ -164,6 +170,7 @@ fn every_candidate_matches_on_edge_shapes() {
             .unwrap();
         let labels = ops::matmul_candidates(&ad, &bd, ta, tb).unwrap();
         assert!(labels.len() >= 3, "{labels:?}");
+        assert!(labels.iter().any(|l| l.contains("tiled")), "{labels:?}");
         if k <= 64 && !ta && !tb {
             assert!(labels.iter().any(|l| l.contains("smallk")), "{labels:?}");
         }
