@@ -462,8 +462,9 @@ pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> 
     reduce_to_shape_with(grad, target_shape, None)
 }
 
-/// [`reduce_to_shape`] with the algorithm forced when given: `RtsAlgo::Wg(g)` applies where 256 or more
-/// elements fold into each output (elsewhere the one-work-item rule runs), `RtsAlgo::Item` everywhere.
+/// [`reduce_to_shape`] with the algorithm forced when given: `RtsAlgo::Wg(g)` and `RtsAlgo::Flat(g)` apply
+/// where 256 or more elements fold into each output (elsewhere the one-work-item rule runs), `RtsAlgo::Item`
+/// everywhere.
 pub fn reduce_to_shape_with(
     grad: &Tensor,
     target_shape: &[usize],
@@ -785,7 +786,7 @@ impl ClDevice {
     }
 }
 
-/// A `reduce_to_shape` algorithm; cache form `"item"` or `["wg", groups]`.
+/// A `reduce_to_shape` algorithm; cache form `"item"`, `["wg", groups]` or `["flat", groups]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RtsAlgo {
     /// One work-item per output element (fewer than 256 elements fold into each).
