@@ -6,11 +6,19 @@
 //   bn_finish:       one work-item per channel: folds the G partials into mean, rstd, the scale γ·rstd, the
 //                    shift β, and the updated running statistics;
 //   bn_apply_flat:   y = (x − mean)·scale + shift, one float4 (VEC4) or float per work-item over all elements;
-//   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU).
-// A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4).
+//   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU);
+//   bn_apply_back:   on the statistics pass's own (chunk, channel) grid, each group walking its chunk from the
+//                    end (what that pass read last, still cached, is read first) and folding its channel's
+//                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics.
+// A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4). With UNR 4 the
+// strided loops issue four independent loads per iteration (more bytes in flight); the order of the
+// additions is the same as with UNR 1.
 
 #ifndef VEC4
 #define VEC4 0
+#endif
+#ifndef UNR
+#define UNR 1
 #endif
 
 static inline float bn_shift(__global const float* x, const int c, const int P) {
@@ -33,7 +41,23 @@ __kernel void bn_partial_wg(const int N, const int C, const int P, const int rc,
     float4 s4 = (float4)(0.0f), q4 = (float4)(0.0f);
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
-    for (int j = start + lid; j < end; j += L) {
+    int j = start + lid;
+#if UNR == 4
+    for (; j + 3 * L < end; j += 4 * L) {
+        float4 v[4];
+        for (int u = 0; u < 4; ++u) {
+            const int jj = j + u * L;
+            const int n = jj / P4;
+            v[u] = x4[(n * C + c) * P4 + (jj - n * P4)];
+        }
+        for (int u = 0; u < 4; ++u) {
+            const float4 d = v[u] - k;
+            s4 += d;
+            q4 = fma(d, d, q4);
+        }
+    }
+#endif
+    for (; j < end; j += L) {
         const int n = j / P4;
         const float4 d = x4[(n * C + c) * P4 + (j - n * P4)] - k;
         s4 += d;
@@ -46,7 +70,23 @@ __kernel void bn_partial_wg(const int N, const int C, const int P, const int rc,
     float s = 0.0f, q = 0.0f;
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
-    for (int j = start + lid; j < end; j += L) {
+    int j = start + lid;
+#if UNR == 4
+    for (; j + 3 * L < end; j += 4 * L) {
+        float v[4];
+        for (int u = 0; u < 4; ++u) {
+            const int jj = j + u * L;
+            const int n = jj / P;
+            v[u] = x[(n * C + c) * P + (jj - n * P)];
+        }
+        for (int u = 0; u < 4; ++u) {
+            const float d = v[u] - k;
+            s += d;
+            q = fma(d, d, q);
+        }
+    }
+#endif
+    for (; j < end; j += L) {
         const int n = j / P;
         const float d = x[(n * C + c) * P + (j - n * P)] - k;
         s += d;
@@ -102,6 +142,24 @@ __kernel void bn_partial_item(const int N, const int C, const int P, const int r
     part[(c * G + g) * 2 + 1] = q + (qa.s0 + qa.s1) + (qa.s2 + qa.s3);
 }
 
+// Channel c's statistics from its G partials, in a fixed order (every caller gets the same bits).
+static inline void bn_fold(const int c, const int N, const int P, const int G, const float eps,
+                           __global const float* x, __global const float* part, float* mean, float* var,
+                           float* rstd) {
+    float s = 0.0f, q = 0.0f;
+    for (int g = 0; g < G; ++g) {
+        s += part[(c * G + g) * 2];
+        q += part[(c * G + g) * 2 + 1];
+    }
+    const float cnt = (float)N * (float)P;
+    const float d = s / cnt;
+    *mean = bn_shift(x, c, P) + d;
+    float v = q / cnt - d * d;
+    // Rounding can make a tiny variance negative; a NaN stays NaN.
+    *var = v < 0.0f ? 0.0f : v;
+    *rstd = 1.0f / sqrt(*var + eps);
+}
+
 // mean[c], rstd[c], and stat[c] = γ·rstd, stat[C + c] = β (0 without β) for the apply.
 __kernel void bn_finish(const int N, const int C, const int P, const int G, const float eps, const float momentum,
                         const int has_gamma, const int has_beta, __global const float* x,
@@ -111,18 +169,8 @@ __kernel void bn_finish(const int N, const int C, const int P, const int G, cons
                         __global float* rm_out, __global float* rv_out) {
     const int c = get_global_id(0);
     if (c >= C) return;
-    float s = 0.0f, q = 0.0f;
-    for (int g = 0; g < G; ++g) {
-        s += part[(c * G + g) * 2];
-        q += part[(c * G + g) * 2 + 1];
-    }
-    const float cnt = (float)N * (float)P;
-    const float d = s / cnt;
-    const float mean = bn_shift(x, c, P) + d;
-    float var = q / cnt - d * d;
-    // Rounding can make a tiny variance negative; a NaN stays NaN.
-    var = var < 0.0f ? 0.0f : var;
-    const float rstd = 1.0f / sqrt(var + eps);
+    float mean, var, rstd;
+    bn_fold(c, N, P, G, eps, x, part, &mean, &var, &rstd);
     mean_out[c] = mean;
     rstd_out[c] = rstd;
     stat[c] = has_gamma ? gamma[c] * rstd : rstd;
@@ -156,4 +204,81 @@ __kernel void bn_apply_plane(const int planes, const int C, const int P, __globa
     int j = 0;
     for (; j + 8 <= P; j += 8) vstore8((vload8(0, p + j) - m) * a + b, 0, o + j);
     for (; j < P; ++j) o[j] = (p[j] - m) * a + b;
+}
+
+// The normalising pass's per-channel constants from the partials; `write` stores the channel's statistics.
+static inline void bn_prologue(const int c, const int N, const int C, const int P, const int G, const float eps,
+                               const float momentum, const int has_gamma, const int has_beta, const bool write,
+                               __global const float* x, __global const float* part,
+                               __global const float* gamma, __global const float* beta,
+                               __global const float* rm, __global const float* rv, __global float* mean_out,
+                               __global float* rstd_out, __global float* stat, __global float* rm_out,
+                               __global float* rv_out, float* mean, float* a, float* sh) {
+    float var, rstd;
+    bn_fold(c, N, P, G, eps, x, part, mean, &var, &rstd);
+    *a = has_gamma ? gamma[c] * rstd : rstd;
+    *sh = has_beta ? beta[c] : 0.0f;
+    if (write) {
+        mean_out[c] = *mean;
+        rstd_out[c] = rstd;
+        stat[c] = *a;
+        stat[C + c] = *sh;
+        rm_out[c] = (1.0f - momentum) * rm[c] + momentum * *mean;
+        rv_out[c] = (1.0f - momentum) * rv[c] + momentum * var;
+    }
+}
+
+// Work-group (g, c) on the statistics pass's grid normalises that pass's chunk g of channel c (rc units),
+// walking it from the end back to the start with the same stride: when the statistics pass's groups all run
+// at once they read their chunks front to back together, so the ends of every chunk are what the cache still
+// holds. Each group folds its channel's partials (bn_fold: the same bits as bn_finish) and the chunk-0
+// group's first item writes the channel's statistics.
+__kernel void bn_apply_back(const int N, const int C, const int P, const int rc, const int G,
+                            const float eps, const float momentum, const int has_gamma, const int has_beta,
+                            __global const float* x, __global const float* part, __global const float* gamma,
+                            __global const float* beta, __global const float* rm, __global const float* rv,
+                            __global float* mean_out, __global float* rstd_out, __global float* stat,
+                            __global float* rm_out, __global float* rv_out, __global float* y) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_group_id(1);
+    float mean, a, sh;
+    bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
+                rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
+#if VEC4
+    const int PU = P >> 2;
+    __global const float4* xu = (__global const float4*)x;
+    __global float4* yu = (__global float4*)y;
+#else
+    const int PU = P;
+    __global const float* xu = x;
+    __global float* yu = y;
+#endif
+    const int total = N * PU;
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    int j = end - 1 - lid;
+#if UNR == 4
+    for (; j - 3 * L >= start; j -= 4 * L) {
+        int at[4];
+#if VEC4
+        float4 v[4];
+#else
+        float v[4];
+#endif
+        for (int u = 0; u < 4; ++u) {
+            const int jj = j - u * L;
+            const int n = jj / PU;
+            at[u] = (n * C + c) * PU + (jj - n * PU);
+            v[u] = xu[at[u]];
+        }
+        for (int u = 0; u < 4; ++u) yu[at[u]] = (v[u] - mean) * a + sh;
+    }
+#endif
+    for (; j >= start; j -= L) {
+        const int n = j / PU;
+        const int at = (n * C + c) * PU + (j - n * PU);
+        yu[at] = (xu[at] - mean) * a + sh;
+    }
 }

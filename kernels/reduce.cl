@@ -254,6 +254,11 @@ ARG_KERNEL(argmin_col, LT)
 #ifndef RTS_V4
 #define RTS_V4 0
 #endif
+#if RTS_V4
+#define RTS_T float4
+#else
+#define RTS_T float
+#endif
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, const int8 rshape, const int8 rstride,
             const int R, const int G, __global const float* grad, __global float* out) {
@@ -315,6 +320,82 @@ __kernel void rts_fold(const int total, const int G, __global const float* part,
     float acc = 0.0f;
     for (int g = 0; g < G; ++g) acc += part[o * G + g];
     out[o] = acc;
+}
+
+// rts_flat: like rts_wg (G work-groups of 256 per output, partials [outputs, G] folded by rts_fold when
+// G > 1), but group g takes a slice of rc units of the flattened reduced positions — rows of the innermost
+// reduced axis laid end to end, in float4 units with RTS_V4 — and every work-item issues four independent
+// loads per iteration (more bytes in flight for a pure read). A unit's row offset takes one division when at
+// most two reduced axes remain (the common case), the general decomposition otherwise.
+static inline int rts_unit_off(const int j, const int iu, const int istr, const int nr, const int8 rshape,
+                               const int8 rstride, const int base) {
+    const int row = j / iu;
+    const int col = j - row * iu;
+#if RTS_V4
+    int off = base + (col << 2);
+#else
+    int off = base + col * istr;
+#endif
+    if (nr <= 2) {
+        off += row * rstride.s1;
+    } else {
+        int q = row;
+        DECOMP_FROM1(nr, rshape, rstride, q, off)
+    }
+    return off;
+}
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void rts_flat(const int nk, const int8 kshape, const int8 kstride, const int nr, const int8 rshape,
+              const int8 rstride, const int R, const int G, const int rc, __global const float* grad,
+              __global float* out) {
+    const int gid = get_group_id(0);
+    const int o = gid / G;
+    const int g = gid - o * G;
+    const int lid = get_local_id(0);
+    int rem = o, base = 0;
+    DECOMP(nk, kshape, kstride, rem, base)
+    const int inner = rshape.s0;
+    const int istr = rstride.s0;
+#if RTS_V4
+    const int iu = inner >> 2;
+    float4 acc = (float4)(0.0f);
+#define RTS_LOAD(off) (*(__global const float4*)(grad + (off)))
+#else
+    const int iu = inner;
+    float acc = 0.0f;
+#define RTS_LOAD(off) (grad[(off)])
+#endif
+    const int units = (R / inner) * iu;
+    const int start = min(units, g * rc);
+    const int end = min(units, start + rc);
+    int j = start + lid;
+    for (; j + 768 < end; j += 1024) {
+        const int o0 = rts_unit_off(j, iu, istr, nr, rshape, rstride, base);
+        const int o1 = rts_unit_off(j + 256, iu, istr, nr, rshape, rstride, base);
+        const int o2 = rts_unit_off(j + 512, iu, istr, nr, rshape, rstride, base);
+        const int o3 = rts_unit_off(j + 768, iu, istr, nr, rshape, rstride, base);
+        const RTS_T v0 = RTS_LOAD(o0), v1 = RTS_LOAD(o1), v2 = RTS_LOAD(o2), v3 = RTS_LOAD(o3);
+        acc += v0;
+        acc += v1;
+        acc += v2;
+        acc += v3;
+    }
+    for (; j < end; j += 256) acc += RTS_LOAD(rts_unit_off(j, iu, istr, nr, rshape, rstride, base));
+#undef RTS_LOAD
+#if RTS_V4
+    float a = (acc.s0 + acc.s1) + (acc.s2 + acc.s3);
+#else
+    float a = acc;
+#endif
+    __local float red[256];
+    red[lid] = a;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 128; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    if (lid == 0) out[gid] = red[0];
 }
 
 // rts_item: one work-item per output element (used when R < 256).

@@ -252,8 +252,9 @@ fn dropout_masks_are_identical_across_devices_and_reproducible() {
 }
 
 /// Every training batch_norm2d kernel combination, forced, against the built-in device: planes of a multiple
-/// of 4 (float4 paths) and not, chunks that split planes, a large mean (the shifted sums), optional γ/β, a
-/// channel with a NaN, and the invalid cases.
+/// of 4 (float4 paths) and not, chunks that split planes, batch 1, a large mean (the shifted sums), optional
+/// γ/β, channels with NaN and ±inf, the apply that folds the statistics itself giving the statistics and
+/// running statistics of the finishing kernel, and the invalid cases.
 #[test]
 fn batch_norm2d_training_kernels_match_reference() {
     use ops::norm::{BatchNormAlgo, BnApply, BnStats};
@@ -279,8 +280,52 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Item(5),
             apply: BnApply::Flat,
         },
+        BatchNormAlgo {
+            stats: BnStats::Wide(64, 1),
+            apply: BnApply::Flat,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(512, 2),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(128, 3),
+            apply: BnApply::Flat,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wg(64, 2),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(128, 5),
+            apply: BnApply::Plane,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(64, 1),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(256, 7),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wg(128, 3),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Item(4),
+            apply: BnApply::Back,
+        },
     ];
-    let shapes: [[usize; 4]; 4] = [[3, 5, 7, 6], [4, 3, 8, 8], [5, 4, 1, 3], [2, 2, 33, 17]];
+    let shapes: [[usize; 4]; 7] = [
+        [3, 5, 7, 6],
+        [4, 3, 8, 8],
+        [5, 4, 1, 3],
+        [2, 2, 33, 17],
+        [1, 3, 5, 8],
+        [1, 2, 9, 9],
+        [3, 2, 32, 44],
+    ];
     for (k, shape) in shapes.iter().enumerate() {
         let (xc0, _) = pair(&dev, shape, 40 + k as u64);
         // Shifted by 100 in every other shape: the variance must survive a large mean.
@@ -334,15 +379,52 @@ fn batch_norm2d_training_kernels_match_reference() {
             }
         }
     }
-    // A NaN in channel 1 makes that channel's output and statistics NaN and leaves the others as they were.
-    let shape = [2, 3, 4, 4];
+    // The apply that folds the partials itself stores the statistics bn_finish stores for the same pass.
+    {
+        let (xc, _) = pair(&dev, &[3, 5, 12, 12], 80);
+        let xd = ops::add_scalar(&xc, 50.0).unwrap().to_device(&dev).unwrap();
+        let (_, gam) = pair(&dev, &[5], 81);
+        let rm = Tensor::full(&dev, &[5], 0.25).unwrap();
+        let rv = Tensor::full(&dev, &[5], 3.0).unwrap();
+        let run = |apply| {
+            let algo = BatchNormAlgo {
+                stats: BnStats::Wide(64, 3),
+                apply,
+            };
+            let o = ops::norm::batch_norm2d_with(
+                &xd,
+                Some(&gam),
+                None,
+                &rm,
+                &rv,
+                0.1,
+                1e-5,
+                true,
+                Some(algo),
+            )
+            .unwrap();
+            [o.out.mean, o.out.rstd, o.running_mean, o.running_var]
+                .map(|t| t.to_vec::<f32>().unwrap())
+        };
+        let want = run(BnApply::Flat);
+        for apply in [BnApply::Plane, BnApply::Back] {
+            for (k, (g, w)) in run(apply).iter().zip(&want).enumerate() {
+                assert_close(g, w, 0.0, 1e-6, &format!("{apply:?} statistic {k}"));
+            }
+        }
+    }
+    // A NaN in channel 1, +inf inside channel 2 and -inf as the first element of channel 3 (the shift then
+    // falls back to 0) make those channels' outputs NaN and leave channel 0 as it was.
+    let shape = [2, 4, 4, 4];
     let (xc, _) = pair(&dev, &shape, 70);
     let mut v = xc.to_vec::<f32>().unwrap();
     v[16 + 5] = f32::NAN;
+    v[64 + 32 + 7] = f32::INFINITY;
+    v[48] = f32::NEG_INFINITY;
     let xc = Tensor::from_slice(&cpu(), &v, &shape).unwrap();
     let xd = xc.to_device(&dev).unwrap();
-    let rm = Tensor::zeros(&dev, &[3]).unwrap();
-    let rv = Tensor::ones(&dev, &[3]).unwrap();
+    let rm = Tensor::zeros(&dev, &[4]).unwrap();
+    let rv = Tensor::ones(&dev, &[4]).unwrap();
     let (rmc, rvc) = (rm.to_device(&cpu()).unwrap(), rv.to_device(&cpu()).unwrap());
     for algo in algos {
         let od =
@@ -350,9 +432,15 @@ fn batch_norm2d_training_kernels_match_reference() {
                 .unwrap();
         let oc = ops::batch_norm2d(&xc, None, None, &rmc, &rvc, 0.1, 1e-5, true).unwrap();
         let y = od.out.y.to_vec::<f32>().unwrap();
-        assert!(y[16..32].iter().all(|v| v.is_nan()), "{algo:?}");
+        assert!(y[16..64].iter().all(|v| v.is_nan()), "{algo:?}");
         assert!(y[..16].iter().all(|v| v.is_finite()), "{algo:?}");
         close(&od.out.y, &oc.out.y, &format!("bn NaN {algo:?}"));
+        close(&od.out.mean, &oc.out.mean, &format!("bn NaN mean {algo:?}"));
+        close(
+            &od.running_mean,
+            &oc.running_mean,
+            &format!("bn NaN rm {algo:?}"),
+        );
         close(
             &od.running_var,
             &oc.running_var,
@@ -369,12 +457,16 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Item(0),
             apply: BnApply::Plane,
         },
+        BatchNormAlgo {
+            stats: BnStats::Wide(96, 4),
+            apply: BnApply::Back,
+        },
     ] {
         let e = ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(bad))
             .unwrap_err();
         assert!(e.to_string().contains("not valid"), "{e}");
     }
-    let empty = Tensor::zeros(&dev, &[0, 3, 4, 4]).unwrap();
+    let empty = Tensor::zeros(&dev, &[0, 4, 4, 4]).unwrap();
     let e = ops::batch_norm2d(&empty, None, None, &rm, &rv, 0.1, 1e-5, true).unwrap_err();
     assert!(e.to_string().contains("at least one element"), "{e}");
 }

@@ -272,7 +272,8 @@ fn large_reduction_of_ten_million_elements() {
 }
 
 /// `reduce_to_shape` with every algorithm forced: one or several work-groups per output (float4 loads where
-/// the innermost reduced axis allows, scalar otherwise, the short-inner path), and one work-item per output.
+/// the innermost reduced axis allows, scalar otherwise, the short-inner path), the flattened slices (float4 or
+/// scalar, two or three reduced axes), and one work-item per output.
 #[test]
 fn reduce_to_shape_with_every_algorithm() {
     use ops::reduce::RtsAlgo;
@@ -283,6 +284,9 @@ fn reduce_to_shape_with_every_algorithm() {
         (&[5, 3, 259], &[3, 1]),       // inner 259: scalar loads
         (&[100, 7, 3], &[1, 7, 1]),    // inner 3 < 256 with 300 per output: chunks of positions
         (&[9, 4, 16, 16], &[1, 4, 1, 1]), // a bias gradient
+        (&[1, 5, 31, 33], &[1, 5, 1, 1]), // batch 1, odd plane: scalar loads
+        (&[8, 3, 8, 6, 8], &[3, 1, 6, 1]), // three reduced axes, rows of 8: float4 loads, full decomposition
+        (&[8, 3, 8, 6, 7], &[3, 1, 6, 1]), // three reduced axes, rows of 7: scalar loads
     ];
     for (k, (g, t)) in cases.iter().enumerate() {
         let (c, d) = with_specials(&dev, g, 90 + k as u64);
@@ -293,6 +297,9 @@ fn reduce_to_shape_with_every_algorithm() {
             Some(RtsAlgo::Wg(3)),
             Some(RtsAlgo::Wg(64)),
             Some(RtsAlgo::Item),
+            Some(RtsAlgo::Flat(1)),
+            Some(RtsAlgo::Flat(3)),
+            Some(RtsAlgo::Flat(64)),
         ] {
             for (c, d) in [(&c, &d), (&c2, &d2)] {
                 let got = ops::reduce::reduce_to_shape_with(d, t, algo).unwrap();
@@ -311,6 +318,7 @@ fn reduce_to_shape_with_every_algorithm() {
     }
     let ones = Tensor::ones(&dev, &[3, 4]).unwrap();
     assert!(ops::reduce::reduce_to_shape_with(&ones, &[4], Some(RtsAlgo::Wg(0))).is_err());
+    assert!(ops::reduce::reduce_to_shape_with(&ones, &[4], Some(RtsAlgo::Flat(0))).is_err());
 }
 
 /// Row reductions whose chunks are rounded to multiples of 4 (aligned float4 loads), with a tail, and the

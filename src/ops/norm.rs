@@ -473,6 +473,8 @@ pub enum BnStats {
     /// `["wg", local, groups]`: work-groups of `local` items with a local-memory tree, `groups` chunks per
     /// channel, then a fold of the chunks (GPUs).
     Wg(usize, usize),
+    /// `["wide", local, groups]`: as `Wg`, with four independent loads in flight per work-item and iteration.
+    Wide(usize, usize),
     /// `["item", groups]`: one work-item per (channel, chunk) with float8 loads and no barriers (CPU OpenCL).
     Item(usize),
 }
@@ -485,6 +487,10 @@ pub enum BnApply {
     Flat,
     /// One work-item per (n, c) plane with float8 loads (CPU OpenCL).
     Plane,
+    /// On the statistics pass's own (chunk, channel) work-groups, each walking its chunk from the end (what
+    /// that pass read last is still cached) with four loads in flight per item, and folding the channel's
+    /// partials itself: no separate finishing launch (GPUs).
+    Back,
 }
 
 /// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
@@ -500,6 +506,7 @@ impl Serialize for BnStats {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match *self {
             BnStats::Wg(l, g) => ("wg", l, g).serialize(s),
+            BnStats::Wide(l, g) => ("wide", l, g).serialize(s),
             BnStats::Item(g) => ("item", g).serialize(s),
         }
     }
@@ -615,6 +622,15 @@ impl ClDevice {
                 }
             }
         }
+        // Four loads in flight per item, at most four work-groups of 256 per compute unit so that they all run
+        // at once, each item reading at least 16 elements; then the apply that walks the same chunks backwards.
+        if max_wg >= 256 {
+            let g = (cu * 4 / c).clamp(1, (per_channel / (256 * 16)).max(1));
+            out.push(BatchNormAlgo {
+                stats: BnStats::Wide(256, g),
+                apply: BnApply::Back,
+            });
+        }
         let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
         for apply in [BnApply::Plane, BnApply::Flat] {
             out.push(BatchNormAlgo {
@@ -644,15 +660,20 @@ impl ClDevice {
         let d = Defines::new().set("VEC4", u8::from(vec4));
         let mut evs = Vec::with_capacity(3);
         let g = match algo.stats {
-            BnStats::Wg(_, g) | BnStats::Item(g) => g.max(1),
+            BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
         };
         let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
         match algo.stats {
-            BnStats::Wg(local, _) => {
+            BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
                 let local = local.min(self.info.max_work_group_size.max(1));
                 let units = if vec4 { n * p / 4 } else { n * p };
                 let rc = units.div_ceil(g).max(1);
-                let k = self.kernel("norm", &d, "bn_partial_wg")?;
+                let unr = if matches!(algo.stats, BnStats::Wide(..)) {
+                    4
+                } else {
+                    1
+                };
+                let k = self.kernel("norm", &d.clone().set("UNR", unr), "bn_partial_wg")?;
                 let args = [
                     Arg::I32(n as i32),
                     Arg::I32(c as i32),
@@ -681,13 +702,8 @@ impl ClDevice {
                 evs.push(self.launch(&k, &args, &[g, c], None)?);
             }
         }
-        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
         // An absent γ or β is never read; any buffer stands in for the argument.
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::I32(p as i32),
-            Arg::I32(g as i32),
+        let stat_args = [
             Arg::F32(bn.eps),
             Arg::F32(bn.momentum),
             Arg::I32(i32::from(bn.gamma.is_some())),
@@ -704,6 +720,36 @@ impl ClDevice {
             Arg::Mem(bn.rm_out.storage()),
             Arg::Mem(bn.rv_out.storage()),
         ];
+        if algo.apply == BnApply::Back {
+            // The statistics pass's grid and chunks, the partials folded in: no finishing launch.
+            let local = match algo.stats {
+                BnStats::Wg(l, _) | BnStats::Wide(l, _) => l,
+                BnStats::Item(_) => 256,
+            }
+            .min(self.info.max_work_group_size.max(1));
+            let units = if vec4 { n * p / 4 } else { n * p };
+            let rc = units.div_ceil(g).max(1);
+            let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_apply_back")?;
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::I32(rc as i32),
+                Arg::I32(g as i32),
+            ];
+            args.extend(stat_args);
+            args.push(Arg::Mem(bn.y.storage()));
+            evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            return Ok(evs);
+        }
+        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
+        let mut args = vec![
+            Arg::I32(n as i32),
+            Arg::I32(c as i32),
+            Arg::I32(p as i32),
+            Arg::I32(g as i32),
+        ];
+        args.extend(stat_args);
         evs.push(self.launch(
             &k,
             &args,
@@ -732,6 +778,8 @@ impl ClDevice {
                 let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
                 evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
             }
+            // Launched above, with the finish folded in.
+            BnApply::Back => {}
         }
         Ok(evs)
     }
@@ -756,7 +804,9 @@ impl NormKernels for ClDevice {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
                 let ok = match a.stats {
-                    BnStats::Wg(l, g) => l.is_power_of_two() && l <= max_wg && g >= 1,
+                    BnStats::Wg(l, g) | BnStats::Wide(l, g) => {
+                        l.is_power_of_two() && l <= max_wg && g >= 1
+                    }
                     BnStats::Item(g) => g >= 1,
                 };
                 if !ok {

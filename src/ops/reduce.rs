@@ -462,14 +462,15 @@ pub fn reduce_to_shape(grad: &Tensor, target_shape: &[usize]) -> Result<Tensor> 
     reduce_to_shape_with(grad, target_shape, None)
 }
 
-/// [`reduce_to_shape`] with the algorithm forced when given: `RtsAlgo::Wg(g)` applies where 256 or more
-/// elements fold into each output (elsewhere the one-work-item rule runs), `RtsAlgo::Item` everywhere.
+/// [`reduce_to_shape`] with the algorithm forced when given: `RtsAlgo::Wg(g)` and `RtsAlgo::Flat(g)` apply
+/// where 256 or more elements fold into each output (elsewhere the one-work-item rule runs), `RtsAlgo::Item`
+/// everywhere.
 pub fn reduce_to_shape_with(
     grad: &Tensor,
     target_shape: &[usize],
     algo: Option<RtsAlgo>,
 ) -> Result<Tensor> {
-    if algo == Some(RtsAlgo::Wg(0)) {
+    if matches!(algo, Some(RtsAlgo::Wg(0) | RtsAlgo::Flat(0))) {
         return Err(Error::Invalid(
             "reduce_to_shape: a work-group algorithm needs at least one group per output".into(),
         ));
@@ -785,13 +786,16 @@ impl ClDevice {
     }
 }
 
-/// A `reduce_to_shape` algorithm; cache form `"item"` or `["wg", groups]`.
+/// A `reduce_to_shape` algorithm; cache form `"item"`, `["wg", groups]` or `["flat", groups]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RtsAlgo {
     /// One work-item per output element (fewer than 256 elements fold into each).
     Item,
     /// `groups` work-groups of 256 per output element, then a fold of the partials when `groups` > 1.
     Wg(usize),
+    /// `["flat", groups]`: as `Wg`, each group taking a slice of the reduced positions laid end to end, with
+    /// four independent loads in flight per work-item.
+    Flat(usize),
 }
 
 impl Serialize for RtsAlgo {
@@ -799,6 +803,7 @@ impl Serialize for RtsAlgo {
         match *self {
             RtsAlgo::Item => "item".serialize(s),
             RtsAlgo::Wg(g) => ("wg", g).serialize(s),
+            RtsAlgo::Flat(g) => ("flat", g).serialize(s),
         }
     }
 }
@@ -833,6 +838,14 @@ impl ClDevice {
                 c.push(RtsAlgo::Wg(g));
             }
         }
+        // Flattened slices of at least 4·256 elements each: two, four or eight groups per compute unit.
+        let slices = (plan.r / 1024).max(1);
+        for per_cu in [2usize, 4, 8] {
+            let g = (cu * per_cu).div_ceil(total).clamp(1, slices);
+            if !c.contains(&RtsAlgo::Flat(g)) {
+                c.push(RtsAlgo::Flat(g));
+            }
+        }
         c
     }
 
@@ -846,18 +859,20 @@ impl ClDevice {
     ) -> Result<Vec<opencl3::event::Event>> {
         let total = out.numel();
         let g = match algo {
-            RtsAlgo::Wg(g) => g.max(1),
+            RtsAlgo::Wg(g) | RtsAlgo::Flat(g) => g.max(1),
             RtsAlgo::Item => 1,
         };
-        let v4 = plan
-            .rshape
-            .first()
-            .is_some_and(|&i| i >= 256 && i.is_multiple_of(4))
+        let flat = matches!(algo, RtsAlgo::Flat(_));
+        // float4 loads: the innermost reduced axis is contiguous and every offset a multiple of 4; rts_wg also
+        // needs that axis to be at least 256 long, the flat kernel takes short rows too.
+        let inner = plan.rshape.first().copied().unwrap_or(1);
+        let v4 = inner.is_multiple_of(4)
+            && (flat || inner >= 256)
             && plan.rstride.first() == Some(&1)
             && plan.rstride.iter().skip(1).all(|s| s.is_multiple_of(4))
             && plan.kstride.iter().all(|s| s.is_multiple_of(4));
         let d = Defines::new().set("RTS_V4", u8::from(v4));
-        let k = self.kernel("reduce", &d, "rts_wg")?;
+        let k = self.kernel("reduce", &d, if flat { "rts_flat" } else { "rts_wg" })?;
         let partial = if g > 1 {
             Some(Tensor::empty(device, &[total * g], DType::F32)?)
         } else {
@@ -866,6 +881,10 @@ impl ClDevice {
         let dst = partial.as_ref().unwrap_or(out);
         let mut args: Vec<Arg<'_>> = rts_args(plan, grad, dst).into();
         args.insert(7, Arg::I32(g as i32));
+        if flat {
+            let units = if v4 { plan.r / 4 } else { plan.r };
+            args.insert(8, Arg::I32(units.div_ceil(g) as i32));
+        }
         let mut evs = vec![self.launch(&k, &args, &[total * g * 256], Some(&[256]))?];
         if let Some(p) = &partial {
             let k = self.kernel("reduce", &Defines::new(), "rts_fold")?;
