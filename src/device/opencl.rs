@@ -111,6 +111,7 @@ impl Drop for ClMem {
 }
 
 /// A kernel argument.
+#[derive(Clone, Copy)]
 pub(crate) enum Arg<'a> {
     /// A device buffer.
     Mem(&'a Storage),
