@@ -9,14 +9,10 @@
 //   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU);
 //   bn_apply_back:   on the statistics pass's own (chunk, channel) grid, each group walking its chunk from the
 //                    end (what that pass read last, still cached, is read first) and folding its channel's
-//                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics;
-//   bn_block_step:   channel blocks with overlap: one launch normalises a block (bn_apply_back's work) while
-//                    its other work-groups compute the next block's partials (bn_partial_wg's work).
-// bn_partial_wg and bn_apply_back take a first channel c0: with channel blocks each launch covers a block of
-// channels, so the block's input is still in the cache when its apply re-reads it.
+//                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics.
 // A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4). With UNR 4 the
-// statistics loops issue four independent loads per iteration (more bytes in flight; the order of the
-// additions is the same as with UNR 1); the backward apply always does.
+// strided loops issue four independent loads per iteration (more bytes in flight); the order of the
+// additions is the same as with UNR 1.
 
 #ifndef VEC4
 #define VEC4 0
@@ -30,13 +26,13 @@ static inline float bn_shift(__global const float* x, const int c, const int P) 
     return isfinite(k) ? k : 0.0f;
 }
 
-// Chunk g of channel c: the shifted sum and sum of squares into part[(c·G + g)·2 ..]. Called by a whole
-// work-group (it has barriers).
-static inline void bn_partial_body(const int N, const int C, const int P, const int rc, const int G,
-                                   const int g, const int c, __global const float* x, __global float* part,
-                                   __local float* ls, __local float* lq) {
+__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
+                            __global const float* x, __global float* part, __local float* ls,
+                            __local float* lq) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_global_id(1);
     const float k = bn_shift(x, c, P);
 #if VEC4
     const int P4 = P >> 2;
@@ -111,13 +107,6 @@ static inline void bn_partial_body(const int N, const int C, const int P, const 
         part[(c * G + g) * 2] = ls[0];
         part[(c * G + g) * 2 + 1] = lq[0];
     }
-}
-
-// Work-group (g, c) on a grid of G × (channels from c0): chunk g of channel c0 + c.
-__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G, const int c0,
-                            __global const float* x, __global float* part, __local float* ls,
-                            __local float* lq) {
-    bn_partial_body(N, C, P, rc, G, get_group_id(0), c0 + get_group_id(1), x, part, ls, lq);
 }
 
 __kernel void bn_partial_item(const int N, const int C, const int P, const int rc, const int G,
@@ -240,19 +229,20 @@ static inline void bn_prologue(const int c, const int N, const int C, const int 
 }
 
 // Work-group (g, c) on the statistics pass's grid normalises that pass's chunk g of channel c (rc units),
-// walking it from the end back to the start with the same stride, four loads in flight per item: when the
-// statistics pass's groups all run at once they read their chunks front to back together, so the ends of
-// every chunk are what the cache still holds. Each group folds its channel's partials (bn_fold: the same bits
-// as bn_finish) and the chunk-0 group's first item writes the channel's statistics.
-static inline void bn_apply_body(const int N, const int C, const int P, const int rc, const int G, const int g,
-                                 const int c, const float eps, const float momentum, const int has_gamma,
-                                 const int has_beta, __global const float* x, __global const float* part,
-                                 __global const float* gamma, __global const float* beta,
-                                 __global const float* rm, __global const float* rv, __global float* mean_out,
-                                 __global float* rstd_out, __global float* stat, __global float* rm_out,
-                                 __global float* rv_out, __global float* y) {
+// walking it from the end back to the start with the same stride: when the statistics pass's groups all run
+// at once they read their chunks front to back together, so the ends of every chunk are what the cache still
+// holds. Each group folds its channel's partials (bn_fold: the same bits as bn_finish) and the chunk-0
+// group's first item writes the channel's statistics.
+__kernel void bn_apply_back(const int N, const int C, const int P, const int rc, const int G,
+                            const float eps, const float momentum, const int has_gamma, const int has_beta,
+                            __global const float* x, __global const float* part, __global const float* gamma,
+                            __global const float* beta, __global const float* rm, __global const float* rv,
+                            __global float* mean_out, __global float* rstd_out, __global float* stat,
+                            __global float* rm_out, __global float* rv_out, __global float* y) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_group_id(1);
     float mean, a, sh;
     bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
                 rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
@@ -269,6 +259,7 @@ static inline void bn_apply_body(const int N, const int C, const int P, const in
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
     int j = end - 1 - lid;
+#if UNR == 4
     for (; j - 3 * L >= start; j -= 4 * L) {
         int at[4];
 #if VEC4
@@ -284,41 +275,10 @@ static inline void bn_apply_body(const int N, const int C, const int P, const in
         }
         for (int u = 0; u < 4; ++u) yu[at[u]] = (v[u] - mean) * a + sh;
     }
+#endif
     for (; j >= start; j -= L) {
         const int n = j / PU;
         const int at = (n * C + c) * PU + (j - n * PU);
         yu[at] = (xu[at] - mean) * a + sh;
-    }
-}
-
-// The apply above on a grid of G × (channels from c0).
-__kernel void bn_apply_back(const int N, const int C, const int P, const int rc, const int G, const int c0,
-                            const float eps, const float momentum, const int has_gamma, const int has_beta,
-                            __global const float* x, __global const float* part, __global const float* gamma,
-                            __global const float* beta, __global const float* rm, __global const float* rv,
-                            __global float* mean_out, __global float* rstd_out, __global float* stat,
-                            __global float* rm_out, __global float* rv_out, __global float* y) {
-    bn_apply_body(N, C, P, rc, G, get_group_id(0), c0 + get_group_id(1), eps, momentum, has_gamma, has_beta,
-                  x, part, gamma, beta, rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, y);
-}
-
-// One step of the overlapped channel blocks: on a grid of G × (na + ns), rows below na normalise channels
-// a0 .. a0 + na (whose partials an earlier launch wrote) and the other rows compute the partials of channels
-// s0 .. s0 + ns, the next block. Every row is a whole work-group, so the branch is uniform.
-__kernel void bn_block_step(const int N, const int C, const int P, const int rc, const int G, const int a0,
-                            const int na, const int s0, const float eps, const float momentum,
-                            const int has_gamma, const int has_beta, __global const float* x,
-                            __global float* part, __global const float* gamma, __global const float* beta,
-                            __global const float* rm, __global const float* rv, __global float* mean_out,
-                            __global float* rstd_out, __global float* stat, __global float* rm_out,
-                            __global float* rv_out, __global float* y, __local float* ls,
-                            __local float* lq) {
-    const int g = get_group_id(0);
-    const int r = get_group_id(1);
-    if (r < na) {
-        bn_apply_body(N, C, P, rc, G, g, a0 + r, eps, momentum, has_gamma, has_beta, x, part, gamma, beta, rm,
-                      rv, mean_out, rstd_out, stat, rm_out, rv_out, y);
-    } else {
-        bn_partial_body(N, C, P, rc, G, g, s0 + r - na, x, part, ls, lq);
     }
 }

@@ -111,7 +111,6 @@ impl Drop for ClMem {
 }
 
 /// A kernel argument.
-#[derive(Clone, Copy)]
 pub(crate) enum Arg<'a> {
     /// A device buffer.
     Mem(&'a Storage),

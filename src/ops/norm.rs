@@ -480,7 +480,8 @@ pub enum BnStats {
 }
 
 /// How training batch_norm2d writes its output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum BnApply {
     /// One float4 (when H·W is a multiple of 4, else one float) per work-item over every element (GPUs).
     Flat,
@@ -490,26 +491,6 @@ pub enum BnApply {
     /// that pass read last is still cached) with four loads in flight per item, and folding the channel's
     /// partials itself: no separate finishing launch (GPUs).
     Back,
-    /// `["blocks", k]`: `Back` per block of channels (k blocks of ⌊C/k⌋ or ⌈C/k⌉ channels), statistics then
-    /// apply for one block before the next, so that a block's input is still in the L2 cache when its apply
-    /// re-reads it; each launch has the block's channels × the statistics' chunks work-groups. Needs work-group
-    /// statistics (`wg` or `wide`) and 1 ≤ k ≤ C.
-    Blocks(usize),
-    /// `["overlap", k]`: as `Blocks`, with the apply of block b and the statistics of block b + 1 in one
-    /// launch (k + 1 launches instead of 2k).
-    Overlap(usize),
-}
-
-impl Serialize for BnApply {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
-        match *self {
-            BnApply::Flat => "flat".serialize(s),
-            BnApply::Plane => "plane".serialize(s),
-            BnApply::Back => "back".serialize(s),
-            BnApply::Blocks(k) => ("blocks", k).serialize(s),
-            BnApply::Overlap(k) => ("overlap", k).serialize(s),
-        }
-    }
 }
 
 /// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
@@ -643,30 +624,12 @@ impl ClDevice {
         }
         // Four loads in flight per item, at most four work-groups of 256 per compute unit so that they all run
         // at once, each item reading at least 16 elements; then the apply that walks the same chunks backwards.
-        // Channel blocks: the same kernels per block of channels, the chunks per channel scaled up so that a
-        // block's launches keep about as many work-groups as the whole tensor's.
         if max_wg >= 256 {
-            let wide = |cb: usize| {
-                BnStats::Wide(
-                    256,
-                    (cu * 4 / cb).clamp(1, (per_channel / (256 * 16)).max(1)),
-                )
-            };
+            let g = (cu * 4 / c).clamp(1, (per_channel / (256 * 16)).max(1));
             out.push(BatchNormAlgo {
-                stats: wide(c),
+                stats: BnStats::Wide(256, g),
                 apply: BnApply::Back,
             });
-            for k in [2usize, 3, 4, 8] {
-                if k > c {
-                    continue;
-                }
-                for apply in [BnApply::Blocks(k), BnApply::Overlap(k)] {
-                    out.push(BatchNormAlgo {
-                        stats: wide(c.div_ceil(k)),
-                        apply,
-                    });
-                }
-            }
         }
         let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
         for apply in [BnApply::Plane, BnApply::Flat] {
@@ -695,32 +658,50 @@ impl ClDevice {
         let (n, c, p) = (s[0], s[1], s[2] * s[3]);
         let vec4 = p.is_multiple_of(4);
         let d = Defines::new().set("VEC4", u8::from(vec4));
-        let max_wg = self.info.max_work_group_size.max(1);
         let mut evs = Vec::with_capacity(3);
         let g = match algo.stats {
             BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
         };
         let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
-        // The statistics pass's work-group size and chunk length (in float4 units with VEC4).
-        let local = match algo.stats {
-            BnStats::Wg(l, _) | BnStats::Wide(l, _) => l,
-            BnStats::Item(_) => 256,
+        match algo.stats {
+            BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
+                let local = local.min(self.info.max_work_group_size.max(1));
+                let units = if vec4 { n * p / 4 } else { n * p };
+                let rc = units.div_ceil(g).max(1);
+                let unr = if matches!(algo.stats, BnStats::Wide(..)) {
+                    4
+                } else {
+                    1
+                };
+                let k = self.kernel("norm", &d.clone().set("UNR", unr), "bn_partial_wg")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                    Arg::Local(local * 4),
+                    Arg::Local(local * 4),
+                ];
+                evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            }
+            BnStats::Item(_) => {
+                let rc = (n * p).div_ceil(g).max(1);
+                let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                ];
+                evs.push(self.launch(&k, &args, &[g, c], None)?);
+            }
         }
-        .min(max_wg);
-        let units = if vec4 { n * p / 4 } else { n * p };
-        let rc = units.div_ceil(g).max(1);
-        let unr = if matches!(algo.stats, BnStats::Wide(..)) {
-            4
-        } else {
-            1
-        };
-        let head = [
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::I32(p as i32),
-            Arg::I32(rc as i32),
-            Arg::I32(g as i32),
-        ];
         // An absent γ or β is never read; any buffer stands in for the argument.
         let stat_args = [
             Arg::F32(bn.eps),
@@ -739,81 +720,27 @@ impl ClDevice {
             Arg::Mem(bn.rm_out.storage()),
             Arg::Mem(bn.rv_out.storage()),
         ];
-        // Work-group statistics of channels c0 .. c0 + cb.
-        let stats_wg = |c0: usize, cb: usize| {
-            let k = self.kernel("norm", &d.clone().set("UNR", unr), "bn_partial_wg")?;
-            let mut args = head.to_vec();
-            args.extend([
-                Arg::I32(c0 as i32),
-                Arg::Mem(bn.x.storage()),
-                Arg::Mem(part.storage()),
-                Arg::Local(local * 4),
-                Arg::Local(local * 4),
-            ]);
-            self.launch(&k, &args, &[local * g, cb], Some(&[local, 1]))
-        };
-        // The backward apply of channels c0 .. c0 + cb, the partials folded in: no finishing launch.
-        let apply_back = |c0: usize, cb: usize| {
+        if algo.apply == BnApply::Back {
+            // The statistics pass's grid and chunks, the partials folded in: no finishing launch.
+            let local = match algo.stats {
+                BnStats::Wg(l, _) | BnStats::Wide(l, _) => l,
+                BnStats::Item(_) => 256,
+            }
+            .min(self.info.max_work_group_size.max(1));
+            let units = if vec4 { n * p / 4 } else { n * p };
+            let rc = units.div_ceil(g).max(1);
             let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_apply_back")?;
-            let mut args = head.to_vec();
-            args.push(Arg::I32(c0 as i32));
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::I32(rc as i32),
+                Arg::I32(g as i32),
+            ];
             args.extend(stat_args);
             args.push(Arg::Mem(bn.y.storage()));
-            self.launch(&k, &args, &[local * g, cb], Some(&[local, 1]))
-        };
-        // Block b of k: channels ⌊b·C/k⌋ .. ⌊(b+1)·C/k⌋.
-        let block = |b: usize, k: usize| (b * c / k, (b + 1) * c / k - b * c / k);
-        match algo.apply {
-            BnApply::Back => {
-                match algo.stats {
-                    BnStats::Wg(..) | BnStats::Wide(..) => evs.push(stats_wg(0, c)?),
-                    BnStats::Item(_) => {
-                        evs.push(self.bn_partial_item(bn, &part, g, rc_item(n, p, g))?)
-                    }
-                }
-                evs.push(apply_back(0, c)?);
-                return Ok(evs);
-            }
-            BnApply::Blocks(k) => {
-                for b in 0..k {
-                    let (c0, cb) = block(b, k);
-                    evs.push(stats_wg(c0, cb)?);
-                    evs.push(apply_back(c0, cb)?);
-                }
-                return Ok(evs);
-            }
-            BnApply::Overlap(k) => {
-                let kern = self.kernel("norm", &d.clone().set("UNR", unr), "bn_block_step")?;
-                for b in 0..=k {
-                    // Apply block b − 1 and compute the statistics of block b.
-                    let (a0, na) = if b > 0 { block(b - 1, k) } else { (0, 0) };
-                    let (s0, ns) = if b < k { block(b, k) } else { (c, 0) };
-                    let mut args = head.to_vec();
-                    args.extend([
-                        Arg::I32(a0 as i32),
-                        Arg::I32(na as i32),
-                        Arg::I32(s0 as i32),
-                    ]);
-                    args.extend(stat_args);
-                    args.extend([
-                        Arg::Mem(bn.y.storage()),
-                        Arg::Local(local * 4),
-                        Arg::Local(local * 4),
-                    ]);
-                    evs.push(self.launch(
-                        &kern,
-                        &args,
-                        &[local * g, na + ns],
-                        Some(&[local, 1]),
-                    )?);
-                }
-                return Ok(evs);
-            }
-            BnApply::Flat | BnApply::Plane => {}
-        }
-        match algo.stats {
-            BnStats::Wg(..) | BnStats::Wide(..) => evs.push(stats_wg(0, c)?),
-            BnStats::Item(_) => evs.push(self.bn_partial_item(bn, &part, g, rc_item(n, p, g))?),
+            evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            return Ok(evs);
         }
         let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
         let mut args = vec![
@@ -823,7 +750,12 @@ impl ClDevice {
             Arg::I32(g as i32),
         ];
         args.extend(stat_args);
-        evs.push(self.launch(&k, &args, &[c], Some(&[64.min(max_wg)]))?);
+        evs.push(self.launch(
+            &k,
+            &args,
+            &[c],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?);
         let common = |total: usize| {
             [
                 Arg::I32(total as i32),
@@ -835,44 +767,22 @@ impl ClDevice {
                 Arg::Mem(bn.y.storage()),
             ]
         };
-        if algo.apply == BnApply::Flat {
-            let total = if vec4 { n * c * p / 4 } else { n * c * p };
-            let k = self.kernel("norm", &d, "bn_apply_flat")?;
-            evs.push(self.launch(&k, &common(total), &[total], Some(&[256.min(max_wg)]))?);
-        } else {
-            let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
-            evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
+        match algo.apply {
+            BnApply::Flat => {
+                let total = if vec4 { n * c * p / 4 } else { n * c * p };
+                let k = self.kernel("norm", &d, "bn_apply_flat")?;
+                let local = 256.min(self.info.max_work_group_size.max(1));
+                evs.push(self.launch(&k, &common(total), &[total], Some(&[local]))?);
+            }
+            BnApply::Plane => {
+                let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
+                evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
+            }
+            // Launched above, with the finish folded in.
+            BnApply::Back => {}
         }
         Ok(evs)
     }
-
-    /// Statistics with one work-item per (chunk, channel): chunks of `rc` elements.
-    fn bn_partial_item(
-        &self,
-        bn: &BnTrain<'_>,
-        part: &Tensor,
-        g: usize,
-        rc: usize,
-    ) -> Result<opencl3::event::Event> {
-        let s = bn.x.shape();
-        let (n, c, p) = (s[0], s[1], s[2] * s[3]);
-        let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::I32(p as i32),
-            Arg::I32(rc as i32),
-            Arg::I32(g as i32),
-            Arg::Mem(bn.x.storage()),
-            Arg::Mem(part.storage()),
-        ];
-        self.launch(&k, &args, &[g, c], None)
-    }
-}
-
-/// The per-item statistics' chunk length: whole elements, never float4 units.
-fn rc_item(n: usize, p: usize, g: usize) -> usize {
-    (n * p).div_ceil(g).max(1)
 }
 
 impl NormKernels for ClDevice {
@@ -903,19 +813,6 @@ impl NormKernels for ClDevice {
                     return Err(Error::Invalid(format!(
                         "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, and at least one chunk per channel)"
                     )));
-                }
-                if let BnApply::Blocks(k) | BnApply::Overlap(k) = a.apply {
-                    let c = v[1];
-                    if k == 0 || k > c {
-                        return Err(Error::Invalid(format!(
-                            "batch_norm2d: algorithm {a:?} is not valid here: {k} channel blocks for {c} channels (1 to {c} blocks)"
-                        )));
-                    }
-                    if matches!(a.stats, BnStats::Item(_)) {
-                        return Err(Error::Invalid(format!(
-                            "batch_norm2d: algorithm {a:?} is not valid here: channel blocks need work-group statistics (wg or wide)"
-                        )));
-                    }
                 }
                 autotune::record_choice(
                     device,
