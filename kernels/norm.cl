@@ -26,13 +26,9 @@ static inline float bn_shift(__global const float* x, const int c, const int P) 
     return isfinite(k) ? k : 0.0f;
 }
 
-__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
-                            __global const float* x, __global float* part, __local float* ls,
-                            __local float* lq) {
-    const int lid = get_local_id(0);
-    const int L = get_local_size(0);
-    const int g = get_group_id(0);
-    const int c = get_global_id(1);
+// The shifted sum and sum of squares of chunk g of channel c, for item lid of L (one partial per item).
+static inline void bn_sums(const int N, const int C, const int P, const int rc, const int g, const int c,
+                           const int lid, const int L, __global const float* x, float* sum, float* sq) {
     const float k = bn_shift(x, c, P);
 #if VEC4
     const int P4 = P >> 2;
@@ -93,8 +89,12 @@ __kernel void bn_partial_wg(const int N, const int C, const int P, const int rc,
         q = fma(d, d, q);
     }
 #endif
-    ls[lid] = s;
-    lq[lid] = q;
+    *sum = s;
+    *sq = q;
+}
+
+// Sums ls[0..L) and lq[0..L) into ls[0], lq[0] (L a power of two); every item takes part.
+static inline void bn_tree(const int lid, const int L, __local float* ls, __local float* lq) {
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int h = L >> 1; h > 0; h >>= 1) {
         if (lid < h) {
@@ -103,6 +103,20 @@ __kernel void bn_partial_wg(const int N, const int C, const int P, const int rc,
         }
         barrier(CLK_LOCAL_MEM_FENCE);
     }
+}
+
+__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
+                            __global const float* x, __global float* part, __local float* ls,
+                            __local float* lq) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_global_id(1);
+    float s, q;
+    bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
+    ls[lid] = s;
+    lq[lid] = q;
+    bn_tree(lid, L, ls, lq);
     if (lid == 0) {
         part[(c * G + g) * 2] = ls[0];
         part[(c * G + g) * 2 + 1] = lq[0];
@@ -143,8 +157,10 @@ __kernel void bn_partial_item(const int N, const int C, const int P, const int r
 }
 
 // Channel c's statistics from its G partials, in a fixed order (every caller gets the same bits).
+// The partials are read through a volatile pointer: in bn_pipe they were written by other work-groups of the
+// same launch.
 static inline void bn_fold(const int c, const int N, const int P, const int G, const float eps,
-                           __global const float* x, __global const float* part, float* mean, float* var,
+                           __global const float* x, volatile __global const float* part, float* mean, float* var,
                            float* rstd) {
     float s = 0.0f, q = 0.0f;
     for (int g = 0; g < G; ++g) {
@@ -209,7 +225,7 @@ __kernel void bn_apply_plane(const int planes, const int C, const int P, __globa
 // The normalising pass's per-channel constants from the partials; `write` stores the channel's statistics.
 static inline void bn_prologue(const int c, const int N, const int C, const int P, const int G, const float eps,
                                const float momentum, const int has_gamma, const int has_beta, const bool write,
-                               __global const float* x, __global const float* part,
+                               __global const float* x, volatile __global const float* part,
                                __global const float* gamma, __global const float* beta,
                                __global const float* rm, __global const float* rv, __global float* mean_out,
                                __global float* rstd_out, __global float* stat, __global float* rm_out,
@@ -228,24 +244,10 @@ static inline void bn_prologue(const int c, const int N, const int C, const int 
     }
 }
 
-// Work-group (g, c) on the statistics pass's grid normalises that pass's chunk g of channel c (rc units),
-// walking it from the end back to the start with the same stride: when the statistics pass's groups all run
-// at once they read their chunks front to back together, so the ends of every chunk are what the cache still
-// holds. Each group folds its channel's partials (bn_fold: the same bits as bn_finish) and the chunk-0
-// group's first item writes the channel's statistics.
-__kernel void bn_apply_back(const int N, const int C, const int P, const int rc, const int G,
-                            const float eps, const float momentum, const int has_gamma, const int has_beta,
-                            __global const float* x, __global const float* part, __global const float* gamma,
-                            __global const float* beta, __global const float* rm, __global const float* rv,
-                            __global float* mean_out, __global float* rstd_out, __global float* stat,
-                            __global float* rm_out, __global float* rv_out, __global float* y) {
-    const int lid = get_local_id(0);
-    const int L = get_local_size(0);
-    const int g = get_group_id(0);
-    const int c = get_group_id(1);
-    float mean, a, sh;
-    bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
-                rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
+// Item lid of L normalises chunk g of channel c (rc units), walking it from the end back to the start.
+static inline void bn_apply_chunk(const int N, const int C, const int P, const int rc, const int g, const int c,
+                                  const int lid, const int L, const float mean, const float a, const float sh,
+                                  __global const float* x, __global float* y) {
 #if VEC4
     const int PU = P >> 2;
     __global const float4* xu = (__global const float4*)x;
@@ -280,5 +282,84 @@ __kernel void bn_apply_back(const int N, const int C, const int P, const int rc,
         const int n = j / PU;
         const int at = (n * C + c) * PU + (j - n * PU);
         yu[at] = (xu[at] - mean) * a + sh;
+    }
+}
+
+// Work-group (g, c) on the statistics pass's grid normalises that pass's chunk g of channel c (rc units),
+// walking it from the end back to the start with the same stride: when the statistics pass's groups all run
+// at once they read their chunks front to back together, so the ends of every chunk are what the cache still
+// holds. Each group folds its channel's partials (bn_fold: the same bits as bn_finish) and the chunk-0
+// group's first item writes the channel's statistics.
+__kernel void bn_apply_back(const int N, const int C, const int P, const int rc, const int G,
+                            const float eps, const float momentum, const int has_gamma, const int has_beta,
+                            __global const float* x, __global const float* part, __global const float* gamma,
+                            __global const float* beta, __global const float* rm, __global const float* rv,
+                            __global float* mean_out, __global float* rstd_out, __global float* stat,
+                            __global float* rm_out, __global float* rv_out, __global float* y) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_group_id(1);
+    float mean, a, sh;
+    bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
+                rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
+    bn_apply_chunk(N, C, P, rc, g, c, lid, L, mean, a, sh, x, y);
+}
+
+// Training batch norm in one launch, (C + 1)·G work-groups of L items. Groups take tickets in the order they
+// start. Ticket t < C·G sums chunk t % G of channel t / G and counts it in sync[2 + channel]; ticket t ≥ G
+// then waits until all G chunks of channel t / G − 1 are counted and normalises chunk t % G of that channel,
+// which the statistics part read a few groups earlier (still cached). A group waits only for groups with
+// smaller tickets, which have started and never wait in their statistics part, so every wait ends on a device
+// where started work-groups keep running. sync[1] counts finished groups; the last one resets sync[0..C+2)
+// to zero for the next launch (the buffer starts zeroed). GPUs only: OpenCL promises no progress between
+// work-groups, and on PoCL's CPU device the wait hung.
+__kernel void bn_pipe(const int N, const int C, const int P, const int rc, const int G,
+                      const float eps, const float momentum, const int has_gamma, const int has_beta,
+                      __global const float* x, __global float* part, __global const float* gamma,
+                      __global const float* beta, __global const float* rm, __global const float* rv,
+                      __global float* mean_out, __global float* rstd_out, __global float* stat,
+                      __global float* rm_out, __global float* rv_out, __global float* y,
+                      volatile __global int* sync, __local float* ls, __local float* lq) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    // The ticket goes through ls[0]; the second barrier keeps the tree from overwriting it before all read it.
+    if (lid == 0) ls[0] = as_float(atomic_inc(&sync[0]));
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const int t = as_int(ls[0]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    if (t < C * G) {
+        const int c = t / G, g = t - (t / G) * G;
+        float s, q;
+        bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
+        ls[lid] = s;
+        lq[lid] = q;
+        bn_tree(lid, L, ls, lq);
+        if (lid == 0) {
+            part[(c * G + g) * 2] = ls[0];
+            part[(c * G + g) * 2 + 1] = lq[0];
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+            atomic_inc(&sync[2 + c]);
+        }
+    }
+    if (t >= G) {
+        const int c = t / G - 1, g = t - (t / G) * G;
+        if (lid == 0) {
+            // Polls with plain volatile reads rather than atomic read-modify-writes.
+            while (sync[2 + c] < G) {
+            }
+            mem_fence(CLK_GLOBAL_MEM_FENCE);
+        }
+        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
+        float mean, a, sh;
+        bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
+                    rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
+        bn_apply_chunk(N, C, P, rc, g, c, lid, L, mean, a, sh, x, y);
+    }
+    if (lid == 0) {
+        mem_fence(CLK_GLOBAL_MEM_FENCE);
+        if (atomic_inc(&sync[1]) == (C + 1) * G - 1) {
+            for (int i = 0; i < C + 2; ++i) atomic_xchg(&sync[i], 0);
+        }
     }
 }

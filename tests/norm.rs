@@ -316,7 +316,27 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Item(4),
             apply: BnApply::Back,
         },
+        // One launch, with one chunk per channel, several, and more chunks than a channel has float4s.
+        BatchNormAlgo {
+            stats: BnStats::Wide(256, 1),
+            apply: BnApply::Pipe,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(64, 3),
+            apply: BnApply::Pipe,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(128, 40),
+            apply: BnApply::Pipe,
+        },
     ];
+    // The one-launch apply is offered and accepted on GPUs only; elsewhere forcing it is an error.
+    let gpu = dev.info().kind == "gpu";
+    let algos: Vec<BatchNormAlgo> = algos
+        .into_iter()
+        .filter(|a| gpu || a.apply != BnApply::Pipe)
+        .collect();
+    let algos = &algos;
     let shapes: [[usize; 4]; 7] = [
         [3, 5, 7, 6],
         [4, 3, 8, 8],
@@ -338,7 +358,7 @@ fn batch_norm2d_training_kernels_match_reference() {
         let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
         let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
         let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
-        for algo in algos {
+        for &algo in algos {
             for (g, b) in [(true, true), (false, true), (true, false), (false, false)] {
                 let what = format!("bn {shape:?} +{off} {algo:?} gamma {g} beta {b}");
                 let od = ops::norm::batch_norm2d_with(
@@ -407,7 +427,12 @@ fn batch_norm2d_training_kernels_match_reference() {
                 .map(|t| t.to_vec::<f32>().unwrap())
         };
         let want = run(BnApply::Flat);
-        for apply in [BnApply::Plane, BnApply::Back] {
+        let applies: &[BnApply] = if gpu {
+            &[BnApply::Plane, BnApply::Back, BnApply::Pipe]
+        } else {
+            &[BnApply::Plane, BnApply::Back]
+        };
+        for &apply in applies {
             for (k, (g, w)) in run(apply).iter().zip(&want).enumerate() {
                 assert_close(g, w, 0.0, 1e-6, &format!("{apply:?} statistic {k}"));
             }
@@ -426,7 +451,7 @@ fn batch_norm2d_training_kernels_match_reference() {
     let rm = Tensor::zeros(&dev, &[4]).unwrap();
     let rv = Tensor::ones(&dev, &[4]).unwrap();
     let (rmc, rvc) = (rm.to_device(&cpu()).unwrap(), rv.to_device(&cpu()).unwrap());
-    for algo in algos {
+    for &algo in algos {
         let od =
             ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(algo))
                 .unwrap();
@@ -461,7 +486,16 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Wide(96, 4),
             apply: BnApply::Back,
         },
-    ] {
+        BatchNormAlgo {
+            stats: BnStats::Wg(64, 4),
+            apply: BnApply::Pipe,
+        },
+    ]
+    .into_iter()
+    .chain((!gpu).then_some(BatchNormAlgo {
+        stats: BnStats::Wide(64, 4),
+        apply: BnApply::Pipe,
+    })) {
         let e = ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(bad))
             .unwrap_err();
         assert!(e.to_string().contains("not valid"), "{e}");

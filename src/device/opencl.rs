@@ -6,7 +6,7 @@
 use std::cell::RefCell;
 use std::ffi::c_void;
 use std::ptr;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
@@ -111,6 +111,7 @@ impl Drop for ClMem {
 }
 
 /// A kernel argument.
+#[derive(Clone, Copy)]
 pub(crate) enum Arg<'a> {
     /// A device buffer.
     Mem(&'a Storage),
@@ -137,6 +138,9 @@ pub(crate) struct ClDevice {
     pub(crate) context: Context,
     pub(crate) queue: CommandQueue,
     programs: ProgramCache,
+    /// Zeroed int counters for kernels that coordinate their work-groups within one launch; such a kernel
+    /// leaves them zeroed when it ends. Grown (and zeroed once) on demand.
+    counters: Mutex<Option<(Storage, usize)>>,
 }
 
 impl ClDevice {
@@ -152,7 +156,24 @@ impl ClDevice {
             context,
             queue,
             programs: ProgramCache::default(),
+            counters: Mutex::new(None),
         })
+    }
+
+    /// At least `ints` zeroed int counters (see the field). Hold the guard while enqueueing the kernel that uses
+    /// them; the queue is in order, so the next user sees them zeroed again.
+    pub(crate) fn counters(&self, ints: usize) -> Result<MutexGuard<'_, Option<(Storage, usize)>>> {
+        let mut g = self
+            .counters
+            .lock()
+            .map_err(|_| Error::Invalid("counter buffer lock poisoned".into()))?;
+        if g.as_ref().is_none_or(|(_, n)| *n < ints) {
+            let n = ints.next_power_of_two().max(64);
+            let st = self.alloc(n * 4)?;
+            self.fill(&st, [0; 4], n * 4)?;
+            *g = Some((st, n));
+        }
+        Ok(g)
     }
 
     /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).

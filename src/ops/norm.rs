@@ -491,6 +491,11 @@ pub enum BnApply {
     /// that pass read last is still cached) with four loads in flight per item, and folding the channel's
     /// partials itself: no separate finishing launch (GPUs).
     Back,
+    /// One launch for everything (`bn_pipe`): work-groups take tickets in the order they start, sum their
+    /// chunk, and then normalise the same chunk of the previous channel once all its chunks are summed, while
+    /// that channel is still cached. Uses the statistics' `wide` chunking; GPUs only (the work-groups wait
+    /// for each other, which needs groups that started to keep running side by side).
+    Pipe,
 }
 
 /// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
@@ -630,6 +635,24 @@ impl ClDevice {
                 stats: BnStats::Wide(256, g),
                 apply: BnApply::Back,
             });
+            // One launch, on GPUs only: its work-groups wait for work-groups that started before them, and
+            // OpenCL promises no progress between work-groups; GPUs run resident groups side by side, CPU
+            // runtimes need not. Chunks of 8K to 64K elements: smaller keeps the channels in flight cached
+            // between their statistics and their normalisation, larger has fewer groups waiting.
+            let pipe = if self.info.kind == "gpu" {
+                &[256 * 32, 256 * 64, 256 * 128, 256 * 256][..]
+            } else {
+                &[]
+            };
+            for &per in pipe {
+                let a = BatchNormAlgo {
+                    stats: BnStats::Wide(256, (per_channel / per).max(1)),
+                    apply: BnApply::Pipe,
+                };
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
         }
         let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
         for apply in [BnApply::Plane, BnApply::Flat] {
@@ -663,6 +686,54 @@ impl ClDevice {
             BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
         };
         let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
+        // An absent γ or β is never read; any buffer stands in for the argument.
+        let stat_args = [
+            Arg::F32(bn.eps),
+            Arg::F32(bn.momentum),
+            Arg::I32(i32::from(bn.gamma.is_some())),
+            Arg::I32(i32::from(bn.beta.is_some())),
+            Arg::Mem(bn.x.storage()),
+            Arg::Mem(part.storage()),
+            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.rm.storage()),
+            Arg::Mem(bn.rv.storage()),
+            Arg::Mem(bn.mean.storage()),
+            Arg::Mem(bn.rstd.storage()),
+            Arg::Mem(bn.stat.storage()),
+            Arg::Mem(bn.rm_out.storage()),
+            Arg::Mem(bn.rv_out.storage()),
+        ];
+        let chunked = |local: usize| {
+            let local = local.min(self.info.max_work_group_size.max(1));
+            let units = if vec4 { n * p / 4 } else { n * p };
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::I32(units.div_ceil(g).max(1) as i32),
+                Arg::I32(g as i32),
+            ];
+            args.extend(stat_args.iter().cloned());
+            args.push(Arg::Mem(bn.y.storage()));
+            (local, args)
+        };
+        if algo.apply == BnApply::Pipe {
+            let BnStats::Wide(local, _) = algo.stats else {
+                return Err(Error::Invalid(
+                    "batch_norm2d: the one-launch apply needs the wide statistics".into(),
+                ));
+            };
+            let (local, mut args) = chunked(local);
+            let counters = self.counters(c + 2)?;
+            let Some((sync, _)) = counters.as_ref() else {
+                return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
+            };
+            args.extend([Arg::Mem(sync), Arg::Local(local * 4), Arg::Local(local * 4)]);
+            let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_pipe")?;
+            evs.push(self.launch(&k, &args, &[local * g * (c + 1)], Some(&[local]))?);
+            return Ok(evs);
+        }
         match algo.stats {
             BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
                 let local = local.min(self.info.max_work_group_size.max(1));
@@ -702,43 +773,14 @@ impl ClDevice {
                 evs.push(self.launch(&k, &args, &[g, c], None)?);
             }
         }
-        // An absent γ or β is never read; any buffer stands in for the argument.
-        let stat_args = [
-            Arg::F32(bn.eps),
-            Arg::F32(bn.momentum),
-            Arg::I32(i32::from(bn.gamma.is_some())),
-            Arg::I32(i32::from(bn.beta.is_some())),
-            Arg::Mem(bn.x.storage()),
-            Arg::Mem(part.storage()),
-            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
-            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
-            Arg::Mem(bn.rm.storage()),
-            Arg::Mem(bn.rv.storage()),
-            Arg::Mem(bn.mean.storage()),
-            Arg::Mem(bn.rstd.storage()),
-            Arg::Mem(bn.stat.storage()),
-            Arg::Mem(bn.rm_out.storage()),
-            Arg::Mem(bn.rv_out.storage()),
-        ];
         if algo.apply == BnApply::Back {
             // The statistics pass's grid and chunks, the partials folded in: no finishing launch.
             let local = match algo.stats {
                 BnStats::Wg(l, _) | BnStats::Wide(l, _) => l,
                 BnStats::Item(_) => 256,
-            }
-            .min(self.info.max_work_group_size.max(1));
-            let units = if vec4 { n * p / 4 } else { n * p };
-            let rc = units.div_ceil(g).max(1);
+            };
+            let (local, args) = chunked(local);
             let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_apply_back")?;
-            let mut args = vec![
-                Arg::I32(n as i32),
-                Arg::I32(c as i32),
-                Arg::I32(p as i32),
-                Arg::I32(rc as i32),
-                Arg::I32(g as i32),
-            ];
-            args.extend(stat_args);
-            args.push(Arg::Mem(bn.y.storage()));
             evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
             return Ok(evs);
         }
@@ -779,7 +821,7 @@ impl ClDevice {
                 evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
             }
             // Launched above, with the finish folded in.
-            BnApply::Back => {}
+            BnApply::Back | BnApply::Pipe => {}
         }
         Ok(evs)
     }
@@ -808,10 +850,11 @@ impl NormKernels for ClDevice {
                         l.is_power_of_two() && l <= max_wg && g >= 1
                     }
                     BnStats::Item(g) => g >= 1,
-                };
+                } && (a.apply != BnApply::Pipe
+                    || (matches!(a.stats, BnStats::Wide(..)) && self.info.kind == "gpu"));
                 if !ok {
                     return Err(Error::Invalid(format!(
-                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, and at least one chunk per channel)"
+                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel, and the one-launch apply the wide statistics and a GPU)"
                     )));
                 }
                 autotune::record_choice(
