@@ -518,10 +518,12 @@ __kernel void dw_fwd_block(const int8 g, __global const float* restrict x, __glo
 __kernel void dw_bwd_x_gather(const int8 g, __global const float* restrict go, __global const float* restrict w,
                               __global float* restrict gx)
 {
-    const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
-    const int i = get_global_id(0);
-    if (i >= N * C * H * W) return;
-    const int xx = i % W, y = (i / W) % H, nc = i / (W * H), c = nc % C;
+    const int C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    // A 3-D range (column, row, plane): no index divisions but one.
+    const int xx = get_global_id(0), y = get_global_id(1), nc = get_global_id(2);
+    if (xx >= W || y >= H) return;
+    const int c = nc % C;
+    const size_t i = ((size_t)nc * H + y) * W + xx;
     __global const float* gp = go + (size_t)nc * OH * OW;
     __global const float* wp = w + c * BK * BK;
     // The last output row / column covering (y, xx); earlier ones are BS apart in the filter.

@@ -525,7 +525,13 @@ impl ClDevice {
                         Arg::Mem(w.storage()),
                         Arg::Mem(gx.storage()),
                     ];
-                    ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[128]))?);
+                    // Work-groups of 128 as a row strip: the widest of 32, 16, 8 that divides W.
+                    let lx = [32, 16, 8]
+                        .into_iter()
+                        .find(|d| g.w.is_multiple_of(*d))
+                        .unwrap_or(32);
+                    let local = [lx, 128 / lx, 1];
+                    ev.push(self.launch(&kern, &args, &[g.w, g.h, g.n * g.c], Some(&local))?);
                 }
                 _ if matches!(a, DwAlgo::Block8x2 | DwAlgo::Block8x4) && g.s == 2 => {
                     let kern =
