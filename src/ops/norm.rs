@@ -637,10 +637,11 @@ impl ClDevice {
             });
             // One launch, on GPUs only: its work-groups wait for work-groups that started before them, and
             // OpenCL promises no progress between work-groups; GPUs run resident groups side by side, CPU
-            // runtimes need not. Chunks of 8K to 64K elements: smaller keeps the channels in flight cached
-            // between their statistics and their normalisation, larger has fewer groups waiting.
+            // runtimes need not (PoCL's CPU device hung on it). Chunks of 16K to 64K elements: smaller keeps the
+            // channels in flight cached between their statistics and their normalisation, larger has fewer
+            // groups waiting (8K chunks lost on the H200 at both bench shapes).
             let pipe = if self.info.kind == "gpu" {
-                &[256 * 32, 256 * 64, 256 * 128, 256 * 256][..]
+                &[256 * 64, 256 * 128, 256 * 256][..]
             } else {
                 &[]
             };
