@@ -9,7 +9,9 @@
 //   bn_apply_plane:  the same, one work-item per plane with float8 loads (CPU);
 //   bn_apply_back:   on the statistics pass's own (chunk, channel) grid, each group walking its chunk from the
 //                    end (what that pass read last, still cached, is read first) and folding its channel's
-//                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics.
+//                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics;
+//   bn_pipe:         everything in one launch (GPUs): groups sum a chunk, then normalise the previous
+//                    channel's chunk once that channel is complete (see the kernel).
 // A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4). With UNR 4 the
 // strided loops issue four independent loads per iteration (more bytes in flight); the order of the
 // additions is the same as with UNR 1.
@@ -19,6 +21,16 @@
 #endif
 #ifndef UNR
 #define UNR 1
+#endif
+// The unit of the strided loops: a float4 of a plane (VEC4) or a float.
+#if VEC4
+#define BN_T float4
+#define BN_PU(P) ((P) >> 2)
+#define BN_HSUM(v) (((v).s0 + (v).s1) + ((v).s2 + (v).s3))
+#else
+#define BN_T float
+#define BN_PU(P) (P)
+#define BN_HSUM(v) (v)
 #endif
 
 static inline float bn_shift(__global const float* x, const int c, const int P) {
@@ -30,67 +42,36 @@ static inline float bn_shift(__global const float* x, const int c, const int P) 
 static inline void bn_sums(const int N, const int C, const int P, const int rc, const int g, const int c,
                            const int lid, const int L, __global const float* x, float* sum, float* sq) {
     const float k = bn_shift(x, c, P);
-#if VEC4
-    const int P4 = P >> 2;
-    const int total = N * P4;
-    __global const float4* x4 = (__global const float4*)x;
-    float4 s4 = (float4)(0.0f), q4 = (float4)(0.0f);
+    const int PU = BN_PU(P);
+    const int total = N * PU;
+    __global const BN_T* xu = (__global const BN_T*)x;
+    BN_T su = (BN_T)(0.0f), qu = (BN_T)(0.0f);
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
     int j = start + lid;
 #if UNR == 4
     for (; j + 3 * L < end; j += 4 * L) {
-        float4 v[4];
+        BN_T v[4];
         for (int u = 0; u < 4; ++u) {
             const int jj = j + u * L;
-            const int n = jj / P4;
-            v[u] = x4[(n * C + c) * P4 + (jj - n * P4)];
+            const int n = jj / PU;
+            v[u] = xu[(n * C + c) * PU + (jj - n * PU)];
         }
         for (int u = 0; u < 4; ++u) {
-            const float4 d = v[u] - k;
-            s4 += d;
-            q4 = fma(d, d, q4);
+            const BN_T d = v[u] - k;
+            su += d;
+            qu = fma(d, d, qu);
         }
     }
 #endif
     for (; j < end; j += L) {
-        const int n = j / P4;
-        const float4 d = x4[(n * C + c) * P4 + (j - n * P4)] - k;
-        s4 += d;
-        q4 = fma(d, d, q4);
+        const int n = j / PU;
+        const BN_T d = xu[(n * C + c) * PU + (j - n * PU)] - k;
+        su += d;
+        qu = fma(d, d, qu);
     }
-    float s = (s4.s0 + s4.s1) + (s4.s2 + s4.s3);
-    float q = (q4.s0 + q4.s1) + (q4.s2 + q4.s3);
-#else
-    const int total = N * P;
-    float s = 0.0f, q = 0.0f;
-    const int start = min(total, g * rc);
-    const int end = min(total, start + rc);
-    int j = start + lid;
-#if UNR == 4
-    for (; j + 3 * L < end; j += 4 * L) {
-        float v[4];
-        for (int u = 0; u < 4; ++u) {
-            const int jj = j + u * L;
-            const int n = jj / P;
-            v[u] = x[(n * C + c) * P + (jj - n * P)];
-        }
-        for (int u = 0; u < 4; ++u) {
-            const float d = v[u] - k;
-            s += d;
-            q = fma(d, d, q);
-        }
-    }
-#endif
-    for (; j < end; j += L) {
-        const int n = j / P;
-        const float d = x[(n * C + c) * P + (j - n * P)] - k;
-        s += d;
-        q = fma(d, d, q);
-    }
-#endif
-    *sum = s;
-    *sq = q;
+    *sum = BN_HSUM(su);
+    *sq = BN_HSUM(qu);
 }
 
 // Sums ls[0..L) and lq[0..L) into ls[0], lq[0] (L a power of two); every item takes part.
@@ -248,15 +229,9 @@ static inline void bn_prologue(const int c, const int N, const int C, const int 
 static inline void bn_apply_chunk(const int N, const int C, const int P, const int rc, const int g, const int c,
                                   const int lid, const int L, const float mean, const float a, const float sh,
                                   __global const float* x, __global float* y) {
-#if VEC4
-    const int PU = P >> 2;
-    __global const float4* xu = (__global const float4*)x;
-    __global float4* yu = (__global float4*)y;
-#else
-    const int PU = P;
-    __global const float* xu = x;
-    __global float* yu = y;
-#endif
+    const int PU = BN_PU(P);
+    __global const BN_T* xu = (__global const BN_T*)x;
+    __global BN_T* yu = (__global BN_T*)y;
     const int total = N * PU;
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
@@ -264,11 +239,7 @@ static inline void bn_apply_chunk(const int N, const int C, const int P, const i
 #if UNR == 4
     for (; j - 3 * L >= start; j -= 4 * L) {
         int at[4];
-#if VEC4
-        float4 v[4];
-#else
-        float v[4];
-#endif
+        BN_T v[4];
         for (int u = 0; u < 4; ++u) {
             const int jj = j - u * L;
             const int n = jj / PU;

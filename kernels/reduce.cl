@@ -246,6 +246,17 @@ ARG_KERNEL(argmin_col, LT)
         }                                                             \
     }
 
+// The sum of v over a work-group of 256 (every item takes part), by a tree in `red`.
+static inline float rts_sum256(__local float* red, const int lid, const float v) {
+    red[lid] = v;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int s = 128; s > 0; s >>= 1) {
+        if (lid < s) red[lid] += red[lid + s];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    return red[0];
+}
+
 // reduce_to_shape: sum a gradient over its broadcast axes. Kept axes (kshape, kstride) index the output; the
 // reduced axes (rshape, rstride) are summed, R positions in all.
 // rts_wg: G work-groups of 256 per output element (group o·G + g takes chunk g of the reduced positions), a
@@ -304,13 +315,8 @@ void rts_wg(const int nk, const int8 kshape, const int8 kstride, const int nr, c
         }
     }
     __local float red[256];
-    red[lid] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 128; s > 0; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) out[gid] = red[0];
+    const float total = rts_sum256(red, lid, acc);
+    if (lid == 0) out[gid] = total;
 }
 
 // The second stage of rts_wg with G > 1: out[o] = Σ_g part[o·G + g].
@@ -389,13 +395,8 @@ void rts_flat(const int nk, const int8 kshape, const int8 kstride, const int nr,
     float a = acc;
 #endif
     __local float red[256];
-    red[lid] = a;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = 128; s > 0; s >>= 1) {
-        if (lid < s) red[lid] += red[lid + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (lid == 0) out[gid] = red[0];
+    const float total = rts_sum256(red, lid, a);
+    if (lid == 0) out[gid] = total;
 }
 
 // rts_item: one work-item per output element (used when R < 256).
