@@ -86,13 +86,11 @@ static inline void bn_tree(const int lid, const int L, __local float* ls, __loca
     }
 }
 
-__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
-                            __global const float* x, __global float* part, __local float* ls,
-                            __local float* lq) {
-    const int lid = get_local_id(0);
-    const int L = get_local_size(0);
-    const int g = get_group_id(0);
-    const int c = get_global_id(1);
+// The work-group's partial of chunk g of channel c, stored by item 0 at part[(c·G + g)·2 + {0, 1}].
+static inline void bn_chunk_partial(const int N, const int C, const int P, const int rc, const int G,
+                                    const int g, const int c, const int lid, const int L,
+                                    __global const float* x, __global float* part, __local float* ls,
+                                    __local float* lq) {
     float s, q;
     bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
     ls[lid] = s;
@@ -102,6 +100,13 @@ __kernel void bn_partial_wg(const int N, const int C, const int P, const int rc,
         part[(c * G + g) * 2] = ls[0];
         part[(c * G + g) * 2 + 1] = lq[0];
     }
+}
+
+__kernel void bn_partial_wg(const int N, const int C, const int P, const int rc, const int G,
+                            __global const float* x, __global float* part, __local float* ls,
+                            __local float* lq) {
+    bn_chunk_partial(N, C, P, rc, G, get_group_id(0), get_global_id(1), get_local_id(0), get_local_size(0),
+                     x, part, ls, lq);
 }
 
 __kernel void bn_partial_item(const int N, const int C, const int P, const int rc, const int G,
@@ -301,14 +306,8 @@ __kernel void bn_pipe(const int N, const int C, const int P, const int rc, const
     barrier(CLK_LOCAL_MEM_FENCE);
     if (t < C * G) {
         const int c = t / G, g = t - (t / G) * G;
-        float s, q;
-        bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
-        ls[lid] = s;
-        lq[lid] = q;
-        bn_tree(lid, L, ls, lq);
+        bn_chunk_partial(N, C, P, rc, G, g, c, lid, L, x, part, ls, lq);
         if (lid == 0) {
-            part[(c * G + g) * 2] = ls[0];
-            part[(c * G + g) * 2 + 1] = lq[0];
             mem_fence(CLK_GLOBAL_MEM_FENCE);
             atomic_inc(&sync[2 + c]);
         }

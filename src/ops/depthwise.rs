@@ -498,6 +498,14 @@ impl ClDevice {
         let mut ev = Vec::new();
         let k = g.k as i32;
         if let Some(gx) = gx {
+            // The grad_x kernels' arguments: geometry, grad_out, filter, grad_x (and K at run time).
+            let plain = [
+                Arg::I32x8(g.arg()),
+                Arg::Mem(go.storage()),
+                Arg::Mem(w.storage()),
+                Arg::Mem(gx.storage()),
+            ];
+            let with_k = [plain[0], Arg::I32(k), plain[1], plain[2], plain[3]];
             match g.grad_x_geom() {
                 // Stride 1: the forward kernels on grad_out with the flipped filter.
                 Some(gg) if self.dw_eligible(a, &gg).is_ok() => {
@@ -519,30 +527,18 @@ impl ClDevice {
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let kern =
                         self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_gather")?;
-                    let args = [
-                        Arg::I32x8(g.arg()),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(w.storage()),
-                        Arg::Mem(gx.storage()),
-                    ];
                     // Work-groups of 128 as a row strip: the widest of 32, 16, 8 that divides W.
                     let lx = [32, 16, 8]
                         .into_iter()
                         .find(|d| g.w.is_multiple_of(*d))
                         .unwrap_or(32);
                     let local = [lx, 128 / lx, 1];
-                    ev.push(self.launch(&kern, &args, &[g.w, g.h, g.n * g.c], Some(&local))?);
+                    ev.push(self.launch(&kern, &plain, &[g.w, g.h, g.n * g.c], Some(&local))?);
                 }
                 _ if matches!(a, DwAlgo::Block8x2 | DwAlgo::Block8x4) && g.s == 2 => {
                     let kern =
                         self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_s2")?;
-                    let args = [
-                        Arg::I32x8(g.arg()),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(w.storage()),
-                        Arg::Mem(gx.storage()),
-                    ];
-                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                    ev.push(self.launch(&kern, &plain, &[g.n * g.c * g.h], None)?);
                 }
                 _ if matches!(
                     a,
@@ -554,25 +550,11 @@ impl ClDevice {
                         &Defines::new().set("RK", g.k).set("RS", g.s),
                         "dw_bwd_x_rows",
                     )?;
-                    let args = [
-                        Arg::I32x8(g.arg()),
-                        Arg::I32(k),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(w.storage()),
-                        Arg::Mem(gx.storage()),
-                    ];
-                    ev.push(self.launch(&kern, &args, &[g.n * g.c * g.h], None)?);
+                    ev.push(self.launch(&kern, &with_k, &[g.n * g.c * g.h], None)?);
                 }
                 _ => {
                     let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_x_naive")?;
-                    let args = [
-                        Arg::I32x8(g.arg()),
-                        Arg::I32(k),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(w.storage()),
-                        Arg::Mem(gx.storage()),
-                    ];
-                    ev.push(self.launch(&kern, &args, &[gx.numel()], Some(&[64]))?);
+                    ev.push(self.launch(&kern, &with_k, &[gx.numel()], Some(&[64]))?);
                 }
             }
         }

@@ -355,18 +355,13 @@ impl ClDevice {
             );
         }
         match algo {
-            SoftmaxAlgo::Reg(l, kk) => {
-                let k = self.kernel("softmax", &d.set("SM_K", kk), "sm_row_reg")?;
-                let args = [
-                    Arg::I32(v.r as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(y.storage()),
-                    Arg::Local(l * 4),
-                ];
-                self.launch(&k, &args, &[l * v.o], Some(&[l]))
-            }
-            SoftmaxAlgo::Wg(l) => {
-                let k = self.kernel("softmax", &d, "sm_row_wg")?;
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+                let k = match algo {
+                    SoftmaxAlgo::Reg(_, kk) => {
+                        self.kernel("softmax", &d.set("SM_K", kk), "sm_row_reg")?
+                    }
+                    _ => self.kernel("softmax", &d, "sm_row_wg")?,
+                };
                 let args = [
                     Arg::I32(v.r as i32),
                     Arg::Mem(x.storage()),

@@ -44,6 +44,11 @@ impl WinoTiles {
         }
     }
 
+    /// The leading arguments of the kernels that walk output tiles (`wino_output`, `wino_grad_out`).
+    fn out_args(&self, g: &ConvGeom) -> [Arg<'static>; 6] {
+        [g.n, g.f, g.oh, g.ow, self.th, self.tw].map(|v| Arg::I32(v as i32))
+    }
+
     /// The tuning key of the pass's batched products.
     fn gemm_key(&self, g: &ConvGeom) -> String {
         shape_key(&[
@@ -371,19 +376,14 @@ impl ClDevice {
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
         let k = self.wino_kernel(wm, "wino_output")?;
-        let args = [
-            i(g.n),
-            i(g.f),
-            i(g.oh),
-            i(g.ow),
-            i(tl.th),
-            i(tl.tw),
+        let rest = [
             Arg::Mem(m.storage()),
             Arg::Mem(bias.unwrap_or(w).storage()),
             Arg::I32(bias.is_some() as i32),
             Arg::I32(relu as i32),
             Arg::Mem(out.storage()),
         ];
+        let args = [&tl.out_args(g)[..], &rest[..]].concat();
         ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
         Ok(ev)
     }
@@ -427,16 +427,8 @@ impl ClDevice {
         let (v, e) = self.wino_input(device, &tl, x, g)?;
         let mut ev = vec![e];
         let k = self.wino_kernel(wm, "wino_grad_out")?;
-        let args = [
-            i(g.n),
-            i(g.f),
-            i(g.oh),
-            i(g.ow),
-            i(tl.th),
-            i(tl.tw),
-            Arg::Mem(go.storage()),
-            Arg::Mem(dm.storage()),
-        ];
+        let rest = [Arg::Mem(go.storage()), Arg::Mem(dm.storage())];
+        let args = [&tl.out_args(g)[..], &rest[..]].concat();
         ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
         let gm = Gemm {
             tune_name: "wino_grad_w_gemm",

@@ -195,8 +195,20 @@ impl ClDevice {
             .set("TRANS_B", g.trans_b as i32);
         let z = g.batch * splits;
         let mut evs = Vec::new();
+        // Every product kernel ends its arguments with the output, the split and the epilogue.
+        let tail = [
+            Arg::Mem(out.storage()),
+            i(off_c),
+            i(ldc),
+            i(s_c),
+            i(splits),
+            i(l),
+            Arg::Mem(bias_t.storage()),
+            Arg::I32(bias_code),
+            Arg::I32(g.relu as i32),
+        ];
         // The arguments of the kernels that read A and B in place (tiled, register-blocked, small-K).
-        let args = [
+        let head = [
             i(g.m),
             i(g.n),
             i(g.k),
@@ -208,16 +220,8 @@ impl ClDevice {
             i(g.off_b),
             i(g.ldb),
             i(g.s_b),
-            Arg::Mem(out.storage()),
-            i(off_c),
-            i(ldc),
-            i(s_c),
-            i(splits),
-            i(l),
-            Arg::Mem(bias_t.storage()),
-            Arg::I32(bias_code),
-            Arg::I32(g.relu as i32),
         ];
+        let args = [&head[..], &tail[..]].concat();
         match cand.algo {
             Algo::Tiled { tm, tn, tk, rm, rn } => {
                 // float4 global access needs every row start and batch start on a multiple of 4 elements.
@@ -278,7 +282,7 @@ impl ClDevice {
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
                 let k = self.kernel("gemm", &d, "gemm_packed")?;
-                let args = [
+                let head = [
                     i(g.m),
                     i(g.n),
                     i(g.k),
@@ -286,16 +290,8 @@ impl ClDevice {
                     i(s_ap),
                     Arg::Mem(bp.storage()),
                     i(s_bp),
-                    Arg::Mem(out.storage()),
-                    i(off_c),
-                    i(ldc),
-                    i(s_c),
-                    i(splits),
-                    i(l),
-                    Arg::Mem(bias_t.storage()),
-                    Arg::I32(bias_code),
-                    Arg::I32(g.relu as i32),
                 ];
+                let args = [&head[..], &tail[..]].concat();
                 evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
             }
             Algo::Reg { mr, vw, nb, ly } => {
