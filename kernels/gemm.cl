@@ -45,6 +45,12 @@ inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, i
 // the other, so there is one barrier per K tile. With VEC, work-groups whose tile lies inside the matrices load
 // and store float4 (VEC needs lda, ldb, ldc, the offsets and the batch strides to be multiples of 4; the host
 // checks); edge tiles, and every tile without VEC, take the guarded scalar path and read zeros outside.
+//
+// FLAT folds the batches into the columns: a product whose A is shared by every batch (sA == 0) and whose B is
+// not transposed is computed as one M x (batches * CB) product, N being batches * CB and the grid's third
+// dimension 1, so the last column tile of one batch does not run half empty (pointwise convolutions: CB is the
+// number of pixels). Column n belongs to batch n / CB; its B and C elements sit at that batch's offset. The
+// host sets FLAT only with VEC and CB a multiple of 4, so no float4 quad straddles two batches.
 #ifdef TM
 #define WX (TN / RN)
 #define WY (TM / RM)
@@ -58,6 +64,9 @@ inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, i
 #ifndef VEC
 #define VEC 0
 #endif
+#ifndef FLAT
+#define FLAT 0
+#endif
 
 __kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
 void gemm_tiled(const int M, const int N, const int K,
@@ -65,7 +74,8 @@ void gemm_tiled(const int M, const int N, const int K,
                 __global const float* restrict B, const int offB, const int ldb, const int sB,
                 __global float* restrict C, const int offC, const int ldc, const int sC,
                 const int S, const int L,
-                __global const float* restrict bias, const int bias_mode, const int relu)
+                __global const float* restrict bias, const int bias_mode, const int relu,
+                const int CB)
 {
     const int tx = get_local_id(0), ty = get_local_id(1);
     const int tid = ty * WX + tx;
@@ -77,6 +87,19 @@ void gemm_tiled(const int M, const int N, const int K,
     __global const float* Ab = A + offA + (size_t)b * sA;
     __global const float* Bb = B + offB + (size_t)b * sB;
     const bool inside = VEC && m0 + TM <= M && n0 + TN <= N;
+#if FLAT
+    // The offset of each B quad's column within B (batch offset included); fixed for the whole K loop.
+    int bcol[LB];
+#pragma unroll
+    for (int l = 0; l < LB; ++l) {
+        const int nn = ((tid + l * NT) % (TN / 4)) * 4;
+        const int n = n0 + nn, bb = n / CB;
+        bcol[l] = bb * sB + (n - bb * CB);
+    }
+#define BCOL(l, n) bcol[l]
+#else
+#define BCOL(l, n) (n)
+#endif
 
     __local float4 As4[2 * TK * LDS_A / 4];
     __local float4 Bs4[2 * TK * LDS_B / 4];
@@ -133,16 +156,17 @@ void gemm_tiled(const int M, const int N, const int K,
             const int n = n0 + nn, k = (kt) + kk;                                              \
             if (fast && qb < B4) {                                                             \
                 rb[l] = TRANS_B ? *(__global const float4*)(Bb + (size_t)n * ldb + k)          \
-                                : *(__global const float4*)(Bb + (size_t)k * ldb + n);         \
+                                : *(__global const float4*)(Bb + (size_t)k * ldb + BCOL(l, n)); \
             } else {                                                                           \
                 float4 v = (float4)(0.0f);                                                     \
                 if (qb < B4) {                                                                 \
                     if (!TRANS_B) {                                                            \
                         if (k < k1) {                                                          \
-                            if (n < N) v.s0 = OPB(Bb, k, n, ldb);                              \
-                            if (n + 1 < N) v.s1 = OPB(Bb, k, n + 1, ldb);                      \
-                            if (n + 2 < N) v.s2 = OPB(Bb, k, n + 2, ldb);                      \
-                            if (n + 3 < N) v.s3 = OPB(Bb, k, n + 3, ldb);                      \
+                            const int c = BCOL(l, n);                                          \
+                            if (n < N) v.s0 = OPB(Bb, k, c, ldb);                              \
+                            if (n + 1 < N) v.s1 = OPB(Bb, k, c + 1, ldb);                      \
+                            if (n + 2 < N) v.s2 = OPB(Bb, k, c + 2, ldb);                      \
+                            if (n + 3 < N) v.s3 = OPB(Bb, k, c + 3, ldb);                      \
                         }                                                                      \
                     } else if (n < N) {                                                        \
                         if (k < k1) v.s0 = OPB(Bb, k, n, ldb);                                 \
@@ -223,14 +247,28 @@ void gemm_tiled(const int M, const int N, const int K,
 #undef STORE_TILE
 #undef QUAD_A
 #undef QUAD_B
+#undef BCOL
 
     __global float* Cz = C + offC + (size_t)z * sC;
+#if FLAT
+    int ccol[RN / 4];
+#pragma unroll
+    for (int g = 0; g < RN / 4; ++g) {
+        const int n = n0 + g * WX * 4 + tx * 4, bb = n / CB;
+        ccol[g] = bb * sC + (n - bb * CB);
+    }
+#endif
 #pragma unroll
     for (int i = 0; i < RM; ++i) {
         const int m = m0 + (i / 4) * WY * 4 + ty * 4 + (i % 4);
 #pragma unroll
         for (int g = 0; g < RN / 4; ++g) {
             const int n = n0 + g * WX * 4 + tx * 4;
+#if FLAT
+            const int cn = ccol[g];
+#else
+            const int cn = n;
+#endif
             float4 v = (float4)(acc[i][g * 4 + 0], acc[i][g * 4 + 1], acc[i][g * 4 + 2], acc[i][g * 4 + 3]);
             if (inside) {
                 if (S == 1) {
@@ -239,9 +277,9 @@ void gemm_tiled(const int M, const int N, const int K,
                     v.s2 = gemm_epilogue(v.s2, bias, bias_mode, relu, m, n + 2);
                     v.s3 = gemm_epilogue(v.s3, bias, bias_mode, relu, m, n + 3);
                 }
-                *(__global float4*)(Cz + (size_t)m * ldc + n) = v;
+                *(__global float4*)(Cz + (size_t)m * ldc + cn) = v;
             } else if (m < M) {
-                __global float* c = Cz + (size_t)m * ldc + n;
+                __global float* c = Cz + (size_t)m * ldc + cn;
                 const float e[4] = {v.s0, v.s1, v.s2, v.s3};
 #pragma unroll
                 for (int q = 0; q < 4; ++q)
@@ -259,7 +297,7 @@ void gemm_tiled(const int M, const int N, const int K,
 // the Winograd products; K < SK reads zeros): each work-item keeps PX columns of B (SK values each) in registers and walks every
 // row of A, which the work-group stages MT rows at a time in local memory and every work-item reads at the same
 // address (a broadcast). Loads of B and stores of C are coalesced along n; no K tiling, one barrier pair per MT
-// rows. Work-groups of LS work-items along n, batches along dimension 1. The argument list is gemm_tiled's;
+// rows. Work-groups of LS work-items along n, batches along dimension 1. The argument list is gemm_tiled's without its last (CB);
 // S (K splits) is always 1 and L unused.
 #ifdef SK
 #define MT 64

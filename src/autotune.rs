@@ -154,6 +154,15 @@ fn reps() -> usize {
         .unwrap_or(5)
 }
 
+/// Whether this thread is measuring autotune candidates now (device launches then keep their events).
+pub fn measuring() -> bool {
+    DEPTH.with(|d| d.get() > 0)
+}
+
+/// A candidate whose first timed run exceeds this multiple of the best minimum measured before it is timed only
+/// once: noise does not make a kernel three times faster, and slow candidates dominate the cost of tuning.
+const SLOW_CUTOFF: f64 = 3.0;
+
 /// The cache file path in use now.
 pub fn cache_path() -> PathBuf {
     if let Some(p) = std::env::var_os("NETCL_AUTOTUNE_CACHE").filter(|p| !p.is_empty()) {
@@ -392,15 +401,33 @@ pub fn tune<C: Serialize + Clone>(
     }
     let n = reps();
     DEPTH.with(|d| d.set(d.get() + 1));
-    let mut times = Vec::with_capacity(candidates.len());
-    for (c, v) in candidates.iter().zip(&values) {
+    // The default first (the likely winner on this kind of device), so that slow candidates meet the cutoff.
+    let order =
+        std::iter::once(default_idx).chain((0..candidates.len()).filter(|&i| i != default_idx));
+    let mut slots: Vec<Option<CandidateTime>> = vec![None; candidates.len()];
+    for i in order {
+        let (c, v) = (&candidates[i], &values[i]);
+        let best = slots
+            .iter()
+            .flatten()
+            .filter_map(|t: &CandidateTime| t.ms)
+            .reduce(f64::min);
         let mut run = || -> Result<(f64, f64)> {
             bench(c)?;
-            let mut t: Vec<f64> = (0..n).map(|_| bench(c)).collect::<Result<_>>()?;
+            let first = bench(c)?;
+            // A candidate whose first timed run is more than SLOW_CUTOFF times the best minimum so far cannot
+            // win: it is not timed again (its one time is its minimum and median).
+            if best.is_some_and(|b| first > SLOW_CUTOFF * b) {
+                return Ok((first, first));
+            }
+            let mut t = vec![first];
+            for _ in 1..n {
+                t.push(bench(c)?);
+            }
             t.sort_by(f64::total_cmp);
             Ok((t[0], t[t.len() / 2]))
         };
-        times.push(match run() {
+        slots[i] = Some(match run() {
             Ok((min, med)) => CandidateTime {
                 candidate: v.clone(),
                 label: label(v),
@@ -418,6 +445,7 @@ pub fn tune<C: Serialize + Clone>(
         });
     }
     DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    let times: Vec<CandidateTime> = slots.into_iter().flatten().collect();
     let best = times
         .iter()
         .enumerate()

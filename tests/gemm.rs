@@ -140,6 +140,54 @@ fn bad_shapes_are_clear_errors() {
 }
 
 #[test]
+fn every_batched_candidate_matches_with_a_shared_operand() {
+    let Some(dev) = opencl_device() else { return };
+    // A shared by every batch (the pointwise convolution's weights): the tiled kernels may fold the batches into
+    // the columns. Columns per batch a multiple of 4 but not of a tile (folded, inside and edge tiles, tiles that
+    // span two batches), not a multiple of 4 (the folded candidates must fall back), and a transposed A.
+    for (i, &(batch, m, n, k, ta)) in [
+        (3, 40, 196, 24, false),
+        (5, 70, 28, 36, false),
+        (2, 64, 132, 20, true),
+        (3, 36, 30, 16, false),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let sa = if ta { [1, k, m] } else { [1, m, k] };
+        let (ac, ad) = pair(&dev, &sa, 700 + i as u64);
+        let (bc, bd) = pair(&dev, &[batch, k, n], 800 + i as u64);
+        let want = ops::bmm(&ac, &bc, ta, false)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let labels = ops::bmm_candidates(&ad, &bd, ta, false).unwrap();
+        assert!(
+            labels.iter().any(|l| l.contains("tiled_flat")),
+            "{labels:?}"
+        );
+        for l in &labels {
+            let got = ops::bmm_with(&ad, &bd, ta, false, l)
+                .unwrap()
+                .to_vec::<f32>()
+                .unwrap();
+            assert_close(
+                &got,
+                &want,
+                1e-4,
+                1e-4,
+                &format!("{batch}x{m}x{n}x{k} ta={ta} candidate {l}"),
+            );
+        }
+    }
+    // Without a shared A, no folded candidate is offered.
+    let (_, ad) = pair(&dev, &[2, 8, 8], 900);
+    let (_, bd) = pair(&dev, &[2, 8, 8], 901);
+    let labels = ops::bmm_candidates(&ad, &bd, false, false).unwrap();
+    assert!(!labels.iter().any(|l| l.contains("flat")), "{labels:?}");
+}
+
+#[test]
 fn every_candidate_matches_on_edge_shapes() {
     let Some(dev) = opencl_device() else { return };
     // Sizes not multiple of any tile, plus a long-k shape that makes split-K candidates eligible.

@@ -18,7 +18,8 @@ fn large_bytes(small: bool) -> f64 {
     (large(small)[0] * large(small)[1] * 4) as f64
 }
 
-/// `add_bcast_4096`: a (R×4096) + a row vector (4096), and `sum_all_4096`: the sum of R×4096 elements; the
+/// `add_bcast_4096`: a (R×4096) + a row vector (4096), and `sum_all_4096`: the sum of R×4096 elements; `add_1k`:
+/// the sum of two 1024-element vectors, whose time is the cost of one call (launch and synchronisation); the
 /// `_large` broadcast add; `copy_large`: a kernel copy of the large shape (read and write counted).
 pub(super) fn cases() -> Vec<Case> {
     vec![
@@ -37,6 +38,15 @@ pub(super) fn cases() -> Vec<Case> {
             setup: |dev, small| {
                 let a = Tensor::randn(dev, &[rows(small), 4096], 0.0, 1.0, 3)?;
                 Ok(Box::new(move || Ok(vec![ops::sum_all(&a)?])))
+            },
+        },
+        Case {
+            name: "add_1k",
+            work: |_| Work::Bytes((3 * 1024 * 4) as f64),
+            setup: |dev, _| {
+                let a = Tensor::randn(dev, &[1024], 0.0, 1.0, 7)?;
+                let b = Tensor::randn(dev, &[1024], 0.0, 1.0, 8)?;
+                Ok(Box::new(move || Ok(vec![ops::add(&a, &b)?])))
             },
         },
         Case {

@@ -5,7 +5,8 @@
 //! the op plus a device synchronisation, like the peer's, after two warm-up calls. On OpenCL each call's
 //! kernels are also timed by their profiling events (the start of the first kernel to the end of the last):
 //! `device_ms`, `device_median_ms` and `device_gflops` or `device_gbps`, which leave out the host's launch
-//! and synchronisation overhead that dominates small calls.
+//! and synchronisation overhead that dominates small calls. `host_median_ms` is how long the call takes to
+//! return before the synchronisation: the engine's own share of that overhead.
 //!
 //! Cases ending in `_large` use tensors of hundreds of megabytes so the device's memory system, not launch
 //! overhead, bounds them; `copy_large` measures the device's copy bandwidth as the yardstick for them. Their
@@ -82,6 +83,9 @@ pub struct BenchLine {
     /// GB/s at the minimum device time, for memory-bound cases.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub device_gbps: Option<f64>,
+    /// Median time for the host to return from the call (enqueueing its work, before the synchronisation), in
+    /// milliseconds: the share of a small call that is the engine's own overhead.
+    pub host_median_ms: f64,
     /// Why a field is missing (for example a reference check skipped for a large case).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
@@ -133,10 +137,12 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     device.synchronize()?;
     let mut times = Vec::with_capacity(opts.reps);
     let mut dev_times = Vec::with_capacity(opts.reps);
+    let mut host_times = Vec::with_capacity(opts.reps);
     for _ in 0..opts.reps.max(1) {
         record_launches(true);
         let t = Instant::now();
         let o = run();
+        host_times.push(t.elapsed().as_secs_f64() * 1e3);
         let synced = device.synchronize();
         let wall = t.elapsed().as_secs_f64() * 1e3;
         let span = take_launch_span_ms();
@@ -151,6 +157,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     }
     times.sort_by(f64::total_cmp);
     dev_times.sort_by(f64::total_cmp);
+    host_times.sort_by(f64::total_cmp);
     let ms = times[0];
     let median_ms = times[times.len() / 2];
     // Device time only when every call launched kernels (a call that only copies or allocates records none).
@@ -178,6 +185,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         device_median_ms: dev_median.map(round4),
         device_gflops,
         device_gbps,
+        host_median_ms: round4(host_times[host_times.len() / 2]),
         note,
         decisions,
     })

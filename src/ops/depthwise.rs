@@ -12,7 +12,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use opencl3::event::Event;
+use crate::device::opencl::Event;
 use serde::Serialize;
 
 use super::conv::Conv2dGrads;

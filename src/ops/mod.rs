@@ -32,7 +32,7 @@ pub use elementwise::{
 };
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use fused::{Expr, broadcast_to, fused, fused_expr, where_};
-pub use gemm::{bmm, matmul, matmul_candidates, matmul_t, matmul_with};
+pub use gemm::{bmm, bmm_candidates, bmm_with, matmul, matmul_candidates, matmul_t, matmul_with};
 pub use norm::{
     BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm,
     group_norm_backward,

@@ -677,7 +677,7 @@ impl ClDevice {
         device: &Device,
         bn: &BnTrain<'_>,
         algo: BatchNormAlgo,
-    ) -> Result<Vec<opencl3::event::Event>> {
+    ) -> Result<Vec<crate::device::opencl::Event>> {
         let s = bn.x.shape();
         let (n, c, p) = (s[0], s[1], s[2] * s[3]);
         let vec4 = p.is_multiple_of(4);

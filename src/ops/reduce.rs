@@ -638,7 +638,7 @@ impl ClDevice {
         out: &Tensor,
         out_off: usize,
         algo: ReduceAlgo,
-    ) -> Result<Vec<opencl3::event::Event>> {
+    ) -> Result<Vec<crate::device::opencl::Event>> {
         let g = algo.groups().min(v.r.max(1));
         if g == 1 {
             return Ok(vec![
@@ -685,7 +685,7 @@ impl ClDevice {
         out: &Tensor,
         out_off: usize,
         algo: ReduceAlgo,
-    ) -> Result<opencl3::event::Event> {
+    ) -> Result<crate::device::opencl::Event> {
         let rc = v.r.div_ceil(g).max(1);
         let defines = op.defines(first);
         match algo {
@@ -856,7 +856,7 @@ impl ClDevice {
         out: &Tensor,
         plan: &RtsPlan,
         algo: RtsAlgo,
-    ) -> Result<Vec<opencl3::event::Event>> {
+    ) -> Result<Vec<crate::device::opencl::Event>> {
         let total = out.numel();
         let g = match algo {
             RtsAlgo::Wg(g) | RtsAlgo::Flat(g) => g.max(1),

@@ -336,7 +336,7 @@ impl ClDevice {
         x: &Tensor,
         y: &Tensor,
         algo: SoftmaxAlgo,
-    ) -> Result<opencl3::event::Event> {
+    ) -> Result<crate::device::opencl::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "sm_col")?;
@@ -391,7 +391,7 @@ impl ClDevice {
         g: &Tensor,
         gx: &Tensor,
         algo: SoftmaxAlgo,
-    ) -> Result<opencl3::event::Event> {
+    ) -> Result<crate::device::opencl::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "smb_col")?;

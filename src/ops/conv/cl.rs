@@ -3,7 +3,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use opencl3::event::Event;
+use crate::device::opencl::Event;
 use serde::Serialize;
 
 use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};

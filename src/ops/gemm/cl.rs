@@ -2,7 +2,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use opencl3::event::Event;
+use crate::device::opencl::Event;
 use serde::Serialize;
 
 use super::{Gemm, GemmKernels};
@@ -18,13 +18,15 @@ use crate::tensor::{DType, Tensor};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Algo {
     /// Double-buffered local-memory tiles `tm×tn×tk`, `rm×rn` outputs per work-item, float4 global access
-    /// where the operands are 16-byte aligned (GPUs).
+    /// where the operands are 16-byte aligned (GPUs). `flat` folds the batches into the columns when A is
+    /// shared by every batch (see [`ClDevice::flat_ok`]).
     Tiled {
         tm: usize,
         tn: usize,
         tk: usize,
         rm: usize,
         rn: usize,
+        flat: bool,
     },
     /// Packed panels, `mr` rows × `vw·nb` columns per work-item, `ly` work-items per group along rows (CPU).
     Packed {
@@ -55,8 +57,16 @@ pub(crate) struct GemmCand {
 impl Serialize for GemmCand {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         let v = match self.algo {
-            Algo::Tiled { tm, tn, tk, rm, rn } => {
-                serde_json::json!(["tiled", tm, tn, tk, rm, rn, self.splits])
+            Algo::Tiled {
+                tm,
+                tn,
+                tk,
+                rm,
+                rn,
+                flat,
+            } => {
+                let name = if flat { "tiled_flat" } else { "tiled" };
+                serde_json::json!([name, tm, tn, tk, rm, rn, self.splits])
             }
             Algo::Packed { mr, vw, nb, ly } => {
                 serde_json::json!(["packed", mr, vw * nb, ly, self.splits])
@@ -106,10 +116,42 @@ impl ClDevice {
             let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
             if wx * wy <= max_wg && bytes <= lmem && fits_items && useful {
                 v.push(GemmCand {
-                    algo: Algo::Tiled { tm, tn, tk, rm, rn },
+                    algo: Algo::Tiled {
+                        tm,
+                        tn,
+                        tk,
+                        rm,
+                        rn,
+                        flat: false,
+                    },
                     splits: 1,
                 });
             }
+        }
+        // Batches folded into the columns: for a shared A and an untransposed B (pointwise convolutions), where
+        // the columns of one batch leave the last column tile partly empty. The key holds the batch bucket and
+        // the transposes, so this depends on the key only; a shape the folding does not fit runs unfolded.
+        if g.batch > 1 && !g.trans_b && g.s_a == 0 {
+            let flat: Vec<GemmCand> = v
+                .iter()
+                .filter_map(|c| match c.algo {
+                    Algo::Tiled {
+                        tm, tn, tk, rm, rn, ..
+                    } => Some(GemmCand {
+                        algo: Algo::Tiled {
+                            tm,
+                            tn,
+                            tk,
+                            rm,
+                            rn,
+                            flat: true,
+                        },
+                        splits: 1,
+                    }),
+                    _ => None,
+                })
+                .collect();
+            v.extend(flat);
         }
         for (mr, vw, nb) in BLOCKS {
             v.push(GemmCand {
@@ -148,7 +190,7 @@ impl ClDevice {
             let base: Vec<GemmCand> = v
                 .iter()
                 .filter(|c| match c.algo {
-                    Algo::Tiled { tm, tn, .. } => tm <= 64 || tn <= 32,
+                    Algo::Tiled { tm, tn, flat, .. } => !flat && (tm <= 64 || tn <= 32),
                     Algo::Packed { mr, .. } => mr == 16,
                     _ => false,
                 })
@@ -157,6 +199,19 @@ impl ClDevice {
             v.extend(base.into_iter().map(|c| GemmCand { splits, ..c }));
         }
         v
+    }
+
+    /// Whether `g` can fold its batches into the columns: A shared by every batch, B untransposed, the columns
+    /// of a batch a multiple of 4 (no float4 quad straddles two batches), and the folded column count within
+    /// the kernels' 32-bit indices.
+    fn flat_ok(g: &Gemm) -> bool {
+        g.batch > 1
+            && g.s_a == 0
+            && !g.trans_b
+            && g.n.is_multiple_of(4)
+            && g.n
+                .checked_mul(g.batch)
+                .is_some_and(|c| c <= i32::MAX as usize)
     }
 
     /// Runs `g` with candidate `c`; returns the events of every launch, in order.
@@ -223,23 +278,38 @@ impl ClDevice {
         ];
         let args = [&head[..], &tail[..]].concat();
         match cand.algo {
-            Algo::Tiled { tm, tn, tk, rm, rn } => {
+            Algo::Tiled {
+                tm,
+                tn,
+                tk,
+                rm,
+                rn,
+                flat,
+            } => {
                 // float4 global access needs every row start and batch start on a multiple of 4 elements.
                 let aligned = [
                     g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, ldc, off_c, s_c,
                 ]
                 .iter()
                 .all(|v| v % 4 == 0);
+                let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
                 let d = base
                     .set("TM", tm)
                     .set("TN", tn)
                     .set("TK", tk)
                     .set("RM", rm)
                     .set("RN", rn)
-                    .set("VEC", aligned as i32);
+                    .set("VEC", aligned as i32)
+                    .set("FLAT", flat as i32);
                 let k = self.kernel("gemm", &d, "gemm_tiled")?;
                 let (wx, wy) = (tn / rn, tm / rm);
-                let global = [g.n.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, z];
+                let (cols, zz) = if flat { (g.n * g.batch, 1) } else { (g.n, z) };
+                let mut args = args.clone();
+                args.push(i(g.n));
+                if flat {
+                    args[1] = i(cols);
+                }
+                let global = [cols.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, zz];
                 evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, 1]))?);
             }
             Algo::SmallK { px, ls } => {

@@ -242,6 +242,13 @@ pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
 /// Batched product of 3-D tensors: `out[i] = op(a[i]) · op(b[i])`. A batch of 1 on either side is shared by
 /// every batch of the other.
 pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    let g = bmm_desc(a, b, trans_a, trans_b)?;
+    let out = Tensor::empty(a.device(), &[g.batch, g.m, g.n], DType::F32)?;
+    run(a, b, &out, None, &g)?;
+    Ok(out)
+}
+
+fn bmm_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     check_f32(&[a, b], "bmm")?;
     if a.rank() != 3 || b.rank() != 3 {
         return Err(Error::Shape(format!(
@@ -274,12 +281,36 @@ pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tenso
             b.shape()
         )));
     }
-    let out = Tensor::empty(a.device(), &[batch, m, n], DType::F32)?;
     let mut g = Gemm::dense(m, n, ka, batch, trans_a, trans_b, ba == 1);
     if bb == 1 {
         g.s_b = 0;
     }
-    run(a, b, &out, None, &g)?;
+    Ok(g)
+}
+
+/// The kernel candidates the autotuner measures for `bmm(a, b, trans_a, trans_b)` on their device, as labels
+/// (with a shared `a`, the GPU kernels can fold the batches into the columns: `tiled_flat`).
+pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
+    let g = bmm_desc(a, b, trans_a, trans_b)?;
+    Ok(a.device().kind().gemm_labels(&g))
+}
+
+/// `bmm` computed by the candidate `label` (one of [`bmm_candidates`]), without autotuning.
+pub fn bmm_with(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    label: &str,
+) -> Result<Tensor> {
+    let g = bmm_desc(a, b, trans_a, trans_b)?;
+    let out = Tensor::empty(a.device(), &[g.batch, g.m, g.n], DType::F32)?;
+    g.check(a, b, &out, None)?;
+    if out.numel() > 0 {
+        a.device()
+            .kind()
+            .gemm_forced(a.device(), a, b, &out, &g, label)?;
+    }
     Ok(out)
 }
 
