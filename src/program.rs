@@ -60,11 +60,27 @@ impl Defines {
 /// A built kernel, lockable for argument setting and launch.
 pub(crate) struct ClKernel {
     pub(crate) name: String,
-    kernel: Mutex<Kernel>,
+    kernel: Mutex<KernelSlot>,
+}
+
+/// A kernel object with the by-value arguments last set on it. OpenCL keeps argument values between launches,
+/// so a launch sets only the values that changed: repeated calls of one op skip most `clSetKernelArg` calls.
+pub(crate) struct KernelSlot {
+    pub(crate) kernel: Kernel,
+    /// Per argument index: the bytes last set by value, or `None` when unknown or set to a buffer (a buffer
+    /// handle is set every time: a released handle's address can come back for a new buffer).
+    pub(crate) values: Vec<Option<ArgBytes>>,
+}
+
+/// The bytes of one by-value argument (at most an `int8`), or the size of a `__local` buffer.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ArgBytes {
+    Value(u8, [u8; 32]),
+    Local(usize),
 }
 
 impl ClKernel {
-    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, Kernel>> {
+    pub(crate) fn lock(&self) -> Result<MutexGuard<'_, KernelSlot>> {
         self.kernel
             .lock()
             .map_err(|_| Error::Invalid(format!("kernel `{}` lock poisoned", self.name)))
@@ -125,7 +141,10 @@ impl ProgramCache {
         })?;
         let k = Arc::new(ClKernel {
             name: name.to_owned(),
-            kernel: Mutex::new(k),
+            kernel: Mutex::new(KernelSlot {
+                kernel: k,
+                values: Vec::new(),
+            }),
         });
         kernels.insert(name.to_owned(), k.clone());
         Ok(k)

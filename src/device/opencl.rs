@@ -24,7 +24,7 @@ use opencl3::types::{
 use super::{DeviceInfo, DeviceKind, Launch};
 use crate::error::{ClContext, Error, Result};
 use crate::memory::Storage;
-use crate::program::{ClKernel, Defines, ProgramCache};
+use crate::program::{ArgBytes, ClKernel, Defines, ProgramCache};
 
 /// Every OpenCL device of every platform, in platform order.
 ///
@@ -124,6 +124,31 @@ pub(crate) enum Arg<'a> {
     I32x8([i32; 8]),
     /// A `__local` buffer of this many bytes.
     Local(usize),
+}
+
+impl Arg<'_> {
+    /// The bytes a by-value argument is set from, or the size of a local buffer (`None` for a buffer).
+    fn bytes(&self) -> Option<ArgBytes> {
+        let value = |b: &[u8]| {
+            let mut v = [0u8; 32];
+            v[..b.len()].copy_from_slice(b);
+            Some(ArgBytes::Value(b.len() as u8, v))
+        };
+        match self {
+            Arg::Mem(_) => None,
+            Arg::I32(v) => value(&v.to_ne_bytes()),
+            Arg::U32(v) => value(&v.to_ne_bytes()),
+            Arg::F32(v) => value(&v.to_ne_bytes()),
+            Arg::I32x8(v) => {
+                let mut b = [0u8; 32];
+                for (c, x) in b.chunks_exact_mut(4).zip(v) {
+                    c.copy_from_slice(&x.to_ne_bytes());
+                }
+                Some(ArgBytes::Value(32, b))
+            }
+            Arg::Local(n) => Some(ArgBytes::Local(*n)),
+        }
+    }
 }
 
 struct Recorded {
@@ -245,38 +270,45 @@ impl ClDevice {
                 .collect(),
             None => global.iter().map(|g| (*g).max(1)).collect(),
         };
-        let guard = kernel.lock()?;
-        let k = guard.get();
+        let mut guard = kernel.lock()?;
+        let slot = &mut *guard;
+        let k = slot.kernel.get();
+        if slot.values.len() < args.len() {
+            slot.values.resize(args.len(), None);
+        }
         for (i, a) in args.iter().enumerate() {
-            let i = i as u32;
+            let bytes = a.bytes();
+            if bytes.is_some() && slot.values[i] == bytes {
+                continue;
+            }
+            let idx = i as u32;
             // SAFETY: each value pointer is valid for the size passed, and OpenCL copies argument values at
             // clSetKernelArg time; the kernel object is locked so no other thread changes its arguments.
             let r = unsafe {
-                match a {
-                    Arg::Mem(s) => {
+                match (a, &bytes) {
+                    (Arg::Mem(s), _) => {
                         let m = s.cl_mem()?;
                         cl3::kernel::set_kernel_arg(
                             k,
-                            i,
+                            idx,
                             size_of::<cl_mem>(),
                             &m as *const cl_mem as *const c_void,
                         )
                     }
-                    Arg::I32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const i32 as *const c_void)
+                    (Arg::Local(n), _) => {
+                        cl3::kernel::set_kernel_arg(k, idx, (*n).max(4), ptr::null())
                     }
-                    Arg::U32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const u32 as *const c_void)
-                    }
-                    Arg::F32(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 4, v as *const f32 as *const c_void)
-                    }
-                    Arg::I32x8(v) => {
-                        cl3::kernel::set_kernel_arg(k, i, 32, v.as_ptr() as *const c_void)
-                    }
-                    Arg::Local(n) => cl3::kernel::set_kernel_arg(k, i, (*n).max(4), ptr::null()),
+                    (_, Some(ArgBytes::Value(len, b))) => cl3::kernel::set_kernel_arg(
+                        k,
+                        idx,
+                        *len as usize,
+                        b.as_ptr() as *const c_void,
+                    ),
+                    _ => unreachable!("every by-value argument has bytes"),
                 }
             };
+            // A failed set leaves the argument unknown.
+            slot.values[i] = None;
             r.map_err(|code| {
                 Error::Invalid(format!(
                     "kernel `{}` argument {i}: {}",
@@ -284,6 +316,7 @@ impl ClDevice {
                     cl3::error_codes::error_text(code)
                 ))
             })?;
+            slot.values[i] = bytes;
         }
         let recording = RECORDING.with(|rec| rec.borrow().is_some());
         let untimed = (!recording && !crate::autotune::measuring())
