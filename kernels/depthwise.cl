@@ -6,63 +6,23 @@
 //  * rows: one output row per work-item, accumulated tap by tap over contiguous spans (CPU OpenCL).
 //  * local: a 32x8 output tile per work-group with the input tile and halo in local memory (GPUs).
 //  * block: a BY x VW register block of outputs per work-item, read from global memory (see below).
+//  * blocked stride-2 grad_x: a 2 x 2 or 2 x 4 block of grad_x per work-item (see the last section).
 // grad_w sums over "bands" (a sample and a range of output rows) into partials, then reduces them.
+//
+// Each build of this file compiles one family only: the row kernels (RK / RS), the local-memory kernels
+// (KS), the register blocks (BK), the blocked stride-2 grad_x (GK), or, with none of those defined, the
+// plain kernels. GPU drivers compile every kernel of a program when it is built, so fewer kernels per
+// build keep the first call's build time down.
 
 #define GEO                                                                                    \
     const int N = g.s0, C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, S = g.s6, P = g.s7;
 
-// The row kernels are built per (K, stride) when RK / RS are defined, so their span loops have constant
-// strides and trip counts the compiler can vectorise and unroll.
-#ifdef RS
+// ------------------------------------------------------------------------------ row kernels (CPU OpenCL)
+// Built per (RK = K, RS = stride), so their span loops have constant strides and trip counts the compiler
+// can vectorise and unroll.
+#if defined(RS)
 #define ROW_S RS
 #define ROW_K RK
-#else
-#define ROW_S S
-#define ROW_K K
-#endif
-
-__kernel void dw_fwd_naive(const int8 g, const int K, __global const float* restrict x, __global const float* restrict w,
-                           __global const float* restrict bias, const int has_bias, __global float* restrict out)
-{
-    GEO
-    const int i = get_global_id(0);
-    if (i >= N * C * OH * OW) return;
-    const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH), c = nc % C;
-    __global const float* xp = x + (size_t)nc * H * W;
-    __global const float* wp = w + c * K * K;
-    float acc = has_bias ? bias[c] : 0.0f;
-    for (int kh = 0; kh < K; ++kh) {
-        const int y = oh * S - P + kh;
-        if (y < 0 || y >= H) continue;
-        for (int kw = 0; kw < K; ++kw) {
-            const int xx = ow * S - P + kw;
-            if (xx >= 0 && xx < W) acc = fma(xp[y * W + xx], wp[kh * K + kw], acc);
-        }
-    }
-    out[i] = acc;
-}
-
-// Same math on a 3-D range (OW, OH, N * C) with 8x8 work-groups and no local memory.
-__kernel void dw_fwd_tile(const int8 g, const int K, __global const float* restrict x, __global const float* restrict w,
-                          __global const float* restrict bias, const int has_bias, __global float* restrict out)
-{
-    GEO
-    const int ow = get_global_id(0), oh = get_global_id(1), nc = get_global_id(2);
-    if (ow >= OW || oh >= OH || nc >= N * C) return;
-    const int c = nc % C;
-    __global const float* xp = x + (size_t)nc * H * W;
-    __global const float* wp = w + c * K * K;
-    float acc = has_bias ? bias[c] : 0.0f;
-    for (int kh = 0; kh < K; ++kh) {
-        const int y = oh * S - P + kh;
-        if (y < 0 || y >= H) continue;
-        for (int kw = 0; kw < K; ++kw) {
-            const int xx = ow * S - P + kw;
-            if (xx >= 0 && xx < W) acc = fma(xp[y * W + xx], wp[kh * K + kw], acc);
-        }
-    }
-    out[((size_t)nc * OH + oh) * OW + ow] = acc;
-}
 
 // One output row (n, c, oh) per work-item: initialise with the bias, then add each tap over the span of
 // output columns whose input column is inside the image (a bounds-free inner loop the compiler vectorises).
@@ -105,28 +65,6 @@ __kernel void dw_fwd_rows(const int8 g, const int K, __global const float* restr
     }
 }
 
-// gx[n][c][y][x] = sum over the taps that read (y, x) of go * w (gather, any stride).
-__kernel void dw_bwd_x_naive(const int8 g, const int K, __global const float* restrict go, __global const float* restrict w,
-                             __global float* restrict gx)
-{
-    GEO
-    const int i = get_global_id(0);
-    if (i >= N * C * H * W) return;
-    const int xx = i % W, y = (i / W) % H, nc = i / (W * H), c = nc % C;
-    __global const float* gp = go + (size_t)nc * OH * OW;
-    float acc = 0.0f;
-    for (int kh = 0; kh < K; ++kh) {
-        const int ty = y + P - kh;
-        if (ty < 0 || ty % S != 0 || ty / S >= OH) continue;
-        for (int kw = 0; kw < K; ++kw) {
-            const int tx = xx + P - kw;
-            if (tx < 0 || tx % S != 0 || tx / S >= OW) continue;
-            acc = fma(gp[(ty / S) * OW + tx / S], w[(c * K + kh) * K + kw], acc);
-        }
-    }
-    gx[i] = acc;
-}
-
 // gx row (n, c, y) per work-item: every tap scatters its span of grad_out into a private row buffer, which
 // the work-item owns (no atomics); any stride.
 __kernel void dw_bwd_x_rows(const int8 g, const int K, __global const float* restrict go, __global const float* restrict w,
@@ -161,40 +99,6 @@ __kernel void dw_bwd_x_rows(const int8 g, const int K, __global const float* res
         __global float* out = gx + (size_t)r * W + x0;
         for (int i = 0; i < n; ++i) out[i] = row[i];
     }
-}
-
-// wf[c][kh][kw] = w[c][K-1-kh][K-1-kw]: grad_x of a stride-1 depthwise convolution is the forward
-// convolution of grad_out with the flipped filter and padding K-1-P.
-__kernel void dw_flip(const int C, const int K, __global const float* restrict w, __global float* restrict wf)
-{
-    const int i = get_global_id(0);
-    if (i >= C * K * K) return;
-    const int kw = i % K, kh = (i / K) % K, c = i / (K * K);
-    wf[i] = w[(c * K + (K - 1 - kh)) * K + (K - 1 - kw)];
-}
-
-// gw[c][kh][kw] = sum over n, oh, ow: one work-item per weight (small C*K*K, long sums).
-__kernel void dw_bwd_w_naive(const int8 g, const int K, __global const float* restrict x, __global const float* restrict go,
-                             __global float* restrict gw)
-{
-    GEO
-    const int i = get_global_id(0);
-    if (i >= C * K * K) return;
-    const int kw = i % K, kh = (i / K) % K, c = i / (K * K);
-    float acc = 0.0f;
-    for (int n = 0; n < N; ++n) {
-        __global const float* xp = x + ((size_t)n * C + c) * H * W;
-        __global const float* gp = go + ((size_t)n * C + c) * OH * OW;
-        for (int oh = 0; oh < OH; ++oh) {
-            const int y = oh * S - P + kh;
-            if (y < 0 || y >= H) continue;
-            for (int ow = 0; ow < OW; ++ow) {
-                const int xx = ow * S - P + kw;
-                if (xx >= 0 && xx < W) acc = fma(gp[oh * OW + ow], xp[y * W + xx], acc);
-            }
-        }
-    }
-    gw[i] = acc;
 }
 
 // part[c][band][kh * K + kw] for band = n * bands_per + b covering output rows [b * rows, (b + 1) * rows):
@@ -249,6 +153,108 @@ __kernel void dw_bwd_w_rows(const int8 g, const int K, const int bands_per, cons
         }
 }
 
+#elif !defined(KS) && !defined(BK) && !defined(GK)
+// ------------------------------------------------------------------------------ plain kernels
+
+__kernel void dw_fwd_naive(const int8 g, const int K, __global const float* restrict x, __global const float* restrict w,
+                           __global const float* restrict bias, const int has_bias, __global float* restrict out)
+{
+    GEO
+    const int i = get_global_id(0);
+    if (i >= N * C * OH * OW) return;
+    const int ow = i % OW, oh = (i / OW) % OH, nc = i / (OW * OH), c = nc % C;
+    __global const float* xp = x + (size_t)nc * H * W;
+    __global const float* wp = w + c * K * K;
+    float acc = has_bias ? bias[c] : 0.0f;
+    for (int kh = 0; kh < K; ++kh) {
+        const int y = oh * S - P + kh;
+        if (y < 0 || y >= H) continue;
+        for (int kw = 0; kw < K; ++kw) {
+            const int xx = ow * S - P + kw;
+            if (xx >= 0 && xx < W) acc = fma(xp[y * W + xx], wp[kh * K + kw], acc);
+        }
+    }
+    out[i] = acc;
+}
+
+// Same math on a 3-D range (OW, OH, N * C) with 8x8 work-groups and no local memory.
+__kernel void dw_fwd_tile(const int8 g, const int K, __global const float* restrict x, __global const float* restrict w,
+                          __global const float* restrict bias, const int has_bias, __global float* restrict out)
+{
+    GEO
+    const int ow = get_global_id(0), oh = get_global_id(1), nc = get_global_id(2);
+    if (ow >= OW || oh >= OH || nc >= N * C) return;
+    const int c = nc % C;
+    __global const float* xp = x + (size_t)nc * H * W;
+    __global const float* wp = w + c * K * K;
+    float acc = has_bias ? bias[c] : 0.0f;
+    for (int kh = 0; kh < K; ++kh) {
+        const int y = oh * S - P + kh;
+        if (y < 0 || y >= H) continue;
+        for (int kw = 0; kw < K; ++kw) {
+            const int xx = ow * S - P + kw;
+            if (xx >= 0 && xx < W) acc = fma(xp[y * W + xx], wp[kh * K + kw], acc);
+        }
+    }
+    out[((size_t)nc * OH + oh) * OW + ow] = acc;
+}
+
+// gx[n][c][y][x] = sum over the taps that read (y, x) of go * w (gather, any stride).
+__kernel void dw_bwd_x_naive(const int8 g, const int K, __global const float* restrict go, __global const float* restrict w,
+                             __global float* restrict gx)
+{
+    GEO
+    const int i = get_global_id(0);
+    if (i >= N * C * H * W) return;
+    const int xx = i % W, y = (i / W) % H, nc = i / (W * H), c = nc % C;
+    __global const float* gp = go + (size_t)nc * OH * OW;
+    float acc = 0.0f;
+    for (int kh = 0; kh < K; ++kh) {
+        const int ty = y + P - kh;
+        if (ty < 0 || ty % S != 0 || ty / S >= OH) continue;
+        for (int kw = 0; kw < K; ++kw) {
+            const int tx = xx + P - kw;
+            if (tx < 0 || tx % S != 0 || tx / S >= OW) continue;
+            acc = fma(gp[(ty / S) * OW + tx / S], w[(c * K + kh) * K + kw], acc);
+        }
+    }
+    gx[i] = acc;
+}
+
+// wf[c][kh][kw] = w[c][K-1-kh][K-1-kw]: grad_x of a stride-1 depthwise convolution is the forward
+// convolution of grad_out with the flipped filter and padding K-1-P.
+__kernel void dw_flip(const int C, const int K, __global const float* restrict w, __global float* restrict wf)
+{
+    const int i = get_global_id(0);
+    if (i >= C * K * K) return;
+    const int kw = i % K, kh = (i / K) % K, c = i / (K * K);
+    wf[i] = w[(c * K + (K - 1 - kh)) * K + (K - 1 - kw)];
+}
+
+// gw[c][kh][kw] = sum over n, oh, ow: one work-item per weight (small C*K*K, long sums).
+__kernel void dw_bwd_w_naive(const int8 g, const int K, __global const float* restrict x, __global const float* restrict go,
+                             __global float* restrict gw)
+{
+    GEO
+    const int i = get_global_id(0);
+    if (i >= C * K * K) return;
+    const int kw = i % K, kh = (i / K) % K, c = i / (K * K);
+    float acc = 0.0f;
+    for (int n = 0; n < N; ++n) {
+        __global const float* xp = x + ((size_t)n * C + c) * H * W;
+        __global const float* gp = go + ((size_t)n * C + c) * OH * OW;
+        for (int oh = 0; oh < OH; ++oh) {
+            const int y = oh * S - P + kh;
+            if (y < 0 || y >= H) continue;
+            for (int ow = 0; ow < OW; ++ow) {
+                const int xx = ow * S - P + kw;
+                if (xx >= 0 && xx < W) acc = fma(gp[oh * OW + ow], xp[y * W + xx], acc);
+            }
+        }
+    }
+    gw[i] = acc;
+}
+
 // gw[c][t] = sum over the bands of part[c][band][t].
 __kernel void dw_reduce_weight(const int C, const int KK, const int bands, __global const float* restrict part,
                                __global float* restrict gw)
@@ -260,6 +266,8 @@ __kernel void dw_reduce_weight(const int C, const int KK, const int bands, __glo
     for (int b = 0; b < bands; ++b) acc += part[((size_t)c * bands + b) * KK + t];
     gw[i] = acc;
 }
+
+#endif
 
 // ------------------------------------------------------------------------------ local-memory kernels (GPU)
 #ifdef KS
@@ -347,8 +355,8 @@ void dw_bwd_weight_local(const int8 g, const int bands_per, const int rows,
 // Built per (BK = K, BS = stride, VW = outputs along a row, BY = output rows) with K <= 7 and stride 1 or 2.
 // No local memory in the forward pass: a work-item keeps a BY x VW block of outputs in registers and reads
 // each of the (BY - 1) * BS + BK input rows it needs once, as BK vectors (one per filter column), from
-// global memory. VW = 1 gives adjacent work-items adjacent columns (coalesced on GPUs); VW = 8 gives CPU
-// OpenCL one float8 per row and tap.
+// global memory. VW = 1 gives adjacent work-items adjacent columns (coalesced on GPUs); VW = 8 and 16 give
+// CPU OpenCL one float8 or float16 per row and tap.
 #ifdef BK
 #if VW == 1
 typedef float vfloat;
@@ -365,8 +373,13 @@ typedef float8 vfloat;
 #define VLOAD(p) vload8(0, p)
 #define VSTORE(v, p) vstore8(v, 0, p)
 #define VSPLAT(s) ((float8)(s))
+#elif VW == 16
+typedef float16 vfloat;
+#define VLOAD(p) vload16(0, p)
+#define VSTORE(v, p) vstore16(v, 0, p)
+#define VSPLAT(s) ((float16)(s))
 #else
-#error "VW must be 1, 4 or 8"
+#error "VW must be 1, 4, 8 or 16"
 #endif
 
 // VLOADS(p) = (p[0], p[BS], ..., p[(VW - 1) * BS]); it reads p[0 .. VEXT].
@@ -393,6 +406,10 @@ typedef int4 ivec;
 typedef int8 ivec;
 #define LANES ((int8)(0, 1, 2, 3, 4, 5, 6, 7))
 #define VMASK(v) convert_uint8(v)
+#elif VW == 16
+typedef int16 ivec;
+#define LANES ((int16)(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15))
+#define VMASK(v) convert_uint16(v)
 #endif
 #if VEXT == 3
 #define VLOADL(p) vload4(0, p)
@@ -474,6 +491,25 @@ inline void dw_block(const int H, const int W, const int OH, const int OW, const
     }
 }
 
+// The BY outputs of column ow from row oh0, each tap bounds-checked (edge columns).
+inline void dw_col(const int H, const int W, const int OH, const int OW, const int P, const int oh0, const int ow,
+                   __global const float* restrict xp, const float* wv, const float b, __global float* restrict op)
+{
+    for (int j = 0; j < BY && oh0 + j < OH; ++j) {
+        float acc = b;
+        for (int kh = 0; kh < BK; ++kh) {
+            const int y = (oh0 + j) * BS - P + kh;
+            if (y < 0 || y >= H) continue;
+#pragma unroll
+            for (int kw = 0; kw < BK; ++kw) {
+                const int xx = ow * BS - P + kw;
+                if (xx >= 0 && xx < W) acc = fma(xp[(size_t)y * W + xx], wv[kh * BK + kw], acc);
+            }
+        }
+        op[(size_t)j * OW] = acc;
+    }
+}
+
 // One BY x VW output block per work-item, work-items ordered (n, c, row block, column block); with XLOOP, one
 // work-item per (n, c, row block) walks the row's column blocks (fewer work-items and index divisions, for
 // CPU OpenCL).
@@ -484,33 +520,45 @@ __kernel void dw_fwd_block(const int8 g, __global const float* restrict x, __glo
     const int nxb = (OW + VW - 1) / VW, nyb = (OH + BY - 1) / BY;
     const int i = get_global_id(0);
 #if XLOOP
-    if (i >= N * C * nyb) return;
-    const int yb = i % nyb, nc = i / nyb, c = nc % C;
+    const int items = N * C * nyb, yb = i % nyb, nc = i / nyb, xb0 = 0, xb1 = nxb;
 #else
-    if (i >= N * C * nyb * nxb) return;
-    const int xb = i % nxb, t = i / nxb, yb = t % nyb, nc = t / nyb, c = nc % C;
+    const int items = N * C * nyb * nxb, xb0 = i % nxb, xb1 = xb0 + 1, t = i / nxb, yb = t % nyb, nc = t / nyb;
 #endif
-    const int oh0 = yb * BY;
-    float wv[BK * BK];
+    if (i < items) {
+        const int oh0 = yb * BY, c = nc % C;
+        float wv[BK * BK];
 #pragma unroll
-    for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
-    const float b = has_bias ? bias[c] : 0.0f;
-    __global const float* xp = x + (size_t)nc * H * W;
-#if XLOOP
-    for (int xb = 0; xb < nxb; ++xb) {
+        for (int k = 0; k < BK * BK; ++k) wv[k] = w[c * BK * BK + k];
+        const float b = has_bias ? bias[c] : 0.0f;
+        __global const float* xp = x + (size_t)nc * H * W;
+        __global float* orow = out + ((size_t)nc * OH + oh0) * OW;
+#if XLOOP && BS == 1
+        // Interior blocks from the first column whose window starts inside the row, the last one moved back
+        // to end at the last interior column (it overlaps the one before), then the columns left at either
+        // edge one at a time: on CPU OpenCL a bounds-checked border block costs several interior ones.
+        const int lo = P, hs = min(OW - VW, W - BK - VEXT + P);
+        if (lo <= hs) {
+            for (int ow0 = lo;; ow0 += VW) {
+                const int o = min(ow0, hs);
+                dw_block(H, W, OH, OW, P, oh0, o, xp, wv, b, orow + o, 1);
+                if (o == hs) break;
+            }
+            for (int ow = 0; ow < lo; ++ow) dw_col(H, W, OH, OW, P, oh0, ow, xp, wv, b, orow + ow);
+            for (int ow = hs + VW; ow < OW; ++ow) dw_col(H, W, OH, OW, P, oh0, ow, xp, wv, b, orow + ow);
+        } else
 #endif
-        const int ow0 = xb * VW;
-        __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
-        const int ix0 = ow0 * BS - P;
-        if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
-            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
-        else if (VW > 1 && W > VEXT)
-            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 2);
-        else
-            dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 0);
-#if XLOOP
+        for (int xb = xb0; xb < xb1; ++xb) {
+            const int ow0 = xb * VW;
+            __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
+            const int ix0 = ow0 * BS - P;
+            if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
+                dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
+            else if (VW > 1 && W > VEXT)
+                dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 2);
+            else
+                dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 0);
+        }
     }
-#endif
 }
 
 // grad_x by gathering: input pixel (y, x) sums grad_out at the outputs whose window covers it, which for
@@ -596,9 +644,41 @@ __kernel void dw_bwd_x_s2(const int8 g, __global const float* restrict go, __glo
 }
 #endif
 
+// One grad_w unit: the BY outputs of column ow from row oh0 of plane (n, c), whose (BY - 1) * BS + BK input
+// rows are read once and feed every tap of acc.
+inline void dw_w_unit(const int H, const int W, const int OH, const int OW, const int P, const int oh0, const int ow,
+                      __global const float* restrict xp, __global const float* restrict gp, float* acc)
+{
+    float gv[BY];
+#pragma unroll
+    for (int j = 0; j < BY; ++j) gv[j] = oh0 + j < OH ? gp[(oh0 + j) * OW + ow] : 0.0f;
+    const int ix0 = ow * BS - P;
+#pragma unroll
+    for (int r = 0; r < (BY - 1) * BS + BK; ++r) {
+        const int y = oh0 * BS - P + r;
+        if (y < 0 || y >= H) continue;
+        __global const float* xr = xp + (size_t)y * W;
+        float xv[BK];
+#pragma unroll
+        for (int kw = 0; kw < BK; ++kw) {
+            const int xx = ix0 + kw;
+            xv[kw] = (xx >= 0 && xx < W) ? xr[xx] : 0.0f;
+        }
+#pragma unroll
+        for (int j = 0; j < BY; ++j) {
+            const int kh = r - j * BS;
+            if (kh >= 0 && kh < BK) {
+#pragma unroll
+                for (int kw = 0; kw < BK; ++kw) acc[kh * BK + kw] = fma(gv[j], xv[kw], acc[kh * BK + kw]);
+            }
+        }
+    }
+}
+
 // grad_w partials: one work-group of 256 per (c, band), a band being `per_band` consecutive units of
-// (n, row block, column) with the column fastest, so reads of grad_out and x are coalesced. A unit is BY
-// outputs of one column: its (BY - 1) * BS + BK input rows are read once and feed every tap. The 256
+// (n, row block, column) with the column fastest, so reads of grad_out and x are coalesced; `per_band` is
+// a multiple of 256, so the work-items of a full band take as many units each. A work-item divides its
+// first unit's index once and then steps the (n, row block, column) indices by 256 units at a time. The 256
 // per-tap sums fold to 64 in local memory, then to one per tap: part[c][band][tap].
 #define WG_W 256
 __kernel __attribute__((reqd_work_group_size(WG_W, 1, 1)))
@@ -612,36 +692,26 @@ void dw_bwd_w_block(const int8 g, const int per_band, __global const float* rest
     const int nyb = (OH + BY - 1) / BY;
     const int units = N * nyb * OW;
     const int u1 = min(units, (band + 1) * per_band);
+    const size_t plane_x = (size_t)H * W, plane_g = (size_t)OH * OW;
+    __global const float* xc = x + (size_t)c * plane_x;
+    __global const float* gc = go + (size_t)c * plane_g;
     float acc[BK * BK];
 #pragma unroll
     for (int k = 0; k < BK * BK; ++k) acc[k] = 0.0f;
-    for (int u = band * per_band + lid; u < u1; u += WG_W) {
-        const int ow = u % OW, t = u / OW, oh0 = (t % nyb) * BY, n = t / nyb;
-        __global const float* xp = x + ((size_t)n * C + c) * H * W;
-        __global const float* gp = go + ((size_t)n * C + c) * OH * OW + ow;
-        float gv[BY];
-#pragma unroll
-        for (int j = 0; j < BY; ++j) gv[j] = oh0 + j < OH ? gp[(oh0 + j) * OW] : 0.0f;
-        const int ix0 = ow * BS - P;
-#pragma unroll
-        for (int r = 0; r < (BY - 1) * BS + BK; ++r) {
-            const int y = oh0 * BS - P + r;
-            if (y < 0 || y >= H) continue;
-            __global const float* xr = xp + (size_t)y * W;
-            float xv[BK];
-#pragma unroll
-            for (int kw = 0; kw < BK; ++kw) {
-                const int xx = ix0 + kw;
-                xv[kw] = (xx >= 0 && xx < W) ? xr[xx] : 0.0f;
-            }
-#pragma unroll
-            for (int j = 0; j < BY; ++j) {
-                const int kh = r - j * BS;
-                if (kh >= 0 && kh < BK) {
-#pragma unroll
-                    for (int kw = 0; kw < BK; ++kw) acc[kh * BK + kw] = fma(gv[j], xv[kw], acc[kh * BK + kw]);
-                }
-            }
+    int u = band * per_band + lid;
+    int ow = u % OW, yb = (u / OW) % nyb, n = u / OW / nyb;
+    const int dow = WG_W % OW, dyb = WG_W / OW;
+    for (; u < u1; u += WG_W) {
+        dw_w_unit(H, W, OH, OW, P, yb * BY, ow, xc + (size_t)n * C * plane_x, gc + (size_t)n * C * plane_g, acc);
+        ow += dow;
+        yb += dyb;
+        if (ow >= OW) {
+            ow -= OW;
+            ++yb;
+        }
+        if (yb >= nyb) {
+            n += yb / nyb;
+            yb %= nyb;
         }
     }
     const int q = lid / 64, s = lid % 64;
@@ -659,5 +729,82 @@ void dw_bwd_w_block(const int8 g, const int per_band, __global const float* rest
     barrier(CLK_LOCAL_MEM_FENCE);
     __global float* out = part + ((size_t)c * bands + band) * BK * BK;
     for (int k = lid; k < BK * BK; k += WG_W) out[k] = (red4[4 * k] + red4[4 * k + 1]) + (red4[4 * k + 2] + red4[4 * k + 3]);
+}
+#endif
+
+// ------------------------------------------------------------------------------ blocked stride-2 grad_x
+// Built per (GK = K <= 7, GC, GP = P & 1). With stride 2, input pixel (y, x) where y + P = 2t + e and
+// x + P = 2u + f reads grad_out (t - m, u - q) at the tap (2m + e, 2q + f): each row parity e uses only the
+// filter rows of that parity, each column parity only those columns. A work-item takes the 2 × 2·GC block
+// of grad_x at even (y0, x0); P's parity fixes every row's and column's parity, and so the grad_out rows
+// and columns it reads, at build time. The block loads the grad_out values it shares once (2 × (GC + 1)
+// for K = 3), with no per-pixel tap tests or divisions.
+#ifdef GK
+#define GM ((GK + 1) / 2)
+// GSTORE(o, p): the 2·GC floats of o to p.
+#if GC == 1
+#define GSTORE(o, p) vstore2(vload2(0, o), 0, p)
+#elif GC == 2
+#define GSTORE(o, p) vstore4(vload4(0, o), 0, p)
+#else
+#error "GC must be 1 or 2"
+#endif
+
+__kernel void dw_bwd_x_s2_block(const int8 g, __global const float* restrict go, __global const float* restrict w,
+                                __global float* restrict gx)
+{
+    const int C = g.s1, H = g.s2, W = g.s3, OH = g.s4, OW = g.s5, P = g.s7;
+    const int bx = get_global_id(0), by = get_global_id(1), nc = get_global_id(2);
+    const int x0 = bx * 2 * GC, y0 = by * 2;
+    if (x0 >= W || y0 >= H) return;
+    const int c = nc % C;
+    float wv[GK * GK];
+#pragma unroll
+    for (int k = 0; k < GK * GK; ++k) wv[k] = w[c * GK * GK + k];
+    // gv[a][b] = grad_out (t0 + a, u0 + b): block row i (column j) reads row ((i + GP) >> 1) - m + GM - 1
+    // of gv at filter row 2m + e (and likewise for columns); loads no block row reads are dropped by the
+    // compiler.
+    const int t0 = by + (P >> 1) - (GM - 1), u0 = bx * GC + (P >> 1) - (GM - 1);
+    __global const float* gp = go + (size_t)nc * OH * OW;
+    float gv[1 + GM][GC + GM];
+#pragma unroll
+    for (int a = 0; a < 1 + GM; ++a) {
+        const int t = t0 + a;
+        const bool rok = t >= 0 && t < OH;
+#pragma unroll
+        for (int b = 0; b < GC + GM; ++b) {
+            const int u = u0 + b;
+            gv[a][b] = (rok && u >= 0 && u < OW) ? gp[t * OW + u] : 0.0f;
+        }
+    }
+    __global float* gxp = gx + ((size_t)nc * H + y0) * W + x0;
+    const bool full = x0 + 2 * GC <= W;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        if (y0 + i >= H) break;
+        const int e = (i + GP) & 1, ti = ((i + GP) >> 1) + GM - 1;
+        float o[2 * GC];
+#pragma unroll
+        for (int j = 0; j < 2 * GC; ++j) {
+            const int f = (j + GP) & 1, tj = ((j + GP) >> 1) + GM - 1;
+            float acc = 0.0f;
+#pragma unroll
+            for (int m = 0; m < GM; ++m) {
+                if (2 * m + e >= GK) break;
+#pragma unroll
+                for (int q = 0; q < GM; ++q) {
+                    if (2 * q + f >= GK) break;
+                    acc = fma(gv[ti - m][tj - q], wv[(2 * m + e) * GK + 2 * q + f], acc);
+                }
+            }
+            o[j] = acc;
+        }
+        __global float* row = gxp + (size_t)i * W;
+        if (full) {
+            GSTORE(o, row);
+        } else {
+            for (int j = 0; j < 2 * GC && x0 + j < W; ++j) row[j] = o[j];
+        }
+    }
 }
 #endif

@@ -34,6 +34,19 @@ fn check(
     algo: Option<DwAlgo>,
     seed: u64,
 ) {
+    if algo == Some(DwAlgo::Block16x4) && s != 1 {
+        // float16 rows: stride 1 only; forcing it elsewhere is an error, forward and backward.
+        let xd = Tensor::zeros(dev, &x).unwrap();
+        let wd = Tensor::zeros(dev, &[x[1], 1, k, k]).unwrap();
+        let e = ops::depthwise_conv2d_algo(&xd, &wd, None, s, p, algo).unwrap_err();
+        assert!(e.to_string().contains("stride 1 and"), "{e}");
+        let y = ops::depthwise_conv2d(&xd, &wd, None, s, p).unwrap();
+        let go = Tensor::zeros(dev, y.shape()).unwrap();
+        let e = ops::depthwise_conv2d_backward_algo(&xd, &wd, &go, false, true, s, p, algo)
+            .unwrap_err();
+        assert!(e.to_string().contains("stride 1 and"), "{e}");
+        return;
+    }
     let what = format!("x {x:?} k {k} s {s} p {p} {algo:?}");
     let (xc, xd) = pair(dev, &x, seed);
     let (wc, wd) = pair(dev, &[x[1], 1, k, k], seed + 1);
@@ -68,7 +81,7 @@ fn check(
     );
 }
 
-const ALL: [DwAlgo; 9] = [
+const ALL: [DwAlgo; 10] = [
     DwAlgo::Local,
     DwAlgo::Rows,
     DwAlgo::Tile,
@@ -78,6 +91,7 @@ const ALL: [DwAlgo; 9] = [
     DwAlgo::Block4x2,
     DwAlgo::Block8x2,
     DwAlgo::Block8x4,
+    DwAlgo::Block16x4,
 ];
 
 #[test]
@@ -159,6 +173,7 @@ fn block_algorithms_reject_large_filters() {
         DwAlgo::Block4x2,
         DwAlgo::Block8x2,
         DwAlgo::Block8x4,
+        DwAlgo::Block16x4,
     ] {
         let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
         assert!(
@@ -210,4 +225,221 @@ fn bad_input_gives_clear_errors() {
             .to_string()
             .contains("larger than the padded input")
     );
+}
+
+/// Runs the ignored test `name` of this binary in one child process per entry of `forces`, each with
+/// `NETCL_AUTOTUNE_FORCE` set to it, all at once (kernel builds dominate on GPU drivers); asserts that each
+/// passed and returns their outputs.
+fn run_forced_children(name: &str, forces: &[String]) -> Vec<String> {
+    let children: Vec<_> = forces
+        .iter()
+        .map(|force| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    name,
+                    "--ignored",
+                    "--test-threads=1",
+                    "--nocapture",
+                ])
+                .env("NETCL_AUTOTUNE_FORCE", force)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    children
+        .into_iter()
+        .zip(forces)
+        .map(|(child, force)| {
+            let out = child.wait_with_output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(out.status.success(), "{name} with {force}:\n{text}");
+            assert!(
+                text.contains("1 passed"),
+                "{name} with {force} did not run:\n{text}"
+            );
+            text
+        })
+        .collect()
+}
+
+/// The grad_x kernels of a stride-2 convolution (`dwconv_bwd_x_s2`) and the grad_w units
+/// (`dwconv_bwd_w_unit`) of the GPU register-block algorithms, each forced in a child process, against the
+/// built-in device; a label that is not a candidate is refused.
+#[test]
+fn backward_kernel_variants() {
+    if devices().0.is_none() {
+        return;
+    }
+    let gathers = ["pixel", "2x2", "4x2"];
+    let units = ["col2", "col4", "col8"];
+    let mut forces: Vec<String> = units
+        .iter()
+        .enumerate()
+        .map(|(i, unit)| {
+            format!(
+                "dwconv_bwd_x_s2={};dwconv_bwd_w_unit={unit}",
+                gathers[i % gathers.len()]
+            )
+        })
+        .collect();
+    forces.push("dwconv_bwd_x_s2=3x3".into());
+    let texts = run_forced_children("backward_variant_child", &forces);
+    for (i, unit) in units.iter().enumerate() {
+        let gather = gathers[i % gathers.len()];
+        assert!(
+            texts[i].contains(&format!("forced {gather} {unit}")),
+            "{gather} {unit}: {}",
+            texts[i]
+        );
+    }
+    assert!(
+        texts[units.len()].contains("forced 3x3 rejected"),
+        "{}",
+        texts[units.len()]
+    );
+}
+
+#[test]
+#[ignore = "run by backward_kernel_variants with NETCL_AUTOTUNE_FORCE set"]
+fn backward_variant_child() {
+    let dev = devices().0.clone().expect("an OpenCL device");
+    let force = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
+    let label = |kernel: &str| {
+        force.split(';').find_map(|e| {
+            let (k, l) = e.split_once('=')?;
+            (k == kernel).then(|| l.to_owned())
+        })
+    };
+    let gather = label("dwconv_bwd_x_s2").unwrap();
+    if gather == "3x3" {
+        let x = Tensor::zeros(&dev, &[1, 2, 9, 9]).unwrap();
+        let w = Tensor::zeros(&dev, &[2, 1, 3, 3]).unwrap();
+        let go = Tensor::zeros(&dev, &[1, 2, 5, 5]).unwrap();
+        let e = ops::depthwise_conv2d_backward_algo(
+            &x,
+            &w,
+            &go,
+            false,
+            true,
+            2,
+            1,
+            Some(DwAlgo::Block1x4),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("NETCL_AUTOTUNE_FORCE") && e.contains("\"2x2\""),
+            "{e}"
+        );
+        println!("forced 3x3 rejected");
+        return;
+    }
+    let unit = label("dwconv_bwd_w_unit").unwrap();
+    let seq = netcl::autotune::last_seq();
+    // Stride 2: every kernel size, padding 0..3 (both parities), odd sizes that are no multiple of a block,
+    // sizes smaller than one block, batch 1 and 2.
+    let mut rng = Lcg(31);
+    let mut seed = 8000;
+    for k in 1..=7usize {
+        for p in 0..=3.min(k) {
+            let x = [
+                1 + rng.range(0, 1),
+                [1, 3, 5, 7][rng.range(0, 3)],
+                (k.saturating_sub(2 * p)).max(1) + rng.range(0, 12),
+                (k.saturating_sub(2 * p)).max(1) + rng.range(0, 20),
+            ];
+            check(&dev, x, k, 2, p, Some(DwAlgo::Block1x4), seed);
+            seed += 10;
+        }
+    }
+    for (i, algo) in [DwAlgo::Block1x8, DwAlgo::Block4x2].into_iter().enumerate() {
+        check(
+            &dev,
+            [1, 3, 1, 1],
+            3,
+            2,
+            1,
+            Some(algo),
+            8800 + 10 * i as u64,
+        );
+        check(
+            &dev,
+            [1, 5, 13, 3],
+            3,
+            2,
+            1,
+            Some(algo),
+            8820 + 10 * i as u64,
+        );
+        check(
+            &dev,
+            [2, 7, 17, 23],
+            5,
+            2,
+            2,
+            Some(algo),
+            8840 + 10 * i as u64,
+        );
+        // Stride 1 takes the grad_w units too.
+        check(
+            &dev,
+            [2, 3, 11, 29],
+            3,
+            1,
+            1,
+            Some(algo),
+            8860 + 10 * i as u64,
+        );
+        check(
+            &dev,
+            [1, 5, 9, 7],
+            7,
+            1,
+            3,
+            Some(algo),
+            8880 + 10 * i as u64,
+        );
+    }
+    // More channels than grad_w has bands in all (one band per channel), so each work-item walks several
+    // units, across rows and samples.
+    check(
+        &dev,
+        [3, 2049, 33, 33],
+        3,
+        1,
+        1,
+        Some(DwAlgo::Block1x4),
+        8900,
+    );
+    check(
+        &dev,
+        [3, 2049, 33, 33],
+        3,
+        2,
+        1,
+        Some(DwAlgo::Block1x4),
+        8910,
+    );
+    let used = netcl::autotune::decisions_since(seq);
+    for kernel in ["dwconv_bwd_x_s2", "dwconv_bwd_w_unit"] {
+        let want = if kernel == "dwconv_bwd_x_s2" {
+            &gather
+        } else {
+            &unit
+        };
+        let ds: Vec<_> = used.iter().filter(|d| d.kernel == kernel).collect();
+        assert!(!ds.is_empty(), "no {kernel} decision: {used:?}");
+        for d in ds {
+            assert_eq!(d.source, netcl::autotune::Source::Forced, "{d:?}");
+            assert_eq!(&d.winner_label, want, "{d:?}");
+        }
+    }
+    println!("forced {gather} {unit}");
 }

@@ -3,12 +3,14 @@
 //! Algorithms (`NETCL_DWCONV_ALGO` forces one, as in netcl; otherwise measured per shape class): `local`
 //! (32×8 output tiles with the input halo in local memory, K ≤ 7, stride 1 or 2; GPUs), `rows` (one output
 //! row per work-item over bounds-free spans; CPU OpenCL), `tile` and `naive` (one output per work-item), and
-//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2`, `block8x4` (columns × rows of
-//! outputs per work-item read straight from global memory, K ≤ 7, stride 1 or 2; one-column blocks
-//! coalesce on GPUs, `float8` rows walked by one work-item suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of
-//! grad_out with the flipped filter (so it uses the same kernels); otherwise a gather (one input pixel per
-//! work-item, no atomics) or one input row per work-item. grad_w sums band partials (a channel × a range of
-//! output rows or units) and reduces them.
+//! the register blocks `block1x4`, `block1x8`, `block4x2`, `block8x2`, `block8x4` and `block16x4` (columns ×
+//! rows of outputs per work-item read straight from global memory, K ≤ 7, stride 1 or 2, `block16x4`
+//! stride 1 only; one-column blocks coalesce on GPUs, `float8` and `float16` rows walked by one work-item
+//! suit CPU OpenCL). Backward: grad_x of a stride-1 convolution is the forward convolution of grad_out with
+//! the flipped filter (so it uses the same kernels); at stride 2 the GPU register blocks gather, one pixel
+//! or a 2×2 / 4×2 block of pixels per work-item (measured: `dwconv_bwd_x_s2`); the CPU ones and `rows` take
+//! one input row per work-item. grad_w sums band partials (a channel × a range of output rows or units) and
+//! reduces them; the GPU register blocks measure their unit height (`dwconv_bwd_w_unit`).
 
 #![allow(clippy::too_many_arguments)]
 
@@ -53,6 +55,10 @@ pub enum DwAlgo {
     /// Register blocks of 8 columns × 4 rows (as `block8x2`, with more input rows shared per load).
     #[serde(rename = "block8x4")]
     Block8x4,
+    /// Register blocks of 16 columns × 4 rows (`float16` rows, one work-item per row block walking its
+    /// columns; K ≤ 7, stride 1 only; CPU OpenCL with 512-bit vectors).
+    #[serde(rename = "block16x4")]
+    Block16x4,
 }
 
 impl DwAlgo {
@@ -64,10 +70,32 @@ impl DwAlgo {
             DwAlgo::Block4x2 => Some((4, 2)),
             DwAlgo::Block8x2 => Some((8, 2)),
             DwAlgo::Block8x4 => Some((8, 4)),
+            DwAlgo::Block16x4 => Some((16, 4)),
             _ => None,
         }
     }
+
+    /// Whether one work-item walks the column blocks of its rows (the CPU register blocks).
+    fn walks_rows(self) -> bool {
+        self.block().is_some_and(|(vw, _)| vw >= 8)
+    }
 }
+
+/// grad_x kernels of a stride-2 convolution on the GPU register-block path, measured per shape class
+/// (`dwconv_bwd_x_s2`): `pixel` gathers one input pixel per work-item; `2x2` and `4x2` compute a block of
+/// 2 or 4 columns × 2 rows of grad_x per work-item from the grad_out values the block shares
+/// (`dw_bwd_x_s2_block`).
+const GATHER_S2: [&str; 3] = ["pixel", "2x2", "4x2"];
+
+/// Column pairs of a blocked gather's block, `None` for `pixel`.
+fn gather_pairs(variant: &str) -> Option<usize> {
+    let (c, _) = variant.split_once('x')?;
+    Some(c.parse::<usize>().ok()? / 2)
+}
+
+/// grad_w units of the GPU register-block path, measured per shape class (`dwconv_bwd_w_unit`): a unit is
+/// one column of 2, 4 or 8 outputs, whose input rows are read once for every tap.
+const GRAD_W_UNITS: [&str; 3] = ["col2", "col4", "col8"];
 
 /// Validated geometry: (N, C, H, W, OH, OW, stride, pad) and the kernel size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -213,6 +241,7 @@ fn forced(algo: Option<DwAlgo>) -> Option<(DwAlgo, &'static str)> {
         Ok("block4x2") => Some((DwAlgo::Block4x2, "NETCL_DWCONV_ALGO")),
         Ok("block8x2") => Some((DwAlgo::Block8x2, "NETCL_DWCONV_ALGO")),
         Ok("block8x4") => Some((DwAlgo::Block8x4, "NETCL_DWCONV_ALGO")),
+        Ok("block16x4") => Some((DwAlgo::Block16x4, "NETCL_DWCONV_ALGO")),
         _ => None,
     }
 }
@@ -356,16 +385,18 @@ impl ClDevice {
 
     /// Whether `a` can run `g` on this device, with the reason when it cannot.
     fn dw_eligible(&self, a: DwAlgo, g: &DwGeom) -> Result<()> {
-        let ok = match a {
-            DwAlgo::Local => self.dw_local_ok(g),
-            _ if a.block().is_some() => self.dw_block_ok(g),
-            _ => true,
+        let (ok, strides) = match a {
+            DwAlgo::Local => (self.dw_local_ok(g), "1 or 2"),
+            // float16 rows hold 16 consecutive input columns: stride 1 only.
+            DwAlgo::Block16x4 => (self.dw_block_ok(g) && g.s == 1, "1"),
+            _ if a.block().is_some() => (self.dw_block_ok(g), "1 or 2"),
+            _ => (true, ""),
         };
         if ok {
             return Ok(());
         }
         Err(Error::Invalid(format!(
-            "depthwise `{}` needs K ≤ 7, stride 1 or 2 and 256-wide work-groups, got K = {} and stride {}",
+            "depthwise `{}` needs K ≤ 7, stride {strides} and 256-wide work-groups, got K = {} and stride {}",
             autotune::label(&serde_json::to_value(a).unwrap_or_default()),
             g.k,
             g.s
@@ -379,7 +410,7 @@ impl ClDevice {
             .set("BS", g.s)
             .set("VW", vw)
             .set("BY", by)
-            .set("XLOOP", (vw == 8) as usize)
+            .set("XLOOP", a.walks_rows() as usize)
     }
 
     fn dw_fwd_with(
@@ -418,11 +449,12 @@ impl ClDevice {
             | DwAlgo::Block1x8
             | DwAlgo::Block4x2
             | DwAlgo::Block8x2
-            | DwAlgo::Block8x4 => {
+            | DwAlgo::Block8x4
+            | DwAlgo::Block16x4 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
                 let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
-                // 8-wide blocks walk whole rows (XLOOP): one work-item per row block.
-                let cols = if vw == 8 { 1 } else { g.ow.div_ceil(vw) };
+                // 8- and 16-wide blocks walk whole rows (XLOOP): one work-item per row block.
+                let cols = if a.walks_rows() { 1 } else { g.ow.div_ceil(vw) };
                 let items = g.n * g.c * g.oh.div_ceil(by) * cols;
                 self.launch(&kern, &args, &[items], Some(&[128]))
             }
@@ -472,6 +504,9 @@ impl ClDevice {
                 DwAlgo::Block8x2,
                 DwAlgo::Block8x4,
             ]);
+            if g.s == 1 {
+                v.push(DwAlgo::Block16x4);
+            }
         }
         v
     }
@@ -525,26 +560,22 @@ impl ClDevice {
                     ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
                 }
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
-                    let kern =
-                        self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_gather")?;
-                    // Work-groups of 128 as a row strip: the widest of 32, 16, 8 that divides W.
-                    let lx = [32, 16, 8]
-                        .into_iter()
-                        .find(|d| g.w.is_multiple_of(*d))
-                        .unwrap_or(32);
-                    let local = [lx, 128 / lx, 1];
-                    ev.push(self.launch(&kern, &plain, &[g.w, g.h, g.n * g.c], Some(&local))?);
+                    let gather = if g.s == 2 {
+                        // Default (autotuning off): `4x2`, the H200's choice.
+                        autotune::tune(device, "dwconv_bwd_x_s2", &g.key(0), &GATHER_S2, 2, |v| {
+                            events_ms(&[self.dw_gather(v, &plain, g)?])
+                        })?
+                    } else {
+                        GATHER_S2[0]
+                    };
+                    ev.push(self.dw_gather(gather, &plain, g)?);
                 }
-                _ if matches!(a, DwAlgo::Block8x2 | DwAlgo::Block8x4) && g.s == 2 => {
+                _ if a.walks_rows() && g.s == 2 => {
                     let kern =
                         self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_s2")?;
                     ev.push(self.launch(&kern, &plain, &[g.n * g.c * g.h], None)?);
                 }
-                _ if matches!(
-                    a,
-                    DwAlgo::Rows | DwAlgo::Local | DwAlgo::Block8x2 | DwAlgo::Block8x4
-                ) =>
-                {
+                _ if matches!(a, DwAlgo::Rows | DwAlgo::Local) || a.walks_rows() => {
                     let kern = self.kernel(
                         "depthwise",
                         &Defines::new().set("RK", g.k).set("RS", g.s),
@@ -571,21 +602,22 @@ impl ClDevice {
                 ev.push(self.launch(&kern, &args, &[gw.numel()], None)?);
             }
             DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 => {
-                let (bands, per_band) = Self::dw_block_bands(g, a.block().map_or(4, |b| b.1));
-                let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
-                let kern =
-                    self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_w_block")?;
-                let args = [
-                    Arg::I32x8(g.arg()),
-                    Arg::I32(per_band as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(part.storage()),
-                ];
-                ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
-                ev.push(self.dw_reduce(&part, gw, g, bands)?);
+                let unit = autotune::tune(
+                    device,
+                    "dwconv_bwd_w_unit",
+                    &g.key(0),
+                    &GRAD_W_UNITS,
+                    // Default (autotuning off): `col8`, the H200's choice at stride 1 and 2.
+                    2,
+                    |u| events_ms(&self.dw_grad_w_units(device, u, x, go, gw, g)?),
+                )?;
+                ev.extend(self.dw_grad_w_units(device, unit, x, go, gw, g)?);
             }
-            DwAlgo::Local | DwAlgo::Rows | DwAlgo::Block8x2 | DwAlgo::Block8x4 => {
+            DwAlgo::Local
+            | DwAlgo::Rows
+            | DwAlgo::Block8x2
+            | DwAlgo::Block8x4
+            | DwAlgo::Block16x4 => {
                 let (bands_per, rows) = self.dw_bands(g);
                 let bands = g.n * bands_per;
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
@@ -630,12 +662,85 @@ impl ClDevice {
     }
 
     /// Band split of the register-block grad_w: about 2048 work-groups in all, each over `per_band`
-    /// consecutive units of (n, block of `by` rows, column). Returns (bands per channel, per_band).
+    /// consecutive units of (n, block of `by` rows, column). `per_band` is a multiple of the 256
+    /// work-items, so that every work-item of a full band takes as many units. Returns (bands per
+    /// channel, per_band).
     fn dw_block_bands(g: &DwGeom, by: usize) -> (usize, usize) {
         let units = g.n * g.oh.div_ceil(by) * g.ow;
         let bands = 2048usize.div_ceil(g.c).clamp(1, units.div_ceil(256).max(1));
-        let per_band = units.div_ceil(bands).max(1);
+        let per_band = units.div_ceil(bands).next_multiple_of(256);
         (units.div_ceil(per_band).max(1), per_band)
+    }
+
+    /// One candidate of the grad_x gather at stride 2 (see [`GATHER_S2`]); `args` are the geometry,
+    /// grad_out, the filter and grad_x.
+    fn dw_gather(&self, variant: &str, args: &[Arg<'_>], g: &DwGeom) -> Result<Event> {
+        match gather_pairs(variant) {
+            None => {
+                let defs = Defines::new()
+                    .set("BK", g.k)
+                    .set("BS", g.s)
+                    .set("VW", 1)
+                    .set("BY", 4)
+                    .set("XLOOP", 0);
+                let kern = self.kernel("depthwise", &defs, "dw_bwd_x_gather")?;
+                // Work-groups of 128 as a row strip: the widest of 32, 16, 8 that divides W.
+                let lx = [32, 16, 8]
+                    .into_iter()
+                    .find(|d| g.w.is_multiple_of(*d))
+                    .unwrap_or(32);
+                self.launch(
+                    &kern,
+                    args,
+                    &[g.w, g.h, g.n * g.c],
+                    Some(&[lx, 128 / lx, 1]),
+                )
+            }
+            Some(gc) => {
+                let defs = Defines::new()
+                    .set("GK", g.k)
+                    .set("GC", gc)
+                    .set("GP", g.p % 2);
+                let kern = self.kernel("depthwise", &defs, "dw_bwd_x_s2_block")?;
+                // 32 blocks along a row even where that pads the range: the wider strip coalesces
+                // better (measured faster on the H200 than a narrower strip without padding).
+                let range = [g.w.div_ceil(2 * gc), g.h.div_ceil(2), g.n * g.c];
+                self.launch(&kern, args, &range, Some(&[32, 4, 1]))
+            }
+        }
+    }
+
+    /// grad_w of the GPU register-block family with one of [`GRAD_W_UNITS`]: band partials, then their sum.
+    fn dw_grad_w_units(
+        &self,
+        device: &Device,
+        unit: &str,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &DwGeom,
+    ) -> Result<Vec<Event>> {
+        let by = unit.trim_start_matches("col").parse().unwrap_or(4);
+        let (bands, per_band) = Self::dw_block_bands(g, by);
+        let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
+        let defs = Defines::new()
+            .set("BK", g.k)
+            .set("BS", g.s)
+            .set("VW", 1)
+            .set("BY", by)
+            .set("XLOOP", 0);
+        let kern = self.kernel("depthwise", &defs, "dw_bwd_w_block")?;
+        let args = [
+            Arg::I32x8(g.arg()),
+            Arg::I32(per_band as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(go.storage()),
+            Arg::Mem(part.storage()),
+        ];
+        Ok(vec![
+            self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?,
+            self.dw_reduce(&part, gw, g, bands)?,
+        ])
     }
 
     /// gw[c][t] = the sum of part[c][band][t] over `bands` bands.
