@@ -164,8 +164,8 @@ struct Recorded {
 /// measured on an H200), so untimed launches ask for none.
 pub(crate) struct Event(Option<ClEvent>);
 
-/// `clEnqueueNDRangeKernel` as the ICD loader exports it, for launches that ask for no event (the wrapper
-/// crate always asks for one).
+/// `clEnqueueNDRangeKernel` as the ICD loader exports it: the wrapper crate's function always asks for an
+/// event, and untimed launches ask for none.
 type EnqueueNdRange = unsafe extern "C" fn(
     cl_command_queue,
     cl_kernel,
@@ -179,8 +179,8 @@ type EnqueueNdRange = unsafe extern "C" fn(
 ) -> cl_int;
 
 /// The loader's `clEnqueueNDRangeKernel`, from the library the wrapper crate loads (`OPENCL_DYLIB_PATH`, else
-/// `libOpenCL.so.1`); `None` where it cannot be found, and then every launch asks for an event.
-fn enqueue_untimed() -> Option<EnqueueNdRange> {
+/// `libOpenCL.so.1`); `None` where it cannot be found.
+fn enqueue_nd_range() -> Option<EnqueueNdRange> {
     static F: OnceLock<Option<EnqueueNdRange>> = OnceLock::new();
     *F.get_or_init(|| {
         let path = std::env::var("OPENCL_DYLIB_PATH").unwrap_or_else(|_| "libOpenCL.so.1".into());
@@ -319,48 +319,35 @@ impl ClDevice {
             slot.values[i] = bytes;
         }
         let recording = RECORDING.with(|rec| rec.borrow().is_some());
-        let untimed = (!recording && !crate::autotune::measuring())
-            .then(enqueue_untimed)
-            .flatten();
-        let local_ptr = local.map_or(ptr::null(), |l| l.as_ptr());
-        let ev = match untimed {
-            // SAFETY: the work sizes outlive the call, every argument has been set above, and a null event
-            // pointer asks for no event.
-            Some(enqueue) => {
-                let code = unsafe {
-                    enqueue(
-                        self.queue.get(),
-                        k,
-                        global.len() as u32,
-                        ptr::null(),
-                        global.as_ptr(),
-                        local_ptr,
-                        0,
-                        ptr::null(),
-                        ptr::null_mut(),
-                    )
-                };
-                if code != 0 { Err(code) } else { Ok(None) }
-            }
-            // SAFETY: as above; the returned event is owned below.
-            None => unsafe {
-                cl3::command_queue::enqueue_nd_range_kernel(
-                    self.queue.get(),
-                    k,
-                    global.len() as u32,
-                    ptr::null(),
-                    global.as_ptr(),
-                    local_ptr,
-                    0,
-                    ptr::null(),
-                )
-            }
-            .map(Some),
-        }
-        .map_err(|code| {
-            Error::cl("clEnqueueNDRangeKernel", code).with_context(&kernel.name, &global, local)
+        let timed = recording || crate::autotune::measuring();
+        let enqueue = enqueue_nd_range().ok_or_else(|| {
+            Error::Unsupported("the OpenCL library exports no clEnqueueNDRangeKernel".into())
         })?;
+        let mut ev: cl_event = ptr::null_mut();
+        // SAFETY: the work sizes outlive the call and every argument has been set above; a null event pointer
+        // asks for no event, otherwise the returned event is owned below.
+        let code = unsafe {
+            enqueue(
+                self.queue.get(),
+                k,
+                global.len() as u32,
+                ptr::null(),
+                global.as_ptr(),
+                local.map_or(ptr::null(), |l| l.as_ptr()),
+                0,
+                ptr::null(),
+                if timed { &mut ev } else { ptr::null_mut() },
+            )
+        };
+        if code != 0 {
+            return Err(Error::cl("clEnqueueNDRangeKernel", code).with_context(
+                &kernel.name,
+                &global,
+                local,
+            ));
+        }
         drop(guard);
+        let ev = (!ev.is_null()).then_some(ev);
         let Some(ev) = ev else {
             return Ok(Event(None));
         };

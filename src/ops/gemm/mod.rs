@@ -304,12 +304,17 @@ pub fn bmm_with(
     label: &str,
 ) -> Result<Tensor> {
     let g = bmm_desc(a, b, trans_a, trans_b)?;
-    let out = Tensor::empty(a.device(), &[g.batch, g.m, g.n], DType::F32)?;
+    forced(a, b, &g, &[g.batch, g.m, g.n], label)
+}
+
+/// Runs `g` into a new tensor of `shape` with the candidate `label`, bypassing the autotuner.
+fn forced(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], label: &str) -> Result<Tensor> {
+    let out = Tensor::empty(a.device(), shape, DType::F32)?;
     g.check(a, b, &out, None)?;
     if out.numel() > 0 {
         a.device()
             .kind()
-            .gemm_forced(a.device(), a, b, &out, &g, label)?;
+            .gemm_forced(a.device(), a, b, &out, g, label)?;
     }
     Ok(out)
 }
@@ -363,14 +368,7 @@ pub fn matmul_with(
     label: &str,
 ) -> Result<Tensor> {
     let g = matmul_desc(a, b, trans_a, trans_b)?;
-    let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
-    g.check(a, b, &out, None)?;
-    if out.numel() > 0 {
-        a.device()
-            .kind()
-            .gemm_forced(a.device(), a, b, &out, &g, label)?;
-    }
-    Ok(out)
+    forced(a, b, &g, &[g.m, g.n], label)
 }
 
 /// Validates `g` against the buffers and runs it on their device (k = 0 writes the epilogue of an empty sum).
