@@ -139,6 +139,21 @@ fn bad_shapes_are_clear_errors() {
     );
 }
 
+/// Runs the product with every candidate label and compares each result with `want` (absolute tolerance `atol`,
+/// relative 1e-4).
+fn every_label_matches(
+    labels: &[String],
+    want: &[f32],
+    atol: f32,
+    what: &str,
+    run: impl Fn(&str) -> netcl::Result<Tensor>,
+) {
+    for l in labels {
+        let got = run(l).unwrap().to_vec::<f32>().unwrap();
+        assert_close(&got, want, atol, 1e-4, &format!("{what} candidate {l}"));
+    }
+}
+
 #[test]
 fn every_batched_candidate_matches_with_a_shared_operand() {
     let Some(dev) = opencl_device() else { return };
@@ -166,19 +181,13 @@ fn every_batched_candidate_matches_with_a_shared_operand() {
             labels.iter().any(|l| l.contains("tiled_flat")),
             "{labels:?}"
         );
-        for l in &labels {
-            let got = ops::bmm_with(&ad, &bd, ta, false, l)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            assert_close(
-                &got,
-                &want,
-                1e-4,
-                1e-4,
-                &format!("{batch}x{m}x{n}x{k} ta={ta} candidate {l}"),
-            );
-        }
+        every_label_matches(
+            &labels,
+            &want,
+            1e-4,
+            &format!("{batch}x{m}x{n}x{k} ta={ta}"),
+            |l| ops::bmm_with(&ad, &bd, ta, false, l),
+        );
     }
     // Without a shared A, no folded candidate is offered.
     let (_, ad) = pair(&dev, &[2, 8, 8], 900);
@@ -222,20 +231,14 @@ fn every_candidate_matches_on_edge_shapes() {
         if k <= 64 && !ta && !tb {
             assert!(labels.iter().any(|l| l.contains("smallk")), "{labels:?}");
         }
-        for l in &labels {
-            let got = ops::matmul_with(&ad, &bd, ta, tb, l)
-                .unwrap()
-                .to_vec::<f32>()
-                .unwrap();
-            // k up to 1100: 1e-3 absolute.
-            assert_close(
-                &got,
-                &want,
-                1e-3,
-                1e-4,
-                &format!("{m}x{n}x{k} ta={ta} tb={tb} candidate {l}"),
-            );
-        }
+        // k up to 1100: 1e-3 absolute.
+        every_label_matches(
+            &labels,
+            &want,
+            1e-3,
+            &format!("{m}x{n}x{k} ta={ta} tb={tb}"),
+            |l| ops::matmul_with(&ad, &bd, ta, tb, l),
+        );
     }
     assert!(
         ops::matmul_with(

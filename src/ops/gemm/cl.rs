@@ -107,6 +107,14 @@ impl ClDevice {
             g.n.next_power_of_two(),
             g.k.next_power_of_two(),
         );
+        // Batches folded into the columns (a shared A and an untransposed B: pointwise convolutions), where the
+        // columns of one batch leave the last column tile partly empty. The key holds the batch bucket and the
+        // transposes, so this depends on the key only; a shape the folding does not fit runs unfolded.
+        let folds: &[bool] = if Self::foldable(g) {
+            &[false, true]
+        } else {
+            &[false]
+        };
         let mut v = Vec::new();
         for (tm, tn, tk, rm, rn) in TILED {
             let (wx, wy) = (tn / rn, tm / rm);
@@ -115,43 +123,18 @@ impl ClDevice {
             // A tile far larger than the product only pads work.
             let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
             if wx * wy <= max_wg && bytes <= lmem && fits_items && useful {
-                v.push(GemmCand {
+                v.extend(folds.iter().map(|&flat| GemmCand {
                     algo: Algo::Tiled {
                         tm,
                         tn,
                         tk,
                         rm,
                         rn,
-                        flat: false,
+                        flat,
                     },
                     splits: 1,
-                });
+                }));
             }
-        }
-        // Batches folded into the columns: for a shared A and an untransposed B (pointwise convolutions), where
-        // the columns of one batch leave the last column tile partly empty. The key holds the batch bucket and
-        // the transposes, so this depends on the key only; a shape the folding does not fit runs unfolded.
-        if g.batch > 1 && !g.trans_b && g.s_a == 0 {
-            let flat: Vec<GemmCand> = v
-                .iter()
-                .filter_map(|c| match c.algo {
-                    Algo::Tiled {
-                        tm, tn, tk, rm, rn, ..
-                    } => Some(GemmCand {
-                        algo: Algo::Tiled {
-                            tm,
-                            tn,
-                            tk,
-                            rm,
-                            rn,
-                            flat: true,
-                        },
-                        splits: 1,
-                    }),
-                    _ => None,
-                })
-                .collect();
-            v.extend(flat);
         }
         for (mr, vw, nb) in BLOCKS {
             v.push(GemmCand {
@@ -201,13 +184,16 @@ impl ClDevice {
         v
     }
 
+    /// Whether folded candidates are offered for `g`: several batches, A shared by all, B untransposed.
+    fn foldable(g: &Gemm) -> bool {
+        g.batch > 1 && g.s_a == 0 && !g.trans_b
+    }
+
     /// Whether `g` can fold its batches into the columns: A shared by every batch, B untransposed, the columns
     /// of a batch a multiple of 4 (no float4 quad straddles two batches), and the folded column count within
     /// the kernels' 32-bit indices.
     fn flat_ok(g: &Gemm) -> bool {
-        g.batch > 1
-            && g.s_a == 0
-            && !g.trans_b
+        Self::foldable(g)
             && g.n.is_multiple_of(4)
             && g.n
                 .checked_mul(g.batch)
