@@ -296,17 +296,7 @@ fn run_forced_child(name: &str, force: &str) -> String {
         .env("NETCL_AUTOTUNE_FORCE", force)
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{name} with {force}:\n{text}");
-    assert!(
-        text.contains("1 passed"),
-        "{name} with {force} did not run:\n{text}"
-    );
-    text
+    common::child_test_output(name, force, &out)
 }
 
 /// Both Winograd tile sizes, F(2×2, 3×3) and F(4×4, 3×3), forced through `NETCL_AUTOTUNE_FORCE` in a child

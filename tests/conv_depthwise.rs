@@ -254,17 +254,7 @@ fn run_forced_children(name: &str, forces: &[String]) -> Vec<String> {
         .zip(forces)
         .map(|(child, force)| {
             let out = child.wait_with_output().unwrap();
-            let text = format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(out.status.success(), "{name} with {force}:\n{text}");
-            assert!(
-                text.contains("1 passed"),
-                "{name} with {force} did not run:\n{text}"
-            );
-            text
+            common::child_test_output(name, force, &out)
         })
         .collect()
 }

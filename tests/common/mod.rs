@@ -73,3 +73,19 @@ impl Lcg {
         lo + ((self.0 >> 33) as usize) % (hi - lo + 1)
     }
 }
+
+/// The output of a child test process that ran the ignored test `name` with `NETCL_AUTOTUNE_FORCE=force`,
+/// after asserting that it succeeded and ran exactly one test.
+pub fn child_test_output(name: &str, force: &str, out: &std::process::Output) -> String {
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{name} with {force}:\n{text}");
+    assert!(
+        text.contains("1 passed"),
+        "{name} with {force} did not run:\n{text}"
+    );
+    text
+}
