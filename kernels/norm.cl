@@ -11,7 +11,9 @@
 //                    end (what that pass read last, still cached, is read first) and folding its channel's
 //                    partials itself: no bn_finish launch, the chunk-0 group writes the statistics;
 //   bn_pipe:         everything in one launch (GPUs): groups sum a chunk, then normalise the previous
-//                    channel's chunk once that channel is complete (see the kernel).
+//                    channel's chunk once that channel is complete (see the kernel);
+//   bn_hold:         everything in one launch reading x once (GPUs): each group keeps its chunk in registers
+//                    until its channel's statistics are complete.
 // A chunk covers `rc` consecutive elements of the channel's N·P (in float4 units with VEC4). With UNR 4 the
 // strided loops issue four independent loads per iteration (more bytes in flight); the order of the
 // additions is the same as with UNR 1.
@@ -142,17 +144,9 @@ __kernel void bn_partial_item(const int N, const int C, const int P, const int r
     part[(c * G + g) * 2 + 1] = q + (qa.s0 + qa.s1) + (qa.s2 + qa.s3);
 }
 
-// Channel c's statistics from its G partials, in a fixed order (every caller gets the same bits).
-// The partials are read through a volatile pointer: in bn_pipe they were written by other work-groups of the
-// same launch.
-static inline void bn_fold(const int c, const int N, const int P, const int G, const float eps,
-                           __global const float* x, volatile __global const float* part, float* mean, float* var,
-                           float* rstd) {
-    float s = 0.0f, q = 0.0f;
-    for (int g = 0; g < G; ++g) {
-        s += part[(c * G + g) * 2];
-        q += part[(c * G + g) * 2 + 1];
-    }
+// Mean, variance and 1/√(var + ε) of channel c from its shifted sums s and q.
+static inline void bn_moments(const int c, const int N, const int P, const float eps, __global const float* x,
+                              const float s, const float q, float* mean, float* var, float* rstd) {
     const float cnt = (float)N * (float)P;
     const float d = s / cnt;
     *mean = bn_shift(x, c, P) + d;
@@ -160,6 +154,38 @@ static inline void bn_fold(const int c, const int N, const int P, const int G, c
     // Rounding can make a tiny variance negative; a NaN stays NaN.
     *var = v < 0.0f ? 0.0f : v;
     *rstd = 1.0f / sqrt(*var + eps);
+}
+
+// Channel c's statistics from its G partials, in a fixed order (every caller gets the same bits).
+static inline void bn_fold(const int c, const int N, const int P, const int G, const float eps,
+                           __global const float* x, __global const float* part, float* mean, float* var,
+                           float* rstd) {
+    float s = 0.0f, q = 0.0f;
+    for (int g = 0; g < G; ++g) {
+        s += part[(c * G + g) * 2];
+        q += part[(c * G + g) * 2 + 1];
+    }
+    bn_moments(c, N, P, eps, x, s, q, mean, var, rstd);
+}
+
+// The normalising pass's scale a = γ·rstd and shift sh = β of channel c; `write` stores the channel's
+// statistics and running statistics.
+static inline void bn_scale(const int c, const int C, const float momentum, const int has_gamma,
+                            const int has_beta, const bool write, __global const float* gamma,
+                            __global const float* beta, __global const float* rm, __global const float* rv,
+                            __global float* mean_out, __global float* rstd_out, __global float* stat,
+                            __global float* rm_out, __global float* rv_out, const float mean, const float var,
+                            const float rstd, float* a, float* sh) {
+    *a = has_gamma ? gamma[c] * rstd : rstd;
+    *sh = has_beta ? beta[c] : 0.0f;
+    if (write) {
+        mean_out[c] = mean;
+        rstd_out[c] = rstd;
+        stat[c] = *a;
+        stat[C + c] = *sh;
+        rm_out[c] = (1.0f - momentum) * rm[c] + momentum * mean;
+        rv_out[c] = (1.0f - momentum) * rv[c] + momentum * var;
+    }
 }
 
 // mean[c], rstd[c], and stat[c] = γ·rstd, stat[C + c] = β (0 without β) for the apply.
@@ -171,14 +197,10 @@ __kernel void bn_finish(const int N, const int C, const int P, const int G, cons
                         __global float* rm_out, __global float* rv_out) {
     const int c = get_global_id(0);
     if (c >= C) return;
-    float mean, var, rstd;
+    float mean, var, rstd, a, sh;
     bn_fold(c, N, P, G, eps, x, part, &mean, &var, &rstd);
-    mean_out[c] = mean;
-    rstd_out[c] = rstd;
-    stat[c] = has_gamma ? gamma[c] * rstd : rstd;
-    stat[C + c] = has_beta ? beta[c] : 0.0f;
-    rm_out[c] = (1.0f - momentum) * rm[c] + momentum * mean;
-    rv_out[c] = (1.0f - momentum) * rv[c] + momentum * var;
+    bn_scale(c, C, momentum, has_gamma, has_beta, true, gamma, beta, rm, rv, mean_out, rstd_out, stat, rm_out,
+             rv_out, mean, var, rstd, &a, &sh);
 }
 
 __kernel void bn_apply_flat(const int total, const int C, const int P, __global const float* x,
@@ -211,23 +233,15 @@ __kernel void bn_apply_plane(const int planes, const int C, const int P, __globa
 // The normalising pass's per-channel constants from the partials; `write` stores the channel's statistics.
 static inline void bn_prologue(const int c, const int N, const int C, const int P, const int G, const float eps,
                                const float momentum, const int has_gamma, const int has_beta, const bool write,
-                               __global const float* x, volatile __global const float* part,
+                               __global const float* x, __global const float* part,
                                __global const float* gamma, __global const float* beta,
                                __global const float* rm, __global const float* rv, __global float* mean_out,
                                __global float* rstd_out, __global float* stat, __global float* rm_out,
                                __global float* rv_out, float* mean, float* a, float* sh) {
     float var, rstd;
     bn_fold(c, N, P, G, eps, x, part, mean, &var, &rstd);
-    *a = has_gamma ? gamma[c] * rstd : rstd;
-    *sh = has_beta ? beta[c] : 0.0f;
-    if (write) {
-        mean_out[c] = *mean;
-        rstd_out[c] = rstd;
-        stat[c] = *a;
-        stat[C + c] = *sh;
-        rm_out[c] = (1.0f - momentum) * rm[c] + momentum * *mean;
-        rv_out[c] = (1.0f - momentum) * rv[c] + momentum * var;
-    }
+    bn_scale(c, C, momentum, has_gamma, has_beta, write, gamma, beta, rm, rv, mean_out, rstd_out, stat, rm_out,
+             rv_out, *mean, var, rstd, a, sh);
 }
 
 // Item lid of L normalises chunk g of channel c (rc units), walking it from the end back to the start.
@@ -282,54 +296,214 @@ __kernel void bn_apply_back(const int N, const int C, const int P, const int rc,
     bn_apply_chunk(N, C, P, rc, g, c, lid, L, mean, a, sh, x, y);
 }
 
-// Training batch norm in one launch, (C + 1)·G work-groups of L items. Groups take tickets in the order they
-// start. Ticket t < C·G sums chunk t % G of channel t / G and counts it in sync[2 + channel]; ticket t ≥ G
-// then waits until all G chunks of channel t / G − 1 are counted and normalises chunk t % G of that channel,
-// which the statistics part read a few groups earlier (still cached). A group waits only for groups with
-// smaller tickets, which have started and never wait in their statistics part, so every wait ends on a device
-// where started work-groups keep running. sync[1] counts finished groups; the last one resets sync[0..C+2)
-// to zero for the next launch (the buffer starts zeroed). GPUs only: OpenCL promises no progress between
-// work-groups, and on PoCL's CPU device the wait hung.
-__kernel void bn_pipe(const int N, const int C, const int P, const int rc, const int G,
-                      const float eps, const float momentum, const int has_gamma, const int has_beta,
-                      __global const float* x, __global float* part, __global const float* gamma,
-                      __global const float* beta, __global const float* rm, __global const float* rv,
-                      __global float* mean_out, __global float* rstd_out, __global float* stat,
-                      __global float* rm_out, __global float* rv_out, __global float* y,
-                      volatile __global int* sync, __local float* ls, __local float* lq) {
-    const int lid = get_local_id(0);
-    const int L = get_local_size(0);
-    // The ticket goes through ls[0]; the second barrier keeps the tree from overwriting it before all read it.
+// ------------------------------------------------------------------------------------ one-launch kernels
+// bn_pipe and bn_hold wait inside the launch for partials that other work-groups of the same launch write.
+// Each partial travels as two 64-bit slots, the float's bits below and the launch's tag above, written and
+// read as single 64-bit words: a waiting group knows a slot is complete when it carries this launch's tag,
+// with no counter whose update could become visible before the data it announces. The host gives every
+// launch a new non-zero tag, so slots left in a reused buffer by earlier launches never match.
+// A wait is bounded (POLLS reads of one slot, by default 2^15: about 10 ms on a GPU, well under a millisecond
+// on a CPU);
+// a group that stops waiting sums the channel itself, chunk by chunk with the same code, order and tree as
+// the groups it waited for, so it gets the same bits: slow but correct on any device, including devices that
+// do not run work-groups side by side (OpenCL promises no progress between work-groups).
+// Tickets: sync[0] hands them out in the order groups start; sync[1] counts finished groups, and the last one
+// resets both to zero for the next launch (the buffer starts zeroed).
+#ifndef POLLS
+#define POLLS 32768
+#endif
+
+static inline void bn_publish(volatile __global ulong* slots, const int i, const uint tag, const float s,
+                              const float q) {
+    slots[2 * i] = ((ulong)tag << 32) | (ulong)as_uint(s);
+    slots[2 * i + 1] = ((ulong)tag << 32) | (ulong)as_uint(q);
+}
+
+// The work-group's ticket (every item gets it); ls[0] carries it.
+static inline int bn_ticket(volatile __global int* sync, const int lid, __local float* ls) {
     if (lid == 0) ls[0] = as_float(atomic_inc(&sync[0]));
     barrier(CLK_LOCAL_MEM_FENCE);
     const int t = as_int(ls[0]);
     barrier(CLK_LOCAL_MEM_FENCE);
-    if (t < C * G) {
-        const int c = t / G, g = t - (t / G) * G;
-        bn_chunk_partial(N, C, P, rc, G, g, c, lid, L, x, part, ls, lq);
-        if (lid == 0) {
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
-            atomic_inc(&sync[2 + c]);
+    return t;
+}
+
+static inline void bn_finished(volatile __global int* sync, const int lid, const int groups) {
+    if (lid == 0 && atomic_inc(&sync[1]) == groups - 1) {
+        atomic_xchg(&sync[0], 0);
+        atomic_xchg(&sync[1], 0);
+    }
+}
+
+// Items wait side by side for the G partials from index `first` on to carry `tag` and copy them into ls[0..G), lq[0..G)
+// (both hold at least G floats); the channel's shifted sums are then added in bn_fold's order. Returns
+// whether every partial arrived within the bound; every item takes part and gets the same answer.
+static inline bool bn_gather(volatile __global const ulong* slots, const int first, const int G,
+                             const uint tag, const int lid, const int L, __local float* ls, __local float* lq,
+                             __local int* miss, float* s, float* q) {
+    if (lid == 0) *miss = 0;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int h = lid; h < G; h += L) {
+        ulong a = 0, b = 0;
+        bool ok = false;
+        for (int polls = 0; polls < POLLS && !ok; ++polls) {
+            a = slots[2 * (first + h)];
+            b = slots[2 * (first + h) + 1];
+            ok = (uint)(a >> 32) == tag && (uint)(b >> 32) == tag;
+        }
+        if (!ok) *miss = 1;
+        ls[h] = as_float((uint)a);
+        lq[h] = as_float((uint)b);
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const bool all = *miss == 0;
+    float ss = 0.0f, qq = 0.0f;
+    for (int g = 0; g < G; ++g) {
+        ss += ls[g];
+        qq += lq[g];
+    }
+    *s = ss;
+    *q = qq;
+    barrier(CLK_LOCAL_MEM_FENCE);
+    return all;
+}
+
+// Training batch norm in one launch, (C + 1)·G work-groups of L items. Ticket t < C·G sums chunk t % G of
+// channel t / G (bn_sums and the tree, as bn_partial_wg) and publishes it; ticket t ≥ G then waits for the G
+// partials of channel t / G − 1 and normalises chunk t % G of that channel, which the statistics part read a
+// few groups earlier (still cached). A group waits only for groups with smaller tickets, which have started
+// and never wait in their statistics part, so on a device where started work-groups keep running every wait
+// ends before its bound.
+__kernel void bn_pipe(const int N, const int C, const int P, const int rc, const int G,
+                      const float eps, const float momentum, const int has_gamma, const int has_beta,
+                      __global const float* x, volatile __global ulong* part, __global const float* gamma,
+                      __global const float* beta, __global const float* rm, __global const float* rv,
+                      __global float* mean_out, __global float* rstd_out, __global float* stat,
+                      __global float* rm_out, __global float* rv_out, __global float* y,
+                      volatile __global int* sync, __local float* ls, __local float* lq, const uint tag) {
+    __local int miss;
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int t = bn_ticket(sync, lid, ls);
+    // Both parts run in every group, the one a group does not have over an empty chunk: the control flow
+    // around the barriers stays the same for every group.
+    const bool sums = t < C * G, norm = t >= G;
+    const int g = t - (t / G) * G;
+    const int cs = sums ? t / G : 0, cn = norm ? t / G - 1 : 0;
+    float s, q;
+    bn_sums(N, C, P, sums ? rc : 0, g, cs, lid, L, x, &s, &q);
+    ls[lid] = s;
+    lq[lid] = q;
+    bn_tree(lid, L, ls, lq);
+    if (sums && lid == 0) bn_publish(part, cs * G + g, tag, ls[0], lq[0]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    const bool all = bn_gather(part, cn * G, norm ? G : 0, tag, lid, L, ls, lq, &miss, &s, &q);
+    // Past the bound: the channel's sums from x, chunk by chunk as the groups that published them.
+    if (!all) {
+        s = 0.0f;
+        q = 0.0f;
+    }
+    for (int h = 0; h < (all ? 0 : G); ++h) {
+        float hs, hq;
+        bn_sums(N, C, P, rc, h, cn, lid, L, x, &hs, &hq);
+        ls[lid] = hs;
+        lq[lid] = hq;
+        bn_tree(lid, L, ls, lq);
+        s += ls[0];
+        q += lq[0];
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    float mean, var, rstd, a, sh;
+    bn_moments(cn, N, P, eps, x, s, q, &mean, &var, &rstd);
+    bn_scale(cn, C, momentum, has_gamma, has_beta, norm && g == 0 && lid == 0, gamma, beta, rm, rv, mean_out,
+             rstd_out, stat, rm_out, rv_out, mean, var, rstd, &a, &sh);
+    bn_apply_chunk(N, C, P, norm ? rc : 0, g, cn, lid, L, mean, a, sh, x, y);
+    bn_finished(sync, lid, (C + 1) * G);
+}
+
+#ifndef HOLD
+#define HOLD 8
+#endif
+
+// Item lid of L loads its HOLD units of chunk g of channel c (rc ≤ L·HOLD units) into v, their addresses into
+// at (−1 past the chunk), and adds the shifted values to *su and *qu in unit order.
+static inline void bn_hold_load(const int N, const int C, const int P, const int rc, const int g, const int c,
+                                const int lid, const int L, const float k, __global const float* x,
+                                BN_T* v, int* at, BN_T* su, BN_T* qu) {
+    const int PU = BN_PU(P);
+    __global const BN_T* xu = (__global const BN_T*)x;
+    const int total = N * PU;
+    const int start = g * rc;
+    const int end = min(total, start + rc);
+    for (int r = 0; r < HOLD; ++r) {
+        const int j = start + lid + r * L;
+        const int n = j / PU;
+        at[r] = j < end ? (n * C + c) * PU + (j - n * PU) : -1;
+        v[r] = at[r] >= 0 ? xu[at[r]] : (BN_T)(0.0f);
+    }
+    for (int r = 0; r < HOLD; ++r) {
+        if (at[r] >= 0) {
+            const BN_T d = v[r] - k;
+            *su += d;
+            *qu = fma(d, d, *qu);
         }
     }
-    if (t >= G) {
-        const int c = t / G - 1, g = t - (t / G) * G;
-        if (lid == 0) {
-            // Polls with plain volatile reads rather than atomic read-modify-writes.
-            while (sync[2 + c] < G) {
-            }
-            mem_fence(CLK_GLOBAL_MEM_FENCE);
-        }
-        barrier(CLK_GLOBAL_MEM_FENCE | CLK_LOCAL_MEM_FENCE);
-        float mean, a, sh;
-        bn_prologue(c, N, C, P, G, eps, momentum, has_gamma, has_beta, g == 0 && lid == 0, x, part, gamma, beta,
-                    rm, rv, mean_out, rstd_out, stat, rm_out, rv_out, &mean, &a, &sh);
-        bn_apply_chunk(N, C, P, rc, g, c, lid, L, mean, a, sh, x, y);
+}
+
+// Training batch norm in one launch that reads x once: C·G work-groups of L items, each holding one chunk of
+// at most L·HOLD units in registers. Ticket t sums chunk t % G of channel t / G and publishes it, waits for
+// the channel's G partials, and normalises the chunk it still holds. The partials a group waits for may come
+// from later tickets, so the waits end quickly only when a channel's G groups fit on the device at once
+// (GPUs); otherwise the bound and the group's own sums (which reload its chunk afterwards) take over.
+__kernel void bn_hold(const int N, const int C, const int P, const int rc, const int G,
+                      const float eps, const float momentum, const int has_gamma, const int has_beta,
+                      __global const float* x, volatile __global ulong* part, __global const float* gamma,
+                      __global const float* beta, __global const float* rm, __global const float* rv,
+                      __global float* mean_out, __global float* rstd_out, __global float* stat,
+                      __global float* rm_out, __global float* rv_out, __global float* y,
+                      volatile __global int* sync, __local float* ls, __local float* lq, const uint tag) {
+    __local int miss;
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int t = bn_ticket(sync, lid, ls);
+    const int c = t / G, g = t - (t / G) * G;
+    const float k = bn_shift(x, c, P);
+    BN_T v[HOLD];
+    int at[HOLD];
+    BN_T su = (BN_T)(0.0f), qu = (BN_T)(0.0f);
+    bn_hold_load(N, C, P, rc, g, c, lid, L, k, x, v, at, &su, &qu);
+    ls[lid] = BN_HSUM(su);
+    lq[lid] = BN_HSUM(qu);
+    bn_tree(lid, L, ls, lq);
+    if (lid == 0) bn_publish(part, c * G + g, tag, ls[0], lq[0]);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    float s, q;
+    const bool all = bn_gather(part, c * G, G, tag, lid, L, ls, lq, &miss, &s, &q);
+    // Past the bound: the channel's sums from x, chunk by chunk as the groups that published them, and then
+    // this group's chunk again (the loop overwrote v).
+    if (!all) {
+        s = 0.0f;
+        q = 0.0f;
     }
-    if (lid == 0) {
-        mem_fence(CLK_GLOBAL_MEM_FENCE);
-        if (atomic_inc(&sync[1]) == (C + 1) * G - 1) {
-            for (int i = 0; i < C + 2; ++i) atomic_xchg(&sync[i], 0);
+    for (int h = 0; h < (all ? 0 : G + 1); ++h) {
+        BN_T hs = (BN_T)(0.0f), hq = (BN_T)(0.0f);
+        bn_hold_load(N, C, P, rc, h < G ? h : g, c, lid, L, k, x, v, at, &hs, &hq);
+        ls[lid] = BN_HSUM(hs);
+        lq[lid] = BN_HSUM(hq);
+        bn_tree(lid, L, ls, lq);
+        if (h < G) {
+            s += ls[0];
+            q += lq[0];
         }
+        barrier(CLK_LOCAL_MEM_FENCE);
     }
+    float mean, var, rstd, a, sh;
+    bn_moments(c, N, P, eps, x, s, q, &mean, &var, &rstd);
+    bn_scale(c, C, momentum, has_gamma, has_beta, g == 0 && lid == 0, gamma, beta, rm, rv, mean_out, rstd_out,
+             stat, rm_out, rv_out, mean, var, rstd, &a, &sh);
+    __global BN_T* yu = (__global BN_T*)y;
+    for (int r = 0; r < HOLD; ++r) {
+        if (at[r] >= 0) yu[at[r]] = (v[r] - mean) * a + sh;
+    }
+    bn_finished(sync, lid, C * G);
 }

@@ -329,13 +329,21 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Wide(128, 40),
             apply: BnApply::Pipe,
         },
+        // One launch reading x once: many chunks per channel, an odd hold, and one chunk per channel. It ends
+        // on every device (a group that waits too long sums its channel itself), so it runs everywhere.
+        BatchNormAlgo {
+            stats: BnStats::Held(64, 1),
+            apply: BnApply::Hold,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Held(32, 3),
+            apply: BnApply::Hold,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Held(256, 16),
+            apply: BnApply::Hold,
+        },
     ];
-    // The one-launch apply is offered and accepted on GPUs only; elsewhere forcing it is an error.
-    let gpu = dev.info().kind == "gpu";
-    let algos: Vec<BatchNormAlgo> = algos
-        .into_iter()
-        .filter(|a| gpu || a.apply != BnApply::Pipe)
-        .collect();
     let algos = &algos;
     let shapes: [[usize; 4]; 7] = [
         [3, 5, 7, 6],
@@ -407,10 +415,12 @@ fn batch_norm2d_training_kernels_match_reference() {
         let rm = Tensor::full(&dev, &[5], 0.25).unwrap();
         let rv = Tensor::full(&dev, &[5], 3.0).unwrap();
         let run = |apply| {
-            let algo = BatchNormAlgo {
-                stats: BnStats::Wide(64, 3),
-                apply,
+            let stats = if apply == BnApply::Hold {
+                BnStats::Held(64, 2)
+            } else {
+                BnStats::Wide(64, 3)
             };
+            let algo = BatchNormAlgo { stats, apply };
             let o = ops::norm::batch_norm2d_with(
                 &xd,
                 Some(&gam),
@@ -427,12 +437,7 @@ fn batch_norm2d_training_kernels_match_reference() {
                 .map(|t| t.to_vec::<f32>().unwrap())
         };
         let want = run(BnApply::Flat);
-        let applies: &[BnApply] = if gpu {
-            &[BnApply::Plane, BnApply::Back, BnApply::Pipe]
-        } else {
-            &[BnApply::Plane, BnApply::Back]
-        };
-        for &apply in applies {
+        for apply in [BnApply::Plane, BnApply::Back, BnApply::Pipe, BnApply::Hold] {
             for (k, (g, w)) in run(apply).iter().zip(&want).enumerate() {
                 assert_close(g, w, 0.0, 1e-6, &format!("{apply:?} statistic {k}"));
             }
@@ -490,12 +495,27 @@ fn batch_norm2d_training_kernels_match_reference() {
             stats: BnStats::Wg(64, 4),
             apply: BnApply::Pipe,
         },
-    ]
-    .into_iter()
-    .chain((!gpu).then_some(BatchNormAlgo {
-        stats: BnStats::Wide(64, 4),
-        apply: BnApply::Pipe,
-    })) {
+        BatchNormAlgo {
+            stats: BnStats::Held(64, 4),
+            apply: BnApply::Back,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Wide(64, 4),
+            apply: BnApply::Hold,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Held(64, 0),
+            apply: BnApply::Hold,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Held(64, 33),
+            apply: BnApply::Hold,
+        },
+        BatchNormAlgo {
+            stats: BnStats::Held(48, 4),
+            apply: BnApply::Hold,
+        },
+    ] {
         let e = ops::norm::batch_norm2d_with(&xd, None, None, &rm, &rv, 0.1, 1e-5, true, Some(bad))
             .unwrap_err();
         assert!(e.to_string().contains("not valid"), "{e}");
@@ -503,4 +523,76 @@ fn batch_norm2d_training_kernels_match_reference() {
     let empty = Tensor::zeros(&dev, &[0, 4, 4, 4]).unwrap();
     let e = ops::batch_norm2d(&empty, None, None, &rm, &rv, 0.1, 1e-5, true).unwrap_err();
     assert!(e.to_string().contains("at least one element"), "{e}");
+}
+
+/// The one-launch kernels with `NETCL_BN_POLLS=0`, in a child process: every group that would wait for other
+/// groups' partials sums its channel itself instead, the path a device that does not run work-groups side by
+/// side takes. The results must not change.
+#[test]
+fn one_launch_batch_norm_without_waiting_matches_reference() {
+    if opencl_device().is_none() {
+        return;
+    }
+    let name = "one_launch_batch_norm_child";
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            name,
+            "--ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env("NETCL_BN_POLLS", "0")
+        .output()
+        .unwrap();
+    common::child_test_output(name, "NETCL_BN_POLLS=0", &out);
+}
+
+#[test]
+#[ignore = "run by one_launch_batch_norm_without_waiting_matches_reference with NETCL_BN_POLLS=0"]
+fn one_launch_batch_norm_child() {
+    use ops::norm::{BatchNormAlgo, BnApply, BnStats};
+    let Some(dev) = opencl_device() else { return };
+    let algos = [
+        (BnStats::Wide(64, 3), BnApply::Pipe),
+        (BnStats::Wide(128, 1), BnApply::Pipe),
+        (BnStats::Held(64, 1), BnApply::Hold),
+        (BnStats::Held(32, 3), BnApply::Hold),
+    ];
+    for (k, shape) in [[3, 5, 7, 6], [2, 3, 33, 17], [4, 2, 16, 16]]
+        .iter()
+        .enumerate()
+    {
+        let (xc0, _) = pair(&dev, shape, 90 + k as u64);
+        let xc = ops::add_scalar(&xc0, 10.0).unwrap();
+        let xd = xc.to_device(&dev).unwrap();
+        let c = shape[1];
+        let (gamc, gamd) = pair(&dev, &[c], 95 + k as u64);
+        let (betc, betd) = pair(&dev, &[c], 99 + k as u64);
+        let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
+        let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
+        let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
+        let oc =
+            ops::batch_norm2d(&xc, Some(&gamc), Some(&betc), &rmc, &rvc, 0.1, 1e-5, true).unwrap();
+        for (stats, apply) in algos {
+            let algo = BatchNormAlgo { stats, apply };
+            let od = ops::norm::batch_norm2d_with(
+                &xd,
+                Some(&gamd),
+                Some(&betd),
+                &rmd,
+                &rvd,
+                0.1,
+                1e-5,
+                true,
+                Some(algo),
+            )
+            .unwrap();
+            let what = format!("{shape:?} {algo:?} without waiting");
+            close(&od.out.y, &oc.out.y, &format!("{what} y"));
+            close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));
+            close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
+            close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
+        }
+    }
 }

@@ -6,6 +6,9 @@
 //! passes (autotuned per shape) and fused elementwise kernels. No value goes through the host. ε and momentum
 //! travel as kernel arguments, never as source.
 
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
 use serde::Serialize;
 
 use crate::autotune::{self, Source, bucket, shape_key};
@@ -467,6 +470,9 @@ pub fn batch_norm2d_backward(
     )
 }
 
+/// The most units one item of [`BnStats::Held`] may hold in registers.
+pub const MAX_HELD: usize = 32;
+
 /// How training batch_norm2d computes its per-channel statistics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BnStats {
@@ -477,6 +483,10 @@ pub enum BnStats {
     Wide(usize, usize),
     /// `["item", groups]`: one work-item per (channel, chunk) with float8 loads and no barriers (CPU OpenCL).
     Item(usize),
+    /// `["held", local, units]`: work-groups of `local` items, each item holding `units` float4s (floats when
+    /// H·W is not a multiple of 4) of its channel in registers until the channel's statistics are complete;
+    /// goes with [`BnApply::Hold`].
+    Held(usize, usize),
 }
 
 /// How training batch_norm2d writes its output.
@@ -496,6 +506,11 @@ pub enum BnApply {
     /// that channel is still cached. Uses the statistics' `wide` chunking; GPUs only (the work-groups wait
     /// for each other, which needs groups that started to keep running side by side).
     Pipe,
+    /// One launch that reads x once (`bn_hold`, with [`BnStats::Held`]): each work-group sums a chunk it keeps
+    /// in registers, waits until every chunk of its channel is summed, and normalises the chunk it holds. The
+    /// wait is bounded: a group that waits too long sums the channel itself, so the kernel ends on any device,
+    /// fast where a channel's groups all fit on the device at once (GPUs).
+    Hold,
 }
 
 /// The training batch_norm2d kernels; autotuned per shape bucket, cached as `{"stats": [...], "apply": ...}`.
@@ -513,6 +528,7 @@ impl Serialize for BnStats {
             BnStats::Wg(l, g) => ("wg", l, g).serialize(s),
             BnStats::Wide(l, g) => ("wide", l, g).serialize(s),
             BnStats::Item(g) => ("item", g).serialize(s),
+            BnStats::Held(l, u) => ("held", l, u).serialize(s),
         }
     }
 }
@@ -602,6 +618,31 @@ fn batch_norm_train(
     })
 }
 
+/// A tag no earlier one-launch batch_norm2d launch used (never 0, the value of zeroed memory): its partials
+/// carry it, so a waiting work-group tells this launch's partials from what a reused buffer still holds.
+fn launch_tag() -> i32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let t = NEXT.fetch_add(1, Ordering::Relaxed);
+        if t != 0 {
+            return t as i32;
+        }
+    }
+}
+
+/// How often a waiting group of the one-launch kernels reads a partial before it sums its channel itself:
+/// `NETCL_BN_POLLS` (0 to 2^24; 0 makes every group that would wait do so), read once, by default 2^15.
+fn bn_polls() -> u32 {
+    static POLLS: OnceLock<u32> = OnceLock::new();
+    *POLLS.get_or_init(|| {
+        std::env::var("NETCL_BN_POLLS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&n| n <= 1 << 24)
+            .unwrap_or(1 << 15)
+    })
+}
+
 impl ClDevice {
     fn bn_candidates(&self, v: [usize; 3]) -> (Vec<BatchNormAlgo>, usize) {
         let [n, c, p] = [v[0], v[1], v[2]];
@@ -645,6 +686,26 @@ impl ClDevice {
             } else {
                 &[]
             };
+            // Chunks held in registers (GPUs), offered while a channel's groups fit on the device at once
+            // with two groups of 256 per compute unit; otherwise every group would wait its full bound.
+            let units = if p.is_multiple_of(4) {
+                n * p / 4
+            } else {
+                n * p
+            };
+            let hold = if self.info.kind == "gpu" {
+                &[(256usize, 4usize), (256, 8), (256, 16), (512, 8)][..]
+            } else {
+                &[]
+            };
+            for &(l, u) in hold {
+                if l <= max_wg && units.div_ceil(l * u) <= 2 * cu * 256 / l {
+                    out.push(BatchNormAlgo {
+                        stats: BnStats::Held(l, u),
+                        apply: BnApply::Hold,
+                    });
+                }
+            }
             for &per in pipe {
                 let a = BatchNormAlgo {
                     stats: BnStats::Wide(256, (per_channel / per).max(1)),
@@ -683,10 +744,18 @@ impl ClDevice {
         let vec4 = p.is_multiple_of(4);
         let d = Defines::new().set("VEC4", u8::from(vec4));
         let mut evs = Vec::with_capacity(3);
+        let units = if vec4 { n * p / 4 } else { n * p };
         let g = match algo.stats {
             BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
+            BnStats::Held(l, u) => units.div_ceil(l * u).max(1),
         };
-        let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
+        // The one-launch kernels publish each partial as two 64-bit words (value and launch tag).
+        let one_launch = matches!(algo.apply, BnApply::Pipe | BnApply::Hold);
+        let part = Tensor::empty(
+            device,
+            &[c * g * if one_launch { 4 } else { 2 }],
+            DType::F32,
+        )?;
         // An absent γ or β is never read; any buffer stands in for the argument.
         let stat_args = [
             Arg::F32(bn.eps),
@@ -707,7 +776,6 @@ impl ClDevice {
         ];
         let chunked = |local: usize| {
             let local = local.min(self.info.max_work_group_size.max(1));
-            let units = if vec4 { n * p / 4 } else { n * p };
             let mut args = vec![
                 Arg::I32(n as i32),
                 Arg::I32(c as i32),
@@ -719,6 +787,28 @@ impl ClDevice {
             args.push(Arg::Mem(bn.y.storage()));
             (local, args)
         };
+        if let (BnApply::Hold, BnStats::Held(local, u)) = (algo.apply, algo.stats) {
+            // g chunks of at most local·u units each: every item holds at most u units.
+            let (local, mut args) = chunked(local);
+            let counters = self.counters(c + 2)?;
+            let Some((sync, _)) = counters.as_ref() else {
+                return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
+            };
+            let lds = local.max(g) * 4;
+            args.extend([
+                Arg::Mem(sync),
+                Arg::Local(lds),
+                Arg::Local(lds),
+                Arg::I32(launch_tag()),
+            ]);
+            let k = self.kernel(
+                "norm",
+                &d.clone().set("HOLD", u).set("POLLS", bn_polls()),
+                "bn_hold",
+            )?;
+            evs.push(self.launch(&k, &args, &[local * g * c], Some(&[local]))?);
+            return Ok(evs);
+        }
         if algo.apply == BnApply::Pipe {
             let BnStats::Wide(local, _) = algo.stats else {
                 return Err(Error::Invalid(
@@ -730,15 +820,24 @@ impl ClDevice {
             let Some((sync, _)) = counters.as_ref() else {
                 return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
             };
-            args.extend([Arg::Mem(sync), Arg::Local(local * 4), Arg::Local(local * 4)]);
-            let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_pipe")?;
+            let lds = local.max(g) * 4;
+            args.extend([
+                Arg::Mem(sync),
+                Arg::Local(lds),
+                Arg::Local(lds),
+                Arg::I32(launch_tag()),
+            ]);
+            let k = self.kernel(
+                "norm",
+                &d.clone().set("UNR", 4).set("POLLS", bn_polls()),
+                "bn_pipe",
+            )?;
             evs.push(self.launch(&k, &args, &[local * g * (c + 1)], Some(&[local]))?);
             return Ok(evs);
         }
         match algo.stats {
             BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
                 let local = local.min(self.info.max_work_group_size.max(1));
-                let units = if vec4 { n * p / 4 } else { n * p };
                 let rc = units.div_ceil(g).max(1);
                 let unr = if matches!(algo.stats, BnStats::Wide(..)) {
                     4
@@ -773,11 +872,16 @@ impl ClDevice {
                 ];
                 evs.push(self.launch(&k, &args, &[g, c], None)?);
             }
+            BnStats::Held(..) => {
+                return Err(Error::Invalid(
+                    "batch_norm2d: the held statistics go with the hold apply only".into(),
+                ));
+            }
         }
         if algo.apply == BnApply::Back {
             // The statistics pass's grid and chunks, the partials folded in: no finishing launch.
             let local = match algo.stats {
-                BnStats::Wg(l, _) | BnStats::Wide(l, _) => l,
+                BnStats::Wg(l, _) | BnStats::Wide(l, _) | BnStats::Held(l, _) => l,
                 BnStats::Item(_) => 256,
             };
             let (local, args) = chunked(local);
@@ -822,7 +926,7 @@ impl ClDevice {
                 evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
             }
             // Launched above, with the finish folded in.
-            BnApply::Back | BnApply::Pipe => {}
+            BnApply::Back | BnApply::Pipe | BnApply::Hold => {}
         }
         Ok(evs)
     }
@@ -851,11 +955,14 @@ impl NormKernels for ClDevice {
                         l.is_power_of_two() && l <= max_wg && g >= 1
                     }
                     BnStats::Item(g) => g >= 1,
-                } && (a.apply != BnApply::Pipe
-                    || (matches!(a.stats, BnStats::Wide(..)) && self.info.kind == "gpu"));
+                    BnStats::Held(l, u) => {
+                        l.is_power_of_two() && l <= max_wg && (1..=MAX_HELD).contains(&u)
+                    }
+                } && (a.apply != BnApply::Pipe || matches!(a.stats, BnStats::Wide(..)))
+                    && (a.apply == BnApply::Hold) == matches!(a.stats, BnStats::Held(..));
                 if !ok {
                     return Err(Error::Invalid(format!(
-                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel, and the one-launch apply the wide statistics and a GPU)"
+                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
                     )));
                 }
                 autotune::record_choice(

@@ -74,8 +74,8 @@ impl Lcg {
     }
 }
 
-/// The output of a child test process that ran the ignored test `name` with `NETCL_AUTOTUNE_FORCE=force`,
-/// after asserting that it succeeded and ran exactly one test.
+/// The output of a child test process that ran the ignored test `name` with the setting `force` (for
+/// example `NETCL_AUTOTUNE_FORCE` set to it), after asserting that it succeeded and ran exactly one test.
 pub fn child_test_output(name: &str, force: &str, out: &std::process::Output) -> String {
     let text = format!(
         "{}{}",
