@@ -6,6 +6,11 @@
 // products), nt = n * T + t over the T = TH * TW output tiles of each image. Every transform runs one tile per
 // work-item with dimension 0 over nt, so neighbouring work-items touch neighbouring elements of V and M.
 // The matrices are compile-time constants: fully unrolled loops fold the zeros and ones away.
+// With -D VT=1 the input transform writes V[ab][nt][c] instead (grad_w's product D[ab] · V[ab]^T then needs
+// no transposed operand, which CPU OpenCL's register-blocked GEMM kernels want).
+#ifndef VT
+#define VT 0
+#endif
 
 #define AL (WM + 2)
 
@@ -49,12 +54,17 @@ __kernel void wino_filter(const int F, const int C, __global const float* restri
 }
 
 // V[ab][c][nt] = (B^T d B)[a][b] for the AL x AL input patch d of tile nt (origin WM * (ty, tx) - pad, zero
-// outside the image). Dimension 0 over nt, 1 over channels.
+// outside the image). Dimension 0 over nt, 1 over channels (with VT: V[ab][nt][c], dimension 0 over channels).
 __kernel void wino_input(const int N, const int C, const int H, const int W, const int PH, const int PW,
                          const int TH, const int TW, __global const float* restrict x, __global float* restrict V)
 {
     const int T = TH * TW, NT = N * T;
+#if VT
+    // Dimension 0 over channels: neighbouring work-items write neighbouring elements of V[ab][nt][c].
+    const int nt = get_global_id(1), c = get_global_id(0);
+#else
     const int nt = get_global_id(0), c = get_global_id(1);
+#endif
     if (nt >= NT || c >= C) return;
     const int n = nt / T, t = nt - n * T;
     const int ty = t / TW, tx = t - ty * TW;
@@ -78,7 +88,12 @@ __kernel void wino_input(const int N, const int C, const int H, const int W, con
             for (int i = 0; i < AL; ++i) s += BT[a][i] * d[i][j];
             e[a][j] = s;
         }
+#if VT
+    // V transposed per element: [α²][NT][C] (the layout of the untransposed B of grad_w's products).
+    const size_t stride = (size_t)C * NT, o = (size_t)nt * C + c;
+#else
     const size_t stride = (size_t)C * NT, o = (size_t)c * NT + nt;
+#endif
 #pragma unroll
     for (int a = 0; a < AL; ++a)
 #pragma unroll

@@ -132,8 +132,8 @@ struct FileCache {
     winners: BTreeMap<String, Value>,
     meta: BTreeMap<String, Meta>,
     /// The candidate index each winner was last found at (a hint, verified on use), so repeated calls
-    /// serialise one candidate instead of all of them.
-    resolved: HashMap<String, usize>,
+    /// serialise one candidate instead of all of them; with the candidate's JSON once a call verified it.
+    resolved: HashMap<String, (usize, Option<String>)>,
 }
 
 /// Whether autotuning measures (`NETCL_AUTOTUNE` unset or not `0`/`false`/`off`).
@@ -163,17 +163,23 @@ pub fn measuring() -> bool {
 /// once: noise does not make a kernel three times faster, and slow candidates dominate the cost of tuning.
 const SLOW_CUTOFF: f64 = 3.0;
 
-/// The cache file path in use now.
+/// The cache file path in use now: `NETCL_AUTOTUNE_CACHE` (read on every call), else `netcl/autotune.json`
+/// under `XDG_CACHE_HOME`, `~/.cache` or the temporary directory (read once per process).
 pub fn cache_path() -> PathBuf {
     if let Some(p) = std::env::var_os("NETCL_AUTOTUNE_CACHE").filter(|p| !p.is_empty()) {
         return PathBuf::from(p);
     }
-    let base = std::env::var_os("XDG_CACHE_HOME")
-        .filter(|p| !p.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_else(std::env::temp_dir);
-    base.join("netcl").join("autotune.json")
+    static DEFAULT: OnceLock<PathBuf> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| {
+            let base = std::env::var_os("XDG_CACHE_HOME")
+                .filter(|p| !p.is_empty())
+                .map(PathBuf::from)
+                .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+                .unwrap_or_else(std::env::temp_dir);
+            base.join("netcl").join("autotune.json")
+        })
+        .clone()
 }
 
 fn memo() -> &'static Mutex<HashMap<PathBuf, FileCache>> {
@@ -234,12 +240,20 @@ pub fn label(v: &Value) -> String {
 
 /// netcl's shape-key format: a Python tuple of the values, e.g. `(2, 8, 256, 16, 1, 0)`.
 pub fn shape_key(parts: &[i64]) -> String {
-    let inner: Vec<String> = parts.iter().map(|p| p.to_string()).collect();
-    if inner.len() == 1 {
-        format!("({},)", inner[0])
-    } else {
-        format!("({})", inner.join(", "))
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(2 + parts.len() * 8);
+    s.push('(');
+    for (i, p) in parts.iter().enumerate() {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        let _ = write!(s, "{p}");
     }
+    if parts.len() == 1 {
+        s.push(',');
+    }
+    s.push(')');
+    s
 }
 
 /// The power of two at or above `n` (netcl's bucketing of batch and spatial sizes).
@@ -287,7 +301,7 @@ pub fn begin_scope() {
 }
 
 fn full_key(device: &Device, kernel: &str, shape_key: &str) -> String {
-    format!("{}::{kernel}::{shape_key}", device.info().tune_id())
+    format!("{}::{kernel}::{shape_key}", device.0.tune_id)
 }
 
 /// The candidate label `NETCL_AUTOTUNE_FORCE` names for `kernel`, if any. The variable holds
@@ -486,12 +500,29 @@ fn now_secs() -> u64 {
 /// Finds a valid cached winner; drops the entry when it is no longer a candidate.
 /// The cached winner's index when a previous lookup resolved it and it still names `candidates[idx]`.
 fn resolved_hit<C: Serialize>(path: &Path, key: &str, candidates: &[C]) -> Option<usize> {
-    let m = memo().lock().ok()?;
-    let fc = m.get(path)?;
-    let idx = *fc.resolved.get(key)?;
-    let winner = fc.winners.get(key)?;
+    thread_local! {
+        static JSON: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+    }
+    let mut m = memo().lock().ok()?;
+    let fc = m.get_mut(path)?;
+    let idx = fc.resolved.get(key)?.0;
     let c = candidates.get(idx)?;
-    (serde_json::to_value(c).ok()? == *winner).then_some(idx)
+    JSON.with(|buf| {
+        let mut buf = buf.borrow_mut();
+        buf.clear();
+        serde_json::to_writer(&mut *buf, c).ok()?;
+        if let Some(j) = &fc.resolved.get(key)?.1 {
+            // The candidate's own JSON, compared without building a value.
+            return (j.as_bytes() == buf.as_slice()).then_some(idx);
+        }
+        let v: Value = serde_json::from_slice(&buf).ok()?;
+        if fc.winners.get(key) != Some(&v) {
+            return None;
+        }
+        let j = String::from_utf8(buf.clone()).ok()?;
+        fc.resolved.insert(key.to_owned(), (idx, Some(j)));
+        Some(idx)
+    })
 }
 
 fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<CandidateTime>)> {
@@ -502,7 +533,7 @@ fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<Candid
     let cached = fc.winners.get(key)?;
     match values.iter().position(|v| v == cached) {
         Some(i) => {
-            fc.resolved.insert(key.to_owned(), i);
+            fc.resolved.insert(key.to_owned(), (i, None));
             Some((
                 i,
                 fc.meta

@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
@@ -95,10 +96,11 @@ struct Built {
 // SAFETY: Program is Send + Sync in opencl3; the kernel map is behind a mutex.
 unsafe impl Sync for Built {}
 
-/// Built programs of one context, keyed by (family, options).
+/// Built programs of one context, keyed by (family, defines). The map is keyed by a hash of the pair and holds
+/// the pairs themselves for the comparison, so a lookup builds no strings (launches look kernels up every time).
 #[derive(Default)]
 pub(crate) struct ProgramCache {
-    built: Mutex<HashMap<(String, String), Arc<Built>>>,
+    built: Mutex<HashMap<u64, Vec<(String, Defines, Arc<Built>)>>>,
 }
 
 impl ProgramCache {
@@ -110,18 +112,22 @@ impl ProgramCache {
         defines: &Defines,
         name: &str,
     ) -> Result<Arc<ClKernel>> {
-        let options = defines.options();
-        let key = (source.to_owned(), options.clone());
+        let hash = {
+            let mut h = std::hash::DefaultHasher::new();
+            (source, defines).hash(&mut h);
+            h.finish()
+        };
         let built = {
             let mut map = self
                 .built
                 .lock()
                 .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
-            match map.get(&key) {
-                Some(b) => b.clone(),
+            let same = map.entry(hash).or_default();
+            match same.iter().find(|(s, d, _)| s == source && d == defines) {
+                Some((_, _, b)) => b.clone(),
                 None => {
-                    let b = Arc::new(build(context, device, source, &options)?);
-                    map.insert(key, b.clone());
+                    let b = Arc::new(build(context, device, source, &defines.options())?);
+                    same.push((source.to_owned(), defines.clone(), b.clone()));
                     b
                 }
             }

@@ -299,17 +299,24 @@ fn run_forced_child(name: &str, force: &str) -> String {
     common::child_test_output(name, force, &out)
 }
 
-/// Both Winograd tile sizes, F(2×2, 3×3) and F(4×4, 3×3), forced through `NETCL_AUTOTUNE_FORCE` in a child
-/// process each: forward, backward, and the weight gradient alone (no grad_x).
+/// Both Winograd tile sizes, F(2×2, 3×3) and F(4×4, 3×3), each with both layouts of grad_w's transformed
+/// input, forced through `NETCL_AUTOTUNE_FORCE` in a child process each: forward, backward, and the weight
+/// gradient alone (no grad_x).
 #[test]
 fn winograd_tile_sizes() {
     if opencl_device().is_none() {
         return;
     }
-    for tile in ["2", "4", "3"] {
+    for (tile, layout) in [
+        ("2", "ct"),
+        ("2", "tc"),
+        ("4", "ct"),
+        ("4", "tc"),
+        ("3", "ct"),
+    ] {
         let text = run_forced_child(
             "winograd_tile_child",
-            &format!("wino_tile={tile};wino_grad_w_tile={tile}"),
+            &format!("wino_tile={tile};wino_grad_w_tile={tile};wino_grad_w_layout={layout}"),
         );
         assert!(
             text.contains("1 passed"),
@@ -327,7 +334,13 @@ fn winograd_tile_sizes() {
 fn winograd_tile_child() {
     let dev = opencl_device().expect("an OpenCL device");
     let want = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
-    let tile = want.rsplit('=').next().unwrap().to_owned();
+    let forced = |kernel: &str| {
+        want.split(';')
+            .find_map(|e| e.strip_prefix(&format!("{kernel}=")))
+            .unwrap()
+            .to_owned()
+    };
+    let (tile, layout) = (forced("wino_tile"), forced("wino_grad_w_layout"));
     if tile != "2" && tile != "4" {
         // A label that is not a candidate: a clear error naming the candidates, and no output.
         let x = Tensor::randn(&dev, &[1, 2, 6, 6], 0.0, 1.0, 1).unwrap();
@@ -371,16 +384,24 @@ fn winograd_tile_child() {
     }
     let used: Vec<_> = netcl::autotune::decisions_since(seq)
         .into_iter()
-        .filter(|d| d.kernel == "wino_tile" || d.kernel == "wino_grad_w_tile")
+        .filter(|d| {
+            ["wino_tile", "wino_grad_w_tile", "wino_grad_w_layout"].contains(&d.kernel.as_str())
+        })
         .collect();
-    assert!(
-        used.iter().any(|d| d.kernel == "wino_tile")
-            && used.iter().any(|d| d.kernel == "wino_grad_w_tile"),
-        "the Winograd tile decisions were not logged: {used:?}"
-    );
+    for kernel in ["wino_tile", "wino_grad_w_tile", "wino_grad_w_layout"] {
+        assert!(
+            used.iter().any(|d| d.kernel == kernel),
+            "the decision {kernel} was not logged: {used:?}"
+        );
+    }
     for d in &used {
         assert_eq!(d.source, netcl::autotune::Source::Forced, "{d:?}");
-        assert_eq!(d.winner_label, tile, "{d:?}");
+        let want = if d.kernel == "wino_grad_w_layout" {
+            &layout
+        } else {
+            &tile
+        };
+        assert_eq!(&d.winner_label, want, "{d:?}");
     }
     println!("forced tile {tile}");
 }

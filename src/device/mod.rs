@@ -112,6 +112,8 @@ pub(crate) trait DeviceKind: Send + Sync + crate::ops::Kernels {
 
 pub(crate) struct DeviceInner {
     pub(crate) info: DeviceInfo,
+    /// `info.tune_id()`, kept: every autotune lookup starts its key with it.
+    pub(crate) tune_id: String,
     pub(crate) kind: Box<dyn DeviceKind>,
     pub(crate) pool: BufferPool,
 }
@@ -222,6 +224,7 @@ impl Device {
         };
         let dev = Device(Arc::new(DeviceInner {
             pool: BufferPool::new(&info),
+            tune_id: info.tune_id(),
             info,
             kind,
         }));
@@ -238,6 +241,7 @@ impl Device {
                 let info = cpu::builtin_info(0);
                 Device(Arc::new(DeviceInner {
                     pool: BufferPool::new(&info),
+                    tune_id: info.tune_id(),
                     info,
                     kind: Box::new(CpuDevice::new()),
                 }))

@@ -316,16 +316,22 @@ impl ClDevice {
         self.kernel("winograd", &Defines::new().set("WM", wm), name)
     }
 
-    /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T).
+    /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T), or
+    /// with `vt` each element's matrix transposed (α²×N·T×C).
     fn wino_input(
         &self,
         device: &Device,
         tl: &WinoTiles,
         x: &Tensor,
         g: &ConvGeom,
+        vt: bool,
     ) -> Result<(Tensor, Event)> {
         let v = Tensor::empty(device, &[tl.al2, g.c, tl.nt], DType::F32)?;
-        let k = self.wino_kernel(tl.wm, "wino_input")?;
+        let k = self.kernel(
+            "winograd",
+            &Defines::new().set("WM", tl.wm).set("VT", u8::from(vt)),
+            "wino_input",
+        )?;
         let args = [
             i(g.n),
             i(g.c),
@@ -338,7 +344,8 @@ impl ClDevice {
             Arg::Mem(x.storage()),
             Arg::Mem(v.storage()),
         ];
-        let ev = self.launch(&k, &args, &[tl.nt, g.c], None)?;
+        let grid = if vt { [g.c, tl.nt] } else { [tl.nt, g.c] };
+        let ev = self.launch(&k, &args, &grid, None)?;
         Ok((v, ev))
     }
 
@@ -367,7 +374,7 @@ impl ClDevice {
             &[g.f * g.c],
             None,
         )?];
-        let (v, e) = self.wino_input(device, &tl, x, g)?;
+        let (v, e) = self.wino_input(device, &tl, x, g, false)?;
         ev.push(e);
         let gm = Gemm {
             tune_name: "wino_batched_gemm",
@@ -410,11 +417,14 @@ impl ClDevice {
     /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
     /// of `x`, the adjoint output transform of grad_out, one batched product per transform element
     /// (`dU[ab] = D[ab] · V[ab]ᵀ`, reduced over every tile of the batch, split-K when long) and the adjoint
-    /// filter transform.
+    /// filter transform. With `vt` the input transform writes each V[ab] transposed, so the product reads an
+    /// untransposed B (its GEMM decisions are then keyed with a trailing 1).
+    #[allow(clippy::too_many_arguments)]
     fn wino_grad_w_tile(
         &self,
         device: &Device,
         wm: usize,
+        vt: bool,
         x: &Tensor,
         go: &Tensor,
         gw: &Tensor,
@@ -424,16 +434,20 @@ impl ClDevice {
         let (al2, nt) = (tl.al2, tl.nt);
         let dm = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
         let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
-        let (v, e) = self.wino_input(device, &tl, x, g)?;
+        let (v, e) = self.wino_input(device, &tl, x, g, vt)?;
         let mut ev = vec![e];
         let k = self.wino_kernel(wm, "wino_grad_out")?;
         let rest = [Arg::Mem(go.storage()), Arg::Mem(dm.storage())];
         let args = [&tl.out_args(g)[..], &rest[..]].concat();
         ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        let mut tune_key = tl.gemm_key(g);
+        if vt {
+            tune_key.insert_str(tune_key.len() - 1, ", 1");
+        }
         let gm = Gemm {
             tune_name: "wino_grad_w_gemm",
-            tune_key: tl.gemm_key(g),
-            ..Gemm::dense(g.f, g.c, nt, al2, false, true, false)
+            tune_key,
+            ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
         self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
         let k = self.wino_kernel(wm, "wino_grad_filter")?;
@@ -459,10 +473,31 @@ impl ClDevice {
     ) -> Result<()> {
         let key = algo_key(g, &[]);
         let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
-            events_ms(&self.wino_grad_w_tile(device, wm, x, go, gw, g)?)
+            let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
+            events_ms(&self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?)
         })?;
-        ev.extend(self.wino_grad_w_tile(device, wm, x, go, gw, g)?);
+        let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
+        ev.extend(self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?);
         Ok(())
+    }
+
+    /// Whether grad_w's input transform writes V transposed (`wino_grad_w_layout`: `"ct"` keeps V[ab][c][nt]
+    /// and multiplies by its transpose, `"tc"` writes V[ab][nt][c]), measured over the whole grad_w pass for
+    /// the tile size `wm`.
+    fn wino_grad_w_vt(
+        &self,
+        device: &Device,
+        wm: usize,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+    ) -> Result<bool> {
+        let key = algo_key(g, &[wm as i64]);
+        let layout = autotune::tune(device, "wino_grad_w_layout", &key, &["ct", "tc"], 0, |l| {
+            events_ms(&self.wino_grad_w_tile(device, wm, *l == "tc", x, go, gw, g)?)
+        })?;
+        Ok(layout == "tc")
     }
 
     #[allow(clippy::too_many_arguments)]
