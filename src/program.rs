@@ -31,30 +31,46 @@ pub fn kernel_families() -> impl Iterator<Item = &'static str> {
     KERNEL_SOURCES.iter().map(|(n, _)| *n)
 }
 
-/// Preprocessor defines for one build of a kernel family; part of the cache key.
+/// Preprocessor defines for one build of a kernel family; part of the cache key. Kept as the option text
+/// itself (` -D name=value` per define, in order), one string that grows as defines are added: launches build
+/// their defines on every call.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
-pub struct Defines(Vec<(String, String)>);
+pub struct Defines(String);
 
 impl Defines {
     /// No defines.
     pub fn new() -> Self {
-        Defines(Vec::new())
+        Defines(String::new())
     }
 
     /// Adds `-D name=value`.
-    pub fn set(mut self, name: &str, value: impl ToString) -> Self {
-        self.0.push((name.to_owned(), value.to_string()));
+    pub fn set(mut self, name: &str, value: impl std::fmt::Display) -> Self {
+        if self.0.is_empty() {
+            self.0.reserve(96);
+        }
+        let _ = write!(self.0, " -D {name}={value}");
         self
     }
 
     /// The compiler options: OpenCL C 1.2, contraction into FMA allowed, IEEE semantics kept (no fast-math,
     /// so NaN and infinities propagate), then the defines in order.
     pub fn options(&self) -> String {
-        let mut s = String::from("-cl-std=CL1.2 -cl-mad-enable");
-        for (k, v) in &self.0 {
-            let _ = write!(s, " -D {k}={v}");
+        format!("-cl-std=CL1.2 -cl-mad-enable{}", self.0)
+    }
+}
+
+/// FNV-1a over the bytes written: the program map's keys are short strings, hashed on every launch.
+struct Fnv(u64);
+
+impl Hasher for Fnv {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
         }
-        s
     }
 }
 
@@ -100,8 +116,11 @@ unsafe impl Sync for Built {}
 /// the pairs themselves for the comparison, so a lookup builds no strings (launches look kernels up every time).
 #[derive(Default)]
 pub(crate) struct ProgramCache {
-    built: Mutex<HashMap<u64, Vec<(String, Defines, Arc<Built>)>>>,
+    built: Mutex<HashMap<u64, Vec<BuiltEntry>>>,
 }
+
+/// One built program with the (family, defines) pair it was built for.
+type BuiltEntry = (String, Defines, Arc<Built>);
 
 impl ProgramCache {
     pub(crate) fn kernel(
@@ -113,7 +132,7 @@ impl ProgramCache {
         name: &str,
     ) -> Result<Arc<ClKernel>> {
         let hash = {
-            let mut h = std::hash::DefaultHasher::new();
+            let mut h = Fnv(0xcbf2_9ce4_8422_2325);
             (source, defines).hash(&mut h);
             h.finish()
         };

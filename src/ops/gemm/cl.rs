@@ -115,7 +115,7 @@ impl ClDevice {
         } else {
             &[false]
         };
-        let mut v = Vec::new();
+        let mut v = Vec::with_capacity(48);
         for (tm, tn, tk, rm, rn) in TILED {
             let (wx, wy) = (tn / rn, tm / rm);
             let bytes = 2 * tk * ((tm + 4) + (tn + 4)) * 4;
