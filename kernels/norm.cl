@@ -368,19 +368,22 @@ static inline bool bn_gather(volatile __global const ulong* slots, const int fir
     return all;
 }
 
+// The argument list both one-launch kernels share.
+#define BN_ONE_LAUNCH_ARGS                                                                                   \
+    const int N, const int C, const int P, const int rc, const int G, const float eps, const float momentum,  \
+        const int has_gamma, const int has_beta, __global const float *x, volatile __global ulong *part,     \
+        __global const float *gamma, __global const float *beta, __global const float *rm,                   \
+        __global const float *rv, __global float *mean_out, __global float *rstd_out, __global float *stat,  \
+        __global float *rm_out, __global float *rv_out, __global float *y, volatile __global int *sync,      \
+        __local float *ls, __local float *lq, const uint tag
+
 // Training batch norm in one launch, (C + 1)·G work-groups of L items. Ticket t < C·G sums chunk t % G of
 // channel t / G (bn_sums and the tree, as bn_partial_wg) and publishes it; ticket t ≥ G then waits for the G
 // partials of channel t / G − 1 and normalises chunk t % G of that channel, which the statistics part read a
 // few groups earlier (still cached). A group waits only for groups with smaller tickets, which have started
 // and never wait in their statistics part, so on a device where started work-groups keep running every wait
 // ends before its bound.
-__kernel void bn_pipe(const int N, const int C, const int P, const int rc, const int G,
-                      const float eps, const float momentum, const int has_gamma, const int has_beta,
-                      __global const float* x, volatile __global ulong* part, __global const float* gamma,
-                      __global const float* beta, __global const float* rm, __global const float* rv,
-                      __global float* mean_out, __global float* rstd_out, __global float* stat,
-                      __global float* rm_out, __global float* rv_out, __global float* y,
-                      volatile __global int* sync, __local float* ls, __local float* lq, const uint tag) {
+__kernel void bn_pipe(BN_ONE_LAUNCH_ARGS) {
     __local int miss;
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
@@ -455,13 +458,7 @@ static inline void bn_hold_load(const int N, const int C, const int P, const int
 // the channel's G partials, and normalises the chunk it still holds. The partials a group waits for may come
 // from later tickets, so the waits end quickly only when a channel's G groups fit on the device at once
 // (GPUs); otherwise the bound and the group's own sums (which reload its chunk afterwards) take over.
-__kernel void bn_hold(const int N, const int C, const int P, const int rc, const int G,
-                      const float eps, const float momentum, const int has_gamma, const int has_beta,
-                      __global const float* x, volatile __global ulong* part, __global const float* gamma,
-                      __global const float* beta, __global const float* rm, __global const float* rv,
-                      __global float* mean_out, __global float* rstd_out, __global float* stat,
-                      __global float* rm_out, __global float* rv_out, __global float* y,
-                      volatile __global int* sync, __local float* ls, __local float* lq, const uint tag) {
+__kernel void bn_hold(BN_ONE_LAUNCH_ARGS) {
     __local int miss;
     const int lid = get_local_id(0);
     const int L = get_local_size(0);

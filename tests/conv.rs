@@ -285,14 +285,7 @@ fn bad_input_gives_clear_errors() {
 /// Runs the ignored test `name` of this binary in a child process with `NETCL_AUTOTUNE_FORCE=force`; asserts
 /// that it passed and returns its output.
 fn run_forced_child(name: &str, force: &str) -> String {
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            name,
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
+    let out = common::child_command(name)
         .env("NETCL_AUTOTUNE_FORCE", force)
         .output()
         .unwrap();

@@ -234,14 +234,7 @@ fn run_forced_children(name: &str, forces: &[String]) -> Vec<String> {
     let children: Vec<_> = forces
         .iter()
         .map(|force| {
-            std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    name,
-                    "--ignored",
-                    "--test-threads=1",
-                    "--nocapture",
-                ])
+            common::child_command(name)
                 .env("NETCL_AUTOTUNE_FORCE", force)
                 .stdout(std::process::Stdio::piped())
                 .stderr(std::process::Stdio::piped())

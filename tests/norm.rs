@@ -23,6 +23,18 @@ fn close(a: &Tensor, b: &Tensor, what: &str) {
     );
 }
 
+/// Training batch_norm2d (momentum 0.1, ε 1e-5) with its kernels forced to `algo`.
+fn bn_forced(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    rm: &Tensor,
+    rv: &Tensor,
+    algo: ops::norm::BatchNormAlgo,
+) -> ops::norm::BatchNormOut {
+    ops::norm::batch_norm2d_with(x, gamma, beta, rm, rv, 0.1, 1e-5, true, Some(algo)).unwrap()
+}
+
 #[test]
 fn batch_norm2d_training_eval_and_backward_match_reference() {
     let Some(dev) = opencl_device() else { return };
@@ -369,18 +381,14 @@ fn batch_norm2d_training_kernels_match_reference() {
         for &algo in algos {
             for (g, b) in [(true, true), (false, true), (true, false), (false, false)] {
                 let what = format!("bn {shape:?} +{off} {algo:?} gamma {g} beta {b}");
-                let od = ops::norm::batch_norm2d_with(
+                let od = bn_forced(
                     &xd,
                     g.then_some(&gamd),
                     b.then_some(&betd),
                     &rmd,
                     &rvd,
-                    0.1,
-                    1e-5,
-                    true,
-                    Some(algo),
-                )
-                .unwrap();
+                    algo,
+                );
                 let oc = ops::batch_norm2d(
                     &xc,
                     g.then_some(&gamc),
@@ -534,14 +542,7 @@ fn one_launch_batch_norm_without_waiting_matches_reference() {
         return;
     }
     let name = "one_launch_batch_norm_child";
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            name,
-            "--ignored",
-            "--test-threads=1",
-            "--nocapture",
-        ])
+    let out = common::child_command(name)
         .env("NETCL_BN_POLLS", "0")
         .output()
         .unwrap();
@@ -576,18 +577,7 @@ fn one_launch_batch_norm_child() {
             ops::batch_norm2d(&xc, Some(&gamc), Some(&betc), &rmc, &rvc, 0.1, 1e-5, true).unwrap();
         for (stats, apply) in algos {
             let algo = BatchNormAlgo { stats, apply };
-            let od = ops::norm::batch_norm2d_with(
-                &xd,
-                Some(&gamd),
-                Some(&betd),
-                &rmd,
-                &rvd,
-                0.1,
-                1e-5,
-                true,
-                Some(algo),
-            )
-            .unwrap();
+            let od = bn_forced(&xd, Some(&gamd), Some(&betd), &rmd, &rvd, algo);
             let what = format!("{shape:?} {algo:?} without waiting");
             close(&od.out.y, &oc.out.y, &format!("{what} y"));
             close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));

@@ -787,34 +787,23 @@ impl ClDevice {
             args.push(Arg::Mem(bn.y.storage()));
             (local, args)
         };
-        if let (BnApply::Hold, BnStats::Held(local, u)) = (algo.apply, algo.stats) {
-            // g chunks of at most local·u units each: every item holds at most u units.
-            let (local, mut args) = chunked(local);
-            let counters = self.counters(c + 2)?;
-            let Some((sync, _)) = counters.as_ref() else {
-                return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
-            };
-            let lds = local.max(g) * 4;
-            args.extend([
-                Arg::Mem(sync),
-                Arg::Local(lds),
-                Arg::Local(lds),
-                Arg::I32(launch_tag()),
-            ]);
-            let k = self.kernel(
-                "norm",
-                &d.clone().set("HOLD", u).set("POLLS", bn_polls()),
-                "bn_hold",
-            )?;
-            evs.push(self.launch(&k, &args, &[local * g * c], Some(&[local]))?);
-            return Ok(evs);
-        }
-        if algo.apply == BnApply::Pipe {
-            let BnStats::Wide(local, _) = algo.stats else {
+        // The one-launch kernels: `hold` on C·g groups of chunks held in registers (at most local·u units each),
+        // `pipe` on (C + 1)·g groups; both take the counters, local room for g partials and a new launch tag.
+        let one = match (algo.apply, algo.stats) {
+            (BnApply::Hold, BnStats::Held(local, u)) => {
+                Some((local, d.clone().set("HOLD", u), "bn_hold", c))
+            }
+            (BnApply::Pipe, BnStats::Wide(local, _)) => {
+                Some((local, d.clone().set("UNR", 4), "bn_pipe", c + 1))
+            }
+            (BnApply::Pipe, _) => {
                 return Err(Error::Invalid(
                     "batch_norm2d: the one-launch apply needs the wide statistics".into(),
                 ));
-            };
+            }
+            _ => None,
+        };
+        if let Some((local, defines, name, groups)) = one {
             let (local, mut args) = chunked(local);
             let counters = self.counters(c + 2)?;
             let Some((sync, _)) = counters.as_ref() else {
@@ -827,12 +816,8 @@ impl ClDevice {
                 Arg::Local(lds),
                 Arg::I32(launch_tag()),
             ]);
-            let k = self.kernel(
-                "norm",
-                &d.clone().set("UNR", 4).set("POLLS", bn_polls()),
-                "bn_pipe",
-            )?;
-            evs.push(self.launch(&k, &args, &[local * g * (c + 1)], Some(&[local]))?);
+            let k = self.kernel("norm", &defines.set("POLLS", bn_polls()), name)?;
+            evs.push(self.launch(&k, &args, &[local * g * groups], Some(&[local]))?);
             return Ok(evs);
         }
         match algo.stats {

@@ -74,6 +74,20 @@ impl Lcg {
     }
 }
 
+/// A command that runs the ignored test `name` of this test binary alone in a child process, its output
+/// captured by the test harness's `--nocapture`.
+pub fn child_command(name: &str) -> std::process::Command {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        name,
+        "--ignored",
+        "--test-threads=1",
+        "--nocapture",
+    ]);
+    cmd
+}
+
 /// The output of a child test process that ran the ignored test `name` with the setting `force` (for
 /// example `NETCL_AUTOTUNE_FORCE` set to it), after asserting that it succeeded and ran exactly one test.
 pub fn child_test_output(name: &str, force: &str, out: &std::process::Output) -> String {
