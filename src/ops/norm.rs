@@ -503,8 +503,9 @@ pub enum BnApply {
     Back,
     /// One launch for everything (`bn_pipe`): work-groups take tickets in the order they start, sum their
     /// chunk, and then normalise the same chunk of the previous channel once all its chunks are summed, while
-    /// that channel is still cached. Uses the statistics' `wide` chunking; GPUs only (the work-groups wait
-    /// for each other, which needs groups that started to keep running side by side).
+    /// that channel is still cached. Uses the statistics' `wide` chunking. Offered on GPUs: the work-groups
+    /// wait for each other, which is fast only where groups that started keep running side by side; the wait
+    /// is bounded, so it ends on any device.
     Pipe,
     /// One launch that reads x once (`bn_hold`, with [`BnStats::Held`]): each work-group sums a chunk it keeps
     /// in registers, waits until every chunk of its channel is summed, and normalises the chunk it holds. The
@@ -676,9 +677,9 @@ impl ClDevice {
                 stats: BnStats::Wide(256, g),
                 apply: BnApply::Back,
             });
-            // One launch, on GPUs only: its work-groups wait for work-groups that started before them, and
+            // One launch, offered on GPUs: its work-groups wait for work-groups that started before them, and
             // OpenCL promises no progress between work-groups; GPUs run resident groups side by side, CPU
-            // runtimes need not (PoCL's CPU device hung on it). Chunks of 16K to 64K elements: smaller keeps the
+            // runtimes need not (there every wait runs to its bound). Chunks of 16K to 64K elements: smaller keeps the
             // channels in flight cached between their statistics and their normalisation, larger has fewer
             // groups waiting (8K chunks lost on the H200 at both bench shapes).
             let pipe = if self.info.kind == "gpu" {
