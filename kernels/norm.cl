@@ -89,15 +89,28 @@ static inline void bn_tree(const int lid, const int L, __local float* ls, __loca
 }
 
 // The work-group's partial of chunk g of channel c, stored by item 0 at part[(c·G + g)·2 + {0, 1}].
+// The work-group's sums of its items' s and q, left in ls[0] and lq[0]; every item takes part.
+static inline void bn_group_sum(const int lid, const int L, const float s, const float q, __local float* ls,
+                                __local float* lq) {
+    ls[lid] = s;
+    lq[lid] = q;
+    bn_tree(lid, L, ls, lq);
+}
+
+// The shifted sums of chunk g of channel c over the work-group (bn_sums, then the tree), in ls[0] and lq[0].
+static inline void bn_chunk_tree(const int N, const int C, const int P, const int rc, const int g, const int c,
+                                 const int lid, const int L, __global const float* x, __local float* ls,
+                                 __local float* lq) {
+    float s, q;
+    bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
+    bn_group_sum(lid, L, s, q, ls, lq);
+}
+
 static inline void bn_chunk_partial(const int N, const int C, const int P, const int rc, const int G,
                                     const int g, const int c, const int lid, const int L,
                                     __global const float* x, __global float* part, __local float* ls,
                                     __local float* lq) {
-    float s, q;
-    bn_sums(N, C, P, rc, g, c, lid, L, x, &s, &q);
-    ls[lid] = s;
-    lq[lid] = q;
-    bn_tree(lid, L, ls, lq);
+    bn_chunk_tree(N, C, P, rc, g, c, lid, L, x, ls, lq);
     if (lid == 0) {
         part[(c * G + g) * 2] = ls[0];
         part[(c * G + g) * 2 + 1] = lq[0];
@@ -394,10 +407,7 @@ __kernel void bn_pipe(BN_ONE_LAUNCH_ARGS) {
     const int g = t - (t / G) * G;
     const int cs = sums ? t / G : 0, cn = norm ? t / G - 1 : 0;
     float s, q;
-    bn_sums(N, C, P, sums ? rc : 0, g, cs, lid, L, x, &s, &q);
-    ls[lid] = s;
-    lq[lid] = q;
-    bn_tree(lid, L, ls, lq);
+    bn_chunk_tree(N, C, P, sums ? rc : 0, g, cs, lid, L, x, ls, lq);
     if (sums && lid == 0) bn_publish(part, cs * G + g, tag, ls[0], lq[0]);
     barrier(CLK_LOCAL_MEM_FENCE);
     const bool all = bn_gather(part, cn * G, norm ? G : 0, tag, lid, L, ls, lq, &miss, &s, &q);
@@ -407,11 +417,7 @@ __kernel void bn_pipe(BN_ONE_LAUNCH_ARGS) {
         q = 0.0f;
     }
     for (int h = 0; h < (all ? 0 : G); ++h) {
-        float hs, hq;
-        bn_sums(N, C, P, rc, h, cn, lid, L, x, &hs, &hq);
-        ls[lid] = hs;
-        lq[lid] = hq;
-        bn_tree(lid, L, ls, lq);
+        bn_chunk_tree(N, C, P, rc, h, cn, lid, L, x, ls, lq);
         s += ls[0];
         q += lq[0];
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -469,9 +475,7 @@ __kernel void bn_hold(BN_ONE_LAUNCH_ARGS) {
     int at[HOLD];
     BN_T su = (BN_T)(0.0f), qu = (BN_T)(0.0f);
     bn_hold_load(N, C, P, rc, g, c, lid, L, k, x, v, at, &su, &qu);
-    ls[lid] = BN_HSUM(su);
-    lq[lid] = BN_HSUM(qu);
-    bn_tree(lid, L, ls, lq);
+    bn_group_sum(lid, L, BN_HSUM(su), BN_HSUM(qu), ls, lq);
     if (lid == 0) bn_publish(part, c * G + g, tag, ls[0], lq[0]);
     barrier(CLK_LOCAL_MEM_FENCE);
     float s, q;
@@ -485,9 +489,7 @@ __kernel void bn_hold(BN_ONE_LAUNCH_ARGS) {
     for (int h = 0; h < (all ? 0 : G + 1); ++h) {
         BN_T hs = (BN_T)(0.0f), hq = (BN_T)(0.0f);
         bn_hold_load(N, C, P, rc, h < G ? h : g, c, lid, L, k, x, v, at, &hs, &hq);
-        ls[lid] = BN_HSUM(hs);
-        lq[lid] = BN_HSUM(hq);
-        bn_tree(lid, L, ls, lq);
+        bn_group_sum(lid, L, BN_HSUM(hs), BN_HSUM(hq), ls, lq);
         if (h < G) {
             s += ls[0];
             q += lq[0];

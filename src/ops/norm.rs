@@ -619,6 +619,16 @@ fn batch_norm_train(
     })
 }
 
+/// The units of a channel's N·P elements that the batch_norm2d kernels walk: float4s when H·W is a multiple
+/// of 4 (the kernels' `VEC4`), floats otherwise.
+fn bn_units(n: usize, p: usize) -> usize {
+    if p.is_multiple_of(4) {
+        n * p / 4
+    } else {
+        n * p
+    }
+}
+
 /// A tag no earlier one-launch batch_norm2d launch used (never 0, the value of zeroed memory): its partials
 /// carry it, so a waiting work-group tells this launch's partials from what a reused buffer still holds.
 fn launch_tag() -> i32 {
@@ -689,11 +699,7 @@ impl ClDevice {
             };
             // Chunks held in registers (GPUs), offered while a channel's groups fit on the device at once
             // with two groups of 256 per compute unit; otherwise every group would wait its full bound.
-            let units = if p.is_multiple_of(4) {
-                n * p / 4
-            } else {
-                n * p
-            };
+            let units = bn_units(n, p);
             let hold = if self.info.kind == "gpu" {
                 &[(256usize, 4usize), (256, 8), (256, 16), (512, 8)][..]
             } else {
@@ -745,7 +751,7 @@ impl ClDevice {
         let vec4 = p.is_multiple_of(4);
         let d = Defines::new().set("VEC4", u8::from(vec4));
         let mut evs = Vec::with_capacity(3);
-        let units = if vec4 { n * p / 4 } else { n * p };
+        let units = bn_units(n, p);
         let g = match algo.stats {
             BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
             BnStats::Held(l, u) => units.div_ceil(l * u).max(1),

@@ -316,6 +316,16 @@ impl ClDevice {
         self.kernel("winograd", &Defines::new().set("WM", wm), name)
     }
 
+    /// The input transform writing V transposed: the one kernel built with `VT` (every other build of the
+    /// family leaves it at its default of 0, so the untransposed transform shares their program).
+    fn wino_input_vt_kernel(&self, wm: usize) -> Result<std::sync::Arc<crate::program::ClKernel>> {
+        self.kernel(
+            "winograd",
+            &Defines::new().set("WM", wm).set("VT", 1),
+            "wino_input",
+        )
+    }
+
     /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T), or
     /// with `vt` each element's matrix transposed (α²×N·T×C).
     fn wino_input(
@@ -327,11 +337,11 @@ impl ClDevice {
         vt: bool,
     ) -> Result<(Tensor, Event)> {
         let v = Tensor::empty(device, &[tl.al2, g.c, tl.nt], DType::F32)?;
-        let k = self.kernel(
-            "winograd",
-            &Defines::new().set("WM", tl.wm).set("VT", u8::from(vt)),
-            "wino_input",
-        )?;
+        let k = if vt {
+            self.wino_input_vt_kernel(tl.wm)?
+        } else {
+            self.wino_kernel(tl.wm, "wino_input")?
+        };
         let args = [
             i(g.n),
             i(g.c),
