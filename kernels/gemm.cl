@@ -51,12 +51,24 @@ inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, i
 // dimension 1, so the last column tile of one batch does not run half empty (pointwise convolutions: CB is the
 // number of pixels). Column n belongs to batch n / CB; its B and C elements sit at that batch's offset. The
 // host sets FLAT only with VEC and CB a multiple of 4, so no float4 quad straddles two batches.
+//
+// KS > 1 slices each K tile among KS layers of work-items (the work-group's third dimension): every layer
+// multiplies TK / KS rows of the tile into its own RM x RN accumulators, and the layers add theirs into layer 0
+// in layer order through local memory before the epilogue. All KS layers share the tile loads. Products with few
+// outputs per batch (a short M, as in pointwise convolutions with few output channels) thereby keep KS times
+// more work-items busy without a second launch.
 #ifdef TM
+#ifndef KS
+#define KS 1
+#endif
 #define WX (TN / RN)
 #define WY (TM / RM)
-#define NT (WX * WY)
-#define LDS_A (TM + 4)
-#define LDS_B (TN + 4)
+#define NT (WX * WY * KS)
+#ifndef PAD
+#define PAD 4
+#endif
+#define LDS_A (TM + PAD)
+#define LDS_B (TN + PAD)
 #define A4 (TM * TK / 4)
 #define B4 (TN * TK / 4)
 #define LA ((A4 + NT - 1) / NT)
@@ -68,7 +80,15 @@ inline float gemm_epilogue(float v, __global const float* bias, int bias_mode, i
 #define FLAT 0
 #endif
 
-__kernel __attribute__((reqd_work_group_size(WX, WY, 1)))
+// Local memory: the two tile buffers, which the K-sliced reduction reuses (TM x TN floats) once they are read.
+#define TILE4 (2 * TK * (LDS_A + LDS_B) / 4)
+#if KS > 1 && TM * TN / 4 > TILE4
+#define SMEM4 (TM * TN / 4)
+#else
+#define SMEM4 TILE4
+#endif
+
+__kernel __attribute__((reqd_work_group_size(WX, WY, KS)))
 void gemm_tiled(const int M, const int N, const int K,
                 __global const float* restrict A, const int offA, const int lda, const int sA,
                 __global const float* restrict B, const int offB, const int ldb, const int sB,
@@ -77,8 +97,8 @@ void gemm_tiled(const int M, const int N, const int K,
                 __global const float* restrict bias, const int bias_mode, const int relu,
                 const int CB)
 {
-    const int tx = get_local_id(0), ty = get_local_id(1);
-    const int tid = ty * WX + tx;
+    const int tx = get_local_id(0), ty = get_local_id(1), tz = get_local_id(2);
+    const int tid = (tz * WY + ty) * WX + tx;
     const int n0 = get_group_id(0) * TN, m0 = get_group_id(1) * TM;
     const int z = get_group_id(2);
     const int b = z / S, s = z - (z / S) * S;
@@ -101,8 +121,9 @@ void gemm_tiled(const int M, const int N, const int K,
 #define BCOL(l, n) (n)
 #endif
 
-    __local float4 As4[2 * TK * LDS_A / 4];
-    __local float4 Bs4[2 * TK * LDS_B / 4];
+    __local float4 smem[SMEM4];
+    __local float4* As4 = smem;
+    __local float4* Bs4 = smem + 2 * TK * LDS_A / 4;
 
     float4 ra[LA], rb[LB];
     float acc[RM][RN];
@@ -112,15 +133,25 @@ void gemm_tiled(const int M, const int N, const int K,
         for (int j = 0; j < RN; ++j) acc[i][j] = 0.0f;
 
     // Quad l of a tile: along k for an untransposed A (transposed B), along m (n) otherwise, so that every
-    // float4 is contiguous in global memory. A quad past the matrix or the split reads zeros.
+    // float4 is contiguous in global memory. A quad past the matrix or the split reads zeros. Quads along k are
+    // stored as four scalars, one per local row: with padded rows, neighbouring work-items take neighbouring
+    // quads of one row (long contiguous global runs); without padding (PAD 0, tiles that fill local memory),
+    // neighbouring work-items take neighbouring rows, so that their scalar stores fall in distinct banks.
+#if PAD
+#define ALONG_K(q, rows, r, kk) const int r = (q) / (TK / 4), kk = ((q) % (TK / 4)) * 4;
+#else
+#define ALONG_K(q, rows, r, kk) const int r = (q) % (rows), kk = ((q) / (rows)) * 4;
+#endif
 #define QUAD_A(l, mm, kk)                                                                      \
     const int qa = tid + (l) * NT;                                                            \
-    const int mm = TRANS_A ? (qa % (TM / 4)) * 4 : qa / (TK / 4);                            \
-    const int kk = TRANS_A ? qa / (TM / 4) : (qa % (TK / 4)) * 4;
+    ALONG_K(qa, TM, mk_, kk_)                                                                  \
+    const int mm = TRANS_A ? (qa % (TM / 4)) * 4 : mk_;                                      \
+    const int kk = TRANS_A ? qa / (TM / 4) : kk_;
 #define QUAD_B(l, nn, kk)                                                                      \
     const int qb = tid + (l) * NT;                                                            \
-    const int nn = TRANS_B ? qb / (TK / 4) : (qb % (TN / 4)) * 4;                            \
-    const int kk = TRANS_B ? (qb % (TK / 4)) * 4 : qb / (TN / 4);
+    ALONG_K(qb, TN, nk_, kk_)                                                                  \
+    const int nn = TRANS_B ? nk_ : (qb % (TN / 4)) * 4;                                      \
+    const int kk = TRANS_B ? kk_ : qb / (TN / 4);
 
 #define LOAD_TILE(kt)                                                                        \
     {                                                                                          \
@@ -222,7 +253,8 @@ void gemm_tiled(const int M, const int N, const int K,
         __local const float4* as4 = As4 + buf * (TK * LDS_A / 4);
         __local const float4* bs4 = Bs4 + buf * (TK * LDS_B / 4);
 #pragma unroll
-        for (int kk = 0; kk < TK; ++kk) {
+        for (int kq = 0; kq < TK / KS; ++kq) {
+            const int kk = tz * (TK / KS) + kq;
             float a[RM], bv[RN];
 #pragma unroll
             for (int g = 0; g < RM / 4; ++g) {
@@ -247,7 +279,34 @@ void gemm_tiled(const int M, const int N, const int K,
 #undef STORE_TILE
 #undef QUAD_A
 #undef QUAD_B
+#undef ALONG_K
 #undef BCOL
+
+#if KS > 1
+    // Layers 1..KS-1 hand their sums to layer 0 one at a time (a fixed order, so the result does not depend on
+    // timing); the tile buffers are free, as the K loop ended on a barrier.
+    {
+        __local float* red = (__local float*)smem;
+        const int t1 = ty * WX + tx;
+        for (int l = 1; l < KS; ++l) {
+            if (tz == l) {
+#pragma unroll
+                for (int i = 0; i < RM; ++i)
+#pragma unroll
+                    for (int j = 0; j < RN; ++j) red[(i * RN + j) * (WX * WY) + t1] = acc[i][j];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            if (tz == 0) {
+#pragma unroll
+                for (int i = 0; i < RM; ++i)
+#pragma unroll
+                    for (int j = 0; j < RN; ++j) acc[i][j] += red[(i * RN + j) * (WX * WY) + t1];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+    if (tz != 0) return;
+#endif
 
     __global float* Cz = C + offC + (size_t)z * sC;
 #if FLAT
@@ -290,6 +349,8 @@ void gemm_tiled(const int M, const int N, const int K,
 }
 #undef A4
 #undef B4
+#undef TILE4
+#undef SMEM4
 #endif
 
 // ------------------------------------------------------------------------------------------------ gemm_smallk

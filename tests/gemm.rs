@@ -165,6 +165,8 @@ fn every_batched_candidate_matches_with_a_shared_operand() {
         (5, 70, 28, 36, false),
         (2, 64, 132, 20, true),
         (3, 36, 30, 16, false),
+        // A long K: the K-sliced work-groups, folded and not, with an edge tile in every dimension.
+        (2, 68, 196, 200, false),
     ]
     .iter()
     .enumerate()
@@ -230,6 +232,9 @@ fn every_candidate_matches_on_edge_shapes() {
         assert!(labels.iter().any(|l| l.contains("tiled")), "{labels:?}");
         if k <= 64 && !ta && !tb {
             assert!(labels.iter().any(|l| l.contains("smallk")), "{labels:?}");
+        }
+        if k >= 128 {
+            assert!(labels.iter().any(|l| l.contains("sliced")), "{labels:?}");
         }
         // k up to 1100: 1e-3 absolute.
         every_label_matches(

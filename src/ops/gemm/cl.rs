@@ -19,13 +19,15 @@ use crate::tensor::{DType, Tensor};
 pub(crate) enum Algo {
     /// Double-buffered local-memory tiles `tm×tn×tk`, `rm×rn` outputs per work-item, float4 global access
     /// where the operands are 16-byte aligned (GPUs). `flat` folds the batches into the columns when A is
-    /// shared by every batch (see [`ClDevice::flat_ok`]).
+    /// shared by every batch (see [`ClDevice::flat_ok`]). `ks` > 1 slices each K tile among `ks` layers of
+    /// work-items, whose sums are added in local memory (products with few outputs per batch).
     Tiled {
         tm: usize,
         tn: usize,
         tk: usize,
         rm: usize,
         rn: usize,
+        ks: usize,
         flat: bool,
     },
     /// Packed panels, `mr` rows × `vw·nb` columns per work-item, `ly` work-items per group along rows (CPU).
@@ -63,11 +65,18 @@ impl Serialize for GemmCand {
                 tk,
                 rm,
                 rn,
+                ks,
                 flat,
-            } => {
-                let name = if flat { "tiled_flat" } else { "tiled" };
-                serde_json::json!([name, tm, tn, tk, rm, rn, self.splits])
-            }
+            } => match (flat, ks) {
+                (false, 1) => serde_json::json!(["tiled", tm, tn, tk, rm, rn, self.splits]),
+                (true, 1) => serde_json::json!(["tiled_flat", tm, tn, tk, rm, rn, self.splits]),
+                (false, _) => {
+                    serde_json::json!(["tiled_sliced", tm, tn, tk, rm, rn, ks, self.splits])
+                }
+                (true, _) => {
+                    serde_json::json!(["tiled_flat_sliced", tm, tn, tk, rm, rn, ks, self.splits])
+                }
+            },
             Algo::Packed { mr, vw, nb, ly } => {
                 serde_json::json!(["packed", mr, vw * nb, ly, self.splits])
             }
@@ -80,20 +89,42 @@ impl Serialize for GemmCand {
     }
 }
 
-/// Tile configurations of the local-memory kernel, largest first.
-const TILED: [(usize, usize, usize, usize, usize); 7] = [
-    (128, 128, 16, 8, 8),
-    (128, 64, 16, 8, 4),
-    (64, 64, 16, 8, 4),
+/// Tile configurations of the local-memory kernel, largest first: (tm, tn, tk, rm, rn, pad). `pad` floats
+/// end every local row (bank spreading for the scalar stores of quads along k); the one tile whose padded
+/// buffers would overflow 48 KiB of local memory has none and spreads its stores over the banks by rows instead
+/// (see `kernels/gemm.cl`). Each entry won at least one shape class on the H200
+/// (`bench/results/h200-2026-12-03-gemm-tiles-*`).
+const TILED: [(usize, usize, usize, usize, usize, usize); 9] = [
+    (256, 128, 8, 16, 8, 4),
+    (128, 256, 16, 8, 16, 0),
+    (128, 128, 16, 8, 8, 4),
+    (128, 64, 16, 8, 4, 4),
+    (64, 64, 16, 8, 4, 4),
     // Few columns or few rows (pointwise grad_w and grad_x with few input channels, small products).
-    (64, 32, 16, 4, 4),
-    (32, 64, 16, 4, 4),
+    (64, 32, 16, 4, 4, 4),
+    (32, 64, 16, 4, 4, 4),
     // Both operands read along K (grad_w products): longer contiguous runs per row and K tile.
-    (64, 32, 32, 4, 4),
-    (128, 32, 32, 8, 4),
+    (64, 32, 32, 4, 4, 4),
+    (128, 32, 32, 8, 4, 4),
+];
+/// Tile configurations offered with their K tiles sliced among `ks` layers of work-items: (tm, tn, tk, rm, rn,
+/// ks). Small tiles only: they are the ones that leave a GPU short of work-items when M is short.
+const SLICED: [(usize, usize, usize, usize, usize, usize); 3] = [
+    (64, 64, 16, 8, 4, 2),
+    (64, 32, 32, 4, 4, 2),
+    (64, 32, 32, 4, 4, 4),
 ];
 /// Register blocks of the CPU kernels: (rows, vector width, vectors per row).
 const BLOCKS: [(usize, usize, usize); 3] = [(16, 16, 1), (12, 16, 2), (6, 8, 2)];
+
+/// The padding (floats) of the local rows of a tiled configuration: its `TILED` entry's, else 4 (the sliced
+/// configurations are small tiles).
+fn tiled_pad(tm: usize, tn: usize, tk: usize) -> usize {
+    TILED
+        .iter()
+        .find(|c| (c.0, c.1, c.2) == (tm, tn, tk))
+        .map_or(4, |c| c.5)
+}
 
 impl ClDevice {
     /// The candidates for `g`. They depend only on what `g.tune_key` holds (bucketed sizes and flags), so a
@@ -115,14 +146,27 @@ impl ClDevice {
         } else {
             &[false]
         };
-        let mut v = Vec::with_capacity(48);
-        for (tm, tn, tk, rm, rn) in TILED {
+        let mut v = Vec::with_capacity(64);
+        // Slicing K pays only where every layer still gets several rows of a K tile to multiply per tile, and
+        // there are several K tiles.
+        let sliced = SLICED
+            .iter()
+            .copied()
+            .filter(|&(_, _, tk, _, _, ks)| bk >= 4 * tk && tk / ks >= 4);
+        let tiles = TILED
+            .iter()
+            .map(|&(tm, tn, tk, rm, rn, _)| (tm, tn, tk, rm, rn, 1))
+            .chain(sliced);
+        for (tm, tn, tk, rm, rn, ks) in tiles {
             let (wx, wy) = (tn / rn, tm / rm);
-            let bytes = 2 * tk * ((tm + 4) + (tn + 4)) * 4;
-            let fits_items = wis.len() < 2 || (wx <= wis[0] && wy <= wis[1]);
+            // The tile buffers, which the sliced reduction (tm × tn floats) reuses.
+            let pad = tiled_pad(tm, tn, tk);
+            let bytes = (2 * tk * (tm + tn + 2 * pad) * 4).max(if ks > 1 { tm * tn * 4 } else { 0 });
+            let fits_items = wis.len() < 2
+                || (wx <= wis[0] && wy <= wis[1] && (ks == 1 || wis.get(2).is_some_and(|&z| ks <= z)));
             // A tile far larger than the product only pads work.
             let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
-            if wx * wy <= max_wg && bytes <= lmem && fits_items && useful {
+            if wx * wy * ks <= max_wg && bytes <= lmem && fits_items && useful {
                 v.extend(folds.iter().map(|&flat| GemmCand {
                     algo: Algo::Tiled {
                         tm,
@@ -130,6 +174,7 @@ impl ClDevice {
                         tk,
                         rm,
                         rn,
+                        ks,
                         flat,
                     },
                     splits: 1,
@@ -173,7 +218,9 @@ impl ClDevice {
             let base: Vec<GemmCand> = v
                 .iter()
                 .filter(|c| match c.algo {
-                    Algo::Tiled { tm, tn, flat, .. } => !flat && (tm <= 64 || tn <= 32),
+                    Algo::Tiled {
+                        tm, tn, flat, ks, ..
+                    } => !flat && ks == 1 && (tm <= 64 || tn <= 32),
                     Algo::Packed { mr, .. } => mr == 16,
                     _ => false,
                 })
@@ -270,6 +317,7 @@ impl ClDevice {
                 tk,
                 rm,
                 rn,
+                ks,
                 flat,
             } => {
                 // float4 global access needs every row start and batch start on a multiple of 4 elements.
@@ -285,6 +333,8 @@ impl ClDevice {
                     .set("TK", tk)
                     .set("RM", rm)
                     .set("RN", rn)
+                    .set("KS", ks)
+                    .set("PAD", tiled_pad(tm, tn, tk))
                     .set("VEC", aligned as i32)
                     .set("FLAT", flat as i32);
                 let k = self.kernel("gemm", &d, "gemm_tiled")?;
@@ -295,8 +345,8 @@ impl ClDevice {
                 if flat {
                     args[1] = i(cols);
                 }
-                let global = [cols.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, zz];
-                evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, 1]))?);
+                let global = [cols.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, zz * ks];
+                evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, ks]))?);
             }
             Algo::SmallK { px, ls } => {
                 let d = base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls);

@@ -347,7 +347,8 @@ fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<G
 }
 
 /// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device, as
-/// labels (e.g. `["packed",16,16,4,1]`); the built-in device has the one candidate `reference`.
+/// labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or `["tiled_sliced",64,32,32,4,4,4,1]`
+/// with the K tile sliced among 4 layers of work-items); the built-in device has the one candidate `reference`.
 pub fn matmul_candidates(
     a: &Tensor,
     b: &Tensor,
