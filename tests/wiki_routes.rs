@@ -188,6 +188,7 @@ async fn devices_and_autotune_pages_show_engine_data() {
     );
     assert!(!html.contains("<b>GPU"));
     assert!(html.contains("8.0 GiB"));
+    assert!(html.contains("64.0 KiB (on chip)"), "{html}");
     assert!(
         html.contains("this server&#39;s device") || html.contains("this server's device"),
         "{html}"
@@ -195,6 +196,7 @@ async fn devices_and_autotune_pages_show_engine_data() {
     assert!(html.contains("id=\"selected-device\">0: Test"), "{html}");
     let json = get(&app, "/api/devices").await.json();
     assert_eq!(json["devices"][0]["compute_units"], 32);
+    assert_eq!(json["devices"][0]["local_mem_dedicated"], true);
     assert_eq!(json["selected"], 0);
     let (other, _) = app_with(Arc::new(TestEngine), |c| c.device = Some("tpu".into()));
     let page = get(&other, "/devices").await.text();

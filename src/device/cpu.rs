@@ -26,6 +26,7 @@ pub(crate) fn builtin_info(index: usize) -> DeviceInfo {
         max_clock_mhz: 0,
         global_mem_bytes: MAX_ALLOC,
         local_mem_bytes: 0,
+        local_mem_dedicated: false,
         max_alloc_bytes: MAX_ALLOC,
         max_work_group_size: 1,
         max_work_item_sizes: vec![1, 1, 1],

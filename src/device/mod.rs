@@ -49,6 +49,9 @@ pub struct DeviceInfo {
     pub global_mem_bytes: u64,
     /// Local (work-group shared) memory in bytes.
     pub local_mem_bytes: u64,
+    /// Whether local memory is dedicated on-chip memory (`CL_LOCAL`); false where the driver keeps it in global
+    /// memory, as CPU OpenCL does (and on the built-in device).
+    pub local_mem_dedicated: bool,
     /// The largest single allocation in bytes.
     pub max_alloc_bytes: u64,
     /// The largest work-group.

@@ -12,7 +12,7 @@ use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
 use opencl3::device::{
     CL_DEVICE_TYPE_ACCELERATOR, CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_CPU, CL_DEVICE_TYPE_GPU,
-    Device as ClDeviceId,
+    CL_LOCAL, Device as ClDeviceId,
 };
 use opencl3::event::Event as ClEvent;
 use opencl3::memory::CL_MEM_READ_WRITE;
@@ -79,6 +79,7 @@ fn scan() -> Result<Vec<(ClDeviceId, DeviceInfo)>> {
                 max_clock_mhz: d.max_clock_frequency().unwrap_or(0),
                 global_mem_bytes: d.global_mem_size().unwrap_or(0),
                 local_mem_bytes: d.local_mem_size().unwrap_or(0),
+                local_mem_dedicated: d.local_mem_type().is_ok_and(|t| t == CL_LOCAL),
                 max_alloc_bytes: d.max_mem_alloc_size().unwrap_or(0),
                 max_work_group_size: d.max_work_group_size().unwrap_or(1),
                 max_work_item_sizes: d.max_work_item_sizes().unwrap_or_default(),

@@ -733,7 +733,15 @@ fn device_view(d: &DeviceInfo, selected: bool) -> DeviceView {
         compute_units: d.compute_units,
         max_clock_mhz: d.max_clock_mhz,
         global_mem: human_bytes(d.global_mem_bytes),
-        local_mem: human_bytes(d.local_mem_bytes),
+        local_mem: format!(
+            "{} ({})",
+            human_bytes(d.local_mem_bytes),
+            if d.local_mem_dedicated {
+                "on chip"
+            } else {
+                "in global memory"
+            }
+        ),
         max_alloc: human_bytes(d.max_alloc_bytes),
         max_work_group_size: d.max_work_group_size,
         work_item_sizes: d

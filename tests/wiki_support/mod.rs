@@ -47,6 +47,7 @@ impl EngineInfo for TestEngine {
             max_clock_mhz: 1500,
             global_mem_bytes: 8 << 30,
             local_mem_bytes: 64 << 10,
+            local_mem_dedicated: true,
             max_alloc_bytes: 2 << 30,
             max_work_group_size: 1024,
             max_work_item_sizes: vec![1024, 1024, 64],

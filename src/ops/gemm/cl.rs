@@ -161,11 +161,19 @@ impl ClDevice {
             let (wx, wy) = (tn / rn, tm / rm);
             // The tile buffers, which the sliced reduction (tm × tn floats) reuses.
             let pad = tiled_pad(tm, tn, tk);
-            let bytes = (2 * tk * (tm + tn + 2 * pad) * 4).max(if ks > 1 { tm * tn * 4 } else { 0 });
+            let bytes =
+                (2 * tk * (tm + tn + 2 * pad) * 4).max(if ks > 1 { tm * tn * 4 } else { 0 });
             let fits_items = wis.len() < 2
-                || (wx <= wis[0] && wy <= wis[1] && (ks == 1 || wis.get(2).is_some_and(|&z| ks <= z)));
-            // A tile far larger than the product only pads work.
-            let useful = tm <= bm.max(32) * 2 && tn <= bn.max(32) * 2;
+                || (wx <= wis[0]
+                    && wy <= wis[1]
+                    && (ks == 1 || wis.get(2).is_some_and(|&z| ks <= z)));
+            // A tile far larger than the product only pads work. Where local memory is kept in global memory (CPU
+            // OpenCL), no tile is on chip and a work-item's registers are few: blocks of more than 32 outputs per
+            // work-item never win there, and each takes seconds to build (on PoCL with a cold kernel cache, the
+            // first 1024³ product took 24.5 s with them and 5.5 s without).
+            let useful = tm <= bm.max(32) * 2
+                && tn <= bn.max(32) * 2
+                && (self.info.local_mem_dedicated || rm * rn <= 32);
             if wx * wy * ks <= max_wg && bytes <= lmem && fits_items && useful {
                 v.extend(folds.iter().map(|&flat| GemmCand {
                     algo: Algo::Tiled {
