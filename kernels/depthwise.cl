@@ -549,7 +549,7 @@ __kernel void dw_fwd_block(const int8 g, __global const float* restrict x, __glo
 #endif
         for (int xb = xb0; xb < xb1; ++xb) {
             const int ow0 = xb * VW;
-            __global float* op = out + ((size_t)nc * OH + oh0) * OW + ow0;
+            __global float* op = orow + ow0;
             const int ix0 = ow0 * BS - P;
             if (VW > 1 && ix0 >= 0 && ix0 + BK - 1 + VEXT < W)
                 dw_block(H, W, OH, OW, P, oh0, ow0, xp, wv, b, op, 1);
