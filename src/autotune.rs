@@ -14,8 +14,10 @@
 //! Every choice (measured, cached, default, forced, or the only eligible candidate) is appended to the
 //! decision log, which callers, the CLI and the wiki read with [`decisions_since`].
 
+use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ffi::OsString;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -240,20 +242,40 @@ pub fn label(v: &Value) -> String {
 
 /// netcl's shape-key format: a Python tuple of the values, e.g. `(2, 8, 256, 16, 1, 0)`.
 pub fn shape_key(parts: &[i64]) -> String {
-    use std::fmt::Write as _;
     let mut s = String::with_capacity(2 + parts.len() * 8);
     s.push('(');
-    for (i, p) in parts.iter().enumerate() {
+    for (i, &p) in parts.iter().enumerate() {
         if i > 0 {
             s.push_str(", ");
         }
-        let _ = write!(s, "{p}");
+        push_int(&mut s, p);
     }
     if parts.len() == 1 {
         s.push(',');
     }
     s.push(')');
     s
+}
+
+/// Appends `v` in decimal (as `{v}` would, without the formatting machinery: keys are built on every call).
+fn push_int(s: &mut String, v: i64) {
+    if v < 0 {
+        s.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    for &d in &digits[at..] {
+        s.push(d as char);
+    }
 }
 
 /// The power of two at or above `n` (netcl's bucketing of batch and spatial sizes).
@@ -292,16 +314,95 @@ thread_local! {
     static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Keys whose cached answer this thread has logged in the current scope; see [`begin_scope`].
     static LOGGED: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
+    /// Answers this thread has already verified and logged in the current scope; see [`answered`].
+    static HOT: RefCell<Hot> = RefCell::new(Hot::default());
+    /// Scratch space for building a full key without allocating.
+    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+/// Bumped whenever a process memo drops or replaces a winner, which makes every thread's [`HOT`] answers stale.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn invalidate_hot() {
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Per-thread answers to repeated questions: the winner itself, kept as the caller's type, so that an op asking
+/// the same question again (every step of a training loop) neither builds its candidate list nor serialises
+/// the winner to check it.
+#[derive(Default)]
+struct Hot {
+    /// [`GENERATION`] when these answers were kept.
+    generation: u64,
+    /// `NETCL_AUTOTUNE_CACHE` when these answers were kept: they belong to that file.
+    cache_env: Option<OsString>,
+    answers: HashMap<String, Box<dyn Any>>,
 }
 
 /// Starts a new logging scope on this thread: each cached decision is logged once per scope, not on every call
 /// (a training loop asks the same questions thousands of times). A playground run is one scope.
 pub fn begin_scope() {
     LOGGED.with(|l| l.borrow_mut().clear());
+    HOT.with(|h| h.borrow_mut().answers.clear());
 }
 
 fn full_key(device: &Device, kernel: &str, shape_key: &str) -> String {
-    format!("{}::{kernel}::{shape_key}", device.0.tune_id)
+    let mut k = String::new();
+    push_full_key(&mut k, device, kernel, shape_key);
+    k
+}
+
+fn push_full_key(k: &mut String, device: &Device, kernel: &str, shape_key: &str) {
+    let id = &device.0.tune_id;
+    k.reserve(id.len() + kernel.len() + shape_key.len() + 4);
+    k.push_str(id);
+    k.push_str("::");
+    k.push_str(kernel);
+    k.push_str("::");
+    k.push_str(shape_key);
+}
+
+/// The answer this thread got for (`device`, `kernel`, `shape_key`) earlier in this logging scope, when nothing
+/// can have changed it since: no forced label and autotuning on (as the environment says now), the same cache
+/// file, and no winner of the process memo replaced or dropped. Without allocating on a hit.
+///
+/// Callers whose candidate list is costly to build ask this first and build the list only when it answers
+/// `None`; [`tune`] asks it too.
+pub fn answered<C: Clone + 'static>(device: &Device, kernel: &str, shape_key: &str) -> Option<C> {
+    if std::env::var_os("NETCL_AUTOTUNE_FORCE").is_some() || !is_enabled() {
+        return None;
+    }
+    let cache_env = std::env::var_os("NETCL_AUTOTUNE_CACHE");
+    HOT.with(|h| {
+        let mut h = h.borrow_mut();
+        let generation = GENERATION.load(Ordering::SeqCst);
+        if h.generation != generation || h.cache_env != cache_env {
+            h.answers.clear();
+            h.generation = generation;
+            h.cache_env = cache_env;
+            return None;
+        }
+        KEY.with(|k| {
+            let mut k = k.borrow_mut();
+            k.clear();
+            push_full_key(&mut k, device, kernel, shape_key);
+            h.answers.get(k.as_str())?.downcast_ref::<C>().cloned()
+        })
+    })
+}
+
+/// Keeps `answer` for [`answered`]; `generation` is [`GENERATION`] as it was before the answer was verified.
+fn keep_answer<C: Clone + 'static>(key: &str, answer: &C, generation: u64) {
+    let cache_env = std::env::var_os("NETCL_AUTOTUNE_CACHE");
+    HOT.with(|h| {
+        let mut h = h.borrow_mut();
+        if h.generation != generation || h.cache_env != cache_env {
+            h.answers.clear();
+            h.generation = generation;
+            h.cache_env = cache_env;
+        }
+        h.answers.insert(key.to_owned(), Box::new(answer.clone()));
+    });
 }
 
 /// The candidate label `NETCL_AUTOTUNE_FORCE` names for `kernel`, if any. The variable holds
@@ -323,7 +424,7 @@ fn forced_label(kernel: &str) -> Option<String> {
 /// `bench` runs one candidate once and returns its time in milliseconds (device time from profiling events
 /// on OpenCL). An error disqualifies the candidate. `default` indexes the candidate used when autotuning is
 /// off or every candidate fails.
-pub fn tune<C: Serialize + Clone>(
+pub fn tune<C: Serialize + Clone + 'static>(
     device: &Device,
     kernel: &str,
     shape_key: &str,
@@ -336,16 +437,23 @@ pub fn tune<C: Serialize + Clone>(
             "autotune `{kernel}`: no candidates"
         )));
     };
+    if candidates.len() > 1
+        && let Some(c) = answered::<C>(device, kernel, shape_key)
+    {
+        return Ok(c);
+    }
     let started = Instant::now();
     let key = full_key(device, kernel, shape_key);
     let forced = forced_label(kernel);
     // Fast path for a decision already resolved and logged in this scope: no serialisation of every
-    // candidate, no copy of the cached candidate times.
+    // candidate, no copy of the cached candidate times. The answer is then kept for [`answered`].
     if forced.is_none() && candidates.len() > 1 && is_enabled() {
+        let generation = GENERATION.load(Ordering::SeqCst);
         let path = cache_path();
         if let Some(idx) = resolved_hit(&path, &key, candidates)
             && LOGGED.with(|l| l.borrow().contains(&key))
         {
+            keep_answer(&key, &candidates[idx], generation);
             return Ok(candidates[idx].clone());
         }
     }
@@ -549,6 +657,7 @@ fn lookup(path: &Path, key: &str, values: &[Value]) -> Option<(usize, Vec<Candid
             fc.winners.remove(key);
             fc.meta.remove(key);
             fc.resolved.remove(key);
+            invalidate_hot();
             None
         }
     }
@@ -674,6 +783,7 @@ fn store(path: &Path, key: &str, winner: Value, meta: Meta) {
         fc.winners.insert(key.to_owned(), winner.clone());
         fc.meta.insert(key.to_owned(), meta.clone());
     }
+    invalidate_hot();
     let r = (|| -> std::io::Result<()> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir)?;
@@ -724,6 +834,7 @@ pub fn clear_cache() -> Result<()> {
     if let Ok(mut m) = memo().lock() {
         m.remove(&path);
     }
+    invalidate_hot();
     match fs::remove_file(&path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -736,6 +847,7 @@ pub fn clear_memory() {
     if let Ok(mut m) = memo().lock() {
         m.clear();
     }
+    invalidate_hot();
 }
 
 #[cfg(test)]
@@ -746,6 +858,10 @@ mod tests {
     fn shape_key_matches_python_tuple() {
         assert_eq!(shape_key(&[2, 8, 256, 16, 1, 0]), "(2, 8, 256, 16, 1, 0)");
         assert_eq!(shape_key(&[5]), "(5,)");
+        assert_eq!(
+            shape_key(&[0, -7, 10, i64::MIN, i64::MAX]),
+            format!("(0, -7, 10, {}, {})", i64::MIN, i64::MAX)
+        );
         assert_eq!(bucket(3), 4);
         assert_eq!(bucket(0), 1);
     }

@@ -117,7 +117,13 @@ unsafe impl Sync for Built {}
 #[derive(Default)]
 pub(crate) struct ProgramCache {
     built: Mutex<HashMap<u64, Vec<BuiltEntry>>>,
+    /// Kernels by a caller's compact key (see [`ProgramCache::kernel_by`]).
+    quick: Mutex<HashMap<QuickKey, Arc<ClKernel>>>,
 }
+
+/// A kernel named by its family, its name and up to 12 integers that determine its defines, so that a hot
+/// call finds it without writing and hashing the compile options.
+pub(crate) type QuickKey = (&'static str, &'static str, [i32; 12]);
 
 /// One built program with the (family, defines) pair it was built for.
 type BuiltEntry = (String, Defines, Arc<Built>);
@@ -172,6 +178,30 @@ impl ProgramCache {
             }),
         });
         kernels.insert(name.to_owned(), k.clone());
+        Ok(k)
+    }
+}
+
+impl ProgramCache {
+    /// The kernel `key.1` of family `key.0` built with `defines()`; `key.2` must determine the defines (the
+    /// caller's contract: equal keys, equal defines). Later calls with the same key skip `defines` entirely.
+    pub(crate) fn kernel_by(
+        &self,
+        context: &Context,
+        device: cl_device_id,
+        key: QuickKey,
+        defines: impl FnOnce() -> Defines,
+    ) -> Result<Arc<ClKernel>> {
+        let lock = || {
+            self.quick
+                .lock()
+                .map_err(|_| Error::Invalid("kernel memo lock poisoned".into()))
+        };
+        if let Some(k) = lock()?.get(&key) {
+            return Ok(k.clone());
+        }
+        let k = self.kernel(context, device, key.0, &defines(), key.1)?;
+        lock()?.insert(key, k.clone());
         Ok(k)
     }
 }

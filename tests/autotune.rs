@@ -301,3 +301,109 @@ fn sum_all_records_its_decision_with_candidate_times() {
         Some(Source::Cache)
     );
 }
+
+/// A thread that asks the same question again gets its earlier answer without the candidate list being
+/// looked at, until something that could change the answer happens: a forced label, the off switch, a new
+/// logging scope, another cache file, a cleared cache, or another thread measuring a new winner.
+#[test]
+fn repeated_answers_follow_every_change() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let first = fresh_cache("hot");
+    let dev = Device::builtin();
+    let cands = ["a", "b", "c"];
+    let timed = |times: [f64; 3]| {
+        move |c: &&str| Ok(times[["a", "b", "c"].iter().position(|x| x == c).expect("known")])
+    };
+    let ask = |d: &Device| autotune::answered::<&str>(d, "t_hot", "(8,)");
+    let never = |_: &&str| -> netcl::Result<f64> { panic!("must not measure") };
+
+    assert_eq!(ask(&dev), None, "nothing answered yet");
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([3.0, 1.0, 2.0])).expect("tune");
+    assert_eq!(w, "b");
+    // Logged from the cache once in this scope, then answered from memory.
+    for _ in 0..2 {
+        assert_eq!(
+            autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+            "b"
+        );
+    }
+    assert_eq!(ask(&dev), Some("b"));
+    let seq = autotune::last_seq();
+    assert_eq!(
+        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+        "b"
+    );
+    assert_eq!(autotune::last_seq(), seq, "a repeated answer logs nothing");
+
+    // A forced label and the off switch win over a kept answer.
+    // SAFETY: ENV is held.
+    unsafe { std::env::set_var("NETCL_AUTOTUNE_FORCE", "t_hot=c") };
+    assert_eq!(ask(&dev), None);
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("c", Source::Forced));
+    // SAFETY: ENV is held.
+    unsafe {
+        std::env::remove_var("NETCL_AUTOTUNE_FORCE");
+        std::env::set_var("NETCL_AUTOTUNE", "0");
+    }
+    assert_eq!(ask(&dev), None);
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("a", Source::Default));
+    // SAFETY: ENV is held.
+    unsafe { std::env::remove_var("NETCL_AUTOTUNE") };
+
+    // A new scope logs the cached answer again.
+    autotune::begin_scope();
+    assert_eq!(ask(&dev), None);
+    let seq = autotune::last_seq();
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("b", Source::Cache));
+    assert!(autotune::last_seq() > seq);
+
+    // Another cache file has its own answer.
+    for _ in 0..2 {
+        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    }
+    assert_eq!(ask(&dev), Some("b"));
+    let other = first.with_file_name("other.json");
+    // SAFETY: ENV is held.
+    unsafe { std::env::set_var("NETCL_AUTOTUNE_CACHE", &other) };
+    assert_eq!(ask(&dev), None);
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([0.5, 1.0, 2.0])).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("a", Source::Measured));
+    // SAFETY: ENV is held.
+    unsafe { std::env::set_var("NETCL_AUTOTUNE_CACHE", &first) };
+    for _ in 0..2 {
+        assert_eq!(
+            autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+            "b"
+        );
+    }
+    assert_eq!(ask(&dev), Some("b"));
+
+    // Another thread clears the cache and measures a new winner: this thread's kept answer is dropped.
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            autotune::clear_cache().expect("clear");
+            let d = Device::builtin();
+            let w = autotune::tune(&d, "t_hot", "(8,)", &cands, 0, timed([3.0, 2.0, 1.0]))
+                .expect("tune");
+            assert_eq!(w, "c");
+        });
+    });
+    assert_eq!(ask(&dev), None);
+    assert_eq!(
+        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+        "c"
+    );
+
+    // Clearing the cache on this thread makes the next call measure again.
+    for _ in 0..2 {
+        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    }
+    assert_eq!(ask(&dev), Some("c"));
+    autotune::clear_cache().expect("clear");
+    assert_eq!(ask(&dev), None);
+    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([1.0, 2.0, 3.0])).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("a", Source::Measured));
+}

@@ -255,6 +255,16 @@ impl ClDevice {
             .kernel(&self.context, self.device.id(), source, defines, name)
     }
 
+    /// As [`ClDevice::kernel`], found by a compact key on later calls; see [`ProgramCache::kernel_by`].
+    pub(crate) fn kernel_by(
+        &self,
+        key: crate::program::QuickKey,
+        defines: impl FnOnce() -> Defines,
+    ) -> Result<Arc<ClKernel>> {
+        self.programs
+            .kernel_by(&self.context, self.device.id(), key, defines)
+    }
+
     /// Enqueues `kernel` over `global` work-items (rounded up to `local` when given) with `args`.
     pub(crate) fn launch(
         &self,

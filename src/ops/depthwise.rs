@@ -771,6 +771,9 @@ impl ClDevice {
             autotune::record_choice(device, kernel, &key, &a, Source::Forced, why);
             return Ok(a);
         }
+        if let Some(a) = autotune::answered(device, kernel, &key) {
+            return Ok(a);
+        }
         autotune::tune(device, kernel, &key, &self.dw_candidates(g), 0, bench)
     }
 }

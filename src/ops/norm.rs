@@ -967,12 +967,15 @@ impl NormKernels for ClDevice {
                 );
                 a
             }
-            None => {
-                let (cands, default) = self.bn_candidates(v);
-                autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
-                    events_ms(&self.run_bn(device, bn, *a)?)
-                })?
-            }
+            None => match autotune::answered(device, "batch_norm2d", &key) {
+                Some(a) => a,
+                None => {
+                    let (cands, default) = self.bn_candidates(v);
+                    autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
+                        events_ms(&self.run_bn(device, bn, *a)?)
+                    })?
+                }
+            },
         };
         self.run_bn(device, bn, chosen)?;
         Ok(())

@@ -126,6 +126,19 @@ fn tiled_pad(tm: usize, tn: usize, tk: usize) -> usize {
         .map_or(4, |c| c.5)
 }
 
+/// The compact kernel key of the register-blocked kernels (see `ProgramCache::kernel_by`).
+fn blocked_key(g: &Gemm, mr: usize, vw: usize, nb: usize) -> [i32; 12] {
+    let mut k = [0; 12];
+    k[..5].copy_from_slice(&[
+        g.trans_a as i32,
+        g.trans_b as i32,
+        mr as i32,
+        vw as i32,
+        nb as i32,
+    ]);
+    k
+}
+
 impl ClDevice {
     /// The candidates for `g`. They depend only on what `g.tune_key` holds (bucketed sizes and flags), so a
     /// cached winner always names one of them.
@@ -286,9 +299,11 @@ impl ClDevice {
         let bias_t = bias.unwrap_or(out);
         let bias_code = if bias.is_some() { g.bias.code() } else { 0 };
         let i = |v: usize| Arg::I32(v as i32);
-        let base = Defines::new()
-            .set("TRANS_A", g.trans_a as i32)
-            .set("TRANS_B", g.trans_b as i32);
+        let base = || {
+            Defines::new()
+                .set("TRANS_A", g.trans_a as i32)
+                .set("TRANS_B", g.trans_b as i32)
+        };
         let z = g.batch * splits;
         let mut evs = Vec::new();
         // Every product kernel ends its arguments with the output, the split and the epilogue.
@@ -335,17 +350,32 @@ impl ClDevice {
                 .iter()
                 .all(|v| v % 4 == 0);
                 let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
-                let d = base
-                    .set("TM", tm)
-                    .set("TN", tn)
-                    .set("TK", tk)
-                    .set("RM", rm)
-                    .set("RN", rn)
-                    .set("KS", ks)
-                    .set("PAD", tiled_pad(tm, tn, tk))
-                    .set("VEC", aligned as i32)
-                    .set("FLAT", flat as i32);
-                let k = self.kernel("gemm", &d, "gemm_tiled")?;
+                let key = [
+                    g.trans_a as i32,
+                    g.trans_b as i32,
+                    tm as i32,
+                    tn as i32,
+                    tk as i32,
+                    rm as i32,
+                    rn as i32,
+                    ks as i32,
+                    aligned as i32,
+                    flat as i32,
+                    0,
+                    0,
+                ];
+                let k = self.kernel_by(("gemm", "gemm_tiled", key), || {
+                    base()
+                        .set("TM", tm)
+                        .set("TN", tn)
+                        .set("TK", tk)
+                        .set("RM", rm)
+                        .set("RN", rn)
+                        .set("KS", ks)
+                        .set("PAD", tiled_pad(tm, tn, tk))
+                        .set("VEC", aligned as i32)
+                        .set("FLAT", flat as i32)
+                })?;
                 let (wx, wy) = (tn / rn, tm / rm);
                 let (cols, zz) = if flat { (g.n * g.batch, 1) } else { (g.n, z) };
                 let mut args = args.clone();
@@ -357,21 +387,25 @@ impl ClDevice {
                 evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, ks]))?);
             }
             Algo::SmallK { px, ls } => {
-                let d = base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
+                let d = base().set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
                 let k = self.kernel("gemm", &d, "gemm_smallk")?;
                 let global = [g.n.div_ceil(ls * px) * ls, z];
                 evs.push(self.launch(&k, &args, &global, Some(&[ls, 1]))?);
             }
             Algo::Packed { mr, vw, nb, ly } => {
                 let nr = vw * nb;
-                let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
+                let kernel = |name| {
+                    self.kernel_by(("gemm", name, blocked_key(g, mr, vw, nb)), || {
+                        base().set("MR", mr).set("VW", vw).set("NB", nb)
+                    })
+                };
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
                 // A shared by every batch (s_a = 0) is packed once.
                 let ba = if g.s_a == 0 { 1 } else { g.batch };
                 let bb = if g.s_b == 0 { 1 } else { g.batch };
                 let ap = Tensor::empty(device, &[ba * pm * kd * mr], DType::F32)?;
                 let bp = Tensor::empty(device, &[bb * pn * kd * nr], DType::F32)?;
-                let ka = self.kernel("gemm", &d, "gemm_pack_a")?;
+                let ka = kernel("gemm_pack_a")?;
                 let args = [
                     i(g.m),
                     i(g.k),
@@ -382,7 +416,7 @@ impl ClDevice {
                     Arg::Mem(ap.storage()),
                 ];
                 evs.push(self.launch(&ka, &args, &[g.k.div_ceil(32), pm, ba], None)?);
-                let kb = self.kernel("gemm", &d, "gemm_pack_b")?;
+                let kb = kernel("gemm_pack_b")?;
                 let args = [
                     i(g.n),
                     i(g.k),
@@ -395,7 +429,7 @@ impl ClDevice {
                 evs.push(self.launch(&kb, &args, &[g.k.div_ceil(32), pn, bb], None)?);
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
-                let k = self.kernel("gemm", &d, "gemm_packed")?;
+                let k = kernel("gemm_packed")?;
                 let head = [
                     i(g.m),
                     i(g.n),
@@ -415,9 +449,10 @@ impl ClDevice {
                     ));
                 }
                 let nr = vw * nb;
-                let d = base.set("MR", mr).set("VW", vw).set("NB", nb);
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
-                let k = self.kernel("gemm", &d, "gemm_reg")?;
+                let k = self.kernel_by(("gemm", "gemm_reg", blocked_key(g, mr, vw, nb)), || {
+                    base().set("MR", mr).set("VW", vw).set("NB", nb)
+                })?;
                 evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
             }
         }
@@ -452,6 +487,10 @@ impl ClDevice {
         bias: Option<&Tensor>,
         g: &Gemm,
     ) -> Result<GemmCand> {
+        // A repeated question is answered before the candidate list is built (most of a call's host time).
+        if let Some(c) = autotune::answered(device, g.tune_name, &g.tune_key) {
+            return Ok(c);
+        }
         let cands = self.gemm_candidates(g);
         // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs.
         let default = cands
