@@ -473,23 +473,27 @@ inline void dw_block(const int H, const int W, const int OH, const int OW, const
         }
     }
     const int nv = min(VW, OW - ow0);
-    // A guard instead of a `break`: PoCL's LLVM cannot fully unroll a loop with a second exit, and said so in a
-    // "loop not unrolled" warning for every VW > 1 build.
 #pragma unroll
     for (int j = 0; j < BY; ++j) {
-        if (oh0 + j < OH) {
-            __global float* o = op + (size_t)j * OW;
-            if (nv == VW) {
-                VSTORE(acc[j], o);
-            } else {
 #if VW == 1
-                o[0] = acc[j];
+        if (oh0 + j >= OH) break;
 #else
-                float lane[VW];
-                VSTORE(acc[j], lane);
-                for (int l = 0; l < nv; ++l) o[l] = lane[l];
+        // `continue`, not `break`: PoCL's LLVM does not fully unroll a loop with a second exit, and warned "loop
+        // not unrolled" for every VW > 1 build. The one-column blocks (the GPU's) keep the `break`: a guard
+        // measured 2-4 % slower there.
+        if (oh0 + j >= OH) continue;
 #endif
-            }
+        __global float* o = op + (size_t)j * OW;
+        if (nv == VW) {
+            VSTORE(acc[j], o);
+        } else {
+#if VW == 1
+            o[0] = acc[j];
+#else
+            float lane[VW];
+            VSTORE(acc[j], lane);
+            for (int l = 0; l < nv; ++l) o[l] = lane[l];
+#endif
         }
     }
 }
