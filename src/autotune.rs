@@ -339,6 +339,20 @@ struct Hot {
     answers: HashMap<String, Box<dyn Any>>,
 }
 
+impl Hot {
+    /// Drops every answer unless they were kept at `generation` for the cache file `cache_env`, and records
+    /// those as the state the answers now belong to. True when the answers were kept.
+    fn still_valid(&mut self, generation: u64, cache_env: Option<OsString>) -> bool {
+        if self.generation == generation && self.cache_env == cache_env {
+            return true;
+        }
+        self.answers.clear();
+        self.generation = generation;
+        self.cache_env = cache_env;
+        false
+    }
+}
+
 /// Starts a new logging scope on this thread: each cached decision is logged once per scope, not on every call
 /// (a training loop asks the same questions thousands of times). A playground run is one scope.
 pub fn begin_scope() {
@@ -375,11 +389,7 @@ pub fn answered<C: Clone + 'static>(device: &Device, kernel: &str, shape_key: &s
     let cache_env = std::env::var_os("NETCL_AUTOTUNE_CACHE");
     HOT.with(|h| {
         let mut h = h.borrow_mut();
-        let generation = GENERATION.load(Ordering::SeqCst);
-        if h.generation != generation || h.cache_env != cache_env {
-            h.answers.clear();
-            h.generation = generation;
-            h.cache_env = cache_env;
+        if !h.still_valid(GENERATION.load(Ordering::SeqCst), cache_env) {
             return None;
         }
         KEY.with(|k| {
@@ -396,11 +406,7 @@ fn keep_answer<C: Clone + 'static>(key: &str, answer: &C, generation: u64) {
     let cache_env = std::env::var_os("NETCL_AUTOTUNE_CACHE");
     HOT.with(|h| {
         let mut h = h.borrow_mut();
-        if h.generation != generation || h.cache_env != cache_env {
-            h.answers.clear();
-            h.generation = generation;
-            h.cache_env = cache_env;
-        }
+        h.still_valid(generation, cache_env);
         h.answers.insert(key.to_owned(), Box::new(answer.clone()));
     });
 }

@@ -125,6 +125,16 @@ pub(crate) struct ProgramCache {
 /// call finds it without writing and hashing the compile options.
 pub(crate) type QuickKey = (&'static str, &'static str, [i32; 12]);
 
+/// The [`QuickKey`] of kernel `name` of `family` whose defines are determined by `parts` (at most 12).
+pub(crate) fn quick_key(family: &'static str, name: &'static str, parts: &[usize]) -> QuickKey {
+    debug_assert!(parts.len() <= 12, "a quick key holds at most 12 integers");
+    let mut k = [0; 12];
+    for (slot, &p) in k.iter_mut().zip(parts) {
+        *slot = p as i32;
+    }
+    (family, name, k)
+}
+
 /// One built program with the (family, defines) pair it was built for.
 type BuiltEntry = (String, Defines, Arc<Built>);
 
@@ -180,9 +190,7 @@ impl ProgramCache {
         kernels.insert(name.to_owned(), k.clone());
         Ok(k)
     }
-}
 
-impl ProgramCache {
     /// The kernel `key.1` of family `key.0` built with `defines()`; `key.2` must determine the defines (the
     /// caller's contract: equal keys, equal defines). Later calls with the same key skip `defines` entirely.
     pub(crate) fn kernel_by(

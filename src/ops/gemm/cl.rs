@@ -11,7 +11,7 @@ use crate::autotune;
 use crate::device::ClDevice;
 use crate::device::opencl::{Arg, events_ms};
 use crate::error::{Error, Result};
-use crate::program::Defines;
+use crate::program::{Defines, quick_key};
 use crate::tensor::{DType, Tensor};
 
 /// One kernel shape of the family.
@@ -124,19 +124,6 @@ fn tiled_pad(tm: usize, tn: usize, tk: usize) -> usize {
         .iter()
         .find(|c| (c.0, c.1, c.2) == (tm, tn, tk))
         .map_or(4, |c| c.5)
-}
-
-/// The compact kernel key of the register-blocked kernels (see `ProgramCache::kernel_by`).
-fn blocked_key(g: &Gemm, mr: usize, vw: usize, nb: usize) -> [i32; 12] {
-    let mut k = [0; 12];
-    k[..5].copy_from_slice(&[
-        g.trans_a as i32,
-        g.trans_b as i32,
-        mr as i32,
-        vw as i32,
-        nb as i32,
-    ]);
-    k
 }
 
 impl ClDevice {
@@ -351,20 +338,18 @@ impl ClDevice {
                 .all(|v| v % 4 == 0);
                 let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
                 let key = [
-                    g.trans_a as i32,
-                    g.trans_b as i32,
-                    tm as i32,
-                    tn as i32,
-                    tk as i32,
-                    rm as i32,
-                    rn as i32,
-                    ks as i32,
-                    aligned as i32,
-                    flat as i32,
-                    0,
-                    0,
+                    g.trans_a as usize,
+                    g.trans_b as usize,
+                    tm,
+                    tn,
+                    tk,
+                    rm,
+                    rn,
+                    ks,
+                    aligned as usize,
+                    flat as usize,
                 ];
-                let k = self.kernel_by(("gemm", "gemm_tiled", key), || {
+                let k = self.kernel_by(quick_key("gemm", "gemm_tiled", &key), || {
                     base()
                         .set("TM", tm)
                         .set("TN", tn)
@@ -394,8 +379,9 @@ impl ClDevice {
             }
             Algo::Packed { mr, vw, nb, ly } => {
                 let nr = vw * nb;
+                let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let kernel = |name| {
-                    self.kernel_by(("gemm", name, blocked_key(g, mr, vw, nb)), || {
+                    self.kernel_by(quick_key("gemm", name, &blocked), || {
                         base().set("MR", mr).set("VW", vw).set("NB", nb)
                     })
                 };
@@ -449,8 +435,9 @@ impl ClDevice {
                     ));
                 }
                 let nr = vw * nb;
+                let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
-                let k = self.kernel_by(("gemm", "gemm_reg", blocked_key(g, mr, vw, nb)), || {
+                let k = self.kernel_by(quick_key("gemm", "gemm_reg", &blocked), || {
                     base().set("MR", mr).set("VW", vw).set("NB", nb)
                 })?;
                 evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
