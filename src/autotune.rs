@@ -15,11 +15,10 @@
 //! decision log, which callers, the CLI and the wiki read with [`decisions_since`].
 
 use std::any::Any;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ffi::OsString;
-use std::fs::{self, File, OpenOptions};
-use std::io::Write as _;
+use std::fs;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -28,8 +27,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::device::Device;
+use crate::device::{Device, timing};
 use crate::error::{Error, Result};
+use crate::fsio::{FileLock, write_atomic};
 
 /// The reserved top-level key of the cache file that holds candidate times.
 pub const META_KEY: &str = "__netcl_meta__";
@@ -158,7 +158,7 @@ fn reps() -> usize {
 
 /// Whether this thread is measuring autotune candidates now (device launches then keep their events).
 pub fn measuring() -> bool {
-    DEPTH.with(|d| d.get() > 0)
+    timing::measuring()
 }
 
 /// A candidate whose first timed run exceeds this multiple of the best minimum measured before it is timed only
@@ -305,13 +305,12 @@ pub fn record_choice<C: Serialize>(
         source,
         tune_ms: 0.0,
         note: Some(note.to_owned()),
-        depth: DEPTH.with(Cell::get),
+        depth: timing::measuring_depth(),
     });
 }
 
 thread_local! {
     /// How deep this thread is in nested measurements (an op's candidate that tunes its own sub-kernels).
-    static DEPTH: Cell<u32> = const { Cell::new(0) };
     /// Keys whose cached answer this thread has logged in the current scope; see [`begin_scope`].
     static LOGGED: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
     /// Answers this thread has already verified and logged in the current scope; see [`answered`].
@@ -367,7 +366,7 @@ fn full_key(device: &Device, kernel: &str, shape_key: &str) -> String {
 }
 
 fn push_full_key(k: &mut String, device: &Device, kernel: &str, shape_key: &str) {
-    let id = &device.0.tune_id;
+    let id = device.tune_id();
     k.reserve(id.len() + kernel.len() + shape_key.len() + 4);
     k.push_str(id);
     k.push_str("::");
@@ -480,7 +479,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
             source,
             tune_ms: started.elapsed().as_secs_f64() * 1e3,
             note,
-            depth: DEPTH.with(Cell::get),
+            depth: timing::measuring_depth(),
         };
     let default_idx = if default < candidates.len() {
         default
@@ -528,7 +527,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
         return Ok(candidates[idx].clone());
     }
     let n = reps();
-    DEPTH.with(|d| d.set(d.get() + 1));
+    let measuring_span = timing::Measuring::start();
     // The default first (the likely winner on this kind of device), so that slow candidates meet the cutoff.
     let order =
         std::iter::once(default_idx).chain((0..candidates.len()).filter(|&i| i != default_idx));
@@ -572,7 +571,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
             },
         });
     }
-    DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    drop(measuring_span);
     let times: Vec<CandidateTime> = slots.into_iter().flatten().collect();
     let best = times
         .iter()
@@ -739,48 +738,6 @@ fn render(fc: &FileCache) -> Vec<u8> {
     out
 }
 
-/// Holds an exclusive lock on `<path>.lock` while alive.
-struct FileLock(File);
-
-impl FileLock {
-    fn acquire(path: &Path) -> std::io::Result<FileLock> {
-        let lock_path = path.with_extension("json.lock");
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path)?;
-        f.lock()?;
-        Ok(FileLock(f))
-    }
-}
-
-impl Drop for FileLock {
-    fn drop(&mut self) {
-        let _ = self.0.unlock();
-    }
-}
-
-/// Writes `text` to `path` atomically: a unique temporary file in the same directory, then a rename.
-pub(crate) fn write_atomic(path: &Path, text: &[u8]) -> std::io::Result<()> {
-    static N: AtomicU64 = AtomicU64::new(0);
-    let tmp = path.with_extension(format!(
-        "tmp.{}.{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
-    let r = (|| {
-        let mut f = File::create(&tmp)?;
-        f.write_all(text)?;
-        f.sync_all()?;
-        fs::rename(&tmp, path)
-    })();
-    if r.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    r
-}
-
 /// Stores a winner in memory and merges it into the file under the lock.
 fn store(path: &Path, key: &str, winner: Value, meta: Meta) {
     if let Ok(mut m) = memo().lock() {
@@ -794,7 +751,7 @@ fn store(path: &Path, key: &str, winner: Value, meta: Meta) {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir)?;
         }
-        let _lock = FileLock::acquire(path)?;
+        let _lock = FileLock::acquire(&path.with_extension("json.lock"))?;
         let (mut fc, _) = read_file(path);
         fc.winners.insert(key.to_owned(), winner);
         fc.meta.insert(key.to_owned(), meta);

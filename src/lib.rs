@@ -14,28 +14,48 @@
 //! # Ok::<(), netcl::Error>(())
 //! ```
 
-pub mod autograd;
-pub mod autotune;
-pub mod bench;
+// 1. core
 pub mod codec;
-pub mod data;
-pub mod device;
 pub mod error;
+pub mod fsio;
 pub mod half;
-pub mod io;
-pub mod memory;
-pub mod nn;
-pub mod ops;
-pub mod optim;
-pub mod program;
 pub mod rng;
-pub mod script;
+// 2. runtime
+pub(crate) mod contract;
+pub mod device;
+pub mod memory;
 pub mod tensor;
+// 3. tune
+pub mod autotune;
+// 4. backends
+pub(crate) mod backend;
+// 5. device selection
+mod select;
+// 6. ops
+pub mod ops;
+// 7. autograd, then the layers that use it
+pub mod autograd;
+pub mod bench;
+pub mod data;
+pub mod io;
+pub mod nn;
+pub mod optim;
+#[cfg(feature = "script")]
+pub mod script;
 pub mod train;
+#[cfg(feature = "wiki")]
 pub mod wiki;
 
-pub use device::{Device, DeviceInfo};
+/// Building OpenCL C sources: the embedded kernel families and a build check for user-written kernels.
+pub mod program {
+    pub use crate::backend::opencl::program::{
+        Defines, build_check, build_ms_total, kernel_families, kernel_source,
+    };
+}
+
+pub use device::{Device, DeviceInfo, DeviceType};
 pub use error::{Error, Result};
+pub use select::{list_devices, opencl_available};
 pub use tensor::{DType, Tensor};
 
 /// The wiki's Rust code blocks, compiled and run as doctests so the documentation cannot go stale.

@@ -222,7 +222,7 @@ fn run(cli: Cli) -> netcl::Result<()> {
 }
 
 fn devices(json: bool) -> netcl::Result<()> {
-    let list = netcl::device::list_devices()?;
+    let list = netcl::list_devices()?;
     if json {
         println!(
             "{}",

@@ -3,44 +3,59 @@
 //! Pool buffers are uninitialised unless a fill is asked for. Recycling is safe because every device has one
 //! in-order queue: a reused buffer's next write is queued behind every kernel that still reads it.
 
+use std::any::Any;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 
 use serde::Serialize;
 
-use crate::device::opencl::ClMem;
-use crate::device::{Device, DeviceInfo};
 use crate::error::{Error, Result};
 
-/// Host memory of the built-in device: 4-byte words, so f32 and i32 views are aligned.
+/// Host memory: 4-byte words, so f32 and i32 views are aligned.
 pub(crate) struct HostMem {
     pub(crate) words: RwLock<Vec<u32>>,
 }
 
-/// The memory behind a buffer: an OpenCL buffer or host words.
+/// Memory that a backend owns (an OpenCL buffer, say); the backend that made it reads it back by downcasting.
+pub(crate) trait DeviceMem: Any + Send + Sync {
+    /// The memory as `Any`, for the owning backend's downcast.
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// The memory behind a buffer: host words, or a backend's own memory.
 pub(crate) enum Storage {
-    Cl(ClMem),
     Host(HostMem),
+    Device(Box<dyn DeviceMem>),
 }
 
 impl Storage {
-    pub(crate) fn cl_mem(&self) -> Result<opencl3::types::cl_mem> {
+    /// The host words of host storage; an error for a backend's device memory.
+    pub(crate) fn host(&self) -> Result<&HostMem> {
         match self {
-            Storage::Cl(m) => Ok(m.mem),
-            Storage::Host(_) => Err(Error::DeviceMismatch(
-                "an OpenCL kernel was given a built-in device buffer".into(),
+            Storage::Host(h) => Ok(h),
+            Storage::Device(_) => Err(Error::DeviceMismatch(
+                "a host op was given device memory".into(),
             )),
         }
     }
 
-    pub(crate) fn host(&self) -> Result<&HostMem> {
+    /// The backend memory of type `M`; an error for host words or another backend's memory.
+    pub(crate) fn device<M: 'static>(&self) -> Result<&M> {
         match self {
-            Storage::Host(h) => Ok(h),
-            Storage::Cl(_) => Err(Error::DeviceMismatch(
-                "a built-in device op was given an OpenCL buffer".into(),
+            Storage::Device(d) => d.as_any().downcast_ref::<M>().ok_or_else(|| {
+                Error::DeviceMismatch("a kernel was given another backend's memory".into())
+            }),
+            Storage::Host(_) => Err(Error::DeviceMismatch(
+                "a device kernel was given a host (built-in device) buffer".into(),
             )),
         }
     }
+}
+
+/// Where a pool gets new memory: the device's backend.
+pub(crate) trait Allocator {
+    /// Allocates `bytes` bytes of uninitialised memory.
+    fn alloc(&self, bytes: usize) -> Result<Storage>;
 }
 
 /// Pool counters.
@@ -89,8 +104,9 @@ pub fn size_class(bytes: usize) -> usize {
 }
 
 impl BufferPool {
-    pub(crate) fn new(info: &DeviceInfo) -> Self {
-        let default_cap = (info.global_mem_bytes / 4).clamp(64 << 20, 4 << 30);
+    /// A pool for a device of `global_mem_bytes` bytes of memory.
+    pub(crate) fn new(global_mem_bytes: u64) -> Self {
+        let default_cap = (global_mem_bytes / 4).clamp(64 << 20, 4 << 30);
         let cap = std::env::var("NETCL_MAX_CACHED_GB")
             .ok()
             .and_then(|v| v.trim().parse::<f64>().ok())
@@ -125,7 +141,7 @@ impl BufferPool {
     }
 
     /// A buffer of at least `bytes` bytes; contents are undefined.
-    pub(crate) fn allocate(&self, device: &Device, bytes: usize) -> Result<Buffer> {
+    pub(crate) fn allocate(&self, alloc: &dyn Allocator, bytes: usize) -> Result<Buffer> {
         let class = size_class(bytes);
         {
             let mut s = self
@@ -145,12 +161,12 @@ impl BufferPool {
                 });
             }
         }
-        let storage = match device.kind().alloc(class) {
+        let storage = match alloc.alloc(class) {
             Ok(st) => st,
             Err(e) => {
                 // Out of memory: free what the pool caches and try once more.
                 self.clear();
-                device.kind().alloc(class).map_err(|_| e)?
+                alloc.alloc(class).map_err(|_| e)?
             }
         };
         let mut s = self

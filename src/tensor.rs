@@ -127,7 +127,7 @@ impl Tensor {
                 device.name()
             )));
         }
-        let buf = device.pool().allocate(device, bytes)?;
+        let buf = device.pool().allocate(device.backend(), bytes)?;
         Ok(Tensor {
             shape: shape.into(),
             dtype,
@@ -148,7 +148,7 @@ impl Tensor {
         }
         let t = Tensor::empty(device, shape, T::DTYPE)?;
         device
-            .kind()
+            .backend()
             .write(t.storage(), 0, bytemuck::cast_slice(data))?;
         Ok(t)
     }
@@ -157,7 +157,7 @@ impl Tensor {
     pub fn full(device: &Device, shape: &[usize], value: f32) -> Result<Tensor> {
         let t = Tensor::empty(device, shape, DType::F32)?;
         device
-            .kind()
+            .backend()
             .fill(t.storage(), value.to_ne_bytes(), t.numel * 4)?;
         Ok(t)
     }
@@ -165,7 +165,7 @@ impl Tensor {
     /// A tensor of `dtype` filled with zeros.
     pub fn zeros_dtype(device: &Device, shape: &[usize], dtype: DType) -> Result<Tensor> {
         let t = Tensor::empty(device, shape, dtype)?;
-        device.kind().fill(
+        device.backend().fill(
             t.storage(),
             [0; 4],
             (t.numel * dtype.size()).div_ceil(4) * 4,
@@ -282,7 +282,7 @@ impl Tensor {
         }
         let mut out = vec![T::zeroed(); self.numel];
         self.device
-            .kind()
+            .backend()
             .read(self.storage(), 0, bytemuck::cast_slice_mut(&mut out))?;
         Ok(out)
     }
@@ -298,9 +298,11 @@ impl Tensor {
                 .collect()),
             DType::F16 => {
                 let mut raw = vec![0u16; self.numel];
-                self.device
-                    .kind()
-                    .read(self.storage(), 0, bytemuck::cast_slice_mut(&mut raw))?;
+                self.device.backend().read(
+                    self.storage(),
+                    0,
+                    bytemuck::cast_slice_mut(&mut raw),
+                )?;
                 Ok(raw.into_iter().map(crate::half::f16_to_f32).collect())
             }
         }
@@ -325,10 +327,10 @@ impl Tensor {
         let bytes = self.numel * self.dtype.size();
         let mut host = vec![0u8; bytes.div_ceil(4) * 4];
         self.device
-            .kind()
+            .backend()
             .read(self.storage(), 0, &mut host[..bytes])?;
         let t = Tensor::empty(device, &self.shape, self.dtype)?;
-        device.kind().write(t.storage(), 0, &host[..bytes])?;
+        device.backend().write(t.storage(), 0, &host[..bytes])?;
         Ok(t)
     }
 
@@ -336,7 +338,7 @@ impl Tensor {
     pub fn deep_clone(&self) -> Result<Tensor> {
         let t = Tensor::empty(&self.device, &self.shape, self.dtype)?;
         self.device
-            .kind()
+            .backend()
             .copy(self.storage(), t.storage(), self.numel * self.dtype.size())?;
         Ok(t)
     }
@@ -360,12 +362,12 @@ impl Tensor {
         if src.device == self.device {
             return self
                 .device
-                .kind()
+                .backend()
                 .copy(src.storage(), self.storage(), bytes);
         }
         let mut host = vec![0u8; bytes];
-        src.device.kind().read(src.storage(), 0, &mut host)?;
-        self.device.kind().write(self.storage(), 0, &host)
+        src.device.backend().read(src.storage(), 0, &mut host)?;
+        self.device.backend().write(self.storage(), 0, &host)
     }
 
     /// Converts to `dtype` (through the host; f16 conversion rounds to nearest even).
@@ -384,7 +386,7 @@ impl Tensor {
                 let t = Tensor::empty(&self.device, &self.shape, DType::F16)?;
                 let h: Vec<u16> = v.into_iter().map(crate::half::f32_to_f16).collect();
                 self.device
-                    .kind()
+                    .backend()
                     .write(t.storage(), 0, bytemuck::cast_slice(&h))?;
                 Ok(t)
             }

@@ -8,7 +8,7 @@ use netcl::{DType, Device, Error, Tensor, ops};
 
 #[test]
 fn listing_ends_with_the_builtin_device_and_indices_select() {
-    let list = netcl::device::list_devices().expect("list");
+    let list = netcl::list_devices().expect("list");
     let last = list.last().expect("at least the built-in device");
     assert_eq!(last.kind, "builtin");
     for (i, d) in list.iter().enumerate() {

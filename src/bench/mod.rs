@@ -23,7 +23,7 @@ use serde::Serialize;
 
 use crate::autotune::{self, Decision};
 use crate::device::Device;
-use crate::device::opencl::{record_launches, take_launch_span_ms};
+use crate::device::timing::{record_launches, take_launch_span_ms};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 

@@ -1,26 +1,63 @@
-//! Devices: every OpenCL platform and device, device selection, and the built-in CPU device.
+//! Devices at run time: what a device reports ([`DeviceInfo`]) and the handle every tensor holds ([`Device`]).
 //!
-//! A [`Device`] is a cheap handle (an `Arc`) to one context and one in-order queue. Selecting the same device
-//! twice in a process returns the same handle, so kernels, the buffer pool and the autotune memo are shared.
-//!
-//! Each device kind implements the engine's primitives behind [`DeviceKind`]: the OpenCL kind enqueues kernels
-//! from `kernels/`, the built-in CPU kind runs plain Rust and is the reference every kernel is tested against.
+//! A [`Device`] is a cheap handle (an `Arc`) to one backend (its context and in-order queue, or the host),
+//! its buffer pool and its identity for the tuner. Which backends exist and how one is chosen is the business
+//! of device selection ([`Device::select`], in `select.rs`), the only code that names a concrete backend; here
+//! a backend is the [`Backend`] contract and nothing more.
 
-mod cpu;
-pub(crate) mod opencl;
+pub mod timing;
 
-use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 
 use serde::Serialize;
 
-use crate::error::{Error, Result};
-use crate::memory::{BufferPool, PoolStats, Storage};
+use crate::contract::Backend;
+use crate::error::Result;
+use crate::memory::{BufferPool, PoolStats};
 
-pub(crate) use cpu::CpuDevice;
-pub(crate) use cpu::access as cpu_access;
-pub(crate) use opencl::ClDevice;
+pub use timing::Launch;
+
+/// What kind of device a [`DeviceInfo`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DeviceType {
+    /// An OpenCL GPU.
+    Gpu,
+    /// An OpenCL CPU device (PoCL, say).
+    Cpu,
+    /// An OpenCL accelerator.
+    Accelerator,
+    /// An OpenCL device of another type.
+    Other,
+    /// The built-in CPU device (plain Rust, the reference).
+    Builtin,
+}
+
+impl DeviceType {
+    /// The lowercase name: `gpu`, `cpu`, `accelerator`, `other` or `builtin`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeviceType::Gpu => "gpu",
+            DeviceType::Cpu => "cpu",
+            DeviceType::Accelerator => "accelerator",
+            DeviceType::Other => "other",
+            DeviceType::Builtin => "builtin",
+        }
+    }
+}
+
+impl fmt::Display for DeviceType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for DeviceType {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
 
 /// Everything netcl reports about a device (`netcl devices`, `/devices` in the wiki).
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -39,8 +76,8 @@ pub struct DeviceInfo {
     pub version: String,
     /// The highest OpenCL C version the compiler accepts.
     pub opencl_c_version: String,
-    /// `gpu`, `cpu`, `accelerator` or `builtin`.
-    pub kind: String,
+    /// What kind of device it is.
+    pub kind: DeviceType,
     /// Compute units (cores on a CPU, SMs or CUs on a GPU).
     pub compute_units: u32,
     /// The maximum clock in MHz.
@@ -73,55 +110,16 @@ impl DeviceInfo {
     }
 }
 
-/// Lists every OpenCL device of every platform, then the built-in CPU device (always last).
-///
-/// A machine without an OpenCL loader or platform still lists the built-in device.
-pub fn list_devices() -> Result<Vec<DeviceInfo>> {
-    let mut out = opencl::enumerate()
-        .map(|v| v.into_iter().map(|(_, info)| info).collect())
-        .unwrap_or_else(|e| {
-            tracing::debug!("no OpenCL devices: {e}");
-            Vec::new()
-        });
-    let idx = out.len();
-    out.push(cpu::builtin_info(idx));
-    Ok(out)
-}
-
-/// Whether at least one OpenCL device exists on this machine.
-pub fn opencl_available() -> bool {
-    opencl::enumerate().map(|v| !v.is_empty()).unwrap_or(false)
-}
-
-/// The engine's primitives, one sub-trait per op family; each device kind implements all of them.
-pub(crate) trait DeviceKind: Send + Sync + crate::ops::Kernels {
-    /// Allocates `bytes` bytes of uninitialised device memory.
-    fn alloc(&self, bytes: usize) -> Result<Storage>;
-    /// Copies `data` into `dst` at byte `offset`; returns when the host memory may be reused.
-    fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()>;
-    /// Copies `out.len()` bytes from `src` at byte `offset` into `out`, after all queued work.
-    fn read(&self, src: &Storage, offset: usize, out: &mut [u8]) -> Result<()>;
-    /// Fills `bytes` bytes of `dst` with a repeated 4-byte pattern.
-    fn fill(&self, dst: &Storage, pattern: [u8; 4], bytes: usize) -> Result<()>;
-    /// Copies `bytes` bytes from `src` to `dst` on the device.
-    fn copy(&self, src: &Storage, dst: &Storage, bytes: usize) -> Result<()>;
-    /// Waits for all queued work.
-    fn finish(&self) -> Result<()>;
-    /// Downcast to the OpenCL kind, for code that is OpenCL-only by nature (launch recording).
-    fn as_cl(&self) -> Option<&ClDevice> {
-        None
-    }
-}
-
 pub(crate) struct DeviceInner {
     pub(crate) info: DeviceInfo,
-    /// `info.tune_id()`, kept: every autotune lookup starts its key with it.
+    /// `info.tune_id()`, kept: every tuning lookup starts its key with it.
     pub(crate) tune_id: String,
-    pub(crate) kind: Box<dyn DeviceKind>,
+    pub(crate) backend: Box<dyn Backend>,
     pub(crate) pool: BufferPool,
 }
 
-/// A handle to one device: its context, its in-order queue, its kernel cache and its buffer pool.
+/// A handle to one device: its backend (context and in-order queue, or the host), its kernel cache and its
+/// buffer pool.
 #[derive(Clone)]
 pub struct Device(pub(crate) Arc<DeviceInner>);
 
@@ -141,115 +139,15 @@ impl PartialEq for Device {
     }
 }
 
-fn registry() -> &'static Mutex<HashMap<usize, Device>> {
-    static REG: OnceLock<Mutex<HashMap<usize, Device>>> = OnceLock::new();
-    REG.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
 impl Device {
-    /// Selects a device by `selector`, or by `NETCL_DEVICE` when `selector` is `None`.
-    ///
-    /// A selector is an index into [`list_devices`], `gpu`, `cpu` (the first OpenCL CPU device), `builtin`
-    /// (the built-in CPU device), `auto`, or a case-insensitive substring of the device or platform name.
-    /// Without a selector: the first GPU, else the first OpenCL CPU device, else the built-in device.
-    pub fn select(selector: Option<&str>) -> Result<Device> {
-        let env = std::env::var("NETCL_DEVICE")
-            .ok()
-            .filter(|s| !s.trim().is_empty());
-        let sel = selector
-            .map(str::to_owned)
-            .or(env)
-            .unwrap_or_else(|| "auto".to_owned());
-        let cl = opencl::enumerate().unwrap_or_default();
-        let builtin_index = cl.len();
-        let s = sel.trim().to_ascii_lowercase();
-        let index = match s.as_str() {
-            "auto" => cl
-                .iter()
-                .position(|(_, i)| i.kind == "gpu")
-                .or_else(|| cl.iter().position(|(_, i)| i.kind == "cpu"))
-                .or_else(|| (!cl.is_empty()).then_some(0))
-                .unwrap_or(builtin_index),
-            "gpu" => cl
-                .iter()
-                .position(|(_, i)| i.kind == "gpu")
-                .ok_or_else(|| {
-                    Error::Device(format!(
-                        "selector `{sel}`: no OpenCL GPU on this machine ({})",
-                        summary(&cl)
-                    ))
-                })?,
-            "cpu" => cl
-                .iter()
-                .position(|(_, i)| i.kind == "cpu")
-                .ok_or_else(|| {
-                    Error::Device(format!(
-                        "selector `{sel}`: no OpenCL CPU device on this machine ({})",
-                        summary(&cl)
-                    ))
-                })?,
-            "builtin" | "reference" => builtin_index,
-            _ => {
-                if let Ok(i) = s.parse::<usize>() {
-                    if i > builtin_index {
-                        return Err(Error::Device(format!(
-                            "selector `{sel}`: index {i} is out of range; devices are 0..={builtin_index} ({})",
-                            summary(&cl)
-                        )));
-                    }
-                    i
-                } else if let Some(i) = cl.iter().position(|(_, i)| {
-                    i.name.to_ascii_lowercase().contains(&s)
-                        || i.platform.to_ascii_lowercase().contains(&s)
-                }) {
-                    i
-                } else if "netcl built-in cpu".contains(&s) {
-                    builtin_index
-                } else {
-                    return Err(Error::Device(format!(
-                        "selector `{sel}` matches no device; use an index, gpu, cpu, builtin or a name substring ({})",
-                        summary(&cl)
-                    )));
-                }
-            }
-        };
-        let mut reg = registry()
-            .lock()
-            .map_err(|_| Error::Device("device registry poisoned".into()))?;
-        if let Some(d) = reg.get(&index) {
-            return Ok(d.clone());
-        }
-        let (kind, info): (Box<dyn DeviceKind>, DeviceInfo) = if index == builtin_index {
-            (Box::new(CpuDevice::new()), cpu::builtin_info(index))
-        } else {
-            let (id, info) = cl[index].clone();
-            (Box::new(ClDevice::new(id, info.clone())?), info)
-        };
-        let dev = Device(Arc::new(DeviceInner {
-            pool: BufferPool::new(&info),
+    /// A device over `backend`, described by `info`.
+    pub(crate) fn from_backend(info: DeviceInfo, backend: Box<dyn Backend>) -> Device {
+        Device(Arc::new(DeviceInner {
+            pool: BufferPool::new(info.global_mem_bytes),
             tune_id: info.tune_id(),
             info,
-            kind,
-        }));
-        reg.insert(index, dev.clone());
-        Ok(dev)
-    }
-
-    /// The built-in CPU device: plain Rust, the reference implementation of every op.
-    pub fn builtin() -> Device {
-        // The built-in device needs no driver, so selecting it cannot fail for a reason input controls.
-        match Device::select(Some("builtin")) {
-            Ok(d) => d,
-            Err(_) => {
-                let info = cpu::builtin_info(0);
-                Device(Arc::new(DeviceInner {
-                    pool: BufferPool::new(&info),
-                    tune_id: info.tune_id(),
-                    info,
-                    kind: Box::new(CpuDevice::new()),
-                }))
-            }
-        }
+            backend,
+        }))
     }
 
     /// What the device reports about itself.
@@ -264,12 +162,12 @@ impl Device {
 
     /// Whether this is an OpenCL device (as opposed to the built-in CPU device).
     pub fn is_opencl(&self) -> bool {
-        self.0.kind.as_cl().is_some()
+        self.0.info.kind != DeviceType::Builtin
     }
 
     /// Waits until every operation queued on this device has finished.
     pub fn synchronize(&self) -> Result<()> {
-        self.0.kind.finish()
+        self.0.backend.finish()
     }
 
     /// The buffer pool's counters.
@@ -285,43 +183,25 @@ impl Device {
     /// Starts (or stops) recording the kernel launches this thread makes, with their device times. The
     /// built-in device launches no kernels, so nothing is recorded for it.
     pub fn record_launches(&self, on: bool) {
-        opencl::record_launches(on);
+        timing::record_launches(on);
     }
 
     /// Returns and clears this thread's recorded launches, waiting for them to finish to read their times.
     pub fn take_launches(&self) -> Result<Vec<Launch>> {
-        Ok(opencl::take_launches())
+        Ok(timing::take_launches())
     }
 
-    pub(crate) fn kind(&self) -> &dyn DeviceKind {
-        self.0.kind.as_ref()
+    /// The device's backend: the op front-ends call its primitives.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        self.0.backend.as_ref()
+    }
+
+    /// The device's identity for tuning keys (`"{name}|{driver}"`).
+    pub(crate) fn tune_id(&self) -> &str {
+        &self.0.tune_id
     }
 
     pub(crate) fn pool(&self) -> &BufferPool {
         &self.0.pool
     }
-}
-
-/// One recorded kernel launch.
-#[derive(Debug, Clone, Serialize)]
-pub struct Launch {
-    /// The kernel function name.
-    pub kernel: String,
-    /// The global work size.
-    pub global: Vec<usize>,
-    /// The local work size, if one was given.
-    pub local: Option<Vec<usize>>,
-    /// Device time from start to end, in milliseconds.
-    pub ms: f64,
-}
-
-fn summary(cl: &[(opencl3::types::cl_device_id, DeviceInfo)]) -> String {
-    if cl.is_empty() {
-        return "no OpenCL devices found; the built-in device is `builtin`".into();
-    }
-    let names: Vec<String> = cl
-        .iter()
-        .map(|(_, i)| format!("{}: {} [{}]", i.index, i.name, i.kind))
-        .collect();
-    format!("available: {}; {}: built-in", names.join(", "), cl.len())
 }

@@ -410,7 +410,7 @@ pub fn npz_bytes(members: &[(String, NpyArray)]) -> Result<Vec<u8>> {
 /// Writes an `.npz` archive to exactly `path`, atomically (a temporary file, then a rename).
 pub fn write_npz(path: &Path, members: &[(String, NpyArray)]) -> Result<()> {
     let bytes = npz_bytes(members)?;
-    crate::autotune::write_atomic(path, &bytes).map_err(|e| Error::io(path, e))
+    crate::fsio::write_atomic(path, &bytes).map_err(|e| Error::io(path, e))
 }
 
 #[cfg(test)]

@@ -14,16 +14,17 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use crate::device::opencl::Event;
+use crate::backend::opencl::Event;
 use serde::Serialize;
 
 use super::conv::Conv2dGrads;
 use crate::Device;
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::device::opencl::{Arg, events_ms};
-use crate::device::{ClDevice, CpuDevice, cpu_access};
+use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, events_ms};
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// A depthwise convolution algorithm.
@@ -288,7 +289,7 @@ pub fn depthwise_conv2d_algo(
     let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
     if out.numel() > 0 {
         x.device()
-            .kind()
+            .backend()
             .dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
     }
     Ok(out)
@@ -344,10 +345,10 @@ pub fn depthwise_conv2d_backward_algo(
     let gw = Tensor::empty(dev, w.shape(), DType::F32)?;
     if g.n * g.oh * g.ow == 0 {
         for t in gx.iter().chain([&gw]) {
-            dev.kind().fill(t.storage(), [0; 4], t.numel() * 4)?;
+            dev.backend().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
     } else {
-        dev.kind()
+        dev.backend()
             .dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
     }
     let gb = if has_bias {

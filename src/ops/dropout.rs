@@ -2,10 +2,11 @@
 //! computed on the device with the same hash as [`crate::rng`], so masks are seeded, reproducible and identical
 //! on every device. The backward applies the same mask to the gradient.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// Device primitives for dropout.
@@ -32,7 +33,7 @@ fn apply(x: &Tensor, p: f32, seed: u64, op: &str) -> Result<Tensor> {
     check(x, p, op)?;
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
-        x.device().kind().dropout_apply(x, p, seed, &out)?;
+        x.device().backend().dropout_apply(x, p, seed, &out)?;
     }
     Ok(out)
 }
@@ -73,7 +74,7 @@ impl DropoutKernels for ClDevice {
 impl DropoutKernels for CpuDevice {
     fn dropout_apply(&self, x: &Tensor, p: f32, seed: u64, out: &Tensor) -> Result<()> {
         let scale = 1.0 / (1.0 - p);
-        super::host::map_f32(&[x], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[x], out, |ins, o| {
             for (i, (o, &v)) in o.iter_mut().zip(ins[0]).enumerate() {
                 *o = if crate::rng::uniform(seed, i as u64) >= p {
                     v * scale

@@ -7,9 +7,10 @@
 
 use serde::Serialize;
 
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor, strides};
 
 /// A binary elementwise operation.
@@ -248,7 +249,7 @@ pub(crate) fn device_copy(x: &Tensor) -> Result<Tensor> {
     }
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
-        x.device().kind().copy_f32(x, &out)?;
+        x.device().backend().copy_f32(x, &out)?;
     }
     Ok(out)
 }
@@ -271,7 +272,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
             out.numel()
         )));
     }
-    a.device().kind().binary(op, a, b, &out, &plan)?;
+    a.device().backend().binary(op, a, b, &out, &plan)?;
     Ok(out)
 }
 
@@ -314,7 +315,7 @@ pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Ten
             out.numel()
         )));
     }
-    a.device().kind().binary_scalar(op, a, s, swap, &out)?;
+    a.device().backend().binary_scalar(op, a, s, swap, &out)?;
     Ok(out)
 }
 
@@ -445,7 +446,7 @@ fn int8(v: &[usize]) -> [i32; 8] {
 
 impl BinaryKernels for ClDevice {
     fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
-        use crate::device::opencl::Arg;
+        use crate::backend::opencl::Arg;
         let n = x.numel();
         let k = self.kernel("elementwise", &Defines::new(), "copy_f32")?;
         let args = [
@@ -466,7 +467,7 @@ impl BinaryKernels for ClDevice {
         out: &Tensor,
         plan: &BroadcastPlan,
     ) -> Result<()> {
-        use crate::device::opencl::Arg;
+        use crate::backend::opencl::Arg;
         let defines = Defines::new().set("OP(x,y)", op.cl_expr());
         let n = out.numel();
         if plan.same {
@@ -545,7 +546,7 @@ impl BinaryKernels for ClDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        use crate::device::opencl::Arg;
+        use crate::backend::opencl::Arg;
         let defines = Defines::new()
             .set("OP(x,y)", op.cl_expr())
             .set("SWAP", u8::from(swap));
@@ -569,7 +570,7 @@ impl BinaryKernels for ClDevice {
 
 impl BinaryKernels for CpuDevice {
     fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
-        super::host::map_f32(&[x], out, |ins, o| o.copy_from_slice(ins[0]))
+        crate::backend::cpu::host::map_f32(&[x], out, |ins, o| o.copy_from_slice(ins[0]))
     }
 
     fn binary(
@@ -580,7 +581,7 @@ impl BinaryKernels for CpuDevice {
         out: &Tensor,
         plan: &BroadcastPlan,
     ) -> Result<()> {
-        super::host::map_f32(&[a, b], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[a, b], out, |ins, o| {
             let (x, y) = (ins[0], ins[1]);
             if plan.same {
                 for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
@@ -616,7 +617,7 @@ impl BinaryKernels for CpuDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        super::host::map_f32(&[a], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[a], out, |ins, o| {
             for (o, &x) in o.iter_mut().zip(ins[0]) {
                 *o = if swap { op.apply(s, x) } else { op.apply(x, s) };
             }

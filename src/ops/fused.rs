@@ -7,10 +7,11 @@
 //! so nothing a user writes reaches the OpenCL compiler. Programs are cached by the generated form, so the
 //! same expression (in any spelling) builds once per device. The built-in device evaluates the tree.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor, strides};
 
 use super::elementwise::{MAX_BROADCAST_RANK, broadcast_shape};
@@ -621,7 +622,7 @@ fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> 
             out.numel()
         )));
     }
-    first.device().kind().fused(e, inputs, &out, &p)?;
+    first.device().backend().fused(e, inputs, &out, &p)?;
     Ok(out)
 }
 
@@ -704,7 +705,7 @@ impl FusedKernels for ClDevice {
 
 impl FusedKernels for CpuDevice {
     fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
-        super::host::map_f32(inputs, out, |ins, o| {
+        crate::backend::cpu::host::map_f32(inputs, out, |ins, o| {
             let rank = plan.shape.len();
             let mut idx = vec![0usize; rank];
             let mut pos = vec![0usize; ins.len()];

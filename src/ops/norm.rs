@@ -12,10 +12,12 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use serde::Serialize;
 
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::device::opencl::{Arg, events_ms};
-use crate::device::{ClDevice, CpuDevice, Device};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, events_ms};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 use super::fused::fused;
@@ -611,7 +613,7 @@ fn batch_norm_train(
         rm_out: &rm_out,
         rv_out: &rv_out,
     };
-    dev.kind().batch_norm_train(dev, &bn, algo)?;
+    dev.backend().batch_norm_train(dev, &bn, algo)?;
     Ok(BatchNormOut {
         out: NormOut { y, mean, rstd },
         running_mean: rm_out,
@@ -745,7 +747,7 @@ impl ClDevice {
         device: &Device,
         bn: &BnTrain<'_>,
         algo: BatchNormAlgo,
-    ) -> Result<Vec<crate::device::opencl::Event>> {
+    ) -> Result<Vec<crate::backend::opencl::Event>> {
         let s = bn.x.shape();
         let (n, c, p) = (s[0], s[1], s[2] * s[3]);
         let vec4 = p.is_multiple_of(4);
@@ -996,7 +998,7 @@ impl NormKernels for CpuDevice {
         let (rm, rv) = (bn.rm.to_vec::<f32>()?, bn.rv.to_vec::<f32>()?);
         let (mut means, mut rstds, mut stat) = (vec![0f32; c], vec![0f32; c], vec![0f32; 2 * c]);
         let (mut rm_out, mut rv_out) = (vec![0f32; c], vec![0f32; c]);
-        super::host::map_f32(&[bn.x], bn.y, |ins, y| {
+        crate::backend::cpu::host::map_f32(&[bn.x], bn.y, |ins, y| {
             let x = ins[0];
             let cnt = (n * p) as f64;
             for ch in 0..c {
@@ -1031,7 +1033,7 @@ impl NormKernels for CpuDevice {
             (bn.rv_out, &rv_out),
         ] {
             t.device()
-                .kind()
+                .backend()
                 .write(t.storage(), 0, bytemuck::cast_slice(v))?;
         }
         Ok(())

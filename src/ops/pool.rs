@@ -1,10 +1,11 @@
 //! 2-D max, average and global-average pooling of N×C×H×W with any kernel, stride and padding, forward and
 //! backward. Max pooling keeps the index of each window's maximum for its backward.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 use super::elementwise::{grid_3d, grid_defines};
@@ -116,7 +117,7 @@ pub fn max_pool2d(x: &Tensor, p: Pool2d) -> Result<MaxPoolOut> {
     let y = Tensor::empty(x.device(), &[n, c, oh, ow], DType::F32)?;
     let indices = Tensor::empty(x.device(), &[n, c, oh, ow], DType::I32)?;
     if y.numel() > 0 {
-        x.device().kind().maxpool(x, &p, &y, &indices)?;
+        x.device().backend().maxpool(x, &p, &y, &indices)?;
     }
     Ok(MaxPoolOut { y, indices })
 }
@@ -147,7 +148,7 @@ pub fn max_pool2d_backward(
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
         grad.device()
-            .kind()
+            .backend()
             .maxpool_backward(grad, &out.indices, &p, &gx)?;
     }
     Ok(gx)
@@ -159,7 +160,7 @@ pub fn avg_pool2d(x: &Tensor, p: Pool2d, count_include_pad: bool) -> Result<Tens
     let (oh, ow) = p.out_hw(h, w, "avg_pool2d")?;
     let y = Tensor::empty(x.device(), &[n, c, oh, ow], DType::F32)?;
     if y.numel() > 0 {
-        x.device().kind().avgpool(x, &p, count_include_pad, &y)?;
+        x.device().backend().avgpool(x, &p, count_include_pad, &y)?;
     }
     Ok(y)
 }
@@ -190,7 +191,7 @@ pub fn avg_pool2d_backward(
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
         grad.device()
-            .kind()
+            .backend()
             .avgpool_backward(grad, &p, count_include_pad, &gx)?;
     }
     Ok(gx)
@@ -221,7 +222,7 @@ pub fn global_avg_pool2d_backward(grad: &Tensor, input_shape: &[usize]) -> Resul
     grad.expect_dtype(DType::F32, "global_avg_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
-        grad.device().kind().gap_backward(grad, &gx)?;
+        grad.device().backend().gap_backward(grad, &gx)?;
     }
     Ok(gx)
 }
@@ -388,10 +389,10 @@ impl PoolKernels for CpuDevice {
             }
         });
         y.device()
-            .kind()
+            .backend()
             .write(y.storage(), 0, bytemuck::cast_slice(&best))?;
         idx.device()
-            .kind()
+            .backend()
             .write(idx.storage(), 0, bytemuck::cast_slice(&bi))
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, _p: &Pool2d, gx: &Tensor) -> Result<()> {
@@ -405,7 +406,7 @@ impl PoolKernels for CpuDevice {
             }
         }
         gx.device()
-            .kind()
+            .backend()
             .write(gx.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
@@ -421,7 +422,7 @@ impl PoolKernels for CpuDevice {
             .map(|(a, c)| (*a / *c as f64) as f32)
             .collect();
         y.device()
-            .kind()
+            .backend()
             .write(y.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
@@ -433,12 +434,12 @@ impl PoolKernels for CpuDevice {
         });
         let out: Vec<f32> = out.into_iter().map(|v| v as f32).collect();
         gx.device()
-            .kind()
+            .backend()
             .write(gx.storage(), 0, bytemuck::cast_slice(&out))
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
         let hw = gx.shape()[2] * gx.shape()[3];
-        super::host::map_f32(&[g], gx, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[g], gx, |ins, o| {
             for (i, v) in o.iter_mut().enumerate() {
                 *v = ins[0][i / hw] / hw as f32;
             }

@@ -13,10 +13,12 @@ use std::sync::Mutex;
 use serde::Serialize;
 
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::device::opencl::{Arg, events_ms};
-use crate::device::{ClDevice, CpuDevice, Device};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, events_ms};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// A reduction.
@@ -263,7 +265,7 @@ pub fn reduce_with(
             r: 1,
             i: 1,
         };
-        dev.kind()
+        dev.backend()
             .reduce_pass(dev, op, true, v, 1.0, x, &out, 0, algo)?;
         return Ok(out);
     }
@@ -286,7 +288,7 @@ pub fn reduce_with(
             Tensor::empty(dev, &[o * i], DType::F32)?
         };
         let this_op = if k == 0 { op } else { op.rest() };
-        dev.kind().reduce_pass(
+        dev.backend().reduce_pass(
             dev,
             this_op,
             k == 0,
@@ -360,7 +362,7 @@ fn arg_reduce(max: bool, x: &Tensor, axis: isize, keepdims: bool) -> Result<Tens
         r: shape[a],
         i: shape[a + 1..].iter().product(),
     };
-    x.device().kind().arg_reduce(max, v, x, &out)?;
+    x.device().backend().arg_reduce(max, v, x, &out)?;
     Ok(out)
 }
 
@@ -491,7 +493,7 @@ pub fn reduce_to_shape_with(
         return Ok(out);
     }
     grad.device()
-        .kind()
+        .backend()
         .reduce_to_shape(grad.device(), grad, &out, &plan, algo)?;
     Ok(out)
 }
@@ -520,11 +522,11 @@ pub fn global_l2_norm(tensors: &[&Tensor]) -> Result<Tensor> {
             r: t.numel(),
             i: 1,
         };
-        dev.kind()
+        dev.backend()
             .reduce_pass(dev, ReduceOp::SumSq, true, v, 1.0, t, &parts, k, None)?;
     }
     let out = Tensor::empty(dev, &[], DType::F32)?;
-    dev.kind().sqrt_sum(&parts, &out)?;
+    dev.backend().sqrt_sum(&parts, &out)?;
     Ok(out)
 }
 
@@ -638,7 +640,7 @@ impl ClDevice {
         out: &Tensor,
         out_off: usize,
         algo: ReduceAlgo,
-    ) -> Result<Vec<crate::device::opencl::Event>> {
+    ) -> Result<Vec<crate::backend::opencl::Event>> {
         let g = algo.groups().min(v.r.max(1));
         if g == 1 {
             return Ok(vec![
@@ -685,7 +687,7 @@ impl ClDevice {
         out: &Tensor,
         out_off: usize,
         algo: ReduceAlgo,
-    ) -> Result<crate::device::opencl::Event> {
+    ) -> Result<crate::backend::opencl::Event> {
         let rc = v.r.div_ceil(g).max(1);
         let defines = op.defines(first);
         match algo {
@@ -856,7 +858,7 @@ impl ClDevice {
         out: &Tensor,
         plan: &RtsPlan,
         algo: RtsAlgo,
-    ) -> Result<Vec<crate::device::opencl::Event>> {
+    ) -> Result<Vec<crate::backend::opencl::Event>> {
         let total = out.numel();
         let g = match algo {
             RtsAlgo::Wg(g) | RtsAlgo::Flat(g) => g.max(1),
@@ -1113,7 +1115,7 @@ impl ReduceKernels for CpuDevice {
             }
         }
         out.device()
-            .kind()
+            .backend()
             .write(out.storage(), 0, bytemuck::cast_slice(&cur))
     }
 
@@ -1141,7 +1143,7 @@ impl ReduceKernels for CpuDevice {
             }
         }
         out.device()
-            .kind()
+            .backend()
             .write(out.storage(), 0, bytemuck::cast_slice(&res))
     }
 
@@ -1153,7 +1155,7 @@ impl ReduceKernels for CpuDevice {
         plan: &RtsPlan,
         _algo: Option<RtsAlgo>,
     ) -> Result<()> {
-        super::host::map_f32(&[grad], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[grad], out, |ins, o| {
             let g = ins[0];
             let decomp = |mut rem: usize, shape: &[usize], stride: &[usize]| -> usize {
                 let mut off = 0;
@@ -1174,7 +1176,7 @@ impl ReduceKernels for CpuDevice {
     }
 
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()> {
-        super::host::map_f32(&[parts], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[parts], out, |ins, o| {
             o[0] = ins[0].iter().map(|&v| v as f64).sum::<f64>().sqrt() as f32;
         })
     }

@@ -1,9 +1,10 @@
 //! Nearest and bilinear upsampling of N×C×H×W to a given size, with the gather-based backward.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 use super::elementwise::{grid_3d, grid_defines};
@@ -58,7 +59,7 @@ pub fn upsample(x: &Tensor, size: (usize, usize), mode: Upsample) -> Result<Tens
     }
     if y.numel() > 0 {
         x.device()
-            .kind()
+            .backend()
             .upsample(mode, x.shape(), &shape, x, &y, false)?;
     }
     Ok(y)
@@ -92,7 +93,7 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
     }
     if gx.numel() > 0 {
         grad.device()
-            .kind()
+            .backend()
             .upsample(mode, input_shape, grad.shape(), grad, &gx, true)?;
     }
     Ok(gx)
@@ -194,7 +195,7 @@ impl ResizeKernels for CpuDevice {
         }
         let d: Vec<f32> = d.into_iter().map(|v| v as f32).collect();
         dst.device()
-            .kind()
+            .backend()
             .write(dst.storage(), 0, bytemuck::cast_slice(&d))
     }
 }

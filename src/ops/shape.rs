@@ -1,10 +1,11 @@
 //! Shape and index ops: permute/transpose, narrow, cat, split, index_select, one_hot, and pad2d (zero or
 //! reflect) with its backward. Every op copies into a new contiguous tensor on the device.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor, strides};
 
 use super::elementwise::{grid_3d, grid_defines};
@@ -110,7 +111,7 @@ pub fn permute(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     if y.numel() > 0 {
         let os: Vec<usize> = oshape.iter().rev().copied().collect();
         let is: Vec<usize> = dims.iter().rev().map(|&d| st[d]).collect();
-        x.device().kind().permute(x, &os, &is, &y)?;
+        x.device().backend().permute(x, &os, &is, &y)?;
     }
     Ok(y)
 }
@@ -149,7 +150,7 @@ pub fn narrow(x: &Tensor, axis: isize, start: usize, len: usize) -> Result<Tenso
     shape[a] = len;
     let y = Tensor::empty(x.device(), &shape, DType::F32)?;
     if y.numel() > 0 {
-        x.device().kind().block_copy(
+        x.device().backend().block_copy(
             x,
             &y,
             Block {
@@ -218,7 +219,7 @@ pub fn cat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
     for t in xs {
         let len = t.shape()[a];
         if len > 0 && o * i > 0 {
-            first.device().kind().block_copy(
+            first.device().backend().block_copy(
                 t,
                 &y,
                 Block {
@@ -266,7 +267,7 @@ pub fn index_select(x: &Tensor, axis: isize, indices: &Tensor) -> Result<Tensor>
     let y = Tensor::empty(x.device(), &shape, DType::F32)?;
     limit(&y, "index_select")?;
     if y.numel() > 0 {
-        x.device().kind().index_select(x, indices, o, n, i, &y)?;
+        x.device().backend().index_select(x, indices, o, n, i, &y)?;
     }
     Ok(y)
 }
@@ -292,7 +293,7 @@ pub fn one_hot(labels: &Tensor, classes: usize) -> Result<Tensor> {
     let y = Tensor::empty(labels.device(), &[labels.numel(), classes], DType::F32)?;
     limit(&y, "one_hot")?;
     if y.numel() > 0 {
-        labels.device().kind().one_hot(labels, &y)?;
+        labels.device().backend().one_hot(labels, &y)?;
     }
     Ok(y)
 }
@@ -323,7 +324,7 @@ pub fn pad2d(x: &Tensor, pads: [usize; 4], mode: PadMode) -> Result<Tensor> {
     limit(&y, "pad2d")?;
     if y.numel() > 0 {
         x.device()
-            .kind()
+            .backend()
             .pad2d(x, &y, pads[0], pads[2], mode == PadMode::Reflect, false)?;
     }
     Ok(y)
@@ -347,9 +348,14 @@ pub fn pad2d_backward(
     limit(grad, "pad2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
-        grad.device()
-            .kind()
-            .pad2d(grad, &gx, pads[0], pads[2], mode == PadMode::Reflect, true)?;
+        grad.device().backend().pad2d(
+            grad,
+            &gx,
+            pads[0],
+            pads[2],
+            mode == PadMode::Reflect,
+            true,
+        )?;
     }
     Ok(gx)
 }
@@ -373,7 +379,7 @@ pub fn topk(x: &Tensor, k: usize, axis: isize, largest: bool) -> Result<(Tensor,
     let idx = Tensor::empty(x.device(), &shape, DType::I32)?;
     if vals.numel() > 0 {
         x.device()
-            .kind()
+            .backend()
             .topk(x, o, r, i, k, largest, &vals, &idx)?;
     }
     Ok((vals, idx))
@@ -604,15 +610,15 @@ impl ShapeKernels for CpuDevice {
             }
         }
         vals.device()
-            .kind()
+            .backend()
             .write(vals.storage(), 0, bytemuck::cast_slice(&vs))?;
         idx.device()
-            .kind()
+            .backend()
             .write(idx.storage(), 0, bytemuck::cast_slice(&is))
     }
 
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
-        super::host::map_f32(&[x], y, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[x], y, |ins, o| {
             for (k, v) in o.iter_mut().enumerate() {
                 let (mut rem, mut off) = (k, 0);
                 for (s, st) in oshape.iter().zip(istride) {
@@ -635,7 +641,7 @@ impl ShapeKernels for CpuDevice {
             }
         }
         y.device()
-            .kind()
+            .backend()
             .write(y.storage(), 0, bytemuck::cast_slice(&ys))
     }
 
@@ -656,7 +662,7 @@ impl ShapeKernels for CpuDevice {
             }
         }
         y.device()
-            .kind()
+            .backend()
             .write(y.storage(), 0, bytemuck::cast_slice(&ys))
     }
 
@@ -667,7 +673,7 @@ impl ShapeKernels for CpuDevice {
             ys[n * c + l as usize] = 1.0;
         }
         y.device()
-            .kind()
+            .backend()
             .write(y.storage(), 0, bytemuck::cast_slice(&ys))
     }
 
@@ -706,7 +712,7 @@ impl ShapeKernels for CpuDevice {
             }
         }
         dst.device()
-            .kind()
+            .backend()
             .write(dst.storage(), 0, bytemuck::cast_slice(&d))
     }
 }

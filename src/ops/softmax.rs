@@ -9,10 +9,12 @@
 use serde::Serialize;
 
 use crate::autotune::{self, bucket, shape_key};
-use crate::device::opencl::{Arg, events_ms};
-use crate::device::{ClDevice, CpuDevice, Device};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, events_ms};
+use crate::device::Device;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 use super::reduce::{Ori, normalize_axes};
@@ -108,7 +110,9 @@ fn forward(log: bool, x: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Res
     let v = view(x, axis, name)?;
     let y = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if y.numel() > 0 {
-        x.device().kind().softmax(x.device(), log, v, x, &y, algo)?;
+        x.device()
+            .backend()
+            .softmax(x.device(), log, v, x, &y, algo)?;
     }
     Ok(y)
 }
@@ -138,7 +142,7 @@ fn backward(
     let gx = Tensor::empty(y.device(), y.shape(), DType::F32)?;
     if gx.numel() > 0 {
         y.device()
-            .kind()
+            .backend()
             .softmax_backward(y.device(), log, v, y, g, &gx, algo)?;
     }
     Ok(gx)
@@ -204,7 +208,7 @@ fn ce_stats(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tenso
     check_ce(logits, labels)?;
     let dev = logits.device();
     let stats = Tensor::empty(dev, &[3], DType::F32)?;
-    dev.kind()
+    dev.backend()
         .cross_entropy(logits, labels, ignore_index, &stats)?;
     let s = stats.to_vec::<f32>()?;
     if s[2] >= 0.0 {
@@ -227,7 +231,7 @@ pub fn cross_entropy(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Res
 
 fn first_element(s: &Tensor) -> Result<Tensor> {
     let out = Tensor::empty(s.device(), &[], DType::F32)?;
-    s.device().kind().copy(s.storage(), out.storage(), 4)?;
+    s.device().backend().copy(s.storage(), out.storage(), 4)?;
     Ok(out)
 }
 
@@ -250,7 +254,7 @@ pub fn cross_entropy_backward(
     }
     let gx = Tensor::empty(logits.device(), logits.shape(), DType::F32)?;
     if gx.numel() > 0 {
-        logits.device().kind().cross_entropy_backward(
+        logits.device().backend().cross_entropy_backward(
             logits,
             labels,
             ignore_index,
@@ -336,7 +340,7 @@ impl ClDevice {
         x: &Tensor,
         y: &Tensor,
         algo: SoftmaxAlgo,
-    ) -> Result<crate::device::opencl::Event> {
+    ) -> Result<crate::backend::opencl::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "sm_col")?;
@@ -391,7 +395,7 @@ impl ClDevice {
         g: &Tensor,
         gx: &Tensor,
         algo: SoftmaxAlgo,
-    ) -> Result<crate::device::opencl::Event> {
+    ) -> Result<crate::backend::opencl::Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
             let k = self.kernel("softmax", &d, "smb_col")?;
@@ -583,7 +587,7 @@ impl SoftmaxKernels for CpuDevice {
         y: &Tensor,
         _algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        super::host::map_f32(&[x], y, |ins, out| {
+        crate::backend::cpu::host::map_f32(&[x], y, |ins, out| {
             for o in 0..v.o {
                 for i in 0..v.i {
                     lane_softmax(ins[0], log, |k| (o * v.r + k) * v.i + i, v.r, out);
@@ -602,7 +606,7 @@ impl SoftmaxKernels for CpuDevice {
         gx: &Tensor,
         _algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        super::host::map_f32(&[y, g], gx, |ins, out| {
+        crate::backend::cpu::host::map_f32(&[y, g], gx, |ins, out| {
             let (ys, gs) = (ins[0], ins[1]);
             for o in 0..v.o {
                 for i in 0..v.i {
@@ -665,7 +669,7 @@ impl SoftmaxKernels for CpuDevice {
         let s = [(sum / count as f64) as f32, count as f32, bad];
         stats
             .device()
-            .kind()
+            .backend()
             .write(stats.storage(), 0, bytemuck::cast_slice(&s))
     }
 
@@ -682,7 +686,7 @@ impl SoftmaxKernels for CpuDevice {
         let labs = labels.to_vec::<i32>()?;
         let count = stats.to_vec::<f32>()?[1] as f64;
         let g = gout.to_vec::<f32>()?[0] as f64;
-        super::host::map_f32(&[logits], gx, |ins, out| {
+        crate::backend::cpu::host::map_f32(&[logits], gx, |ins, out| {
             let x = ins[0];
             for row in 0..n {
                 let lab = labs[row];

@@ -7,10 +7,11 @@
 
 use serde::Serialize;
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// A unary op with its parameters.
@@ -393,7 +394,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     check(op, x)?;
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
-        x.device().kind().unary(op, x, &out)?;
+        x.device().backend().unary(op, x, &out)?;
     }
     Ok(out)
 }
@@ -413,7 +414,7 @@ pub fn unary_backward(op: UnaryOp, x: &Tensor, grad: &Tensor) -> Result<Tensor> 
     }
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
-        x.device().kind().unary_backward(op, x, grad, &out)?;
+        x.device().backend().unary_backward(op, x, grad, &out)?;
     }
     Ok(out)
 }
@@ -530,7 +531,7 @@ impl UnaryKernels for ClDevice {
 
 impl UnaryKernels for CpuDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
-        super::host::map_f32(&[x], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[x], out, |ins, o| {
             for (o, &v) in o.iter_mut().zip(ins[0]) {
                 *o = op.forward_ref(v);
             }
@@ -538,7 +539,7 @@ impl UnaryKernels for CpuDevice {
     }
 
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
-        super::host::map_f32(&[x, g], out, |ins, o| {
+        crate::backend::cpu::host::map_f32(&[x, g], out, |ins, o| {
             for ((o, &v), &g) in o.iter_mut().zip(ins[0]).zip(ins[1]) {
                 *o = op.backward_ref(v, g);
             }

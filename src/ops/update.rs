@@ -1,10 +1,11 @@
 //! In-place parameter updates on the device: the steps of SGD, Adam/AdamW and RMSProp, the weight EMA, and
 //! in-place scaling (gradient clipping). Every hyper-parameter is a kernel argument.
 
-use crate::device::opencl::Arg;
-use crate::device::{ClDevice, CpuDevice, cpu_access};
+use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::backend::opencl::Arg;
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// One optimiser step's hyper-parameters.
@@ -110,7 +111,7 @@ pub fn apply_step(step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Res
     if p.numel() == 0 {
         return Ok(());
     }
-    p.device().kind().update(step, p, g, state)
+    p.device().backend().update(step, p, g, state)
 }
 
 /// Exponential moving average of weights: shadow ← d·shadow + (1 − d)·p, in place.
@@ -122,7 +123,7 @@ pub fn ema_update(d: f32, shadow: &Tensor, p: &Tensor) -> Result<()> {
     if p.numel() == 0 {
         return Ok(());
     }
-    p.device().kind().ema(d, shadow, p)
+    p.device().backend().ema(d, shadow, p)
 }
 
 /// Multiplies `x` by `s` in place.
@@ -131,7 +132,7 @@ pub fn scale_inplace(s: f32, x: &Tensor) -> Result<()> {
     if x.numel() == 0 {
         return Ok(());
     }
-    x.device().kind().scale_inplace(s, x)
+    x.device().backend().scale_inplace(s, x)
 }
 
 impl UpdateKernels for ClDevice {

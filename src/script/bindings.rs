@@ -270,7 +270,7 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         let i = c.device.info();
         let mut m = Map::new();
         m.insert("name".into(), i.name.clone().into());
-        m.insert("kind".into(), i.kind.clone().into());
+        m.insert("kind".into(), i.kind.as_str().into());
         m.insert("platform".into(), i.platform.clone().into());
         m.insert("driver".into(), i.driver.clone().into());
         m.insert("compute_units".into(), (i.compute_units as INT).into());

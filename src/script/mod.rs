@@ -252,7 +252,7 @@ fn summary(d: &Device) -> DeviceSummary {
     let i = d.info();
     DeviceSummary {
         name: i.name.clone(),
-        kind: i.kind.clone(),
+        kind: i.kind.to_string(),
         platform: i.platform.clone(),
         driver: i.driver.clone(),
     }
@@ -274,7 +274,7 @@ pub fn run_with_progress(
     let started = Instant::now();
     let seq = autotune::last_seq();
     autotune::begin_scope();
-    let build0 = crate::program::build_ms_total();
+    let build0 = crate::backend::opencl::program::build_ms_total();
     let fail = |kind: &str, message: String| RunResult {
         ok: false,
         device: summary(device),
@@ -345,7 +345,7 @@ pub fn run_with_progress(
     let _ = device.synchronize();
     let decisions = autotune::decisions_since(seq);
     let total_ms = started.elapsed().as_secs_f64() * 1e3;
-    let build_ms = crate::program::build_ms_total() - build0;
+    let build_ms = crate::backend::opencl::program::build_ms_total() - build0;
     let tune_ms = decisions
         .iter()
         .filter(|d| d.source == autotune::Source::Measured && d.depth == 0)

@@ -16,13 +16,13 @@ pub trait EngineInfo: Send + Sync + 'static {
     fn selected(&self, selector: Option<&str>) -> Result<usize>;
 }
 
-/// The engine of this process: `netcl::device::list_devices` and `netcl::autotune::cache_snapshot`.
+/// The engine of this process: `netcl::list_devices` and `netcl::autotune::cache_snapshot`.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Engine;
 
 impl EngineInfo for Engine {
     fn devices(&self) -> Result<Vec<DeviceInfo>> {
-        crate::device::list_devices()
+        crate::list_devices()
     }
 
     fn autotune(&self) -> Result<CacheSnapshot> {

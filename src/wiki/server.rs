@@ -724,7 +724,7 @@ fn device_view(d: &DeviceInfo, selected: bool) -> DeviceView {
         index: d.index,
         selected,
         name: d.name.clone(),
-        kind: d.kind.clone(),
+        kind: d.kind.to_string(),
         platform: d.platform.clone(),
         vendor: d.vendor.clone(),
         driver: d.driver.clone(),

@@ -11,7 +11,7 @@ pub fn opencl_device() -> Option<Device> {
     let sel = std::env::var("NETCL_TEST_DEVICE").ok();
     let found = match sel.as_deref() {
         Some(s) => Device::select(Some(s)).ok().filter(|d| d.is_opencl()),
-        None => netcl::device::opencl_available()
+        None => netcl::opencl_available()
             .then(|| Device::select(Some("auto")).ok())
             .flatten(),
     };

@@ -42,7 +42,7 @@ impl EngineInfo for TestEngine {
             driver: "1.0".into(),
             version: "OpenCL 3.0".into(),
             opencl_c_version: "OpenCL C 1.2".into(),
-            kind: "gpu".into(),
+            kind: netcl::DeviceType::Gpu,
             compute_units: 32,
             max_clock_mhz: 1500,
             global_mem_bytes: 8 << 30,

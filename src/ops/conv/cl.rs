@@ -3,17 +3,17 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use crate::device::opencl::Event;
+use crate::backend::opencl::Event;
 use serde::Serialize;
 
 use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::Device;
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::device::ClDevice;
-use crate::device::opencl::{Arg, events_ms};
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, events_ms};
 use crate::error::Result;
 use crate::ops::gemm::{BiasMode, Gemm};
-use crate::program::Defines;
 use crate::tensor::{DType, Tensor};
 
 /// The most bytes an im2col workspace may take; larger batches are processed in chunks.
@@ -312,13 +312,16 @@ impl ClDevice {
         &self,
         wm: usize,
         name: &str,
-    ) -> Result<std::sync::Arc<crate::program::ClKernel>> {
+    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
         self.kernel("winograd", &Defines::new().set("WM", wm), name)
     }
 
     /// The input transform writing V transposed: the one kernel built with `VT` (every other build of the
     /// family leaves it at its default of 0, so the untransposed transform shares their program).
-    fn wino_input_vt_kernel(&self, wm: usize) -> Result<std::sync::Arc<crate::program::ClKernel>> {
+    fn wino_input_vt_kernel(
+        &self,
+        wm: usize,
+    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
         self.kernel(
             "winograd",
             &Defines::new().set("WM", wm).set("VT", 1),

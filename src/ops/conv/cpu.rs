@@ -2,7 +2,7 @@
 //! request computes the same mathematical result, so the reference ignores it).
 
 use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
-use crate::device::{CpuDevice, cpu_access};
+use crate::backend::cpu::{CpuDevice, access as cpu_access};
 use crate::error::Result;
 use crate::{Device, Tensor};
 

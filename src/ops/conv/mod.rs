@@ -404,7 +404,7 @@ pub fn conv2d(
         return Ok(out);
     }
     x.device()
-        .kind()
+        .backend()
         .conv2d_fwd(x.device(), x, w, bias, &out, &g, opts.fuse_relu, opts.algo)?;
     Ok(out)
 }
@@ -485,11 +485,11 @@ fn backward_into(
     let dev = x.device();
     if g.n == 0 || g.p() == 0 || g.f == 0 || g.c == 0 {
         for t in [gx, gw, gb].into_iter().flatten() {
-            dev.kind().fill(t.storage(), [0; 4], t.numel() * 4)?;
+            dev.backend().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
         return Ok(());
     }
-    dev.kind()
+    dev.backend()
         .conv2d_bwd(dev, x, w, go, &ConvGrads { gx, gw, gb }, g, algo)
 }
 
@@ -634,10 +634,10 @@ pub fn conv_transpose2d_backward(
     let grad_x = if need_grad_x && x.numel() > 0 {
         let gx = Tensor::empty(dev, x.shape(), DType::F32)?;
         if grad_out.numel() > 0 {
-            dev.kind()
+            dev.backend()
                 .conv2d_fwd(dev, grad_out, w, None, &gx, &g, false, algo)?;
         } else {
-            dev.kind().fill(gx.storage(), [0; 4], gx.numel() * 4)?;
+            dev.backend().fill(gx.storage(), [0; 4], gx.numel() * 4)?;
         }
         Some(gx)
     } else if need_grad_x {
@@ -659,7 +659,7 @@ pub fn conv_transpose2d_backward(
         if grad_out.numel() > 0 {
             cl_or_cpu_bias_grad(dev, grad_out, &t, &swapped)?;
         } else {
-            dev.kind().fill(t.storage(), [0; 4], t.numel() * 4)?;
+            dev.backend().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
         Some(t)
     } else {
@@ -678,7 +678,7 @@ pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
     let dev = go.device();
     let gb = Tensor::empty(dev, &[s[1]], DType::F32)?;
     if go.numel() == 0 {
-        dev.kind().fill(gb.storage(), [0; 4], gb.numel() * 4)?;
+        dev.backend().fill(gb.storage(), [0; 4], gb.numel() * 4)?;
         return Ok(gb);
     }
     let g = ConvGeom {
@@ -705,7 +705,7 @@ pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
 
 /// The per-channel sum of `go` (N, F, OH, OW) through the device's backward primitive (bias gradient only).
 fn cl_or_cpu_bias_grad(dev: &crate::Device, go: &Tensor, gb: &Tensor, g: &ConvGeom) -> Result<()> {
-    dev.kind().conv2d_bwd(
+    dev.backend().conv2d_bwd(
         dev,
         go,
         go,

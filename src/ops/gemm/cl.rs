@@ -2,16 +2,16 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use crate::device::opencl::Event;
+use crate::backend::opencl::Event;
 use serde::Serialize;
 
 use super::{Gemm, GemmKernels};
 use crate::Device;
 use crate::autotune;
-use crate::device::ClDevice;
-use crate::device::opencl::{Arg, events_ms};
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::program::{Defines, quick_key};
+use crate::backend::opencl::{Arg, events_ms};
 use crate::error::{Error, Result};
-use crate::program::{Defines, quick_key};
 use crate::tensor::{DType, Tensor};
 
 /// One kernel shape of the family.

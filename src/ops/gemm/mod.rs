@@ -292,7 +292,7 @@ fn bmm_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm
 /// (with a shared `a`, the GPU kernels can fold the batches into the columns: `tiled_flat`).
 pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
     let g = bmm_desc(a, b, trans_a, trans_b)?;
-    Ok(a.device().kind().gemm_labels(&g))
+    Ok(a.device().backend().gemm_labels(&g))
 }
 
 /// `bmm` computed by the candidate `label` (one of [`bmm_candidates`]), without autotuning.
@@ -313,7 +313,7 @@ fn forced(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], label: &str) -> Res
     g.check(a, b, &out, None)?;
     if out.numel() > 0 {
         a.device()
-            .kind()
+            .backend()
             .gemm_forced(a.device(), a, b, &out, g, label)?;
     }
     Ok(out)
@@ -356,7 +356,7 @@ pub fn matmul_candidates(
     trans_b: bool,
 ) -> Result<Vec<String>> {
     let g = matmul_desc(a, b, trans_a, trans_b)?;
-    Ok(a.device().kind().gemm_labels(&g))
+    Ok(a.device().backend().gemm_labels(&g))
 }
 
 /// `matmul_t` computed by the candidate `label` (one of [`matmul_candidates`]), without autotuning: to test
@@ -384,5 +384,5 @@ pub(crate) fn run(
     if g.m == 0 || g.n == 0 || g.batch == 0 {
         return Ok(());
     }
-    c.device().kind().gemm(c.device(), a, b, c, bias, g)
+    c.device().backend().gemm(c.device(), a, b, c, bias, g)
 }

@@ -1,10 +1,12 @@
-//! The built-in CPU device: plain Rust on host memory, the reference implementation of every op.
+//! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+use std::any::Any;
 use std::sync::RwLock;
 
-use super::{DeviceInfo, DeviceKind};
+use crate::contract::Backend;
+use crate::device::{DeviceInfo, DeviceType};
 use crate::error::{Error, Result};
-use crate::memory::{HostMem, Storage};
+use crate::memory::{Allocator, HostMem, Storage};
 
 /// The largest single allocation the built-in device accepts (4 GiB).
 const MAX_ALLOC: u64 = 4 << 30;
@@ -21,7 +23,7 @@ pub(crate) fn builtin_info(index: usize) -> DeviceInfo {
         driver: env!("CARGO_PKG_VERSION").into(),
         version: "reference".into(),
         opencl_c_version: "none".into(),
-        kind: "builtin".into(),
+        kind: DeviceType::Builtin,
         compute_units: cores,
         max_clock_mhz: 0,
         global_mem_bytes: MAX_ALLOC,
@@ -49,7 +51,7 @@ fn lock_err() -> Error {
     Error::Invalid("host buffer lock poisoned".into())
 }
 
-impl DeviceKind for CpuDevice {
+impl Allocator for CpuDevice {
     fn alloc(&self, bytes: usize) -> Result<Storage> {
         if bytes as u64 > MAX_ALLOC {
             return Err(Error::Limit(format!(
@@ -64,7 +66,9 @@ impl DeviceKind for CpuDevice {
             words: RwLock::new(v),
         }))
     }
+}
 
+impl Backend for CpuDevice {
     fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()> {
         let mut w = dst.host()?.words.write().map_err(|_| lock_err())?;
         let bytes: &mut [u8] = bytemuck::cast_slice_mut(&mut w[..]);
@@ -106,6 +110,10 @@ impl DeviceKind for CpuDevice {
     fn finish(&self) -> Result<()> {
         Ok(())
     }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
 }
 
 /// Locked access to built-in device tensors' host words.
@@ -122,5 +130,32 @@ pub(crate) mod access {
     /// Write access to a host tensor's words.
     pub(crate) fn write(t: &Tensor) -> Result<RwLockWriteGuard<'_, Vec<u32>>> {
         t.storage().host()?.words.write().map_err(|_| lock_err())
+    }
+}
+
+/// Host f32 views of built-in device tensors, for the reference implementations.
+pub(crate) mod host {
+    use super::access;
+    use crate::{Result, Tensor};
+
+    /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
+    pub(crate) fn map_f32<R>(
+        inputs: &[&Tensor],
+        out: &Tensor,
+        f: impl FnOnce(&[&[f32]], &mut [f32]) -> R,
+    ) -> Result<R> {
+        let guards: Vec<_> = inputs
+            .iter()
+            .map(|t| access::read(t))
+            .collect::<Result<_>>()?;
+        let slices: Vec<&[f32]> = guards
+            .iter()
+            .zip(inputs)
+            .map(|(g, t)| &bytemuck::cast_slice::<u32, f32>(&g[..])[..t.numel()])
+            .collect();
+        let mut w = access::write(out)?;
+        let n = out.numel();
+        let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..n];
+        Ok(f(&slices, o))
     }
 }

@@ -270,8 +270,9 @@ fn build_source_untimed(
 /// Used to check user-written kernels (the playground) and to test build-failure reporting.
 pub fn build_check(device: &crate::Device, src: &str, defines: &Defines) -> Result<Vec<String>> {
     let cl = device
-        .kind()
-        .as_cl()
+        .backend()
+        .as_any()
+        .downcast_ref::<super::ClDevice>()
         .ok_or_else(|| Error::Unsupported("building OpenCL C needs an OpenCL device".into()))?;
     let built = build_source(
         &cl.context,

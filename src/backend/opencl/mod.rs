@@ -1,9 +1,12 @@
-//! The OpenCL device kind: one context and one in-order, profiling-enabled queue per device.
+//! The OpenCL backend: one context and one in-order, profiling-enabled queue per device.
 //!
 //! Buffers are raw `cl_mem` handles owned by [`ClMem`]; kernels come from the [`ProgramCache`]. Every launch
-//! goes through [`ClDevice::launch`], which can record it with its device time for the playground.
+//! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
+//! ([`crate::device::timing`]) and records it for the playground.
 
-use std::cell::RefCell;
+pub mod program;
+
+use std::any::Any;
 use std::ffi::c_void;
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
@@ -21,10 +24,12 @@ use opencl3::types::{
     CL_BLOCKING, cl_command_queue, cl_device_id, cl_event, cl_int, cl_kernel, cl_mem, cl_uint,
 };
 
-use super::{DeviceInfo, DeviceKind, Launch};
+use crate::contract::Backend;
+use crate::device::timing::{self, LaunchEvent};
+use crate::device::{DeviceInfo, DeviceType};
 use crate::error::{ClContext, Error, Result};
-use crate::memory::Storage;
-use crate::program::{ArgBytes, ClKernel, Defines, ProgramCache};
+use crate::memory::{Allocator, DeviceMem, Storage};
+use program::{ArgBytes, ClKernel, Defines, ProgramCache};
 
 /// Every OpenCL device of every platform, in platform order.
 ///
@@ -57,13 +62,13 @@ fn scan() -> Result<Vec<(ClDeviceId, DeviceInfo)>> {
             let d = ClDeviceId::new(id);
             let ty = d.dev_type().unwrap_or(0);
             let kind = if ty & CL_DEVICE_TYPE_GPU != 0 {
-                "gpu"
+                DeviceType::Gpu
             } else if ty & CL_DEVICE_TYPE_CPU != 0 {
-                "cpu"
+                DeviceType::Cpu
             } else if ty & CL_DEVICE_TYPE_ACCELERATOR != 0 {
-                "accelerator"
+                DeviceType::Accelerator
             } else {
-                "other"
+                DeviceType::Other
             };
             let ext = d.extensions().unwrap_or_default();
             let info = DeviceInfo {
@@ -74,7 +79,7 @@ fn scan() -> Result<Vec<(ClDeviceId, DeviceInfo)>> {
                 driver: d.driver_version().unwrap_or_default().trim().to_owned(),
                 version: d.version().unwrap_or_default().trim().to_owned(),
                 opencl_c_version: d.opencl_c_version().unwrap_or_default().trim().to_owned(),
-                kind: kind.to_owned(),
+                kind,
                 compute_units: d.max_compute_units().unwrap_or(0),
                 max_clock_mhz: d.max_clock_frequency().unwrap_or(0),
                 global_mem_bytes: d.global_mem_size().unwrap_or(0),
@@ -102,6 +107,17 @@ pub(crate) struct ClMem {
 // (OpenCL 1.2 §A.2), and netcl only enqueues on the device's one in-order queue.
 unsafe impl Send for ClMem {}
 unsafe impl Sync for ClMem {}
+
+impl DeviceMem for ClMem {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// The `cl_mem` handle of OpenCL storage.
+pub(crate) fn cl_mem(s: &Storage) -> Result<cl_mem> {
+    s.device::<ClMem>().map(|m| m.mem)
+}
 
 impl Drop for ClMem {
     fn drop(&mut self) {
@@ -152,15 +168,29 @@ impl Arg<'_> {
     }
 }
 
-struct Recorded {
-    kernel: String,
-    global: Vec<usize>,
-    local: Option<Vec<usize>>,
-    event: ClEvent,
+/// A recorded launch's event, for the timing scope.
+struct ClLaunchEvent(ClEvent);
+
+// SAFETY: an OpenCL event handle may be waited on and queried from any thread (OpenCL 1.2 §A.2).
+unsafe impl Send for ClLaunchEvent {}
+
+impl LaunchEvent for ClLaunchEvent {
+    fn span_ns(&self) -> Result<(u64, u64)> {
+        self.0.wait().cl("clWaitForEvents")?;
+        let s = self
+            .0
+            .profiling_command_start()
+            .cl("clGetEventProfilingInfo")?;
+        let e = self
+            .0
+            .profiling_command_end()
+            .cl("clGetEventProfilingInfo")?;
+        Ok((s, e))
+    }
 }
 
-/// The event of one launch, kept only when the launch is timed: while the autotuner measures candidates
-/// ([`crate::autotune::measuring`]) and while launches are recorded. On NVIDIA's OpenCL a launch that asks for
+/// The event of one launch, kept only when the launch is timed: while the tuner measures candidates and
+/// while launches are recorded ([`crate::device::timing::timed`]). On NVIDIA's OpenCL a launch that asks for
 /// an event on a profiling queue takes about twice as long to enqueue (13–15 µs against 6–7 µs per launch,
 /// measured on an H200), so untimed launches ask for none.
 pub(crate) struct Event(Option<ClEvent>);
@@ -258,7 +288,7 @@ impl ClDevice {
     /// As [`ClDevice::kernel`], found by a compact key on later calls; see [`ProgramCache::kernel_by`].
     pub(crate) fn kernel_by(
         &self,
-        key: crate::program::QuickKey,
+        key: program::QuickKey,
         defines: impl FnOnce() -> Defines,
     ) -> Result<Arc<ClKernel>> {
         self.programs
@@ -298,7 +328,7 @@ impl ClDevice {
             let r = unsafe {
                 match (a, &bytes) {
                     (Arg::Mem(s), _) => {
-                        let m = s.cl_mem()?;
+                        let m = cl_mem(s)?;
                         cl3::kernel::set_kernel_arg(
                             k,
                             idx,
@@ -329,8 +359,8 @@ impl ClDevice {
             })?;
             slot.values[i] = bytes;
         }
-        let recording = RECORDING.with(|rec| rec.borrow().is_some());
-        let timed = recording || crate::autotune::measuring();
+        let recording = timing::recording();
+        let timed = recording || timing::measuring();
         let enqueue = enqueue_nd_range().ok_or_else(|| {
             Error::Unsupported("the OpenCL library exports no clEnqueueNDRangeKernel".into())
         })?;
@@ -364,85 +394,19 @@ impl ClDevice {
         };
         let event = ClEvent::new(ev);
         if recording {
-            RECORDING.with(|rec| {
-                if let Some(list) = rec.borrow_mut().as_mut() {
-                    // SAFETY: retaining the event gives the recorder its own reference.
-                    unsafe {
-                        let _ = cl3::event::retain_event(ev);
-                    }
-                    list.push(Recorded {
-                        kernel: kernel.name.clone(),
-                        global: global.clone(),
-                        local: local.map(<[usize]>::to_vec),
-                        event: ClEvent::new(ev),
-                    });
-                }
-            });
+            // SAFETY: retaining the event gives the recorder its own reference.
+            unsafe {
+                let _ = cl3::event::retain_event(ev);
+            }
+            timing::record(
+                &kernel.name,
+                &global,
+                local,
+                Box::new(ClLaunchEvent(ClEvent::new(ev))),
+            );
         }
         Ok(Event(Some(event)))
     }
-}
-
-thread_local! {
-    /// Launches recorded on this thread, when recording is on. Per thread, so concurrent runs (the playground's
-    /// jobs, parallel tests) each see only their own launches.
-    static RECORDING: RefCell<Option<Vec<Recorded>>> = const { RefCell::new(None) };
-}
-
-/// Turns recording of this thread's kernel launches on or off (off discards what was recorded).
-pub(crate) fn record_launches(on: bool) {
-    RECORDING.with(|rec| {
-        let mut rec = rec.borrow_mut();
-        *rec = if on {
-            Some(rec.take().unwrap_or_default())
-        } else {
-            None
-        };
-    });
-}
-
-/// Returns and clears this thread's recorded launches, waiting for each to finish to read its device time.
-pub(crate) fn take_launches() -> Vec<Launch> {
-    let list = RECORDING.with(|rec| {
-        rec.borrow_mut()
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    });
-    list.into_iter()
-        .map(|r| Launch {
-            ms: event_ms(&r.event).unwrap_or(0.0),
-            kernel: r.kernel,
-            global: r.global,
-            local: r.local,
-        })
-        .collect()
-}
-
-/// Returns and clears this thread's recorded launches as one span of device time: from the start of the first
-/// launch to the end of the last, in milliseconds, after waiting for them (`None` when nothing was launched).
-pub(crate) fn take_launch_span_ms() -> Result<Option<f64>> {
-    let list = RECORDING.with(|rec| {
-        rec.borrow_mut()
-            .as_mut()
-            .map(std::mem::take)
-            .unwrap_or_default()
-    });
-    let (mut start, mut end) = (u64::MAX, 0u64);
-    for r in &list {
-        r.event.wait().cl("clWaitForEvents")?;
-        start = start.min(
-            r.event
-                .profiling_command_start()
-                .cl("clGetEventProfilingInfo")?,
-        );
-        end = end.max(
-            r.event
-                .profiling_command_end()
-                .cl("clGetEventProfilingInfo")?,
-        );
-    }
-    Ok((!list.is_empty()).then(|| end.saturating_sub(start) as f64 / 1e6))
 }
 
 impl Error {
@@ -454,14 +418,6 @@ impl Error {
             e => e,
         }
     }
-}
-
-/// Device time of one event in milliseconds, after waiting for it.
-fn event_ms(ev: &ClEvent) -> Result<f64> {
-    ev.wait().cl("clWaitForEvents")?;
-    let s = ev.profiling_command_start().cl("clGetEventProfilingInfo")?;
-    let e = ev.profiling_command_end().cl("clGetEventProfilingInfo")?;
-    Ok(e.saturating_sub(s) as f64 / 1e6)
 }
 
 /// Device time from the start of the first to the end of the last launch, in milliseconds. The launches must
@@ -484,7 +440,7 @@ pub(crate) fn events_ms(evs: &[Event]) -> Result<f64> {
     Ok(e.saturating_sub(s) as f64 / 1e6)
 }
 
-impl DeviceKind for ClDevice {
+impl Allocator for ClDevice {
     fn alloc(&self, bytes: usize) -> Result<Storage> {
         if bytes as u64 > self.info.max_alloc_bytes && self.info.max_alloc_bytes > 0 {
             return Err(Error::Limit(format!(
@@ -509,9 +465,11 @@ impl DeviceKind for ClDevice {
             )),
             c => Error::cl("clCreateBuffer", c),
         })?;
-        Ok(Storage::Cl(ClMem { mem }))
+        Ok(Storage::Device(Box::new(ClMem { mem })))
     }
+}
 
+impl Backend for ClDevice {
     fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()> {
         if data.is_empty() {
             return Ok(());
@@ -520,7 +478,7 @@ impl DeviceKind for ClDevice {
         unsafe {
             let ev = cl3::command_queue::enqueue_write_buffer(
                 self.queue.get(),
-                dst.cl_mem()?,
+                cl_mem(dst)?,
                 CL_BLOCKING,
                 offset,
                 data.len(),
@@ -542,7 +500,7 @@ impl DeviceKind for ClDevice {
         unsafe {
             let ev = cl3::command_queue::enqueue_read_buffer(
                 self.queue.get(),
-                src.cl_mem()?,
+                cl_mem(src)?,
                 CL_BLOCKING,
                 offset,
                 out.len(),
@@ -565,7 +523,7 @@ impl DeviceKind for ClDevice {
         unsafe {
             let ev = cl3::command_queue::enqueue_fill_buffer(
                 self.queue.get(),
-                dst.cl_mem()?,
+                cl_mem(dst)?,
                 pattern.as_ptr() as *const c_void,
                 4,
                 0,
@@ -587,8 +545,8 @@ impl DeviceKind for ClDevice {
         unsafe {
             let ev = cl3::command_queue::enqueue_copy_buffer(
                 self.queue.get(),
-                src.cl_mem()?,
-                dst.cl_mem()?,
+                cl_mem(src)?,
+                cl_mem(dst)?,
                 0,
                 0,
                 bytes,
@@ -605,7 +563,7 @@ impl DeviceKind for ClDevice {
         self.queue.finish().cl("clFinish")
     }
 
-    fn as_cl(&self) -> Option<&ClDevice> {
-        Some(self)
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }

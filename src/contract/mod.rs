@@ -1,0 +1,58 @@
+//! The backend contract: what every backend implements, and the plan types the op front-ends hand it.
+//!
+//! One sub-trait per op family (`UnaryKernels`, `GemmKernels`, …), each with the plan types its calls take
+//! (a broadcast plan, a convolution geometry, a GEMM shape, …). [`Backend`] gathers them with memory
+//! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
+//! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
+
+use std::any::Any;
+
+use crate::error::Result;
+use crate::memory::{Allocator, Storage};
+
+pub(crate) use crate::ops::conv::ConvKernels;
+pub(crate) use crate::ops::depthwise::DepthwiseKernels;
+pub(crate) use crate::ops::dropout::DropoutKernels;
+pub(crate) use crate::ops::elementwise::BinaryKernels;
+pub(crate) use crate::ops::fused::FusedKernels;
+pub(crate) use crate::ops::gemm::GemmKernels;
+pub(crate) use crate::ops::pool::PoolKernels;
+pub(crate) use crate::ops::reduce::ReduceKernels;
+pub(crate) use crate::ops::resize::ResizeKernels;
+pub(crate) use crate::ops::shape::ShapeKernels;
+pub(crate) use crate::ops::softmax::SoftmaxKernels;
+pub(crate) use crate::ops::unary::UnaryKernels;
+pub(crate) use crate::ops::update::UpdateKernels;
+
+/// Everything a backend provides: memory movement and every op family's primitives.
+pub(crate) trait Backend:
+    Send
+    + Sync
+    + Allocator
+    + BinaryKernels
+    + ReduceKernels
+    + UnaryKernels
+    + FusedKernels
+    + SoftmaxKernels
+    + DropoutKernels
+    + PoolKernels
+    + ShapeKernels
+    + ResizeKernels
+    + UpdateKernels
+    + GemmKernels
+    + ConvKernels
+    + DepthwiseKernels
+{
+    /// Copies `data` into `dst` at byte `offset`; returns when the host memory may be reused.
+    fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()>;
+    /// Copies `out.len()` bytes from `src` at byte `offset` into `out`, after all queued work.
+    fn read(&self, src: &Storage, offset: usize, out: &mut [u8]) -> Result<()>;
+    /// Fills `bytes` bytes of `dst` with a repeated 4-byte pattern.
+    fn fill(&self, dst: &Storage, pattern: [u8; 4], bytes: usize) -> Result<()>;
+    /// Copies `bytes` bytes from `src` to `dst` on the device.
+    fn copy(&self, src: &Storage, dst: &Storage, bytes: usize) -> Result<()>;
+    /// Waits for all queued work.
+    fn finish(&self) -> Result<()>;
+    /// The backend as `Any`, for code of that backend handed a [`crate::Device`] (its own downcast).
+    fn as_any(&self) -> &dyn Any;
+}
