@@ -194,9 +194,9 @@ pub async fn handle(
 
 async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Response<Body>> {
     let bytes = axum::body::to_bytes(body, max_body).await.map_err(|e| {
-        let source = std::error::Error::source(&e);
-        let timed_out = source.is_some_and(|s| s.is::<tower_http::timeout::TimeoutError>());
-        let too_large = source.is_some_and(|s| s.to_string().contains("length limit"));
+        let chain = || std::iter::successors(std::error::Error::source(&e), |s| s.source());
+        let timed_out = chain().any(|s| s.is::<tower_http::timeout::TimeoutError>());
+        let too_large = chain().any(|s| s.to_string().contains("length limit"));
         if too_large {
             refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
