@@ -289,8 +289,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
 }
 
-/// A refusal that applies before routing: a foreign `Host`, an overlong query, a run from another origin or
-/// without a JSON body.
+/// A refusal that applies before routing: a foreign `Host`, a run from another origin or without a JSON body.
 fn refused_early(
     config: &Config,
     parts: &Parts,
@@ -309,13 +308,6 @@ fn refused_early(
             StatusCode::MISDIRECTED_REQUEST,
             "forbidden_host",
             "this server does not answer for that host name (see allowed_hosts)",
-        ));
-    }
-    if parts.uri.query().is_some_and(|q| q.len() > query::MAX_QUERY_BYTES) {
-        return Some(api_error(
-            StatusCode::URI_TOO_LONG,
-            "query_too_long",
-            &QueryError::TooLong.message(),
         ));
     }
     let Some(run) = run_route else {
@@ -371,16 +363,13 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
-    let early = refused_early(&state.config, &parts, run_route.as_ref());
+    let mut early = refused_early(&state.config, &parts, run_route.as_ref());
+    if early.is_none() && parts.uri.query().is_some_and(|q| q.len() > query::MAX_QUERY_BYTES) {
+        // Every route, not only those that read a query.
+        let api = rest.is_none_or(|r| r.starts_with("/api/"));
+        early = Some(query_error(&state.site(), api, QueryError::TooLong));
+    }
     let (class, mut response) = match run_route {
-        _ if early.is_some() => (
-            if run_route.is_some() {
-                RouteClass::Run
-            } else {
-                RouteClass::Api
-            },
-            early.unwrap_or_default(),
-        ),
         _ if too_large => {
             let api = rest.is_some_and(|r| r.starts_with("/api/"));
             let message = format!(
@@ -400,6 +389,14 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             };
             (RouteClass::Api, response)
         }
+        _ if early.is_some() => (
+            if run_route.is_some() {
+                RouteClass::Run
+            } else {
+                RouteClass::Api
+            },
+            early.unwrap_or_default(),
+        ),
         Some(run) => (
             RouteClass::Run,
             match &state.playground {

@@ -599,10 +599,10 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                     _ => ("internal", String::new()),
                 };
                 tracing::warn!(slot, kind, "playground worker replaced");
+                permit.take();
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 // Start the replacement now, so the next run finds the device open.
                 worker = start(slot, &shared).ok();
-                permit.take();
                 deliver(
                     events,
                     error_result(&job.id, queue_ms, kind, &message, true),
