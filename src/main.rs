@@ -386,7 +386,9 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
     // The script's own limit is checked between its operations; the watchdog also stops a run stuck in one
     // long device call.
     let watchdog = netcl::script::worker::Watchdog::start(|ms| {
-        format!("error: timeout: the run exceeded its time limit of {ms} ms (inside a device call); stopped")
+        format!(
+            "error: timeout: the run exceeded its time limit of {ms} ms (inside a device call); stopped"
+        )
     })?;
     watchdog.arm(timeout_ms, netcl::script::worker::WATCHDOG_GRACE_MS);
     let progress: Box<dyn FnMut(&serde_json::Value)> = if json {

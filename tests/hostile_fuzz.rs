@@ -29,8 +29,12 @@ fn app() -> &'static axum::Router {
     APP.get_or_init(|| {
         let _guard = runtime().enter();
         app_with(Arc::new(TestEngine), |c| {
-            c.playground_worker_command =
-                Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "--device".into(), "builtin".into(), "worker".into()]);
+            c.playground_worker_command = Some(vec![
+                env!("CARGO_BIN_EXE_netcl").into(),
+                "--device".into(),
+                "builtin".into(),
+                "worker".into(),
+            ]);
             c.playground_rate_per_minute = 1_000_000;
             c.playground_burst = 1_000_000;
             c.playground_timeout_ms = 5_000;

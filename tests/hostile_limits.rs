@@ -31,10 +31,14 @@ fn model_parameters_are_charged_before_they_are_made() {
     let (kind, message) = error_kind(r#"preset("example_mlp", 1000000, 1000, 10, 0)"#);
     assert_eq!(kind, "limit", "{message}");
     // Refused before anything was allocated: no time spent filling 67 M weights.
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
     // Many layers each under the per-tensor limit still count against the run's total.
     let layer = r#"#{type: "Linear", args: #{in_features: 4096, out_features: 4000}}"#;
-    let layers = vec![layer; 10].join(", ");
+    let layers = [layer; 10].join(", ");
     let (kind, message) = error_kind(&format!("sequential([{layers}], 0)"));
     assert_eq!(kind, "limit", "{message}");
     assert!(message.contains("max_run_elements"), "{message}");
@@ -49,7 +53,12 @@ fn model_parameters_are_charged_before_they_are_made() {
 
 #[test]
 fn negative_shapes_are_a_clear_error() {
-    for code in ["rand([-1], 1)", "randn([-1], 1)", "zeros([2, -1])", "ones([-3])"] {
+    for code in [
+        "rand([-1], 1)",
+        "randn([-1], 1)",
+        "zeros([2, -1])",
+        "ones([-3])",
+    ] {
         let (kind, message) = error_kind(code);
         assert!(kind == "shape", "{code}: {kind}: {message}");
     }
@@ -67,7 +76,11 @@ fn op_outputs_are_charged_before_they_are_computed() {
         max_run_elements: 1000,
         ..Limits::default()
     };
-    let r = run(&dev(), "let a = ones([20, 20]); let b = matmul(a, a); matmul(b, a)", &tight);
+    let r = run(
+        &dev(),
+        "let a = ones([20, 20]); let b = matmul(a, a); matmul(b, a)",
+        &tight,
+    );
     let e = r.error.expect("over the run's budget");
     assert_eq!(e.kind, "limit", "{}", e.message);
     assert!(started.elapsed() < Duration::from_secs(10));
@@ -98,7 +111,10 @@ fn the_cli_reports_a_negative_shape_without_a_panic() {
     let (code, stderr, _) = cli(&[], "rand([-1], 1)");
     assert_eq!(code, Some(1), "{stderr}");
     assert!(stderr.contains("shape"), "{stderr}");
-    assert!(!stderr.contains("panicked") && !stderr.contains("backtrace"), "{stderr}");
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
 }
 
 #[test]

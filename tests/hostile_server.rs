@@ -121,20 +121,28 @@ fn http(
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_string();
     (status, body)
 }
 
 /// Whether the server closed `s` within `within` (EOF or reset), having read and discarded what came.
 fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
     let start = Instant::now();
-    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
     let mut buf = [0u8; 4096];
     while start.elapsed() < within {
         match s.read(&mut buf) {
             Ok(0) => return true,
             Ok(_) => {}
-            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
             Err(_) => return true,
         }
     }
@@ -169,7 +177,10 @@ fn a_stream_client_that_stops_reading_blocks_no_other_run() {
     assert_eq!(status, 200, "{answer}");
     let answer: Value = serde_json::from_str(&answer).unwrap();
     assert_eq!(answer["value"], "3", "{answer}");
-    assert!(waited < Duration::from_secs(10), "the small run waited {waited:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "the small run waited {waited:?}"
+    );
     // The stalled client lost its stream, and its run's worker was replaced.
     assert!(closed_within(&mut stalled, Duration::from_secs(10)));
     assert!(server.state.playground().unwrap().pool().restarts() >= 1);
@@ -185,17 +196,26 @@ fn slow_and_idle_connections_are_closed() {
     let mut silent = server.connect();
     // Sends half a request head.
     let mut half = server.connect();
-    half.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n").unwrap();
+    half.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\n")
+        .unwrap();
     // Is answered once, then keeps the connection idle.
     let mut idle = server.connect();
-    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+    idle.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .unwrap();
     let mut line = String::new();
     BufReader::new(idle.try_clone().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert!(line.starts_with("HTTP/1.1 200"), "{line}");
-    for (name, s) in [("silent", &mut silent), ("half head", &mut half), ("idle", &mut idle)] {
-        assert!(closed_within(s, Duration::from_secs(5)), "{name} connection still open");
+    for (name, s) in [
+        ("silent", &mut silent),
+        ("half head", &mut half),
+        ("idle", &mut idle),
+    ] {
+        assert!(
+            closed_within(s, Duration::from_secs(5)),
+            "{name} connection still open"
+        );
     }
     // A body that never arrives whole is answered 408.
     let mut slow = server.connect();
@@ -227,7 +247,11 @@ fn an_idle_worker_that_died_costs_no_run() {
     let (status, answer) = server.request("POST", "/api/run", Some(r#"{"code": "2 + 3"}"#));
     assert_eq!(status, 200);
     let answer: Value = serde_json::from_str(&answer).unwrap();
-    assert_eq!((answer["ok"].clone(), answer["value"].clone()), (json!(true), json!("5")), "{answer}");
+    assert_eq!(
+        (answer["ok"].clone(), answer["value"].clone()),
+        (json!(true), json!("5")),
+        "{answer}"
+    );
     assert_ne!(pool.worker_pids(), pids);
 }
 
@@ -278,7 +302,11 @@ fn a_cancelled_queued_run_answers_at_once() {
     line.clear();
     queued.read_line(&mut line).unwrap();
     assert!(line.contains("\"cancelled\""), "{rest}{line}");
-    assert!(started.elapsed() < Duration::from_secs(3), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
 }
 
 fn serve_command(args: &[&str]) -> Child {
@@ -299,7 +327,10 @@ fn listening_address(child: &mut Child) -> (SocketAddr, BufReader<std::process::
     let mut line = String::new();
     loop {
         line.clear();
-        assert!(err.read_line(&mut line).unwrap() > 0, "the server stopped before listening");
+        assert!(
+            err.read_line(&mut line).unwrap() > 0,
+            "the server stopped before listening"
+        );
         if let Some(rest) = line.trim().strip_prefix("netcl wiki on http://") {
             return (rest.trim_end_matches('/').parse().unwrap(), err);
         }
@@ -323,7 +354,11 @@ fn wait_exit(child: &mut Child, within: Duration) -> Option<std::process::ExitSt
 fn sigterm_finishes_with_a_half_sent_request_open() {
     let dir = wiki_support::scratch("sigterm");
     let config = dir.join("wiki.toml");
-    std::fs::write(&config, "header_timeout_ms = 60000\nshutdown_grace_ms = 300\n").unwrap();
+    std::fs::write(
+        &config,
+        "header_timeout_ms = 60000\nshutdown_grace_ms = 300\n",
+    )
+    .unwrap();
     let mut child = serve_command(&[
         "--bind",
         "127.0.0.1:0",
@@ -338,7 +373,10 @@ fn sigterm_finishes_with_a_half_sent_request_open() {
     // SAFETY: signals the server process this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let status = wait_exit(&mut child, Duration::from_secs(10));
-    assert!(status.is_some(), "the server did not stop within 10 s of SIGTERM");
+    assert!(
+        status.is_some(),
+        "the server did not stop within 10 s of SIGTERM"
+    );
 }
 
 #[test]
@@ -389,7 +427,10 @@ async fn cross_origin_runs_and_foreign_hosts_are_refused() {
     let a = send(
         &app,
         run_request(
-            &[("content-type", "application/json"), ("host", "evil.example:8080")],
+            &[
+                ("content-type", "application/json"),
+                ("host", "evil.example:8080"),
+            ],
             body,
         ),
     )
@@ -397,7 +438,10 @@ async fn cross_origin_runs_and_foreign_hosts_are_refused() {
     assert_eq!(a.status, StatusCode::MISDIRECTED_REQUEST, "{}", a.text());
     let page = send(
         &app,
-        Request::get("/").header("host", "evil.example").body(Body::empty()).unwrap(),
+        Request::get("/")
+            .header("host", "evil.example")
+            .body(Body::empty())
+            .unwrap(),
     )
     .await;
     assert_eq!(page.status, StatusCode::MISDIRECTED_REQUEST);
@@ -444,7 +488,14 @@ async fn long_queries_bearer_case_and_the_cache_path() {
         c.playground_token = Some("s3cret".into());
     });
     let long = "x".repeat(2100);
-    for route in ["/", "/docs/faq", "/static/wiki.css", "/healthz", "/api/devices", "/nope"] {
+    for route in [
+        "/",
+        "/docs/faq",
+        "/static/wiki.css",
+        "/healthz",
+        "/api/devices",
+        "/nope",
+    ] {
         let a = wiki_support::get(&app, &format!("{route}?q={long}")).await;
         assert_eq!(a.status, StatusCode::URI_TOO_LONG, "{route}");
     }
@@ -455,7 +506,10 @@ async fn long_queries_bearer_case_and_the_cache_path() {
     let a = send(
         &app,
         run_request(
-            &[("content-type", "application/json"), ("authorization", "bearer s3cret")],
+            &[
+                ("content-type", "application/json"),
+                ("authorization", "bearer s3cret"),
+            ],
             r#"{"code": "4"}"#,
         ),
     )

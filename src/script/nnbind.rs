@@ -69,8 +69,11 @@ fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
     let get = |key: &str, default: usize| -> usize {
         a.get(key)
             .and_then(|v| {
-                v.as_u64()
-                    .or_else(|| v.as_array().and_then(|x| x.first()).and_then(|x| x.as_u64()))
+                v.as_u64().or_else(|| {
+                    v.as_array()
+                        .and_then(|x| x.first())
+                        .and_then(|x| x.as_u64())
+                })
             })
             .map_or(default, |x| usize::try_from(x).unwrap_or(usize::MAX))
     };
@@ -84,7 +87,10 @@ fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
         }
         "ConvTranspose2d" => {
             let k = get("kernel_size", 1);
-            (mul(&[get("in_channels", 0), get("out_channels", 0), k, k])?, 1)
+            (
+                mul(&[get("in_channels", 0), get("out_channels", 0), k, k])?,
+                1,
+            )
         }
         "DepthwiseConv2d" => {
             let k = get("kernel_size", 1);

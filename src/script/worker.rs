@@ -173,7 +173,9 @@ fn restrict_self() {}
 pub fn serve(device: &Device) -> Result<()> {
     restrict_self();
     let watchdog = Watchdog::start(|ms| {
-        format!("netcl worker: a job exceeded its time limit of {ms} ms inside a device call; stopping")
+        format!(
+            "netcl worker: a job exceeded its time limit of {ms} ms inside a device call; stopping"
+        )
     })?;
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let stdin = std::io::stdin();

@@ -259,10 +259,20 @@ mod tests {
     #[test]
     fn hosts_and_origins() {
         let c = Config::default();
-        for ok in ["localhost:8080", "127.0.0.1:8080", "[::1]:8080", "wiki.localhost", "LOCALHOST"] {
+        for ok in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "wiki.localhost",
+            "LOCALHOST",
+        ] {
             assert!(c.host_allowed(ok), "{ok}");
         }
-        for bad in ["evil.example", "evil.example:8080", "127.0.0.1.evil.example"] {
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "127.0.0.1.evil.example",
+        ] {
             assert!(!c.host_allowed(bad), "{bad}");
         }
         let open = Config {

@@ -198,7 +198,11 @@ impl WriteGuard {
         }
     }
 
-    fn progressed<T>(&mut self, poll: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+    fn progressed<T>(
+        &mut self,
+        poll: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
         match poll {
             Poll::Pending => match self.check_stall(cx) {
                 Poll::Ready(e) => Poll::Ready(Err(e)),

@@ -310,9 +310,7 @@ fn refused_early(
             "this server does not answer for that host name (see allowed_hosts)",
         ));
     }
-    let Some(run) = run_route else {
-        return None;
-    };
+    let run = run_route?;
     if parts.method != Method::POST {
         return None;
     }
@@ -364,7 +362,12 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
     let mut early = refused_early(&state.config, &parts, run_route.as_ref());
-    if early.is_none() && parts.uri.query().is_some_and(|q| q.len() > query::MAX_QUERY_BYTES) {
+    if early.is_none()
+        && parts
+            .uri
+            .query()
+            .is_some_and(|q| q.len() > query::MAX_QUERY_BYTES)
+    {
         // Every route, not only those that read a query.
         let api = rest.is_none_or(|r| r.starts_with("/api/"));
         early = Some(query_error(&state.site(), api, QueryError::TooLong));
@@ -400,9 +403,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         Some(run) => (
             RouteClass::Run,
             match &state.playground {
-                Some(pg) => {
-                    api::handle(pg, run, &parts, body, state.config.max_body_bytes).await
-                }
+                Some(pg) => api::handle(pg, run, &parts, body, state.config.max_body_bytes).await,
                 None => api::disabled(),
             },
         ),

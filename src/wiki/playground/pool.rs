@@ -17,9 +17,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use tokio::sync::mpsc::error::TrySendError;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::script::Limits;
@@ -31,9 +31,19 @@ const WORKER_GRACE_MS: u64 = 2_000;
 /// Events buffered for a slow reader; past them progress is coalesced to the newest.
 const EVENT_BUFFER: usize = 32;
 /// Environment variables a worker keeps (all others are cleared): what the device drivers and the engine read.
-const KEPT_ENV: &[&str] = &["PATH", "HOME", "TMPDIR", "LANG", "LC_ALL", "XDG_CACHE_HOME", "LD_LIBRARY_PATH"];
+const KEPT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "XDG_CACHE_HOME",
+    "LD_LIBRARY_PATH",
+];
 /// Prefixes of further variables a worker keeps.
-const KEPT_ENV_PREFIXES: &[&str] = &["NETCL_", "POCL_", "OCL_", "CUDA_", "NVIDIA_", "ROCR_", "HIP_"];
+const KEPT_ENV_PREFIXES: &[&str] = &[
+    "NETCL_", "POCL_", "OCL_", "CUDA_", "NVIDIA_", "ROCR_", "HIP_",
+];
 
 /// How the pool runs.
 #[derive(Debug, Clone)]
@@ -473,7 +483,13 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
             permit.take();
             deliver(
                 events,
-                error_result(&job.id, queue_ms, "cancelled", "the run was stopped before it started", false),
+                error_result(
+                    &job.id,
+                    queue_ms,
+                    "cancelled",
+                    "the run was stopped before it started",
+                    false,
+                ),
                 None,
                 shared.settings.stall_timeout,
             );
@@ -507,13 +523,22 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                     match start(slot, &shared) {
                         Ok(w) => w,
                         Err(e) => {
-                            outcome = Outcome::Undelivered(format!("no worker could be started: {e}"));
+                            outcome =
+                                Outcome::Undelivered(format!("no worker could be started: {e}"));
                             break;
                         }
                     }
                 }
             };
-            outcome = run_job(&mut w, &job, &events, &mut cancel, &shared.settings, &mut stop).await;
+            outcome = run_job(
+                &mut w,
+                &job,
+                &events,
+                &mut cancel,
+                &shared.settings,
+                &mut stop,
+            )
+            .await;
             if let Outcome::Undelivered(why) = &outcome {
                 let status = w.kill().await;
                 forget_pid(&shared, slot);
@@ -546,7 +571,7 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                 };
                 deliver(
                     events,
-                    error_result(&job.id, queue_ms, kind, &format!("{why}"), true),
+                    error_result(&job.id, queue_ms, kind, &why, true),
                     None,
                     shared.settings.stall_timeout,
                 );
@@ -559,7 +584,13 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                 permit.take();
                 deliver(
                     events,
-                    error_result(&job.id, queue_ms, "shutdown", "the server is shutting down", true),
+                    error_result(
+                        &job.id,
+                        queue_ms,
+                        "shutdown",
+                        "the server is shutting down",
+                        true,
+                    ),
                     None,
                     shared.settings.stall_timeout,
                 );
@@ -620,7 +651,12 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
 
 /// Hands the final answer (after the newest progress the client has not had) to the client from a task of
 /// its own, so the slot goes on at once; a client that does not take it within `deadline` does not get it.
-fn deliver(events: mpsc::Sender<RunEvent>, result: Value, pending: Option<Value>, deadline: Duration) {
+fn deliver(
+    events: mpsc::Sender<RunEvent>,
+    result: Value,
+    pending: Option<Value>,
+    deadline: Duration,
+) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(deadline, async move {
             if let Some(p) = pending {
