@@ -11,7 +11,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::Router;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::config::Config;
@@ -28,7 +27,6 @@ fn worker_command() -> Vec<String> {
 struct Server {
     addr: SocketAddr,
     state: Arc<AppState>,
-    app: Router,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -63,7 +61,6 @@ impl Server {
         Server {
             addr,
             state,
-            app,
             stop: Some(stop),
             thread: Some(thread),
         }
