@@ -65,7 +65,8 @@ enum Command {
         /// The whole result as JSON (outputs, decisions, launches, timings, error).
         #[arg(long)]
         json: bool,
-        /// Wall-time limit in milliseconds.
+        /// Wall-time limit in milliseconds. Checked between script operations; a single device call still
+        /// running a second past it ends the process with exit status 124.
         #[arg(long, default_value_t = 60_000)]
         timeout_ms: u64,
     },
@@ -382,12 +383,21 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
         timeout_ms,
         ..Limits::default()
     };
+    // The script's own limit is checked between its operations; the watchdog also stops a run stuck in one
+    // long device call.
+    let watchdog = netcl::script::worker::Watchdog::start(|ms| {
+        format!(
+            "error: timeout: the run exceeded its time limit of {ms} ms (inside a device call); stopped"
+        )
+    })?;
+    watchdog.arm(timeout_ms, netcl::script::worker::WATCHDOG_GRACE_MS);
     let progress: Box<dyn FnMut(&serde_json::Value)> = if json {
         Box::new(|_| {})
     } else {
         Box::new(|v| eprintln!("progress: {v}"))
     };
     let r = run_with_progress(&device, &code, &limits, progress);
+    watchdog.disarm();
     if json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
     } else {

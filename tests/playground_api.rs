@@ -154,7 +154,10 @@ async fn every_limit_is_enforced() {
     assert_eq!(declared.json()["error"]["kind"], "body_too_large");
     let bad = send(
         &app,
-        Request::post("/api/run").body(Body::from("{code")).unwrap(),
+        Request::post("/api/run")
+            .header("content-type", "application/json")
+            .body(Body::from("{code"))
+            .unwrap(),
     )
     .await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
@@ -410,6 +413,7 @@ async fn a_configured_token_is_required() {
     assert!(none.header("www-authenticate").starts_with("Bearer"));
     let with = |token: &str| {
         Request::post("/api/run")
+            .header("content-type", "application/json")
             .header("authorization", format!("Bearer {token}"))
             .body(Body::from(json!({"code": "1"}).to_string()))
             .unwrap()

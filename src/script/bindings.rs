@@ -121,8 +121,66 @@ fn charge(ctx: &Shared, t: Tensor) -> R<Tensor> {
     Ok(t)
 }
 
+/// Checks that an op's output of `elements` elements (`None`: overflowing) fits the per-tensor limit and the
+/// run's remaining budget, before the op allocates it. `track`/`track_var` charge it once made.
+pub(crate) fn precharge(ctx: &Shared, elements: Option<usize>, what: &str) -> R<()> {
+    let c = ctx.borrow();
+    let (max, run) = (c.limits.max_tensor_elements, c.limits.max_run_elements);
+    match elements {
+        Some(n) if n <= max => {
+            if c.elements.saturating_add(n) > run {
+                return Err(script_err(
+                    "limit",
+                    format!(
+                        "{what} would make {n} more elements, {} in all; max_run_elements is {run}",
+                        c.elements.saturating_add(n)
+                    ),
+                ));
+            }
+            Ok(())
+        }
+        _ => Err(script_err(
+            "limit",
+            format!(
+                "{what} would make {} elements; max_tensor_elements is {max}",
+                elements.map_or_else(|| "more than 2^64".to_string(), |n| n.to_string())
+            ),
+        )),
+    }
+}
+
+/// The element count of `a` and `b` broadcast together; `Some(0)` when they do not broadcast (the op itself
+/// then reports the error), `None` on overflow.
+pub(crate) fn broadcast_elements(a: &[usize], b: &[usize]) -> Option<usize> {
+    let rank = a.len().max(b.len());
+    let mut n = 1usize;
+    for i in 0..rank {
+        let x = if i < a.len() { a[a.len() - 1 - i] } else { 1 };
+        let y = if i < b.len() { b[b.len() - 1 - i] } else { 1 };
+        let d = match (x, y) {
+            (x, y) if x == y || y == 1 => x,
+            (1, y) => y,
+            _ => return Some(0),
+        };
+        n = n.checked_mul(d)?;
+    }
+    Some(n)
+}
+
 /// Checks a shape against the per-tensor limit before anything is allocated.
 pub(crate) fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
+    if shape.contains(&usize::MAX) {
+        return Err(script_err(
+            "shape",
+            format!(
+                "a new tensor's shape holds sizes of 0 or more; -1 (infer a size) is only for reshape, got {:?}",
+                shape
+                    .iter()
+                    .map(|&d| if d == usize::MAX { -1 } else { d as i64 })
+                    .collect::<Vec<_>>()
+            ),
+        ));
+    }
     let max = ctx.borrow().limits.max_tensor_elements;
     let n = shape
         .iter()
@@ -204,6 +262,8 @@ macro_rules! binary {
     ($engine:expr, $ctx:expr, $name:literal, $op:expr) => {{
         let c = $ctx.clone();
         $engine.register_fn($name, move |a: Var, b: Var| -> R<Var> {
+            let n = broadcast_elements(a.value().shape(), b.value().shape());
+            precharge(&c, n, concat!("`", $name, "`"))?;
             track_var(&c, bin($op, &a, &b)?)
         });
         let c = $ctx.clone();

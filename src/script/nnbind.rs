@@ -62,6 +62,92 @@ fn tensor_of(m: &Map, key: &str) -> R<Var> {
         .ok_or_else(|| script_err("invalid", format!("the data map has no tensor `{key}`")))
 }
 
+/// The largest tensor and the total elements a layer's parameters (and their state) take, from its config;
+/// `None` when the arithmetic overflows.
+fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
+    let a = &cfg.args;
+    let get = |key: &str, default: usize| -> usize {
+        a.get(key)
+            .and_then(|v| {
+                v.as_u64().or_else(|| {
+                    v.as_array()
+                        .and_then(|x| x.first())
+                        .and_then(|x| x.as_u64())
+                })
+            })
+            .map_or(default, |x| usize::try_from(x).unwrap_or(usize::MAX))
+    };
+    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x));
+    let (weight, vectors) = match cfg.kind.as_str() {
+        "Linear" => (mul(&[get("in_features", 0), get("out_features", 0)])?, 1),
+        "Conv2d" => {
+            let k = get("kernel_size", 1);
+            let per_group = get("in_channels", 0) / get("groups", 1).max(1);
+            (mul(&[get("out_channels", 0), per_group, k, k])?, 1)
+        }
+        "ConvTranspose2d" => {
+            let k = get("kernel_size", 1);
+            (
+                mul(&[get("in_channels", 0), get("out_channels", 0), k, k])?,
+                1,
+            )
+        }
+        "DepthwiseConv2d" => {
+            let k = get("kernel_size", 1);
+            (mul(&[get("channels", 0), k, k])?, 1)
+        }
+        // weight, bias, running mean and variance
+        "BatchNorm2d" => (get("num_features", 0), 4),
+        "LayerNorm" => (get("normalized_shape", 0), 2),
+        "GroupNorm" => (get("num_channels", 0), 2),
+        _ => (0, 0),
+    };
+    let width = match cfg.kind.as_str() {
+        "Linear" => get("out_features", 0),
+        "Conv2d" | "ConvTranspose2d" => get("out_channels", 0),
+        "DepthwiseConv2d" => get("channels", 0),
+        _ => 0,
+    };
+    let total = weight.checked_add(width.checked_mul(vectors)?)?;
+    Some((weight.max(width), total))
+}
+
+/// Charges a model's parameters against the run's limits before any of them is allocated.
+fn charge_parameters(ctx: &Shared, cfg: &[LayerConfig]) -> R<()> {
+    let mut c = ctx.borrow_mut();
+    let (max_tensor, max_run) = (c.limits.max_tensor_elements, c.limits.max_run_elements);
+    let mut total = 0usize;
+    for layer in cfg {
+        let Some((largest, elements)) = layer_elements(layer) else {
+            return Err(script_err(
+                "limit",
+                format!("the {} layer's parameter count overflows", layer.kind),
+            ));
+        };
+        if largest > max_tensor {
+            return Err(script_err(
+                "limit",
+                format!(
+                    "a {} layer's weight has {largest} elements; max_tensor_elements is {max_tensor}",
+                    layer.kind
+                ),
+            ));
+        }
+        total = total.saturating_add(elements);
+    }
+    let run = c.elements.saturating_add(total);
+    if run > max_run {
+        return Err(script_err(
+            "limit",
+            format!(
+                "the model's {total} parameters would bring this run to {run} tensor elements; max_run_elements is {max_run}"
+            ),
+        ));
+    }
+    c.elements = run;
+    Ok(())
+}
+
 /// Registers autograd, model, optimiser, data and training functions.
 pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_type_with_name::<Model>("Model");
@@ -86,7 +172,9 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("sequential", move |layers: Array, seed: INT| -> R<Model> {
         let d = c.borrow().device.clone();
-        let m = build_sequential(&d, &configs(&layers)?, seed_arg(seed)?).map_err(engine_err)?;
+        let cfg = configs(&layers)?;
+        charge_parameters(&c, &cfg)?;
+        let m = build_sequential(&d, &cfg, seed_arg(seed)?).map_err(engine_err)?;
         Ok(Model(Rc::new(RefCell::new(m))))
     });
     let c = ctx.clone();
@@ -101,6 +189,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 classes.max(0) as usize,
             )
             .map_err(engine_err)?;
+            charge_parameters(&c, &cfg)?;
             let m = build_sequential(&d, &cfg, seed_arg(seed)?).map_err(engine_err)?;
             Ok(Model(Rc::new(RefCell::new(m))))
         },

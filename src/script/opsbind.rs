@@ -4,7 +4,7 @@
 
 use rhai::{Array, Engine, INT, Map};
 
-use super::bindings::{R, shape_arg, track, track_var};
+use super::bindings::{R, precharge, shape_arg, track, track_var};
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, ops as ag};
 use crate::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, Pool2d, UnaryOp};
@@ -112,6 +112,13 @@ macro_rules! unary_fn {
 pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("matmul", move |a: Var, b: Var| -> R<Var> {
+        // [.., m, k] @ [k, n] makes [.., m, n]: the rows of `a` times the columns of `b`.
+        let (sa, sb) = (a.value().shape(), b.value().shape());
+        if let (Some(&k), Some(&n)) = (sa.last(), sb.last())
+            && k > 0
+        {
+            precharge(&c, (a.value().numel() / k).checked_mul(n), "`matmul`")?;
+        }
         track_var(&c, ag::matmul(&a, &b).map_err(engine_err)?)
     });
     let c = ctx.clone();

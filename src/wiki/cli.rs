@@ -111,6 +111,7 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
         config.bind,
         listen::default_threads(),
         router(Arc::clone(&state)),
+        listen::ConnLimits::from_config(&config),
         |address| {
             tracing::info!(%address, base = %base, "wiki listening");
             eprintln!("netcl wiki on http://{address}{base}/");

@@ -50,6 +50,32 @@ pub struct Config {
     pub playground_limits: Limits,
     /// The worker command (program, then arguments); by default this binary with `worker`.
     pub playground_worker_command: Option<Vec<String>>,
+    /// Milliseconds a client of an event stream may read nothing before its run is stopped.
+    pub playground_stall_timeout_ms: u64,
+    /// A worker's address-space limit in MiB (`RLIMIT_AS`); 0 leaves it unlimited (some GPU drivers reserve
+    /// more address space than any sensible limit).
+    pub playground_worker_address_space_mb: u64,
+    /// Files a worker may hold open (`RLIMIT_NOFILE`); 0 keeps the inherited limit.
+    pub playground_worker_open_files: u64,
+    /// Milliseconds a client has to send a complete request head, counted from the connection's start or from
+    /// the end of the previous answer; so it is also how long an idle kept-alive connection stays open.
+    pub header_timeout_ms: u64,
+    /// Milliseconds a client has to send a whole request body.
+    pub body_timeout_ms: u64,
+    /// Milliseconds a write to a client may make no progress (a client that stopped reading) before the
+    /// connection is closed.
+    pub write_timeout_ms: u64,
+    /// Connections served at once; further ones wait in the listen backlog. Lowered to fit the process's
+    /// open-file limit.
+    pub max_connections: usize,
+    /// Milliseconds open requests get to finish after SIGTERM or Ctrl-C before their connections are closed.
+    pub shutdown_grace_ms: u64,
+    /// `Host` names (without port) the server answers; others get 421. By default the localhost names when
+    /// bound to a loopback address, and any name otherwise. `*` allows any.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// Origins (`https://docs.example`) besides the server's own from which a browser may start runs; `*`
+    /// allows any. Requests without `Origin` (curl, scripts) are not affected.
+    pub allowed_origins: Vec<String>,
 }
 
 impl Default for Config {
@@ -74,6 +100,16 @@ impl Default for Config {
             playground_trust_forwarded: false,
             playground_limits: Limits::default(),
             playground_worker_command: None,
+            playground_stall_timeout_ms: 10_000,
+            playground_worker_address_space_mb: 16 * 1024,
+            playground_worker_open_files: 256,
+            header_timeout_ms: 15_000,
+            body_timeout_ms: 15_000,
+            write_timeout_ms: 15_000,
+            max_connections: 512,
+            shutdown_grace_ms: 5_000,
+            allowed_hosts: None,
+            allowed_origins: Vec::new(),
         }
     }
 }
@@ -120,6 +156,16 @@ impl Config {
                 "playground_workers, playground_timeout_ms, playground_rate_per_minute and playground_burst must be positive".into(),
             ));
         }
+        if self.playground_stall_timeout_ms == 0
+            || self.header_timeout_ms == 0
+            || self.body_timeout_ms == 0
+            || self.write_timeout_ms == 0
+            || self.max_connections == 0
+        {
+            return Err(Error::Wiki(
+                "playground_stall_timeout_ms, header_timeout_ms, body_timeout_ms, write_timeout_ms and max_connections must be positive".into(),
+            ));
+        }
         if self
             .playground_worker_command
             .as_ref()
@@ -131,6 +177,52 @@ impl Config {
         }
         Ok(self)
     }
+
+    /// Whether a request for `host` (the `Host` header, port included or not) is answered.
+    pub fn host_allowed(&self, host: &str) -> bool {
+        let name = host_name(host);
+        match &self.allowed_hosts {
+            Some(list) => list
+                .iter()
+                .any(|h| h == "*" || h.eq_ignore_ascii_case(name)),
+            None if self.bind.ip().is_loopback() => {
+                let lower = name.to_ascii_lowercase();
+                lower == "localhost"
+                    || lower.ends_with(".localhost")
+                    || lower
+                        .trim_start_matches('[')
+                        .trim_end_matches(']')
+                        .parse::<std::net::IpAddr>()
+                        .is_ok_and(|ip| ip.is_loopback())
+            }
+            None => true,
+        }
+    }
+
+    /// Whether a browser page from `origin` may start runs on a server reached as `host`.
+    pub fn origin_allowed(&self, origin: &str, host: Option<&str>) -> bool {
+        let origin = origin.trim_end_matches('/');
+        if self
+            .allowed_origins
+            .iter()
+            .any(|o| o == "*" || o.trim_end_matches('/').eq_ignore_ascii_case(origin))
+        {
+            return true;
+        }
+        // Same origin: the origin's authority is the host the request was sent to.
+        let authority = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"));
+        matches!((authority, host), (Some(a), Some(h)) if a.eq_ignore_ascii_case(h))
+    }
+}
+
+/// The name part of a `Host` header: `[::1]:8080` → `[::1]`, `example.org:80` → `example.org`.
+fn host_name(host: &str) -> &str {
+    if host.starts_with('[') {
+        return host.find(']').map_or(host, |i| &host[..=i]);
+    }
+    host.rsplit_once(':').map_or(host, |(name, _)| name)
 }
 
 #[cfg(test)]
@@ -162,6 +254,45 @@ mod tests {
             .validated()
             .is_err()
         );
+    }
+
+    #[test]
+    fn hosts_and_origins() {
+        let c = Config::default();
+        for ok in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "[::1]:8080",
+            "wiki.localhost",
+            "LOCALHOST",
+        ] {
+            assert!(c.host_allowed(ok), "{ok}");
+        }
+        for bad in [
+            "evil.example",
+            "evil.example:8080",
+            "127.0.0.1.evil.example",
+        ] {
+            assert!(!c.host_allowed(bad), "{bad}");
+        }
+        let open = Config {
+            bind: SocketAddr::from(([0, 0, 0, 0], 8080)),
+            ..Config::default()
+        };
+        assert!(open.host_allowed("docs.example"));
+        let listed = Config {
+            allowed_hosts: Some(vec!["docs.example".into()]),
+            ..Config::default()
+        };
+        assert!(listed.host_allowed("docs.example:443") && !listed.host_allowed("localhost"));
+        assert!(c.origin_allowed("http://localhost:8080", Some("localhost:8080")));
+        assert!(!c.origin_allowed("http://evil.example", Some("localhost:8080")));
+        assert!(!c.origin_allowed("null", Some("localhost:8080")));
+        let trusted = Config {
+            allowed_origins: vec!["https://docs.example".into()],
+            ..Config::default()
+        };
+        assert!(trusted.origin_allowed("https://docs.example", Some("localhost:8080")));
     }
 
     #[test]

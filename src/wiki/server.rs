@@ -259,10 +259,90 @@ impl AppState {
 }
 
 /// The router. Deliberately thin: prepared pages are answered by [`dispatch`] directly, which also does the
-/// logging, metrics, security headers, the body limit and the compression of dynamic answers. Timeouts apply
-/// where time can go: the engine calls (see [`engine_call`]) and the playground's runs.
+/// logging, metrics, security headers, the Host and Origin checks, the body limit and the compression of
+/// dynamic answers. Timeouts apply where time can go: the request body (a `tower-http` deadline), the engine
+/// calls (see [`engine_call`]) and the playground's runs; the connection's own timeouts are in
+/// [`super::listen`]. A panic in a handler answers a plain 500 rather than dropping the connection, and the
+/// `Authorization` header is marked sensitive so no log shows it.
 pub fn router(state: Arc<AppState>) -> Router {
-    Router::new().fallback(dispatch).with_state(state)
+    let body_deadline = Duration::from_millis(state.config.body_timeout_ms);
+    Router::new()
+        .fallback(dispatch)
+        .with_state(state)
+        .layer(tower_http::timeout::RequestBodyDeadlineLayer::new(
+            body_deadline,
+        ))
+        .layer(tower_http::catch_panic::CatchPanicLayer::custom(
+            |_: Box<dyn std::any::Any + Send>| {
+                api_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "internal",
+                    "the server failed to answer this request",
+                )
+            },
+        ))
+        .layer(
+            tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer::new([
+                header::AUTHORIZATION,
+                header::COOKIE,
+            ]),
+        )
+}
+
+/// A refusal that applies before routing: a foreign `Host`, a run from another origin or without a JSON body.
+fn refused_early(
+    config: &Config,
+    parts: &Parts,
+    run_route: Option<&RunRoute>,
+) -> Option<Response<Body>> {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()));
+    if let Some(host) = host
+        && !config.host_allowed(host)
+    {
+        // DNS rebinding: a page of another site that resolves its own name to this server.
+        return Some(api_error(
+            StatusCode::MISDIRECTED_REQUEST,
+            "forbidden_host",
+            "this server does not answer for that host name (see allowed_hosts)",
+        ));
+    }
+    let run = run_route?;
+    if parts.method != Method::POST {
+        return None;
+    }
+    if let Some(origin) = parts.headers.get(header::ORIGIN)
+        && !origin
+            .to_str()
+            .is_ok_and(|o| config.origin_allowed(o, host))
+    {
+        return Some(api::refuse(
+            StatusCode::FORBIDDEN,
+            "forbidden_origin",
+            "runs from pages of another origin are refused (see allowed_origins)",
+        ));
+    }
+    // A cross-site form or `text/plain` fetch cannot send JSON without a preflight; requiring it closes that
+    // door even for browsers that send no Origin. Cancel has no body and needs no type.
+    if !matches!(run, RunRoute::Cancel(_)) {
+        let json = parts
+            .headers
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.split(';').next())
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("application/json"));
+        if !json {
+            return Some(api::refuse(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "unsupported_media_type",
+                "send the run as `Content-Type: application/json`",
+            ));
+        }
+    }
+    None
 }
 
 /// Dynamic answers smaller than this are sent uncompressed.
@@ -281,6 +361,17 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
+    let mut early = refused_early(&state.config, &parts, run_route.as_ref());
+    if early.is_none()
+        && parts
+            .uri
+            .query()
+            .is_some_and(|q| q.len() > query::MAX_QUERY_BYTES)
+    {
+        // Every route, not only those that read a query.
+        let api = rest.is_none_or(|r| r.starts_with("/api/"));
+        early = Some(query_error(&state.site(), api, QueryError::TooLong));
+    }
     let (class, mut response) = match run_route {
         _ if too_large => {
             let api = rest.is_some_and(|r| r.starts_with("/api/"));
@@ -301,6 +392,14 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
             };
             (RouteClass::Api, response)
         }
+        _ if early.is_some() => (
+            if run_route.is_some() {
+                RouteClass::Run
+            } else {
+                RouteClass::Api
+            },
+            early.unwrap_or_default(),
+        ),
         Some(run) => (
             RouteClass::Run,
             match &state.playground {
@@ -796,7 +895,7 @@ async fn autotune_page(state: &Arc<AppState>, site: &Site, query: Option<&str>) 
         chrome: site.chrome("route:autotune"),
         path: snapshot
             .as_ref()
-            .map(|s| s.path.display().to_string())
+            .map(|s| cache_file_name(&s.path))
             .unwrap_or_default(),
         status: snapshot
             .as_ref()
@@ -814,6 +913,13 @@ async fn autotune_page(state: &Arc<AppState>, site: &Site, query: Option<&str>) 
         Ok(html) => html_response(StatusCode::OK, html),
         Err(e) => plain_error(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
     }
+}
+
+/// The cache file's name without its directories.
+fn cache_file_name(path: &std::path::Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn format_ms(ms: Option<f64>) -> String {
@@ -861,6 +967,8 @@ async fn autotune_api(state: &Arc<AppState>, query: Option<&str>) -> Response<Bo
         Ok(mut s) => {
             let total = s.entries.len();
             s.entries.retain(|e| entry_matches(e, &filter));
+            // The server's directories are no business of a reader.
+            s.path = std::path::PathBuf::from(cache_file_name(&s.path));
             json_response(
                 StatusCode::OK,
                 &json!({"total": total, "filter": filter, "cache": s}),

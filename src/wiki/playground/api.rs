@@ -75,7 +75,7 @@ fn json_answer(status: StatusCode, value: &Value) -> Response<Body> {
 }
 
 /// A refused request: `{"ok": false, "error": {"kind", "message"}}`.
-fn refuse(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
+pub fn refuse(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
     json_answer(
         status,
         &json!({"ok": false, "error": {"kind": kind, "message": message, "line": null, "column": null}}),
@@ -193,12 +193,30 @@ pub async fn handle(
 }
 
 async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Response<Body>> {
-    let bytes = axum::body::to_bytes(body, max_body).await.map_err(|_| {
-        refuse(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "body_too_large",
-            &format!("the request body is larger than {max_body} bytes"),
-        )
+    let bytes = axum::body::to_bytes(body, max_body).await.map_err(|e| {
+        let chain = || std::iter::successors(std::error::Error::source(&e), |s| s.source());
+        let timed_out = chain().any(|s| s.is::<tower_http::timeout::TimeoutError>());
+        let too_large = chain().any(|s| s.to_string().contains("length limit"));
+        if too_large {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "body_too_large",
+                &format!("the request body is larger than {max_body} bytes"),
+            )
+        } else if timed_out {
+            // The body deadline passed: a client sending slowly.
+            refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                "the request body did not arrive within body_timeout_ms",
+            )
+        } else {
+            refuse(
+                StatusCode::BAD_REQUEST,
+                "bad_request",
+                &format!("the request body could not be read: {e}"),
+            )
+        }
     })?;
     serde_json::from_slice(&bytes).map_err(|e| {
         refuse(
@@ -236,8 +254,9 @@ fn authorise(playground: &Playground, parts: &Parts) -> Option<Response<Body>> {
         .headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
+        .and_then(|v| v.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map_or("", |(_, token)| token.trim());
     if constant_time_eq(given.as_bytes(), token.as_bytes()) {
         return None;
     }

@@ -46,6 +46,11 @@ impl Playground {
             command,
             device: config.device.clone(),
             eager,
+            stall_timeout: Duration::from_millis(config.playground_stall_timeout_ms),
+            address_space_bytes: config
+                .playground_worker_address_space_mb
+                .saturating_mul(1024 * 1024),
+            open_files: config.playground_worker_open_files,
         })?;
         Ok(Playground {
             pool,

@@ -2,6 +2,13 @@
 //! stdin/stdout). A run past its wall time, a cancelled run and a crashed worker all end the same way: the
 //! process is killed, the run is answered with a structured error, and a fresh worker takes its place. The
 //! supervisor has its own thread and runtime, so the server's accept loops never wait on a child process.
+//!
+//! A run's events go through a bounded buffer. When the client reads slower than the script reports, progress
+//! events are coalesced (the newest is kept); a client that reads nothing for [`PoolSettings::stall_timeout`]
+//! loses its run, whose worker is stopped and restarted. The final answer is handed over by a task of its own,
+//! so a worker slot never waits on a client. Workers start with a cleared environment and OS limits (address
+//! space, open files; the worker itself adds no-new-processes and a CPU budget per job), and a worker found
+//! dead while idle is replaced before the next run is given to it.
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -12,15 +19,31 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::script::Limits;
+use crate::script::worker::{WorkerReply, WorkerRequest};
 use crate::{Error, Result};
 
 /// Extra time the worker's own script limit gets over the server's wall time, so the server's kill decides.
 const WORKER_GRACE_MS: u64 = 2_000;
-/// Progress events buffered for a slow reader before further ones are dropped.
-const EVENT_BUFFER: usize = 256;
+/// Events buffered for a slow reader; past them progress is coalesced to the newest.
+const EVENT_BUFFER: usize = 32;
+/// Environment variables a worker keeps (all others are cleared): what the device drivers and the engine read.
+const KEPT_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "TMPDIR",
+    "LANG",
+    "LC_ALL",
+    "XDG_CACHE_HOME",
+    "LD_LIBRARY_PATH",
+];
+/// Prefixes of further variables a worker keeps.
+const KEPT_ENV_PREFIXES: &[&str] = &[
+    "NETCL_", "POCL_", "OCL_", "CUDA_", "NVIDIA_", "ROCR_", "HIP_",
+];
 
 /// How the pool runs.
 #[derive(Debug, Clone)]
@@ -38,6 +61,12 @@ pub struct PoolSettings {
     /// Start the workers with the pool rather than with the first run, so the first reader does not wait
     /// for a device to open.
     pub eager: bool,
+    /// How long a client may read none of its run's events before the run is stopped.
+    pub stall_timeout: Duration,
+    /// A worker's address-space limit in bytes (`RLIMIT_AS`); 0 leaves it unlimited.
+    pub address_space_bytes: u64,
+    /// Files a worker may hold open (`RLIMIT_NOFILE`); 0 leaves the inherited limit.
+    pub open_files: u64,
 }
 
 /// What a run reports as it goes.
@@ -76,15 +105,42 @@ impl Drop for Ticket {
     }
 }
 
+/// What a queued run holds until a worker takes it: the way to its client and its queue place.
+struct Queued {
+    events: mpsc::Sender<RunEvent>,
+    /// The queue place; given back before the answer is sent, so a client that runs again at once is admitted.
+    permit: OwnedSemaphorePermit,
+    enqueued: Instant,
+}
+
+/// The part of a run that cancelling reaches.
+#[derive(Debug)]
+struct Control {
+    cancel: watch::Sender<bool>,
+    /// `Some` while the run waits in the queue; a worker takes it out, and so does a cancel, which answers.
+    queued: Mutex<Option<Queued>>,
+}
+
+impl std::fmt::Debug for Queued {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Queued").finish_non_exhaustive()
+    }
+}
+
+impl Control {
+    fn take_queued(&self) -> Option<Queued> {
+        match self.queued.lock() {
+            Ok(mut q) => q.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        }
+    }
+}
+
 struct Job {
     id: String,
     code: String,
     limits: Limits,
-    enqueued: Instant,
-    events: mpsc::Sender<RunEvent>,
-    cancel: watch::Receiver<bool>,
-    /// The queue place; given back before the answer is sent, so a client that runs again at once is admitted.
-    permit: Option<OwnedSemaphorePermit>,
+    control: Arc<Control>,
 }
 
 #[derive(Debug)]
@@ -92,7 +148,7 @@ struct Shared {
     settings: PoolSettings,
     admission: Arc<Semaphore>,
     queue: tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>,
-    cancels: Mutex<HashMap<String, watch::Sender<bool>>>,
+    cancels: Mutex<HashMap<String, Arc<Control>>>,
     pids: Mutex<HashMap<usize, u32>>,
     restarts: AtomicU64,
 }
@@ -162,9 +218,16 @@ impl Pool {
             .map_err(|_| Refusal::Busy)?;
         let id = self.ids.next();
         let (events, receiver) = mpsc::channel(EVENT_BUFFER);
-        let (cancel_tx, cancel) = watch::channel(false);
+        let control = Arc::new(Control {
+            cancel: watch::channel(false).0,
+            queued: Mutex::new(Some(Queued {
+                events,
+                permit,
+                enqueued: Instant::now(),
+            })),
+        });
         if let Ok(mut cancels) = self.shared.cancels.lock() {
-            cancels.insert(id.clone(), cancel_tx);
+            cancels.insert(id.clone(), Arc::clone(&control));
         }
         let ticket = Ticket {
             id: id.clone(),
@@ -175,10 +238,7 @@ impl Pool {
             id,
             code,
             limits,
-            enqueued: Instant::now(),
-            events,
-            cancel,
-            permit: Some(permit),
+            control,
         };
         let sent = match self.sender.lock() {
             Ok(sender) => sender.as_ref().is_some_and(|s| s.send(job).is_ok()),
@@ -191,12 +251,31 @@ impl Pool {
         }
     }
 
-    /// Cancels the run `id` (its worker is killed and restarted); false when no such run is pending.
+    /// Cancels the run `id`; false when no such run is pending. A queued run is answered at once and gives
+    /// its queue place back; a running one has its worker killed and restarted.
     pub fn cancel(&self, id: &str) -> bool {
-        match self.shared.cancels.lock() {
-            Ok(cancels) => cancels.get(id).is_some_and(|c| c.send(true).is_ok()),
-            Err(_) => false,
+        let control = match self.shared.cancels.lock() {
+            Ok(cancels) => cancels.get(id).cloned(),
+            Err(_) => None,
+        };
+        let Some(control) = control else {
+            return false;
+        };
+        if let Some(queued) = control.take_queued() {
+            let queue_ms = queued.enqueued.elapsed().as_secs_f64() * 1e3;
+            drop(queued.permit);
+            // The channel is new and holds nothing yet, so the answer fits.
+            let _ = queued.events.try_send(RunEvent::Result(error_result(
+                id,
+                queue_ms,
+                "cancelled",
+                "the run was stopped before it started",
+                false,
+            )));
+            return true;
         }
+        control.cancel.send_replace(true);
+        true
     }
 
     /// Runs waiting for a worker or running now.
@@ -275,6 +354,11 @@ struct Worker {
     stdout: Lines<BufReader<ChildStdout>>,
 }
 
+/// Whether a worker keeps the environment variable `name`.
+fn kept_env(name: &str) -> bool {
+    KEPT_ENV.contains(&name) || KEPT_ENV_PREFIXES.iter().any(|p| name.starts_with(p))
+}
+
 impl Worker {
     fn spawn(settings: &PoolSettings) -> std::io::Result<Worker> {
         let (program, args) = settings
@@ -284,6 +368,8 @@ impl Worker {
         let mut command = Command::new(program);
         command
             .args(args)
+            .env_clear()
+            .envs(std::env::vars_os().filter(|(k, _)| k.to_str().is_some_and(kept_env)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -292,15 +378,36 @@ impl Worker {
             command.env("NETCL_DEVICE", device);
         }
         #[cfg(target_os = "linux")]
-        // SAFETY: prctl is async-signal-safe and touches only the child being started.
-        unsafe {
-            command.pre_exec(|| {
-                // The worker dies with the server even when the server is killed without a chance to clean up.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        {
+            let address_space = settings.address_space_bytes;
+            let open_files = settings.open_files;
+            // SAFETY: prctl and setrlimit are async-signal-safe and touch only the child being started.
+            unsafe {
+                command.pre_exec(move || {
+                    // The worker dies with the server even when the server is killed without a chance to
+                    // clean up.
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let limit = |resource, value: u64| {
+                        let r = libc::rlimit {
+                            rlim_cur: value,
+                            rlim_max: value,
+                        };
+                        if libc::setrlimit(resource, &r) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    };
+                    if address_space > 0 {
+                        limit(libc::RLIMIT_AS, address_space)?;
+                    }
+                    if open_files > 0 {
+                        limit(libc::RLIMIT_NOFILE, open_files)?;
+                    }
+                    Ok(())
+                });
+            }
         }
         let mut child = command.spawn()?;
         let stdin = child
@@ -318,6 +425,11 @@ impl Worker {
         })
     }
 
+    /// Whether the process is still running (a worker that died while idle is not).
+    fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
     async fn kill(mut self) -> String {
         let _ = self.child.start_kill();
         match self.child.wait().await {
@@ -329,9 +441,13 @@ impl Worker {
 
 /// How one run on a worker ended.
 enum Outcome {
-    Done(Value),
+    /// The result, and the newest progress event the client has not had yet.
+    Done(Value, Option<Value>),
+    /// The request could not be written: the worker was gone before it saw the run.
+    Undelivered(String),
     TimedOut,
     Cancelled,
+    Stalled,
     Crashed(String),
     Shutdown,
 }
@@ -347,69 +463,144 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
             job = async { shared.queue.lock().await.recv().await } => job,
             _ = stop.changed() => None,
         };
-        let Some(mut job) = job else { break };
-        let queue_ms = job.enqueued.elapsed().as_secs_f64() * 1e3;
-        if job.events.is_closed() {
+        let Some(job) = job else { break };
+        // A run cancelled while it waited was answered by the cancel.
+        let Some(queued) = job.control.take_queued() else {
+            continue;
+        };
+        let mut cancel = job.control.cancel.subscribe();
+        let Queued {
+            events,
+            permit,
+            enqueued,
+        } = queued;
+        let mut permit = Some(permit);
+        let queue_ms = enqueued.elapsed().as_secs_f64() * 1e3;
+        if events.is_closed() {
             continue;
         }
-        if *job.cancel.borrow() {
-            answer(
-                &mut job,
-                queue_ms,
-                "cancelled",
-                "the run was stopped before it started",
-                false,
+        if *cancel.borrow() {
+            permit.take();
+            deliver(
+                events,
+                error_result(
+                    &job.id,
+                    queue_ms,
+                    "cancelled",
+                    "the run was stopped before it started",
+                    false,
+                ),
+                None,
+                shared.settings.stall_timeout,
+            );
+            continue;
+        }
+        let _ = events.try_send(RunEvent::Started { queue_ms });
+        // One transparent retry: a worker found dead (before the run, or by a request it could not take) is
+        // replaced and the run goes to the fresh one.
+        let mut outcome = Outcome::Undelivered("no worker".into());
+        let mut replaced = false;
+        for attempt in 0..2 {
+            let found = match worker.take() {
+                Some(mut w) => {
+                    if w.alive() {
+                        Ok(w)
+                    } else {
+                        Err(Some(w))
+                    }
+                }
+                None => Err(None),
+            };
+            let mut w = match found {
+                Ok(w) => w,
+                Err(found) => {
+                    if let Some(dead) = found {
+                        let status = dead.kill().await;
+                        tracing::warn!(slot, %status, "an idle playground worker had stopped; replacing it");
+                        forget_pid(&shared, slot);
+                        shared.restarts.fetch_add(1, Ordering::Relaxed);
+                    }
+                    match start(slot, &shared) {
+                        Ok(w) => w,
+                        Err(e) => {
+                            outcome =
+                                Outcome::Undelivered(format!("no worker could be started: {e}"));
+                            break;
+                        }
+                    }
+                }
+            };
+            outcome = run_job(
+                &mut w,
+                &job,
+                &events,
+                &mut cancel,
+                &shared.settings,
+                &mut stop,
             )
             .await;
-            continue;
+            if let Outcome::Undelivered(why) = &outcome {
+                let status = w.kill().await;
+                forget_pid(&shared, slot);
+                shared.restarts.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(slot, attempt, %why, %status, "a playground worker could not take a run");
+                replaced = true;
+                continue;
+            }
+            worker = Some(w);
+            break;
         }
-        let mut w = match worker.take() {
-            Some(w) => w,
-            None => match start(slot, &shared) {
-                Ok(w) => w,
-                Err(e) => {
-                    answer(
-                        &mut job,
-                        queue_ms,
-                        "worker_unavailable",
-                        &format!("no worker could be started: {e}"),
-                        false,
-                    )
-                    .await;
-                    continue;
-                }
-            },
-        };
-        let _ = job.events.try_send(RunEvent::Started { queue_ms });
-        let outcome = run_job(&mut w, &mut job, &shared.settings, &mut stop).await;
         match outcome {
-            Outcome::Done(mut result) => {
+            Outcome::Done(mut result, pending) => {
                 if let Some(t) = result.get_mut("timings").and_then(Value::as_object_mut) {
                     t.insert("queue_ms".into(), json!(queue_ms));
                 }
                 if let Some(o) = result.as_object_mut() {
                     o.insert("id".into(), json!(job.id));
-                    o.insert("worker_restarted".into(), json!(false));
+                    o.insert("worker_restarted".into(), json!(replaced));
                 }
-                worker = Some(w);
-                job.permit.take();
-                let _ = job.events.send(RunEvent::Result(result)).await;
+                permit.take();
+                deliver(events, result, pending, shared.settings.stall_timeout);
+            }
+            Outcome::Undelivered(why) => {
+                permit.take();
+                let kind = if why.starts_with("no worker could be started") {
+                    "worker_unavailable"
+                } else {
+                    "worker_crashed"
+                };
+                deliver(
+                    events,
+                    error_result(&job.id, queue_ms, kind, &why, true),
+                    None,
+                    shared.settings.stall_timeout,
+                );
             }
             Outcome::Shutdown => {
-                w.kill().await;
+                if let Some(w) = worker.take() {
+                    w.kill().await;
+                }
                 forget_pid(&shared, slot);
-                answer(
-                    &mut job,
-                    queue_ms,
-                    "shutdown",
-                    "the server is shutting down",
-                    true,
-                )
-                .await;
+                permit.take();
+                deliver(
+                    events,
+                    error_result(
+                        &job.id,
+                        queue_ms,
+                        "shutdown",
+                        "the server is shutting down",
+                        true,
+                    ),
+                    None,
+                    shared.settings.stall_timeout,
+                );
                 break;
             }
             other => {
-                let status = w.kill().await;
+                let status = match worker.take() {
+                    Some(w) => w.kill().await,
+                    None => String::new(),
+                };
                 forget_pid(&shared, slot);
                 let (kind, message) = match other {
                     Outcome::TimedOut => (
@@ -423,6 +614,13 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                         "cancelled",
                         "the run was stopped; its worker was restarted".to_string(),
                     ),
+                    Outcome::Stalled => (
+                        "stalled",
+                        format!(
+                            "the client read none of the run's events for {} ms; the run was stopped and its worker restarted",
+                            shared.settings.stall_timeout.as_millis()
+                        ),
+                    ),
                     Outcome::Crashed(why) => (
                         "worker_crashed",
                         format!(
@@ -432,10 +630,16 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                     _ => ("internal", String::new()),
                 };
                 tracing::warn!(slot, kind, "playground worker replaced");
+                permit.take();
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 // Start the replacement now, so the next run finds the device open.
                 worker = start(slot, &shared).ok();
-                answer(&mut job, queue_ms, kind, &message, true).await;
+                deliver(
+                    events,
+                    error_result(&job.id, queue_ms, kind, &message, true),
+                    None,
+                    shared.settings.stall_timeout,
+                );
             }
         }
     }
@@ -443,6 +647,25 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
         w.kill().await;
     }
     forget_pid(&shared, slot);
+}
+
+/// Hands the final answer (after the newest progress the client has not had) to the client from a task of
+/// its own, so the slot goes on at once; a client that does not take it within `deadline` does not get it.
+fn deliver(
+    events: mpsc::Sender<RunEvent>,
+    result: Value,
+    pending: Option<Value>,
+    deadline: Duration,
+) {
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(deadline, async move {
+            if let Some(p) = pending {
+                events.send(RunEvent::Progress(p)).await?;
+            }
+            events.send(RunEvent::Result(result)).await
+        })
+        .await;
+    });
 }
 
 fn start(slot: usize, shared: &Shared) -> std::io::Result<Worker> {
@@ -461,45 +684,79 @@ fn forget_pid(shared: &Shared, slot: usize) {
 
 async fn run_job(
     w: &mut Worker,
-    job: &mut Job,
+    job: &Job,
+    events: &mpsc::Sender<RunEvent>,
+    cancel: &mut watch::Receiver<bool>,
     settings: &PoolSettings,
     stop: &mut watch::Receiver<bool>,
 ) -> Outcome {
     let mut limits = job.limits.clone();
     limits.timeout_ms = settings.timeout.as_millis() as u64 + WORKER_GRACE_MS;
-    let request = json!({"id": job.id, "code": job.code, "limits": limits});
-    let mut line = request.to_string();
+    let request = WorkerRequest {
+        id: Value::String(job.id.clone()),
+        code: job.code.clone(),
+        limits: Some(limits),
+    };
+    let mut line = match serde_json::to_string(&request) {
+        Ok(l) => l,
+        Err(e) => return Outcome::Crashed(format!("encoding the request failed: {e}")),
+    };
     line.push('\n');
     if let Err(e) = w.stdin.write_all(line.as_bytes()).await {
-        return Outcome::Crashed(format!("writing the request failed: {e}"));
+        return Outcome::Undelivered(format!("writing the request failed: {e}"));
     }
     if let Err(e) = w.stdin.flush().await {
-        return Outcome::Crashed(format!("writing the request failed: {e}"));
+        return Outcome::Undelivered(format!("writing the request failed: {e}"));
     }
     let deadline = tokio::time::Instant::now() + settings.timeout;
+    // The newest progress event that did not fit the client's buffer, and since when the buffer is full.
+    let mut pending: Option<Value> = None;
+    let mut stalled_since: Option<tokio::time::Instant> = None;
     loop {
+        let stall_deadline = stalled_since.map(|t| t + settings.stall_timeout);
         tokio::select! {
             line = w.stdout.next_line() => match line {
                 Ok(Some(line)) => {
-                    let Ok(message) = serde_json::from_str::<Value>(&line) else { continue };
-                    if message["id"].as_str() != Some(job.id.as_str()) {
-                        continue;
-                    }
-                    match message["event"].as_str() {
-                        Some("progress") => {
-                            let _ = job.events.try_send(RunEvent::Progress(message["data"].clone()));
+                    let Ok(reply) = serde_json::from_str::<WorkerReply>(&line) else { continue };
+                    match reply {
+                        WorkerReply::Progress { id, data } if id.as_str() == Some(job.id.as_str()) => {
+                            if pending.is_some() {
+                                pending = Some(data);
+                                continue;
+                            }
+                            match events.try_send(RunEvent::Progress(data)) {
+                                Ok(()) => stalled_since = None,
+                                Err(TrySendError::Full(RunEvent::Progress(data))) => {
+                                    pending = Some(data);
+                                    stalled_since.get_or_insert_with(tokio::time::Instant::now);
+                                }
+                                Err(TrySendError::Full(_)) => {}
+                                Err(TrySendError::Closed(_)) => return Outcome::Cancelled,
+                            }
                         }
-                        Some("result") => return Outcome::Done(message["result"].clone()),
+                        WorkerReply::Result { id, result } if id.as_str() == Some(job.id.as_str()) => {
+                            return Outcome::Done(result, pending);
+                        }
                         _ => {}
                     }
                 }
                 Ok(None) => return Outcome::Crashed("its output closed".into()),
                 Err(e) => return Outcome::Crashed(format!("reading its output failed: {e}")),
             },
+            permit = events.reserve(), if pending.is_some() => match permit {
+                Ok(permit) => {
+                    if let Some(p) = pending.take() {
+                        permit.send(RunEvent::Progress(p));
+                    }
+                    stalled_since = None;
+                }
+                Err(_) => return Outcome::Cancelled,
+            },
+            _ = sleep_until_opt(stall_deadline), if stall_deadline.is_some() => return Outcome::Stalled,
             _ = tokio::time::sleep_until(deadline) => return Outcome::TimedOut,
-            _ = job.events.closed() => return Outcome::Cancelled,
-            changed = job.cancel.changed() => {
-                if changed.is_err() || *job.cancel.borrow() {
+            _ = events.closed() => return Outcome::Cancelled,
+            changed = cancel.changed() => {
+                if changed.is_err() || *cancel.borrow() {
                     return Outcome::Cancelled;
                 }
             }
@@ -508,15 +765,11 @@ async fn run_job(
     }
 }
 
-/// Answers `job` with a structured error in the shape of a run result.
-async fn answer(job: &mut Job, queue_ms: f64, kind: &str, message: &str, restarted: bool) {
-    job.permit.take();
-    let _ = job
-        .events
-        .send(RunEvent::Result(error_result(
-            &job.id, queue_ms, kind, message, restarted,
-        )))
-        .await;
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
 }
 
 /// A run result that holds only an error.
