@@ -19,6 +19,40 @@
     });
   }
 
+  // Navigation drawer (narrow screens): the menu button opens it, the close link, the backdrop, Escape and a
+  // followed link close it. Without this script the same links work through the #nav fragment.
+  var navToggle = document.getElementById("nav-toggle");
+  var nav = document.getElementById("nav");
+  function setNav(open) {
+    root.classList.toggle("nav-open", open);
+    if (navToggle) { navToggle.setAttribute("aria-expanded", open ? "true" : "false"); }
+    if (open && nav) {
+      var current = nav.querySelector("a.current") || nav.querySelector("a[href]:not(.nav-close)");
+      if (current) { current.focus({ preventScroll: true }); }
+      if (nav.querySelector("a.current")) { nav.querySelector("a.current").scrollIntoView({ block: "center" }); }
+    }
+  }
+  if (navToggle && nav) {
+    navToggle.addEventListener("click", function (e) {
+      e.preventDefault();
+      setNav(!root.classList.contains("nav-open"));
+    });
+    ["nav-close", "nav-backdrop"].forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) { el.addEventListener("click", function (e) { e.preventDefault(); setNav(false); navToggle.focus(); }); }
+    });
+    nav.addEventListener("click", function (e) {
+      if (e.target.closest && e.target.closest("a:not(.nav-close)")) { setNav(false); }
+    });
+    document.addEventListener("keydown", function (e) {
+      if (e.key === "Escape" && root.classList.contains("nav-open")) { setNav(false); navToggle.focus(); }
+    });
+  }
+  // The folded table of contents closes after a jump, so the section is not hidden behind it.
+  document.querySelectorAll(".toc-fold a").forEach(function (a) {
+    a.addEventListener("click", function () { var d = a.closest("details"); if (d) { d.open = false; } });
+  });
+
   function copyText(text, done) {
     if (navigator.clipboard && navigator.clipboard.writeText) {
       navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text, done); });

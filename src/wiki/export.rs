@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::assets::STATIC_FILES;
+use super::assets::{FAVICON, STATIC_FILES};
 use super::content::Content;
 use super::links::{LinkMode, Linker};
 use super::site::{self, llms_txt};
@@ -47,6 +47,7 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
     for (name, _, bytes) in STATIC_FILES {
         write(&format!("static/{name}"), bytes)?;
     }
+    write("favicon.ico", FAVICON)?;
     let linker = Linker::new(&mode, "search");
     let view = SearchView {
         chrome: Chrome::new(content, settings, &linker, "route:search"),
