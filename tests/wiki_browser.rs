@@ -706,16 +706,71 @@ fn browser_navigates_toggles_theme_and_searches() {
         Some(json!({"text": "autotune"})),
     );
     s.wait_until("offline search results", || {
-        s.js("return document.querySelectorAll('#search-results a').length")
-            .as_u64()
-            .unwrap_or(0)
-            > 0
+        s.js("var a = document.querySelector('#search-results a'); return a ? a.getAttribute('href') : ''")
+            .as_str()
+            .unwrap_or("")
+            .contains("concepts/autotune/index.html")
     });
     s.screenshot("08-export-search");
     s.keys(&["\u{E007}"]);
     s.wait_until("the exported result", || {
         s.url().contains("/concepts/autotune/index.html")
     });
+
+    // The exported page ranks exactly as the server does (one BM25 index, built in Rust), and an item's name
+    // finds the item first.
+    let index =
+        netcl::wiki::site::build(&content, &settings, &netcl::wiki::links::LinkMode::Export)
+            .unwrap()
+            .index;
+    for query in [
+        "conv2d",
+        "autotune cache",
+        "depthwise kernel",
+        "Tensor",
+        "broadcast",
+    ] {
+        let expected: Vec<String> = index
+            .search(query, 20)
+            .iter()
+            .map(|h| {
+                let page = if h.page == "index" {
+                    "index.html".to_string()
+                } else {
+                    format!("{}/index.html", h.page)
+                };
+                if h.anchor.is_empty() {
+                    page
+                } else {
+                    format!("{page}#{}", h.anchor)
+                }
+            })
+            .collect();
+        let input = s.find("#search-input");
+        s.call("POST", &format!("/element/{input}/clear"), Some(json!({})));
+        s.call(
+            "POST",
+            &format!("/element/{input}/value"),
+            Some(json!({"text": query})),
+        );
+        let root = format!("file://{}/", export.display());
+        let shown = || -> Vec<String> {
+            s.js("return Array.from(document.querySelectorAll('#search-results a')).map(a => a.href)")
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .map(|h| h.strip_prefix(root.as_str()).unwrap_or(h).to_string())
+                .collect()
+        };
+        s.wait_until("the offline ranking", || shown() == expected);
+        if query == "conv2d" {
+            assert!(
+                expected[0].starts_with("api/") && expected[0].ends_with("#conv2d"),
+                "{expected:?}"
+            );
+        }
+    }
     s.go(&format!(
         "file://{}/search/index.html?q=device",
         export.display()

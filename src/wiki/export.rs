@@ -56,26 +56,20 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
         offline: true,
     };
     write("search/index.html", render(&view)?.as_bytes())?;
-    let docs: Vec<serde_json::Value> = built
-        .index
-        .docs()
-        .iter()
-        .map(|d| {
-            let url = if d.page == "index" {
-                "index.html".to_string()
-            } else {
-                format!("{}/index.html", d.page)
-            };
-            let url = if d.anchor.is_empty() {
-                url
-            } else {
-                format!("{url}#{}", d.anchor)
-            };
-            serde_json::json!({"url": url, "title": d.title, "heading": d.heading, "text": d.text})
-        })
-        .collect();
+    let index = built.index.to_json(|d| {
+        let url = if d.page == "index" {
+            "index.html".to_string()
+        } else {
+            format!("{}/index.html", d.page)
+        };
+        if d.anchor.is_empty() {
+            url
+        } else {
+            format!("{url}#{}", d.anchor)
+        }
+    });
     let index =
-        serde_json::to_string(&docs).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
+        serde_json::to_string(&index).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
     write("search-index.json", index.as_bytes())?;
     write(
         "search-index.js",

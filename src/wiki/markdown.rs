@@ -30,6 +30,8 @@ pub struct Section {
     pub anchor: String,
     pub heading: String,
     pub text: String,
+    /// The section of an API item (its heading or its row in a symbols table).
+    pub item: bool,
 }
 
 /// A page rendered to HTML, with what the layout and the search index need.
@@ -84,13 +86,100 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut events: Vec<Event> = Vec::new();
     let mut heading: Option<HeadingState> = None;
     let mut code: Option<(String, String)> = None;
+    let api = is_api_page(page_path);
+    let all: Vec<Event> = Parser::new_ext(body, options()).collect();
+    // API pages: the items described in detail (a paragraph that is only **`name`**) and the symbols table's
+    // state (inside a table whose first column is "Item", and which cell of the row comes next).
+    let detailed: HashSet<String> = if api {
+        (0..all.len())
+            .filter_map(|i| item_paragraph(&all, i))
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let mut symbols_table = false;
+    let mut cell = 0usize;
+    let mut item_sections: Vec<Section> = Vec::new();
+    let mut skip = 0usize;
 
-    for event in Parser::new_ext(body, options()) {
+    for (i, event) in all.iter().cloned().enumerate() {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        if api && heading.is_none() && code.is_none() {
+            // **`name`** on its own line: the item's heading, with the name as its anchor.
+            if let Some(name) = item_paragraph(&all, i) {
+                let h = HeadingState {
+                    level: HeadingLevel::H3,
+                    id: Some(name.clone()),
+                    events: vec![Event::Code(name.clone().into())],
+                    text: name,
+                };
+                let html = finish_heading(h, &mut used_ids, &mut r, true);
+                events.push(Event::Html(html.into()));
+                skip = 4;
+                continue;
+            }
+            match &event {
+                Event::Start(Tag::TableHead) => {
+                    symbols_table = matches!(
+                        (all.get(i + 1), all.get(i + 2)),
+                        (Some(Event::Start(Tag::TableCell)), Some(Event::Text(t))) if t.trim() == "Item"
+                    );
+                }
+                Event::End(TagEnd::Table) => symbols_table = false,
+                Event::Start(Tag::TableRow) => cell = 0,
+                Event::End(TagEnd::TableCell) => cell += 1,
+                Event::Start(Tag::TableCell) if symbols_table && cell == 0 => {
+                    if let (Some(Event::Code(name)), Some(Event::End(TagEnd::TableCell))) =
+                        (all.get(i + 1), all.get(i + 2))
+                    {
+                        let name = name.to_string();
+                        let mut cell_html = String::from("<td>");
+                        if detailed.contains(&name) {
+                            cell_html.push_str("<a class=\"item-link\" href=\"#");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("\"><code>");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("</code></a>");
+                        } else {
+                            // An item without a detail block is anchored at its row.
+                            let id = unique_id(&name, &mut used_ids);
+                            cell_html.push_str("<code class=\"item-anchor\" id=\"");
+                            escape_into(&mut cell_html, &id);
+                            cell_html.push_str("\">");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("</code>");
+                            item_sections.push(Section {
+                                anchor: id,
+                                heading: name.clone(),
+                                text: row_text(&all[i + 2..]),
+                                item: true,
+                            });
+                        }
+                        cell_html.push_str("</td>");
+                        push_text(&mut r.sections, &name);
+                        push_text(&mut r.sections, " ");
+                        events.push(Event::Html(cell_html.into()));
+                        cell += 1;
+                        skip = 2;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
         if let Some((info, text)) = &mut code {
             match event {
                 Event::Text(t) => text.push_str(&t),
                 Event::End(TagEnd::CodeBlock) => {
-                    let html = code_block(info, text, &mut r.problems, page_path);
+                    let info = if api && signature(info, text) {
+                        "rust".to_string()
+                    } else {
+                        info.clone()
+                    };
+                    let html = code_block(&info, text, &mut r.problems, page_path);
                     push_text(&mut r.sections, text);
                     events.push(Event::Html(html.into()));
                     code = None;
@@ -122,7 +211,7 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
             }
             Event::End(TagEnd::Heading(_)) => {
                 if let Some(h) = heading.take() {
-                    let html = finish_heading(h, &mut used_ids, &mut r);
+                    let html = finish_heading(h, &mut used_ids, &mut r, false);
                     events.push(Event::Html(html.into()));
                 }
                 continue;
@@ -181,9 +270,63 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut html = String::with_capacity(body.len() * 2);
     pulldown_cmark::html::push_html(&mut html, events.into_iter());
     r.html = html;
+    r.sections.extend(item_sections);
     r.sections
         .retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
     r
+}
+
+/// Whether the page at `path` is an API reference page (items get anchors, signatures are highlighted).
+pub fn is_api_page(path: &str) -> bool {
+    path.starts_with("api/")
+}
+
+/// The item name when `all[i..]` starts a paragraph that is only a strong code span (**`name`**).
+fn item_paragraph(all: &[Event], i: usize) -> Option<String> {
+    match all.get(i..i + 5)? {
+        [
+            Event::Start(Tag::Paragraph),
+            Event::Start(Tag::Strong),
+            Event::Code(name),
+            Event::End(TagEnd::Strong),
+            Event::End(TagEnd::Paragraph),
+        ] if !name.trim().is_empty() => Some(name.to_string()),
+        _ => None,
+    }
+}
+
+/// The text of a table row from `events` up to its end, for search.
+fn row_text(events: &[Event]) -> String {
+    let mut text = String::new();
+    for event in events {
+        match event {
+            Event::Text(t) | Event::Code(t) => text.push_str(t),
+            Event::End(TagEnd::TableCell) => text.push(' '),
+            Event::End(TagEnd::TableRow) => break,
+            _ => {}
+        }
+    }
+    text
+}
+
+/// Whether a fenced block is a Rust signature written as `text` (API pages show these highlighted).
+fn signature(info: &str, text: &str) -> bool {
+    let tag = info.split([',', ' ']).next().unwrap_or("");
+    (tag.is_empty() || tag == "text")
+        && ["pub ", "impl ", "#["]
+            .iter()
+            .any(|p| text.trim_start().starts_with(p))
+}
+
+/// `base`, or `base-1`, `base-2`… : the first not yet in `used`, which then holds it.
+fn unique_id(base: &str, used: &mut HashSet<String>) -> String {
+    let mut id = base.to_string();
+    let mut n = 1;
+    while !used.insert(id.clone()) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    id
 }
 
 fn push_text(sections: &mut [Section], text: &str) {
@@ -223,14 +366,14 @@ pub fn slug(text: &str) -> String {
     }
 }
 
-fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered) -> String {
+fn finish_heading(
+    h: HeadingState,
+    used: &mut HashSet<String>,
+    r: &mut Rendered,
+    item: bool,
+) -> String {
     let base = h.id.unwrap_or_else(|| slug(&h.text));
-    let mut id = base.clone();
-    let mut n = 1;
-    while !used.insert(id.clone()) {
-        id = format!("{base}-{n}");
-        n += 1;
-    }
+    let id = unique_id(&base, used);
     let level = h.level as u8;
     let mut inner = String::new();
     pulldown_cmark::html::push_html(&mut inner, h.events.into_iter());
@@ -245,10 +388,12 @@ fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered)
         anchor: id.clone(),
         heading: h.text,
         text: String::new(),
+        item,
     });
     let id = escape(&id);
+    let class = if item { " class=\"api-item\"" } else { "" };
     format!(
-        "<h{level} id=\"{id}\">{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
+        "<h{level} id=\"{id}\"{class}>{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
     )
 }
 
