@@ -42,6 +42,8 @@ pub struct Rendered {
     pub sections: Vec<Section>,
     /// Broken links, invalid diagrams and other content errors found while rendering.
     pub problems: Vec<String>,
+    /// Code spans linked to the API item they name.
+    pub api_links: usize,
 }
 
 /// Ids the page layout itself uses; headings never take them.
@@ -101,6 +103,7 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut cell = 0usize;
     let mut item_sections: Vec<Section> = Vec::new();
     let mut skip = 0usize;
+    let mut link_depth = 0usize;
 
     for (i, event) in all.iter().cloned().enumerate() {
         if skip > 0 {
@@ -244,6 +247,33 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
             Event::End(TagEnd::BlockQuote(Some(_))) => Event::Html("</div>\n".into()),
             other => other,
         };
+        let event = match event {
+            Event::Start(Tag::Link { .. }) => {
+                link_depth += 1;
+                event
+            }
+            Event::End(TagEnd::Link) => {
+                link_depth = link_depth.saturating_sub(1);
+                event
+            }
+            Event::Code(ref text) if !api && link_depth == 0 && heading.is_none() => {
+                match api_link(text, content) {
+                    Some((page, anchor)) => {
+                        push_text(&mut r.sections, text);
+                        let mut html = String::from("<a class=\"api-link\" href=\"");
+                        escape_into(&mut html, &format!("{}#{anchor}", linker.page(page)));
+                        html.push_str("\"><code>");
+                        escape_into(&mut html, text);
+                        html.push_str("</code></a>");
+                        r.api_links += 1;
+                        events.push(Event::InlineHtml(html.into()));
+                        continue;
+                    }
+                    None => event,
+                }
+            }
+            other => other,
+        };
         match &mut heading {
             Some(h) => {
                 if let Event::Text(t) | Event::Code(t) = &event {
@@ -274,6 +304,78 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     r.sections
         .retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
     r
+}
+
+/// The names of the items an API page anchors, in page order: its detail blocks (**`name`**) and the first
+/// column of its symbols tables. The first anchor of a name is the name itself.
+pub fn api_item_names(body: &str) -> Vec<String> {
+    let all: Vec<Event> = Parser::new_ext(body, options()).collect();
+    let mut names = Vec::new();
+    let mut symbols = false;
+    let mut first_cell = false;
+    for (i, event) in all.iter().enumerate() {
+        if let Some(name) = item_paragraph(&all, i) {
+            names.push(name);
+            continue;
+        }
+        match event {
+            Event::Start(Tag::TableHead) => {
+                symbols = matches!(
+                    (all.get(i + 1), all.get(i + 2)),
+                    (Some(Event::Start(Tag::TableCell)), Some(Event::Text(t))) if t.trim() == "Item"
+                );
+            }
+            Event::End(TagEnd::TableHead) => {}
+            Event::Start(Tag::TableRow) => first_cell = true,
+            Event::Start(Tag::TableCell) if symbols && first_cell => {
+                first_cell = false;
+                if let (Some(Event::Code(name)), Some(Event::End(TagEnd::TableCell))) =
+                    (all.get(i + 1), all.get(i + 2))
+                {
+                    names.push(name.to_string());
+                }
+            }
+            Event::Start(Tag::TableCell) => first_cell = false,
+            Event::End(TagEnd::Table) => symbols = false,
+            _ => {}
+        }
+    }
+    names
+}
+
+/// The API item a code span on another page names (`ops::conv2d`, `netcl::ops::conv2d(x, w, …)`,
+/// `Tensor::zeros`), as (page, anchor).
+fn api_link<'c>(code: &str, content: &'c Content) -> Option<&'c (String, String)> {
+    let path = code.trim().strip_prefix("netcl::").unwrap_or(code.trim());
+    let path = path.split(['(', '<', ' ', '{']).next().unwrap_or("");
+    let parts: Vec<&str> = path.split("::").collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    let items = content.api_items();
+    // The longest module prefix that names an item: `nn::Conv2d`, `autograd::ops::conv2d`, `ops::conv2d`.
+    let by_module = (1..parts.len())
+        .rev()
+        .find_map(|m| items.get(&format!("{}::{}", parts[..m].join("::"), parts[m])));
+    if by_module.is_some() {
+        return by_module;
+    }
+    // A type by its name alone (`Tensor`, `Device::builtin`), where exactly one module has an item of that name.
+    let ty = parts[0];
+    if !ty.starts_with(|c: char| c.is_ascii_uppercase())
+        || !ty.chars().all(|c| c.is_ascii_alphanumeric())
+        || ty.len() < 3
+    {
+        return None;
+    }
+    let suffix = format!("::{ty}");
+    let mut found = items
+        .iter()
+        .filter(|(k, _)| k.ends_with(&suffix) && k.matches("::").count() == 1);
+    match (found.next(), found.next()) {
+        (Some((_, item)), None) => Some(item),
+        _ => None,
+    }
 }
 
 /// Whether the page at `path` is an API reference page (items get anchors, signatures are highlighted).
