@@ -136,11 +136,9 @@ pub fn sanitize(src: &str) -> Option<String> {
         if let Some(name) = tag.strip_prefix('/') {
             let name = name.trim().to_ascii_lowercase();
             if skip_depth > 0 {
-                if DROPPED_WITH_CONTENT.contains(&name.as_str())
-                    || !ELEMENTS.contains(&name.as_str())
-                {
-                    skip_depth -= 1;
-                }
+                // Every element opened while skipping counted one level, whatever its name, so every end tag
+                // closes one: an allowed child of a removed element must not keep the rest of the image out.
+                skip_depth -= 1;
                 continue;
             }
             if open.last() == Some(&name) {
@@ -314,6 +312,22 @@ mod tests {
             );
         }
         assert!(svg.contains("<rect width=\"1\"/>"), "{svg}");
+    }
+
+    #[test]
+    fn a_removed_element_with_allowed_children_removes_only_itself() {
+        assert_eq!(
+            sanitize("<svg><a><rect></rect></a><circle/></svg>").unwrap(),
+            "<svg><circle/></svg>"
+        );
+        assert_eq!(
+            sanitize("<svg><switch><g><text>x</text></g></switch><rect/><g></g></svg>").unwrap(),
+            "<svg><rect/><g></g></svg>"
+        );
+        assert_eq!(
+            sanitize("<svg><script><g></g></script><line/></svg>").unwrap(),
+            "<svg><line/></svg>"
+        );
     }
 
     #[test]
