@@ -104,6 +104,8 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut item_sections: Vec<Section> = Vec::new();
     let mut skip = 0usize;
     let mut link_depth = 0usize;
+    let mut footnotes: Vec<String> = Vec::new();
+    let mut open_footnotes: Vec<String> = Vec::new();
 
     for (i, event) in all.iter().cloned().enumerate() {
         if skip > 0 {
@@ -237,6 +239,31 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                     push_text(&mut r.sections, " ");
                 }
                 Event::InlineHtml(math::to_mathml(src, display).into())
+            }
+            // Footnotes: numbered in order of first reference, each reference and definition with an id, and a
+            // link from the definition back to where it was cited.
+            Event::FootnoteReference(label) => {
+                let (n, first) = footnote_number(&mut footnotes, &label);
+                let mut html = String::from("<sup class=\"footnote-reference\"");
+                if first {
+                    html.push_str(" id=\"fnref-");
+                    escape_into(&mut html, &slug(&label));
+                    html.push('"');
+                }
+                html.push_str("><a href=\"#fn-");
+                escape_into(&mut html, &slug(&label));
+                html.push_str(&format!("\">{n}</a></sup>"));
+                Event::InlineHtml(html.into())
+            }
+            Event::Start(Tag::FootnoteDefinition(label)) => {
+                let (n, _) = footnote_number(&mut footnotes, &label);
+                let id = escape(&slug(&label));
+                open_footnotes.push(id.clone());
+                Event::Html(format!("<div class=\"footnote-definition\" id=\"fn-{id}\"><sup class=\"footnote-definition-label\">{n}</sup>\n").into())
+            }
+            Event::End(TagEnd::FootnoteDefinition) => {
+                let id = open_footnotes.pop().unwrap_or_default();
+                Event::Html(format!("<a class=\"footnote-backref\" href=\"#fnref-{id}\" aria-label=\"Back to the reference\" title=\"Back to the reference\">↩</a></div>\n").into())
             }
             // Raw HTML is shown as text: pages stay within what the renderer and the CSP allow.
             Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
@@ -375,6 +402,17 @@ fn api_link<'c>(code: &str, content: &'c Content) -> Option<&'c (String, String)
     match (found.next(), found.next()) {
         (Some((_, item)), None) => Some(item),
         _ => None,
+    }
+}
+
+/// The number of footnote `label` (numbered in order of first appearance) and whether this is its first.
+fn footnote_number(seen: &mut Vec<String>, label: &str) -> (usize, bool) {
+    match seen.iter().position(|l| l == label) {
+        Some(i) => (i + 1, false),
+        None => {
+            seen.push(label.to_string());
+            (seen.len(), true)
+        }
     }
 }
 
@@ -786,6 +824,20 @@ mod tests {
         let r = render_server("- [x] done\n\n~~old~~ text[^1]\n\n[^1]: note\n");
         assert!(r.html.contains("type=\"checkbox\""), "{}", r.html);
         assert!(r.html.contains("<del>old</del>"), "{}", r.html);
-        assert!(r.html.contains("footnote"), "{}", r.html);
+        assert!(
+            r.html.contains("<sup class=\"footnote-reference\" id=\"fnref-1\"><a href=\"#fn-1\">1</a></sup>"),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html.contains("<div class=\"footnote-definition\" id=\"fn-1\">"),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html.contains("<a class=\"footnote-backref\" href=\"#fnref-1\""),
+            "footnotes link back: {}",
+            r.html
+        );
     }
 }

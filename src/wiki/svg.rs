@@ -1,6 +1,7 @@
 //! Sanitises SVG written inline in fenced ```svg blocks, so a diagram can be drawn in a page without opening a
 //! door to script: only drawing elements and presentation attributes survive, links may point only inside the
-//! document, and scripts, styles, foreign objects, event handlers and external references are removed.
+//! document, and scripts, styles, foreign objects, event handlers and external references are removed. An
+//! element not on the list is removed with everything inside it.
 
 use super::html::escape_into;
 
@@ -88,15 +89,6 @@ const ATTRIBUTES: &[&str] = &[
     "patternunits",
 ];
 
-/// Elements whose whole content is dropped.
-const DROPPED_WITH_CONTENT: &[&str] = &[
-    "script",
-    "style",
-    "foreignobject",
-    "iframe",
-    "object",
-    "embed",
-];
 
 /// Returns sanitised SVG markup, or `None` when the block holds no `<svg>` root.
 pub fn sanitize(src: &str) -> Option<String> {
