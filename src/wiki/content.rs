@@ -98,7 +98,12 @@ impl Content {
 
     /// Reads the content directory. Only regular files inside `root` are read; symbolic links are skipped.
     pub fn load(root: &Path) -> Result<Content> {
-        let meta = fs::metadata(root).map_err(|e| wiki_io(root, e))?;
+        let meta = fs::metadata(root).map_err(|e| {
+            Error::Wiki(format!(
+                "content directory {}: {e} (give the documentation's directory with --content DIR or NETCL_WIKI_CONTENT)",
+                root.display()
+            ))
+        })?;
         if !meta.is_dir() {
             return Err(Error::Wiki(format!(
                 "content directory {} is not a directory",

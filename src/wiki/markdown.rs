@@ -825,17 +825,21 @@ mod tests {
         assert!(r.html.contains("type=\"checkbox\""), "{}", r.html);
         assert!(r.html.contains("<del>old</del>"), "{}", r.html);
         assert!(
-            r.html.contains("<sup class=\"footnote-reference\" id=\"fnref-1\"><a href=\"#fn-1\">1</a></sup>"),
+            r.html.contains(
+                "<sup class=\"footnote-reference\" id=\"fnref-1\"><a href=\"#fn-1\">1</a></sup>"
+            ),
             "{}",
             r.html
         );
         assert!(
-            r.html.contains("<div class=\"footnote-definition\" id=\"fn-1\">"),
+            r.html
+                .contains("<div class=\"footnote-definition\" id=\"fn-1\">"),
             "{}",
             r.html
         );
         assert!(
-            r.html.contains("<a class=\"footnote-backref\" href=\"#fnref-1\""),
+            r.html
+                .contains("<a class=\"footnote-backref\" href=\"#fnref-1\""),
             "footnotes link back: {}",
             r.html
         );

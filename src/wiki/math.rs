@@ -386,7 +386,10 @@ impl Parser<'_> {
                 }
                 let (fence, big) = self.atom();
                 if matches!(name, "left" | "right") {
-                    (fence.replace("stretchy=\"false\"", "stretchy=\"true\""), big)
+                    (
+                        fence.replace("stretchy=\"false\"", "stretchy=\"true\""),
+                        big,
+                    )
                 } else {
                     (fence, big)
                 }
@@ -407,7 +410,10 @@ mod tests {
 
     #[test]
     fn only_left_and_right_stretch_their_brackets() {
-        let m = super::to_mathml(r"\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}", true);
+        let m = super::to_mathml(
+            r"\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}",
+            true,
+        );
         assert!(m.contains("<mo stretchy=\"false\">(</mo>"), "{m}");
         assert!(m.contains("<mo stretchy=\"false\">)</mo>"), "{m}");
         assert!(!m.contains("<mo>(</mo>"), "{m}");

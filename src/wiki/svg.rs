@@ -89,7 +89,6 @@ const ATTRIBUTES: &[&str] = &[
     "patternunits",
 ];
 
-
 /// Returns sanitised SVG markup, or `None` when the block holds no `<svg>` root.
 pub fn sanitize(src: &str) -> Option<String> {
     let mut out = String::with_capacity(src.len());
