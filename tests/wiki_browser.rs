@@ -936,7 +936,9 @@ fn browser_layout_fits_a_phone_and_a_desktop() {
 
     // Without script the drawer opens through the #nav fragment the menu link points at.
     s.go(&format!("{base}/docs/faq#nav"));
-    assert!(visible(&s, "#nav"), "the :target drawer");
+    s.wait_until("the :target drawer to slide in", || {
+        visible(&s, "#nav") && rect(&s, "#nav", "left") >= 0.0
+    });
     s.go(&format!("{base}/docs/benchmarks"));
     s.screenshot("mobile-05-benchmarks");
 
