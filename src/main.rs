@@ -140,7 +140,7 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> netcl::Result<()> {
     match cli.command {
-        Command::Devices { json } => devices(json),
+        Command::Devices { json } => devices(cli.device.as_deref(), json),
         Command::Run {
             file,
             json,
@@ -167,7 +167,10 @@ fn run(cli: Cli) -> netcl::Result<()> {
             json,
         ),
         Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
-        Command::Tune { action } => tune(action),
+        Command::Tune { action } => {
+            quiet_broken_pipe();
+            tune(action)
+        }
         Command::Serve(mut args) => {
             args.device = cli.device;
             netcl::wiki::cli::serve(args)
@@ -222,7 +225,24 @@ fn run(cli: Cli) -> netcl::Result<()> {
     }
 }
 
-fn devices(json: bool) -> netcl::Result<()> {
+/// Lets a listing end quietly when its reader goes away (`netcl tune list | head -1`): with the default
+/// action of SIGPIPE the process ends as other command-line tools do, where Rust's ignored signal would make
+/// `println!` panic. Only for commands that write to standard output and hold no other connections.
+fn quiet_broken_pipe() {
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition affects no Rust state; it runs before any output.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
+fn devices(selector: Option<&str>, json: bool) -> netcl::Result<()> {
+    quiet_broken_pipe();
+    // A selector that matches no device is an error, before anything is listed.
+    let chosen = match selector {
+        Some(sel) => Some(Device::select(Some(sel))?.info().index),
+        None => None,
+    };
     let list = netcl::list_devices()?;
     if json {
         println!(
@@ -231,7 +251,7 @@ fn devices(json: bool) -> netcl::Result<()> {
         );
         return Ok(());
     }
-    let default = Device::select(None).map(|d| d.info().index).ok();
+    let default = chosen.or_else(|| Device::select(None).map(|d| d.info().index).ok());
     println!(
         "{:<3} {:<28} {:<11} {:<10} {:>4} {:>6} {:>9} {:>8} {:>9} {:>6} {:<14} {:<9} platform / OpenCL C",
         "#",
@@ -251,7 +271,12 @@ fn devices(json: bool) -> netcl::Result<()> {
         println!("{}", row(d, default == Some(d.index)));
     }
     println!(
-        "\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the default"
+        "\nselect with --device or NETCL_DEVICE (index, gpu, cpu, builtin, or a name substring); * marks the {}",
+        if chosen.is_some() {
+            "selected device"
+        } else {
+            "default"
+        }
     );
     Ok(())
 }
@@ -479,6 +504,7 @@ fn train_digits(
     use netcl::nn::Module;
     let device = Device::select(device)?;
     let (train, test) = netcl::data::Digits::load()?.split(0.2, seed)?;
+    let samples = netcl::data::Dataset::len(&train);
     let norm = netcl::data::Transform::Normalize {
         mean: vec![0.3],
         std: vec![0.38],
@@ -507,25 +533,63 @@ fn train_digits(
         );
     }
     use std::io::IsTerminal;
-    let bar = !json && std::io::stderr().is_terminal();
+    quiet_broken_pipe();
+    let interactive = !json && std::io::stderr().is_terminal();
     let opts = netcl::train::FitOptions {
         epochs,
-        progress_bar: bar,
+        progress_bar: false,
         ..Default::default()
     };
-    let mut on_event = |e: &netcl::train::FitEvent| {
-        if let netcl::train::FitEvent::Epoch(m) = e {
+    let bar = interactive.then(|| {
+        let bar = indicatif::ProgressBar::new(0);
+        bar.set_style(
+            indicatif::ProgressStyle::with_template(
+                "epoch {prefix} [{bar:30}] {pos}/{len} batches, {msg} ({elapsed}, eta {eta})",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    });
+    let mut meter = Throughput::new(batch, samples);
+    let mut last_line = std::time::Instant::now();
+    let mut on_event = |e: &netcl::train::FitEvent| match e {
+        netcl::train::FitEvent::Step {
+            epoch,
+            step,
+            steps,
+            loss,
+        } => {
+            meter.step(*epoch, *step, *steps);
+            if let Some(bar) = &bar {
+                if *step == 1 {
+                    bar.reset();
+                    bar.set_length(*steps as u64);
+                    bar.set_prefix(format!("{epoch}/{epochs}"));
+                }
+                bar.set_position(*step as u64);
+                bar.set_message(format!("loss {loss:.4}"));
+            } else if !json && (last_line.elapsed().as_secs_f64() >= 2.0 || *step == 1) {
+                // Not a terminal: a line every two seconds, so a log shows the run is alive.
+                last_line = std::time::Instant::now();
+                eprintln!("epoch {epoch}/{epochs}: batch {step}/{steps}, loss {loss:.4}");
+            }
+        }
+        netcl::train::FitEvent::Epoch(m) => {
+            if let Some(bar) = &bar {
+                bar.finish_and_clear();
+            }
             if json {
                 println!("{}", serde_json::to_string(m).unwrap_or_default());
-            } else if !bar {
+            } else {
                 println!(
-                    "epoch {}: loss {:.4} acc {:.2}%, test loss {:.4} acc {:.2}% ({:.0} samples/s)",
+                    "epoch {}: loss {:.4} acc {:.2}%, test loss {:.4} acc {:.2}% ({})",
                     m.epoch,
                     m.train_loss,
                     m.train_accuracy * 100.0,
                     m.val_loss.unwrap_or(f32::NAN),
                     m.val_accuracy.unwrap_or(0.0) * 100.0,
-                    m.samples_per_second
+                    meter.describe(m.epoch, m.samples_per_second)
                 );
             }
         }
@@ -557,4 +621,62 @@ fn train_digits(
         }
     }
     Ok(())
+}
+
+/// Training throughput measured after warm-up: the first batches of the first epoch build kernels and run the
+/// autotuner, so they are left out; later epochs are measured from the end of their first batch.
+struct Throughput {
+    batch: usize,
+    samples: usize,
+    /// The epoch being measured, when its measurement started, and the batches before that point.
+    current: Option<(usize, std::time::Instant, usize)>,
+    /// Samples per second of each finished epoch, after warm-up.
+    rates: Vec<(usize, f64)>,
+}
+
+impl Throughput {
+    /// Batches of the first epoch treated as warm-up (at most half the epoch).
+    const WARMUP_BATCHES: usize = 5;
+
+    fn new(batch: usize, samples: usize) -> Throughput {
+        Throughput {
+            batch,
+            samples,
+            current: None,
+            rates: Vec::new(),
+        }
+    }
+
+    fn step(&mut self, epoch: usize, step: usize, steps: usize) {
+        let warmup = if epoch == 1 {
+            Self::WARMUP_BATCHES.min(steps / 2).max(1)
+        } else {
+            1
+        };
+        let now = std::time::Instant::now();
+        if step == warmup && step < steps {
+            self.current = Some((epoch, now, warmup));
+        }
+        if step == steps
+            && let Some((e, start, skipped)) = self.current.take()
+            && e == epoch
+        {
+            // Every batch but the last is full, so the measured batches hold the samples the skipped ones do not.
+            let measured = self.samples.saturating_sub(skipped * self.batch);
+            let seconds = now.duration_since(start).as_secs_f64();
+            if seconds > 0.0 && measured > 0 {
+                self.rates.push((epoch, measured as f64 / seconds));
+            }
+        }
+    }
+
+    /// The epoch's throughput after warm-up, with the whole epoch's (validation included) beside it.
+    fn describe(&self, epoch: usize, whole: f64) -> String {
+        match self.rates.iter().find(|(e, _)| *e == epoch) {
+            Some((_, rate)) => {
+                format!("{rate:.0} samples/s after warm-up; {whole:.0} over the whole epoch")
+            }
+            None => format!("{whole:.0} samples/s"),
+        }
+    }
 }

@@ -19,6 +19,40 @@
     });
   }
 
+  // Navigation drawer (narrow screens): the menu button opens it, the close link, the backdrop, Escape and a
+  // followed link close it. Without this script the same links work through the #nav fragment.
+  var navToggle = document.getElementById("nav-toggle");
+  var nav = document.getElementById("nav");
+  function setNav(open) {
+    root.classList.toggle("nav-open", open);
+    if (navToggle) { navToggle.setAttribute("aria-expanded", open ? "true" : "false"); }
+    if (open && nav) {
+      var current = nav.querySelector("a.current") || nav.querySelector("a[href]:not(.nav-close)");
+      if (current) { current.focus({ preventScroll: true }); }
+      if (nav.querySelector("a.current")) { nav.querySelector("a.current").scrollIntoView({ block: "center" }); }
+    }
+  }
+  if (navToggle && nav) {
+    navToggle.addEventListener("click", function (e) {
+      e.preventDefault();
+      setNav(!root.classList.contains("nav-open"));
+    });
+    ["nav-close", "nav-backdrop"].forEach(function (id) {
+      var el = document.getElementById(id);
+      if (el) { el.addEventListener("click", function (e) { e.preventDefault(); setNav(false); navToggle.focus(); }); }
+    });
+    nav.addEventListener("click", function (e) {
+      if (e.target.closest && e.target.closest("a:not(.nav-close)")) { setNav(false); }
+    });
+    document.addEventListener("keydown", function (e) {
+      if (e.key === "Escape" && root.classList.contains("nav-open")) { setNav(false); navToggle.focus(); }
+    });
+  }
+  // The folded table of contents closes after a jump, so the section is not hidden behind it.
+  document.querySelectorAll(".toc-fold a").forEach(function (a) {
+    a.addEventListener("click", function () { var d = a.closest("details"); if (d) { d.open = false; } });
+  });
+
   function copyText(text, done) {
     if (navigator.clipboard && navigator.clipboard.writeText) {
       navigator.clipboard.writeText(text).then(done, function () { fallbackCopy(text, done); });
@@ -93,9 +127,8 @@
   function loadOffline(then) {
     if (offlineDocs) { then(); return; }
     var ready = function () {
-      offlineDocs = (window.netclSearchIndex || []).map(function (d) {
-        return { d: d, title: words(d.title), heading: words(d.heading), text: words(d.text) };
-      });
+      offlineDocs = window.netclSearchIndex || { docs: [], terms: {}, lengths: [], avg_len: 1 };
+      offlineDocs.vocabulary = Object.keys(offlineDocs.terms).sort();
       then();
     };
     if (window.netclSearchIndex) { ready(); return; }
@@ -105,27 +138,92 @@
     document.head.appendChild(script);
   }
   function words(text) { return (text || "").toLowerCase().split(/[^\p{L}\p{N}_]+/u).filter(Boolean); }
-  function countPrefix(list, term) {
-    var n = 0;
-    for (var i = 0; i < list.length; i++) { if (list[i].lastIndexOf(term, 0) === 0) { n++; } }
-    return n;
-  }
-  function searchOffline(query) {
-    var terms = words(query).slice(0, 8);
-    if (!terms.length) { return []; }
-    var hits = [];
-    offlineDocs.forEach(function (doc) {
-      var score = 0;
-      for (var i = 0; i < terms.length; i++) {
-        var s = 5 * countPrefix(doc.title, terms[i]) + 3 * countPrefix(doc.heading, terms[i]) + countPrefix(doc.text, terms[i]);
-        if (!s) { return; }
-        score += s;
-      }
-      hits.push({ doc: doc.d, score: score / Math.sqrt(10 + doc.text.length) });
+  // The query words as the index's tokenizer makes them: snake_case parts, then the whole word.
+  function queryTerms(query, index) {
+    var out = [];
+    words(query).forEach(function (w) {
+      var parts = w.indexOf("_") >= 0 ? w.split("_").filter(function (p) { return p && p.length < w.length; }) : [];
+      parts.concat([w.replace(/^_+|_+$/g, "")]).forEach(function (t) {
+        t = Array.from(t).slice(0, index.max_term_chars || 40).join("");
+        if (t && out.indexOf(t) < 0) { out.push(t); }
+      });
     });
-    hits.sort(function (a, b) { return b.score - a.score; });
-    return hits.slice(0, 20).map(function (h) {
-      return { url: siteRoot + h.doc.url, title: h.doc.title, heading: h.doc.heading, snippet: snippetNodes(h.doc.text, terms) };
+    return out.slice(0, index.max_terms || 8);
+  }
+  function withinOneEdit(a, b) {
+    a = Array.from(a); b = Array.from(b);
+    var s = a.length <= b.length ? a : b, l = a.length <= b.length ? b : a;
+    if (l.length - s.length > 1) { return false; }
+    var p = 0;
+    while (p < s.length && s[p] === l[p]) { p++; }
+    if (s.length === l.length) {
+      var substituted = s.slice(p + 1).join("\u0000") === l.slice(p + 1).join("\u0000");
+      var transposed = p + 1 < s.length && s[p] === l[p + 1] && s[p + 1] === l[p] &&
+        s.slice(p + 2).join("\u0000") === l.slice(p + 2).join("\u0000");
+      return substituted || transposed;
+    }
+    return s.slice(p).join("\u0000") === l.slice(p + 1).join("\u0000");
+  }
+  // Vocabulary words a query word matches, with the server's factors (search.rs: expand).
+  function expand(index, word) {
+    var f = index.factors, out = [], vocab = index.vocabulary, n = Array.from(word).length;
+    if (index.terms.hasOwnProperty(word)) { out.push([word, f.exact]); }
+    if (n >= 2) {
+      var lo = 0, hi = vocab.length;
+      while (lo < hi) { var mid = (lo + hi) >> 1; if (vocab[mid] < word) { lo = mid + 1; } else { hi = mid; } }
+      for (var i = lo; i < vocab.length && out.length < 64; i++) {
+        if (vocab[i] === word) { continue; }
+        if (vocab[i].lastIndexOf(word, 0) !== 0) { break; }
+        out.push([vocab[i], f.prefix]);
+      }
+    }
+    if (n >= 5) {
+      vocab.forEach(function (w) {
+        if (w !== word && w.lastIndexOf(word, 0) !== 0 && withinOneEdit(w, word)) { out.push([w, f.typo]); }
+      });
+    }
+    return out;
+  }
+  // BM25 over the index the server built, exactly as the server ranks (search.rs: SearchIndex::search).
+  function searchOffline(query) {
+    var index = offlineDocs;
+    var terms = queryTerms(query, index);
+    if (!terms.length) { return []; }
+    var n = index.docs.length, totals = {}, matched = [];
+    terms.forEach(function (word) {
+      var scores = {};
+      var idfOf = function (t) { var df = index.terms.hasOwnProperty(t) ? index.terms[t].length : 0; return Math.log((n - df + 0.5) / (df + 0.5) + 1); };
+      var cap = index.terms.hasOwnProperty(word) ? idfOf(word) : null;
+      expand(index, word).forEach(function (m) {
+        matched.push(m[0]);
+        var postings = index.terms[m[0]];
+        var idf = cap === null ? idfOf(m[0]) : Math.min(idfOf(m[0]), cap);
+        postings.forEach(function (p) {
+          var len = Math.max(index.lengths[p[0]], index.avg_len), tf = p[1];
+          var s = m[1] * idf * tf * (index.k1 + 1) / (tf + index.k1 * (1 - index.b + index.b * len / index.avg_len));
+          scores[p[0]] = Math.max(scores[p[0]] || 0, s);
+        });
+      });
+      Object.keys(scores).forEach(function (d) {
+        var t = totals[d] || (totals[d] = [0, 0]);
+        t[0] += scores[d]; t[1] += 1;
+      });
+    });
+    var exact = query.trim().split(/\s+/).join(" "), exactLower = exact.toLowerCase();
+    var ids = Object.keys(totals);
+    ids.forEach(function (d) {
+      var heading = index.docs[d].heading;
+      if (heading === exact) { totals[d][0] += 2 * index.exact_heading_bonus; }
+      else if (heading.toLowerCase() === exactLower) { totals[d][0] += index.exact_heading_bonus; }
+      else if (exactLower.indexOf(" ") >= 0 && heading.toLowerCase().indexOf(exactLower) >= 0) { totals[d][0] += index.heading_phrase_bonus; }
+    });
+    var all = ids.some(function (d) { return totals[d][1] === terms.length; });
+    var ranked = ids.filter(function (d) { return !all || totals[d][1] === terms.length; })
+      .map(function (d) { return [Number(d), totals[d][0]]; });
+    ranked.sort(function (a, b) { return b[1] - a[1] || a[0] - b[0]; });
+    return ranked.slice(0, 20).map(function (r) {
+      var doc = index.docs[r[0]];
+      return { url: siteRoot + doc.url, title: doc.title, heading: doc.heading, score: r[1], snippet: snippetNodes(doc.text || doc.heading, matched) };
     });
   }
   function snippetNodes(text, terms) {

@@ -706,16 +706,71 @@ fn browser_navigates_toggles_theme_and_searches() {
         Some(json!({"text": "autotune"})),
     );
     s.wait_until("offline search results", || {
-        s.js("return document.querySelectorAll('#search-results a').length")
-            .as_u64()
-            .unwrap_or(0)
-            > 0
+        s.js("var a = document.querySelector('#search-results a'); return a ? a.getAttribute('href') : ''")
+            .as_str()
+            .unwrap_or("")
+            .contains("concepts/autotune/index.html")
     });
     s.screenshot("08-export-search");
     s.keys(&["\u{E007}"]);
     s.wait_until("the exported result", || {
         s.url().contains("/concepts/autotune/index.html")
     });
+
+    // The exported page ranks exactly as the server does (one BM25 index, built in Rust), and an item's name
+    // finds the item first.
+    let index =
+        netcl::wiki::site::build(&content, &settings, &netcl::wiki::links::LinkMode::Export)
+            .unwrap()
+            .index;
+    for query in [
+        "conv2d",
+        "autotune cache",
+        "depthwise kernel",
+        "Tensor",
+        "broadcast",
+    ] {
+        let expected: Vec<String> = index
+            .search(query, 20)
+            .iter()
+            .map(|h| {
+                let page = if h.page == "index" {
+                    "index.html".to_string()
+                } else {
+                    format!("{}/index.html", h.page)
+                };
+                if h.anchor.is_empty() {
+                    page
+                } else {
+                    format!("{page}#{}", h.anchor)
+                }
+            })
+            .collect();
+        let input = s.find("#search-input");
+        s.call("POST", &format!("/element/{input}/clear"), Some(json!({})));
+        s.call(
+            "POST",
+            &format!("/element/{input}/value"),
+            Some(json!({"text": query})),
+        );
+        let root = format!("file://{}/", export.display());
+        let shown = || -> Vec<String> {
+            s.js("return Array.from(document.querySelectorAll('#search-results a')).map(a => a.href)")
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|v| v.as_str())
+                .map(|h| h.strip_prefix(root.as_str()).unwrap_or(h).to_string())
+                .collect()
+        };
+        s.wait_until("the offline ranking", || shown() == expected);
+        if query == "conv2d" {
+            assert!(
+                expected[0].starts_with("api/") && expected[0].ends_with("#conv2d"),
+                "{expected:?}"
+            );
+        }
+    }
     s.go(&format!(
         "file://{}/search/index.html?q=device",
         export.display()
@@ -732,4 +787,197 @@ fn browser_navigates_toggles_theme_and_searches() {
     assert!(s.text("#search-status").contains("for “device”"));
     let violations = s.js("return performance.getEntriesByType('resource').filter(e => !e.name.startsWith(location.origin)).length");
     assert_eq!(violations, json!(0), "nothing is loaded from elsewhere");
+}
+
+/// Sets the browser window to `width`×`height` CSS pixels of viewport (the window frame, if any, is added).
+fn set_viewport(s: &Session, width: i64, height: i64) {
+    s.call(
+        "POST",
+        "/window/rect",
+        Some(json!({"width": width, "height": height})),
+    );
+    let inner = s.js("return [window.innerWidth, window.innerHeight]");
+    let (iw, ih) = (
+        inner[0].as_i64().unwrap_or(0),
+        inner[1].as_i64().unwrap_or(0),
+    );
+    if iw != width || ih != height {
+        s.call(
+            "POST",
+            "/window/rect",
+            Some(json!({"width": 2 * width - iw, "height": 2 * height - ih})),
+        );
+    }
+    assert_eq!(
+        s.js("return window.innerWidth"),
+        json!(width),
+        "viewport width"
+    );
+}
+
+/// How far the page is wider than the viewport, in CSS pixels (0: no horizontal scroll).
+fn overflow(s: &Session) -> i64 {
+    s.js("return document.documentElement.scrollWidth - document.documentElement.clientWidth")
+        .as_i64()
+        .unwrap_or(i64::MAX)
+}
+
+fn rect(s: &Session, css: &str, field: &str) -> f64 {
+    s.call(
+        "POST",
+        "/execute/sync",
+        Some(json!({
+            "script": "var e = document.querySelector(arguments[0]); return e ? e.getBoundingClientRect()[arguments[1]] : null;",
+            "args": [css, field]
+        })),
+    )
+    .as_f64()
+    .unwrap_or_else(|| panic!("no element `{css}`"))
+}
+
+fn visible(s: &Session, css: &str) -> bool {
+    s.call(
+        "POST",
+        "/execute/sync",
+        Some(json!({
+            "script": "var e = document.querySelector(arguments[0]); if (!e) { return false; } var st = getComputedStyle(e); var r = e.getBoundingClientRect(); return st.display !== 'none' && st.visibility !== 'hidden' && r.width > 0 && r.right > 0 && r.left < window.innerWidth;",
+            "args": [css]
+        })),
+    ) == json!(true)
+}
+
+#[test]
+fn browser_layout_fits_a_phone_and_a_desktop() {
+    let Some((chromium, chromedriver)) = browsers() else {
+        return;
+    };
+    let addr = start_wiki();
+    let (_driver, s) = open_session(&chromium, &chromedriver);
+    let base = format!("http://{addr}");
+    let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
+    let mut routes: Vec<String> = content
+        .ordered()
+        .iter()
+        .map(|p| {
+            if *p == "index" {
+                "/".to_string()
+            } else {
+                format!("/docs/{p}")
+            }
+        })
+        .collect();
+    routes.extend(
+        [
+            "/search?q=conv2d",
+            "/devices",
+            "/autotune",
+            "/playground",
+            "/no-such-page",
+        ]
+        .map(String::from),
+    );
+
+    // 390 px: a phone. No page scrolls sideways; wide tables and code scroll inside their own box.
+    set_viewport(&s, 390, 844);
+    let mut too_wide = Vec::new();
+    for route in &routes {
+        s.go(&format!("{base}{route}"));
+        let over = overflow(&s);
+        if over > 0 {
+            too_wide.push(format!("{route}: {over} px"));
+        }
+    }
+    assert!(too_wide.is_empty(), "pages wider than 390 px: {too_wide:?}");
+
+    // The content starts on the first screen; the navigation waits in a closed drawer.
+    s.go(&format!("{base}/docs/concepts/convolution"));
+    let top = rect(&s, "article h1", "top");
+    assert!(top < 400.0, "the title starts {top} px down");
+    assert!(!visible(&s, "#nav"), "the drawer starts closed");
+    assert!(visible(&s, "#nav-toggle"), "the menu button shows");
+    assert!(
+        !visible(&s, "aside.toc"),
+        "the side table of contents is folded away"
+    );
+    assert!(
+        visible(&s, ".toc-fold"),
+        "the folded table of contents shows"
+    );
+    s.screenshot("mobile-01-convolution");
+    s.click(".toc-fold summary");
+    s.wait_until("the folded contents to open", || {
+        visible(&s, ".toc-fold a[href='#overview']")
+    });
+    s.screenshot("mobile-02-toc-open");
+    s.click(".toc-fold summary");
+
+    // The menu button opens the drawer over the page; a link in it navigates and closes it.
+    s.click("#nav-toggle");
+    s.wait_until("the drawer to open", || {
+        visible(&s, "#nav") && rect(&s, "#nav", "left") >= 0.0
+    });
+    assert_eq!(
+        s.js("return document.getElementById('nav-toggle').getAttribute('aria-expanded')"),
+        json!("true")
+    );
+    assert!(visible(&s, "#nav a[href='/docs/api/ops']"));
+    s.screenshot("mobile-03-drawer");
+    s.keys(&["\u{E00C}"]);
+    s.wait_until("Escape to close the drawer", || !visible(&s, "#nav"));
+    s.click("#nav-toggle");
+    s.wait_until("the drawer to reopen", || {
+        rect(&s, "#nav", "left") >= 0.0 && visible(&s, "#nav a[href='/docs/api/ops']")
+    });
+    s.click("#nav a[href='/docs/api/ops']");
+    s.wait_until("the API page", || s.url().ends_with("/docs/api/ops"));
+    assert!(!visible(&s, "#nav"), "the drawer is closed on the new page");
+    assert!(rect(&s, "article h1", "top") < 400.0);
+    s.screenshot("mobile-04-api-ops");
+
+    // Without script the drawer opens through the #nav fragment the menu link points at.
+    s.go(&format!("{base}/docs/faq#nav"));
+    s.wait_until("the :target drawer to slide in", || {
+        visible(&s, "#nav") && rect(&s, "#nav", "left") >= 0.0
+    });
+    s.go(&format!("{base}/docs/benchmarks"));
+    s.screenshot("mobile-05-benchmarks");
+
+    // 1,280 px: three columns, no menu button, nothing clipped.
+    set_viewport(&s, 1280, 900);
+    for route in [
+        "/docs/api/ops",
+        "/docs/concepts/convolution",
+        "/docs/benchmarks",
+        "/",
+    ] {
+        s.go(&format!("{base}{route}"));
+        assert_eq!(overflow(&s), 0, "{route} scrolls sideways at 1,280 px");
+    }
+    s.go(&format!("{base}/docs/api/ops"));
+    assert!(visible(&s, "#nav"), "the sidebar shows");
+    assert!(visible(&s, "aside.toc"), "the table of contents shows");
+    assert!(!visible(&s, "#nav-toggle"), "no menu button");
+    assert!(!visible(&s, ".toc-fold"));
+    let table_right = rect(&s, ".doc table", "right");
+    let main_right = rect(&s, "main", "right");
+    assert!(
+        table_right <= main_right + 1.0,
+        "the symbols table ends inside the content column ({table_right} > {main_right})"
+    );
+    s.screenshot("desktop-01-api-ops");
+    s.go(&format!("{base}/docs/benchmarks"));
+    s.screenshot("desktop-02-benchmarks");
+
+    // Diagrams are inverted in dark mode instead of glaring.
+    s.go(&format!("{base}/docs/architecture/overview"));
+    s.js("document.documentElement.setAttribute('data-theme', 'light')");
+    assert_eq!(
+        s.js("return getComputedStyle(document.querySelector('figure.diagram svg')).filter"),
+        json!("none")
+    );
+    s.js("document.documentElement.setAttribute('data-theme', 'dark')");
+    let filter =
+        s.js("return getComputedStyle(document.querySelector('figure.diagram svg')).filter");
+    assert!(filter.as_str().unwrap_or("").contains("invert"), "{filter}");
+    s.screenshot("desktop-03-dark-diagram");
 }

@@ -147,3 +147,103 @@ fn nothing_outside_the_content_dir_is_read() {
         "{problems:?}"
     );
 }
+
+/// Renders the page at `path` as the server would.
+fn rendered(content: &netcl::wiki::content::Content, path: &str) -> String {
+    let linker = netcl::wiki::links::Linker::new(
+        &netcl::wiki::links::LinkMode::Server {
+            base: String::new(),
+        },
+        path,
+    );
+    netcl::wiki::markdown::render(&content.pages[path].body, path, content, &linker).html
+}
+
+#[test]
+fn concept_and_tutorial_pages_link_to_the_api_items_they_use() {
+    let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
+    let mut total = 0;
+    let mut without = Vec::new();
+    for path in content.pages.keys() {
+        if !(path.starts_with("concepts/") || path.starts_with("tutorials/")) {
+            continue;
+        }
+        let html = rendered(&content, path);
+        let links = html.matches("class=\"api-link\" href=\"/docs/api/").count();
+        total += links;
+        if links == 0 {
+            without.push(path.clone());
+        }
+    }
+    eprintln!("{total} links from concept and tutorial pages to API items; none on {without:?}");
+    assert!(total >= 100, "only {total} links into the API pages");
+    assert!(
+        without.len() <= 3,
+        "pages without a link to an API item: {without:?}"
+    );
+    // The link goes to the item's anchor, which exists on the API page.
+    let conv = rendered(&content, "concepts/convolution");
+    assert!(
+        conv.contains(
+            "<a class=\"api-link\" href=\"/docs/api/ops#conv2d\"><code>ops::conv2d</code></a>"
+        ),
+        "ops::conv2d is linked"
+    );
+    let ops = rendered(&content, "api/ops");
+    assert!(ops.contains("id=\"conv2d\""));
+}
+
+#[test]
+fn concept_pages_teach_and_the_benchmarks_page_holds_the_numbers() {
+    let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
+    let dated = |text: &str| {
+        text.as_bytes().windows(10).any(|w| {
+            w.iter().enumerate().all(|(i, b)| match i {
+                4 | 7 => *b == b'-',
+                _ => b.is_ascii_digit(),
+            }) && w.starts_with(b"20")
+        })
+    };
+    for (path, page) in &content.pages {
+        if !path.starts_with("concepts/") {
+            continue;
+        }
+        for bad in ["bench/results", ".jsonl", "-r1-", "-r2-"] {
+            assert!(
+                !page.body.contains(bad),
+                "{path} cites a result file (`{bad}`)"
+            );
+        }
+        assert!(!dated(&page.body), "{path} holds a dated run");
+    }
+    let bench = &content.pages["benchmarks"];
+    let summary = bench
+        .body
+        .split("## Summary")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("the benchmarks page opens with a summary");
+    assert!(
+        bench.body.trim_start().starts_with("## Summary"),
+        "the summary comes first"
+    );
+    assert!(summary.contains(
+        "| case | H200 netcl | H200 netcl 0.3.2 | H200 PyTorch/cuDNN | PoCL netcl | PoCL netcl 0.3.2 |"
+    ));
+    let rows = summary.lines().filter(|l| l.starts_with("| `")).count();
+    assert!(rows >= 15, "{rows} summary rows");
+    for chart in ["charts/h200.svg", "charts/pocl.svg"] {
+        assert!(summary.contains(&format!("]({chart})")), "{chart} shown");
+        let svg = String::from_utf8(content.assets[chart].clone()).unwrap();
+        assert!(svg.starts_with("<svg"), "{chart}");
+        // One bar per case and implementation, each with its time as a tooltip.
+        assert!(svg.matches("<title>").count() >= 2 * 15, "{chart} bars");
+    }
+    // The peer script the page tells readers to run is in the repository.
+    assert!(bench.body.contains("bench/peer_netcl.py"));
+    assert!(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("bench/peer_netcl.py")
+            .is_file()
+    );
+}

@@ -77,7 +77,15 @@ fn exported_site_works_from_disk() {
     assert!(checked > 100, "only {checked} links checked");
     let index: serde_json::Value =
         serde_json::from_slice(&fs::read(out.join("search-index.json")).unwrap()).unwrap();
-    let docs = index.as_array().unwrap();
+    let docs = index["docs"].as_array().unwrap();
+    // The exported page ranks with the server's BM25: the index carries its vocabulary and constants.
+    assert!(
+        index["terms"]["conv2d"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty())
+    );
+    assert_eq!(index["lengths"].as_array().map(Vec::len), Some(docs.len()));
+    assert!(index["avg_len"].as_f64().unwrap() > 1.0);
     for page in content.pages.values() {
         assert!(
             docs.iter().any(|d| d["title"] == page.front.title.as_str()),
@@ -90,12 +98,13 @@ fn exported_site_works_from_disk() {
         assert!(out.join(url).is_file(), "search result url {url}");
     }
     let js = fs::read_to_string(out.join("search-index.js")).unwrap();
-    assert!(js.starts_with("window.netclSearchIndex = ["));
+    assert!(js.starts_with("window.netclSearchIndex = {"));
     for name in [
         "static/site.css",
         "static/app.js",
         "static/theme.js",
         "static/print.css",
+        "favicon.ico",
         "llms.txt",
         "architecture/modules.svg",
     ] {

@@ -79,7 +79,7 @@ async fn pages_have_toc_breadcrumbs_prev_next_and_rendered_features() {
     assert!(html.contains("<nav class=\"breadcrumbs\""));
     assert!(html.contains("<li>Concepts</li>"));
     assert!(html.contains("rel=\"prev\" href=\"/docs/concepts/device\""));
-    assert!(html.contains("rel=\"next\" href=\"/docs/architecture/overview\""));
+    assert!(html.contains("rel=\"next\" href=\"/docs/concepts/tensor\""));
     assert!(html.contains("<math>"), "inline math is MathML");
     assert!(html.contains("class=\"copy-btn\""));
     let overview = get(&app, "/docs/architecture/overview").await.text();
@@ -454,4 +454,96 @@ async fn dynamic_answers_are_gzipped_when_accepted() {
         small.header("content-encoding").is_empty(),
         "small answers stay plain"
     );
+}
+
+#[tokio::test]
+async fn api_pages_anchor_every_item_and_search_finds_items_first() {
+    let app = app();
+    let html = get(&app, "/docs/api/ops").await.text();
+    // Every item of the symbols table has an anchor: its detail heading, or its row.
+    let content = Content::load(&content_dir()).unwrap();
+    let source = &content.pages["api/ops"].body;
+    let symbols = source
+        .split("## Symbols")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .unwrap();
+    let items: Vec<&str> = symbols
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter_map(|l| l.split('`').next())
+        .collect();
+    assert!(items.len() > 100, "{} items", items.len());
+    for item in &items {
+        assert!(
+            html.contains(&format!("id=\"{item}\"")),
+            "no anchor for `{item}`"
+        );
+    }
+    // A function's heading carries its name; its table row links to it; its signature is highlighted.
+    assert!(
+        html.contains(
+            "<h3 id=\"conv2d\" class=\"api-item\"><code>conv2d</code> <a class=\"anchor\" href=\"#conv2d\""
+        ),
+        "conv2d heading"
+    );
+    assert!(html.contains("<a class=\"item-link\" href=\"#conv2d\"><code>conv2d</code></a>"));
+    assert!(html.contains("<code class=\"item-anchor\" id=\"ConvAlgo\">ConvAlgo</code>"));
+    assert!(
+        html.contains("<code class=\"language-rust\"><span class=\"tok-kw\">pub</span> <span class=\"tok-kw\">fn</span>"),
+        "signatures are highlighted as Rust"
+    );
+    // The table of contents lists the items.
+    assert!(html.contains("<a href=\"#conv2d\">conv2d</a>"));
+
+    // Typing an item's name finds the item first, on the server.
+    for (query, anchor) in [
+        ("conv2d", "conv2d"),
+        ("depthwise_conv2d", "depthwise_conv2d"),
+        ("ConvAlgo", "ConvAlgo"),
+    ] {
+        let json = get(&app, &format!("/api/search?q={query}")).await.json();
+        let first = &json["results"][0];
+        assert_eq!(
+            first["anchor"]
+                .as_str()
+                .or(first["url"].as_str().and_then(|u| u.split('#').nth(1))),
+            Some(anchor),
+            "{query}: {json}"
+        );
+        assert!(
+            first["page"].as_str().unwrap().starts_with("api/"),
+            "{query}: {json}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn site_chrome_details() {
+    let app = app();
+    let favicon = get(&app, "/favicon.ico").await;
+    assert_eq!(favicon.status, StatusCode::OK);
+    assert_eq!(favicon.header("content-type"), "image/x-icon");
+    let home = get(&app, "/").await.text();
+    assert!(
+        home.contains("<title>netcl</title>"),
+        "home title without a doubled site name"
+    );
+    let faq = get(&app, "/docs/faq").await.text();
+    assert!(faq.contains("<title>FAQ · netcl</title>"));
+    assert!(
+        faq.contains(&format!("netcl {}", env!("CARGO_PKG_VERSION"))),
+        "the version is shown"
+    );
+    assert!(faq.contains("rel=\"icon\""));
+    // One concepts section in the navigation.
+    assert_eq!(faq.matches(">Concepts</h2>").count(), 1);
+    assert!(!faq.contains("Engine concepts"));
+    // Runnable blocks are labelled as the playground's language, not as Rhai.
+    let autotune = get(&app, "/docs/concepts/autotune").await.text();
+    assert!(autotune.contains("<span class=\"code-lang\">netcl script</span>"));
+    assert!(!autotune.contains("<span class=\"code-lang\">Rhai</span>"));
+    // The drawer's menu link and the folded table of contents are in every page.
+    assert!(autotune.contains("id=\"nav-toggle\" href=\"#nav\""));
+    assert!(autotune.contains("<details class=\"toc-fold\">"));
 }

@@ -27,7 +27,15 @@ pub const STATIC_FILES: &[(&str, &str, &[u8])] = &[
         "text/javascript; charset=utf-8",
         include_bytes!("../../static/theme.js"),
     ),
+    (
+        "favicon.ico",
+        "image/x-icon",
+        include_bytes!("../../static/favicon.ico"),
+    ),
 ];
+
+/// The site icon, also answered at the site root (`/favicon.ico`), where browsers ask for it unprompted.
+pub const FAVICON: &[u8] = include_bytes!("../../static/favicon.ico");
 
 /// The content type for a content asset by its file extension.
 pub fn content_type(path: &str) -> &'static str {
@@ -45,6 +53,7 @@ pub fn content_type(path: &str) -> &'static str {
         Some("json") => "application/json",
         Some("js") => "text/javascript; charset=utf-8",
         Some("txt") => "text/plain; charset=utf-8",
+        Some("ico") => "image/x-icon",
         _ => "application/octet-stream",
     }
 }

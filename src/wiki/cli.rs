@@ -21,7 +21,8 @@ pub struct ServeArgs {
     /// Address to listen on (default 127.0.0.1:8080).
     #[arg(long, visible_alias = "addr", env = "NETCL_WIKI_BIND")]
     pub bind: Option<SocketAddr>,
-    /// Markdown content directory (default web-wiki/content).
+    /// Markdown content directory (default: web-wiki/content in the working directory, else beside the binary
+    /// or in the source tree it was built from).
     #[arg(long, env = "NETCL_WIKI_CONTENT")]
     pub content: Option<PathBuf>,
     /// TOML config file for hosted use; flags given here override it.
@@ -49,7 +50,8 @@ pub struct ServeArgs {
 pub struct ExportArgs {
     /// Directory to write to (created when missing).
     pub dir: PathBuf,
-    /// Markdown content directory (default web-wiki/content).
+    /// Markdown content directory (default: web-wiki/content in the working directory, else beside the binary
+    /// or in the source tree it was built from).
     #[arg(long, env = "NETCL_WIKI_CONTENT")]
     pub content: Option<PathBuf>,
     /// Site name in the header and titles.
@@ -75,6 +77,8 @@ impl ServeArgs {
         }
         if let Some(content) = &self.content {
             config.content_dir = content.clone();
+        } else if config.content_dir == Config::default().content_dir {
+            config.content_dir = default_content_dir()?;
         }
         if let Some(base) = &self.base_path {
             config.base_path = base.clone();
@@ -126,9 +130,10 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
 
 /// Writes the static site; content problems are printed, and fail the export with `--strict`.
 pub fn export(args: ExportArgs) -> Result<()> {
-    let dir = args
-        .content
-        .unwrap_or_else(|| Config::default().content_dir);
+    let dir = match args.content {
+        Some(dir) => dir,
+        None => default_content_dir()?,
+    };
     let content = Content::load(&dir)?;
     let settings = SiteSettings {
         title: args.title,
@@ -147,4 +152,32 @@ pub fn export(args: ExportArgs) -> Result<()> {
     }
     eprintln!("wrote {} files to {}", report.files, args.dir.display());
     Ok(())
+}
+
+/// The content directory when none is given: `web-wiki/content` in the working directory, else the first
+/// `web-wiki/content` (or `share/netcl/content`) found beside the binary or in a directory above it (a binary
+/// under `target/release` finds its source tree's), else the source tree this binary was built from. An error
+/// names the places looked at and `--content`.
+pub fn default_content_dir() -> Result<PathBuf> {
+    let relative = Config::default().content_dir;
+    let mut candidates = vec![relative.clone()];
+    if let Ok(exe) = std::env::current_exe() {
+        let exe = exe.canonicalize().unwrap_or(exe);
+        for dir in exe.ancestors().skip(1) {
+            candidates.push(dir.join(&relative));
+            candidates.push(dir.join("share/netcl/content"));
+        }
+    }
+    candidates.push(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(&relative));
+    candidates
+        .iter()
+        .find(|dir| dir.join("nav.toml").is_file())
+        .cloned()
+        .ok_or_else(|| {
+            Error::Wiki(format!(
+                "no documentation content found (looked for {} in the working directory, beside the netcl binary and \
+                 in the directories above it); pass --content DIR or set NETCL_WIKI_CONTENT",
+                relative.display()
+            ))
+        })
 }

@@ -6,7 +6,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use super::assets::STATIC_FILES;
+use super::assets::{FAVICON, STATIC_FILES};
 use super::content::Content;
 use super::links::{LinkMode, Linker};
 use super::site::{self, llms_txt};
@@ -47,6 +47,7 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
     for (name, _, bytes) in STATIC_FILES {
         write(&format!("static/{name}"), bytes)?;
     }
+    write("favicon.ico", FAVICON)?;
     let linker = Linker::new(&mode, "search");
     let view = SearchView {
         chrome: Chrome::new(content, settings, &linker, "route:search"),
@@ -55,26 +56,20 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
         offline: true,
     };
     write("search/index.html", render(&view)?.as_bytes())?;
-    let docs: Vec<serde_json::Value> = built
-        .index
-        .docs()
-        .iter()
-        .map(|d| {
-            let url = if d.page == "index" {
-                "index.html".to_string()
-            } else {
-                format!("{}/index.html", d.page)
-            };
-            let url = if d.anchor.is_empty() {
-                url
-            } else {
-                format!("{url}#{}", d.anchor)
-            };
-            serde_json::json!({"url": url, "title": d.title, "heading": d.heading, "text": d.text})
-        })
-        .collect();
+    let index = built.index.to_json(|d| {
+        let url = if d.page == "index" {
+            "index.html".to_string()
+        } else {
+            format!("{}/index.html", d.page)
+        };
+        if d.anchor.is_empty() {
+            url
+        } else {
+            format!("{url}#{}", d.anchor)
+        }
+    });
     let index =
-        serde_json::to_string(&docs).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
+        serde_json::to_string(&index).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
     write("search-index.json", index.as_bytes())?;
     write(
         "search-index.js",

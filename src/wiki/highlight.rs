@@ -210,7 +210,7 @@ pub fn language(tag: &str) -> Option<(&'static str, &'static str)> {
     Some(match tag.to_ascii_lowercase().as_str() {
         "rust" | "rs" => ("rust", "Rust"),
         "opencl" | "cl" | "c" | "opencl-c" => ("opencl", "OpenCL C"),
-        "rhai" | "netcl" => ("rhai", "Rhai"),
+        "rhai" | "netcl" => ("rhai", "netcl script"),
         "sh" | "bash" | "shell" | "console" => ("sh", "Shell"),
         "json" => ("json", "JSON"),
         "toml" => ("toml", "TOML"),

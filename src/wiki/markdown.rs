@@ -30,6 +30,8 @@ pub struct Section {
     pub anchor: String,
     pub heading: String,
     pub text: String,
+    /// The section of an API item (its heading or its row in a symbols table).
+    pub item: bool,
 }
 
 /// A page rendered to HTML, with what the layout and the search index need.
@@ -40,6 +42,8 @@ pub struct Rendered {
     pub sections: Vec<Section>,
     /// Broken links, invalid diagrams and other content errors found while rendering.
     pub problems: Vec<String>,
+    /// Code spans linked to the API item they name.
+    pub api_links: usize,
 }
 
 /// Ids the page layout itself uses; headings never take them.
@@ -84,13 +88,103 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut events: Vec<Event> = Vec::new();
     let mut heading: Option<HeadingState> = None;
     let mut code: Option<(String, String)> = None;
+    let api = is_api_page(page_path);
+    let all: Vec<Event> = Parser::new_ext(body, options()).collect();
+    // API pages: the items described in detail (a paragraph that is only **`name`**) and the symbols table's
+    // state (inside a table whose first column is "Item", and which cell of the row comes next).
+    let detailed: HashSet<String> = if api {
+        (0..all.len())
+            .filter_map(|i| item_paragraph(&all, i))
+            .collect()
+    } else {
+        HashSet::new()
+    };
+    let mut symbols_table = false;
+    let mut cell = 0usize;
+    let mut item_sections: Vec<Section> = Vec::new();
+    let mut skip = 0usize;
+    let mut link_depth = 0usize;
+    let mut footnotes: Vec<String> = Vec::new();
+    let mut open_footnotes: Vec<String> = Vec::new();
 
-    for event in Parser::new_ext(body, options()) {
+    for (i, event) in all.iter().cloned().enumerate() {
+        if skip > 0 {
+            skip -= 1;
+            continue;
+        }
+        if api && heading.is_none() && code.is_none() {
+            // **`name`** on its own line: the item's heading, with the name as its anchor.
+            if let Some(name) = item_paragraph(&all, i) {
+                let h = HeadingState {
+                    level: HeadingLevel::H3,
+                    id: Some(name.clone()),
+                    events: vec![Event::Code(name.clone().into())],
+                    text: name,
+                };
+                let html = finish_heading(h, &mut used_ids, &mut r, true);
+                events.push(Event::Html(html.into()));
+                skip = 4;
+                continue;
+            }
+            match &event {
+                Event::Start(Tag::TableHead) => {
+                    symbols_table = matches!(
+                        (all.get(i + 1), all.get(i + 2)),
+                        (Some(Event::Start(Tag::TableCell)), Some(Event::Text(t))) if t.trim() == "Item"
+                    );
+                }
+                Event::End(TagEnd::Table) => symbols_table = false,
+                Event::Start(Tag::TableRow) => cell = 0,
+                Event::End(TagEnd::TableCell) => cell += 1,
+                Event::Start(Tag::TableCell) if symbols_table && cell == 0 => {
+                    if let (Some(Event::Code(name)), Some(Event::End(TagEnd::TableCell))) =
+                        (all.get(i + 1), all.get(i + 2))
+                    {
+                        let name = name.to_string();
+                        let mut cell_html = String::from("<td>");
+                        if detailed.contains(&name) {
+                            cell_html.push_str("<a class=\"item-link\" href=\"#");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("\"><code>");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("</code></a>");
+                        } else {
+                            // An item without a detail block is anchored at its row.
+                            let id = unique_id(&name, &mut used_ids);
+                            cell_html.push_str("<code class=\"item-anchor\" id=\"");
+                            escape_into(&mut cell_html, &id);
+                            cell_html.push_str("\">");
+                            escape_into(&mut cell_html, &name);
+                            cell_html.push_str("</code>");
+                            item_sections.push(Section {
+                                anchor: id,
+                                heading: name.clone(),
+                                text: row_text(&all[i + 2..]),
+                                item: true,
+                            });
+                        }
+                        cell_html.push_str("</td>");
+                        push_text(&mut r.sections, &name);
+                        push_text(&mut r.sections, " ");
+                        events.push(Event::Html(cell_html.into()));
+                        cell += 1;
+                        skip = 2;
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+        }
         if let Some((info, text)) = &mut code {
             match event {
                 Event::Text(t) => text.push_str(&t),
                 Event::End(TagEnd::CodeBlock) => {
-                    let html = code_block(info, text, &mut r.problems, page_path);
+                    let info = if api && signature(info, text) {
+                        "rust".to_string()
+                    } else {
+                        info.clone()
+                    };
+                    let html = code_block(&info, text, &mut r.problems, page_path);
                     push_text(&mut r.sections, text);
                     events.push(Event::Html(html.into()));
                     code = None;
@@ -122,7 +216,7 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
             }
             Event::End(TagEnd::Heading(_)) => {
                 if let Some(h) = heading.take() {
-                    let html = finish_heading(h, &mut used_ids, &mut r);
+                    let html = finish_heading(h, &mut used_ids, &mut r, false);
                     events.push(Event::Html(html.into()));
                 }
                 continue;
@@ -146,6 +240,31 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 }
                 Event::InlineHtml(math::to_mathml(src, display).into())
             }
+            // Footnotes: numbered in order of first reference, each reference and definition with an id, and a
+            // link from the definition back to where it was cited.
+            Event::FootnoteReference(label) => {
+                let (n, first) = footnote_number(&mut footnotes, &label);
+                let mut html = String::from("<sup class=\"footnote-reference\"");
+                if first {
+                    html.push_str(" id=\"fnref-");
+                    escape_into(&mut html, &slug(&label));
+                    html.push('"');
+                }
+                html.push_str("><a href=\"#fn-");
+                escape_into(&mut html, &slug(&label));
+                html.push_str(&format!("\">{n}</a></sup>"));
+                Event::InlineHtml(html.into())
+            }
+            Event::Start(Tag::FootnoteDefinition(label)) => {
+                let (n, _) = footnote_number(&mut footnotes, &label);
+                let id = escape(&slug(&label));
+                open_footnotes.push(id.clone());
+                Event::Html(format!("<div class=\"footnote-definition\" id=\"fn-{id}\"><sup class=\"footnote-definition-label\">{n}</sup>\n").into())
+            }
+            Event::End(TagEnd::FootnoteDefinition) => {
+                let id = open_footnotes.pop().unwrap_or_default();
+                Event::Html(format!("<a class=\"footnote-backref\" href=\"#fnref-{id}\" aria-label=\"Back to the reference\" title=\"Back to the reference\">↩</a></div>\n").into())
+            }
             // Raw HTML is shown as text: pages stay within what the renderer and the CSP allow.
             Event::Html(raw) | Event::InlineHtml(raw) => Event::Text(raw),
             Event::Start(Tag::BlockQuote(Some(kind))) => {
@@ -153,6 +272,33 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                 Event::Html(format!("<div class=\"admonition {class}\" role=\"note\"><p class=\"admonition-title\">{title}</p>\n").into())
             }
             Event::End(TagEnd::BlockQuote(Some(_))) => Event::Html("</div>\n".into()),
+            other => other,
+        };
+        let event = match event {
+            Event::Start(Tag::Link { .. }) => {
+                link_depth += 1;
+                event
+            }
+            Event::End(TagEnd::Link) => {
+                link_depth = link_depth.saturating_sub(1);
+                event
+            }
+            Event::Code(ref text) if !api && link_depth == 0 && heading.is_none() => {
+                match api_link(text, content) {
+                    Some((page, anchor)) => {
+                        push_text(&mut r.sections, text);
+                        let mut html = String::from("<a class=\"api-link\" href=\"");
+                        escape_into(&mut html, &format!("{}#{anchor}", linker.page(page)));
+                        html.push_str("\"><code>");
+                        escape_into(&mut html, text);
+                        html.push_str("</code></a>");
+                        r.api_links += 1;
+                        events.push(Event::InlineHtml(html.into()));
+                        continue;
+                    }
+                    None => event,
+                }
+            }
             other => other,
         };
         match &mut heading {
@@ -181,9 +327,146 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     let mut html = String::with_capacity(body.len() * 2);
     pulldown_cmark::html::push_html(&mut html, events.into_iter());
     r.html = html;
+    r.sections.extend(item_sections);
     r.sections
         .retain(|s| !s.heading.is_empty() || !s.text.trim().is_empty());
     r
+}
+
+/// The names of the items an API page anchors, in page order: its detail blocks (**`name`**) and the first
+/// column of its symbols tables. The first anchor of a name is the name itself.
+pub fn api_item_names(body: &str) -> Vec<String> {
+    let all: Vec<Event> = Parser::new_ext(body, options()).collect();
+    let mut names = Vec::new();
+    let mut symbols = false;
+    let mut first_cell = false;
+    for (i, event) in all.iter().enumerate() {
+        if let Some(name) = item_paragraph(&all, i) {
+            names.push(name);
+            continue;
+        }
+        match event {
+            Event::Start(Tag::TableHead) => {
+                symbols = matches!(
+                    (all.get(i + 1), all.get(i + 2)),
+                    (Some(Event::Start(Tag::TableCell)), Some(Event::Text(t))) if t.trim() == "Item"
+                );
+            }
+            Event::End(TagEnd::TableHead) => {}
+            Event::Start(Tag::TableRow) => first_cell = true,
+            Event::Start(Tag::TableCell) if symbols && first_cell => {
+                first_cell = false;
+                if let (Some(Event::Code(name)), Some(Event::End(TagEnd::TableCell))) =
+                    (all.get(i + 1), all.get(i + 2))
+                {
+                    names.push(name.to_string());
+                }
+            }
+            Event::Start(Tag::TableCell) => first_cell = false,
+            Event::End(TagEnd::Table) => symbols = false,
+            _ => {}
+        }
+    }
+    names
+}
+
+/// The API item a code span on another page names (`ops::conv2d`, `netcl::ops::conv2d(x, w, …)`,
+/// `Tensor::zeros`), as (page, anchor).
+fn api_link<'c>(code: &str, content: &'c Content) -> Option<&'c (String, String)> {
+    let path = code.trim().strip_prefix("netcl::").unwrap_or(code.trim());
+    let path = path.split(['(', '<', ' ', '{']).next().unwrap_or("");
+    let parts: Vec<&str> = path.split("::").collect();
+    if parts.iter().any(|p| p.is_empty()) {
+        return None;
+    }
+    let items = content.api_items();
+    // The longest module prefix that names an item: `nn::Conv2d`, `autograd::ops::conv2d`, `ops::conv2d`.
+    let by_module = (1..parts.len())
+        .rev()
+        .find_map(|m| items.get(&format!("{}::{}", parts[..m].join("::"), parts[m])));
+    if by_module.is_some() {
+        return by_module;
+    }
+    // A type by its name alone (`Tensor`, `Device::builtin`), where exactly one module has an item of that name.
+    let ty = parts[0];
+    if !ty.starts_with(|c: char| c.is_ascii_uppercase())
+        || !ty.chars().all(|c| c.is_ascii_alphanumeric())
+        || ty.len() < 3
+    {
+        return None;
+    }
+    let suffix = format!("::{ty}");
+    let mut found = items
+        .iter()
+        .filter(|(k, _)| k.ends_with(&suffix) && k.matches("::").count() == 1);
+    match (found.next(), found.next()) {
+        (Some((_, item)), None) => Some(item),
+        _ => None,
+    }
+}
+
+/// The number of footnote `label` (numbered in order of first appearance) and whether this is its first.
+fn footnote_number(seen: &mut Vec<String>, label: &str) -> (usize, bool) {
+    match seen.iter().position(|l| l == label) {
+        Some(i) => (i + 1, false),
+        None => {
+            seen.push(label.to_string());
+            (seen.len(), true)
+        }
+    }
+}
+
+/// Whether the page at `path` is an API reference page (items get anchors, signatures are highlighted).
+pub fn is_api_page(path: &str) -> bool {
+    path.starts_with("api/")
+}
+
+/// The item name when `all[i..]` starts a paragraph that is only a strong code span (**`name`**).
+fn item_paragraph(all: &[Event], i: usize) -> Option<String> {
+    match all.get(i..i + 5)? {
+        [
+            Event::Start(Tag::Paragraph),
+            Event::Start(Tag::Strong),
+            Event::Code(name),
+            Event::End(TagEnd::Strong),
+            Event::End(TagEnd::Paragraph),
+        ] if !name.trim().is_empty() => Some(name.to_string()),
+        _ => None,
+    }
+}
+
+/// The text of a table row from `events` up to its end, for search.
+fn row_text(events: &[Event]) -> String {
+    let mut text = String::new();
+    for event in events {
+        match event {
+            Event::Text(t) | Event::Code(t) => text.push_str(t),
+            Event::End(TagEnd::TableCell) => text.push(' '),
+            Event::End(TagEnd::TableRow) => break,
+            _ => {}
+        }
+    }
+    text
+}
+
+/// Whether a fenced block is a Rust signature written as `text` (API pages show these highlighted).
+fn signature(info: &str, text: &str) -> bool {
+    let tag = info.split([',', ' ']).next().unwrap_or("");
+    (tag.is_empty() || tag == "text")
+        && ["pub ", "impl ", "#["]
+            .iter()
+            .any(|p| text.trim_start().starts_with(p))
+}
+
+/// `base`, or `base-1`, `base-2`… : the first not yet in `used`, which then holds it.
+fn unique_id(base: &str, used: &mut HashSet<String>) -> String {
+    let mut id = base.to_string();
+    let mut n = 1;
+    while !used.insert(id.clone()) {
+        id = format!("{base}-{n}");
+        n += 1;
+    }
+    id
 }
 
 fn push_text(sections: &mut [Section], text: &str) {
@@ -223,14 +506,14 @@ pub fn slug(text: &str) -> String {
     }
 }
 
-fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered) -> String {
+fn finish_heading(
+    h: HeadingState,
+    used: &mut HashSet<String>,
+    r: &mut Rendered,
+    item: bool,
+) -> String {
     let base = h.id.unwrap_or_else(|| slug(&h.text));
-    let mut id = base.clone();
-    let mut n = 1;
-    while !used.insert(id.clone()) {
-        id = format!("{base}-{n}");
-        n += 1;
-    }
+    let id = unique_id(&base, used);
     let level = h.level as u8;
     let mut inner = String::new();
     pulldown_cmark::html::push_html(&mut inner, h.events.into_iter());
@@ -245,10 +528,12 @@ fn finish_heading(h: HeadingState, used: &mut HashSet<String>, r: &mut Rendered)
         anchor: id.clone(),
         heading: h.text,
         text: String::new(),
+        item,
     });
     let id = escape(&id);
+    let class = if item { " class=\"api-item\"" } else { "" };
     format!(
-        "<h{level} id=\"{id}\">{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
+        "<h{level} id=\"{id}\"{class}>{inner} <a class=\"anchor\" href=\"#{id}\" aria-label=\"Link to this section\" title=\"Copy link to this section\">#</a></h{level}>\n"
     )
 }
 
@@ -539,6 +824,24 @@ mod tests {
         let r = render_server("- [x] done\n\n~~old~~ text[^1]\n\n[^1]: note\n");
         assert!(r.html.contains("type=\"checkbox\""), "{}", r.html);
         assert!(r.html.contains("<del>old</del>"), "{}", r.html);
-        assert!(r.html.contains("footnote"), "{}", r.html);
+        assert!(
+            r.html.contains(
+                "<sup class=\"footnote-reference\" id=\"fnref-1\"><a href=\"#fn-1\">1</a></sup>"
+            ),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html
+                .contains("<div class=\"footnote-definition\" id=\"fn-1\">"),
+            "{}",
+            r.html
+        );
+        assert!(
+            r.html
+                .contains("<a class=\"footnote-backref\" href=\"#fnref-1\""),
+            "footnotes link back: {}",
+            r.html
+        );
     }
 }

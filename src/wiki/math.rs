@@ -4,6 +4,9 @@
 
 use super::html::escape_into;
 
+/// Brackets that MathML would stretch to their row unless told not to.
+const FENCES: &[char] = &['(', ')', '[', ']', '|'];
+
 /// Nesting deeper than this is shown as an error instead of recursing further.
 const MAX_DEPTH: usize = 24;
 
@@ -279,6 +282,12 @@ impl Parser<'_> {
             c if c.is_alphabetic() => (format!("<mi>{c}</mi>"), false),
             '&' => (String::new(), false),
             '\'' => ("<mo>′</mo>".into(), false),
+            // A bracket written plainly keeps its size; only \left and \right stretch one (MathML would
+            // otherwise stretch a fence to its row, so `(x)_i` next to a fraction got one tall parenthesis).
+            c if FENCES.contains(&c) => (
+                format!("<mo stretchy=\"false\">{}</mo>", esc(&c.to_string())),
+                false,
+            ),
             c => (format!("<mo>{}</mo>", esc(&c.to_string())), false),
         }
     }
@@ -296,9 +305,11 @@ impl Parser<'_> {
             return match c {
                 ',' | ':' | ';' | ' ' => ("<mspace width=\"0.25em\"></mspace>".into(), false),
                 '!' | '\\' => (String::new(), false),
-                '{' | '}' | '|' | '%' | '$' | '#' | '_' => {
-                    (format!("<mo>{}</mo>", esc(&c.to_string())), false)
-                }
+                '{' | '}' | '|' => (
+                    format!("<mo stretchy=\"false\">{}</mo>", esc(&c.to_string())),
+                    false,
+                ),
+                '%' | '$' | '#' | '_' => (format!("<mo>{}</mo>", esc(&c.to_string())), false),
                 c => (
                     format!("<merror><mtext>\\{}</mtext></merror>", esc(&c.to_string())),
                     false,
@@ -373,7 +384,15 @@ impl Parser<'_> {
                     self.pos += 1;
                     return (String::new(), false);
                 }
-                self.atom()
+                let (fence, big) = self.atom();
+                if matches!(name, "left" | "right") {
+                    (
+                        fence.replace("stretchy=\"false\"", "stretchy=\"true\""),
+                        big,
+                    )
+                } else {
+                    (fence, big)
+                }
             }
             "quad" => ("<mspace width=\"1em\"></mspace>".into(), false),
             "qquad" => ("<mspace width=\"2em\"></mspace>".into(), false),
@@ -388,6 +407,19 @@ impl Parser<'_> {
 #[cfg(test)]
 mod tests {
     use super::to_mathml;
+
+    #[test]
+    fn only_left_and_right_stretch_their_brackets() {
+        let m = super::to_mathml(
+            r"\mathrm{softmax}(x)_i = \frac{e^{x_i}}{\sum_j e^{x_j}}",
+            true,
+        );
+        assert!(m.contains("<mo stretchy=\"false\">(</mo>"), "{m}");
+        assert!(m.contains("<mo stretchy=\"false\">)</mo>"), "{m}");
+        assert!(!m.contains("<mo>(</mo>"), "{m}");
+        let m = super::to_mathml(r"\left( \frac{a}{b} \right)", true);
+        assert_eq!(m.matches("stretchy=\"true\"").count(), 2, "{m}");
+    }
 
     #[test]
     fn fractions_scripts_and_greek() {

@@ -17,6 +17,16 @@ const TITLE_WEIGHT: f32 = 5.0;
 const HEADING_WEIGHT: f32 = 3.0;
 const K1: f32 = 1.2;
 const B: f32 = 0.75;
+/// Added to a section whose heading is the whole query ignoring case (an API item looked up by name), twice
+/// over when the case matches too: such sections rank first, in BM25 order among themselves.
+const EXACT_HEADING_BONUS: f32 = 100.0;
+/// Added to a section whose heading contains a query of several words as a phrase ("autotune cache" in "The
+/// autotune cache").
+const HEADING_PHRASE_BONUS: f32 = 10.0;
+/// Factors of a vocabulary word matched exactly, as a prefix of the query word, or within one typo.
+const EXACT: f32 = 1.0;
+const PREFIX: f32 = 0.6;
+const TYPO: f32 = 0.4;
 
 /// One searchable section.
 #[derive(Debug, Clone, Serialize)]
@@ -26,6 +36,9 @@ pub struct SearchDoc {
     pub anchor: String,
     pub heading: String,
     pub text: String,
+    /// An API item (its heading is the item's name): the page title, the module every item of the page
+    /// shares, is not indexed for it, so items are found by their own name and description.
+    pub item: bool,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -128,8 +141,9 @@ impl SearchIndex {
         for (id, doc) in docs.iter().enumerate() {
             let mut weights: HashMap<String, f32> = HashMap::new();
             let mut len = 0usize;
+            let title = if doc.item { "" } else { doc.title.as_str() };
             for (text, weight) in [
-                (&doc.title, TITLE_WEIGHT),
+                (title, TITLE_WEIGHT),
                 (&doc.heading, HEADING_WEIGHT),
                 (&doc.text, 1.0),
             ] {
@@ -168,7 +182,7 @@ impl SearchIndex {
     fn expand(&self, word: &str) -> Vec<(&str, f32)> {
         let mut out: Vec<(&str, f32)> = Vec::new();
         if let Some((w, _)) = self.terms.get_key_value(word) {
-            out.push((w.as_str(), 1.0));
+            out.push((w.as_str(), EXACT));
         }
         if word.chars().count() >= 2 {
             for (w, _) in self
@@ -179,13 +193,13 @@ impl SearchIndex {
                 if !w.starts_with(word) || out.len() >= 64 {
                     break;
                 }
-                out.push((w.as_str(), 0.6));
+                out.push((w.as_str(), PREFIX));
             }
         }
         if word.chars().count() >= 5 {
             for w in self.terms.keys() {
                 if w != word && !w.starts_with(word) && within_one_edit(w, word) {
-                    out.push((w.as_str(), 0.4));
+                    out.push((w.as_str(), TYPO));
                 }
             }
         }
@@ -216,13 +230,21 @@ impl SearchIndex {
         let mut matched: HashSet<&str> = HashSet::new();
         for word in &words {
             let mut scores: HashMap<u32, f32> = HashMap::new();
+            let idf_of = |term: &str| {
+                let df = self.terms.get(term).map_or(0, Vec::len) as f32;
+                ((n - df + 0.5) / (df + 0.5) + 1.0).ln()
+            };
+            // A longer word the query word is a prefix of (or a typo away from) is rarer than the word itself;
+            // where the word is in the vocabulary, its weight caps theirs, so rarity alone does not rank them first.
+            let cap = self.terms.contains_key(word.as_str()).then(|| idf_of(word));
             for (term, factor) in self.expand(word) {
                 matched.insert(term);
                 let postings = &self.terms[term];
-                let df = postings.len() as f32;
-                let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+                let idf = cap.map_or(idf_of(term), |c| idf_of(term).min(c));
                 for p in postings {
-                    let len = self.lengths[p.doc as usize];
+                    // Sections shorter than the average are normalised as average ones, so a one-line item
+                    // does not outrank the prose that explains it on length alone.
+                    let len = self.lengths[p.doc as usize].max(self.avg_len);
                     let tf = p.weight;
                     let s = factor * idf * tf * (K1 + 1.0)
                         / (tf + K1 * (1.0 - B + B * len / self.avg_len));
@@ -241,6 +263,18 @@ impl SearchIndex {
             }
         }
         let all = words.len();
+        let exact = query.split_whitespace().collect::<Vec<_>>().join(" ");
+        let exact_lower = exact.to_lowercase();
+        for (&doc, total) in totals.iter_mut() {
+            let heading = &self.docs[doc as usize].heading;
+            if *heading == exact {
+                total.0 += 2.0 * EXACT_HEADING_BONUS;
+            } else if heading.to_lowercase() == exact_lower {
+                total.0 += EXACT_HEADING_BONUS;
+            } else if exact_lower.contains(' ') && heading.to_lowercase().contains(&exact_lower) {
+                total.0 += HEADING_PHRASE_BONUS;
+            }
+        }
         let mut ranked: Vec<(u32, f32)> = if totals.values().any(|&(_, k)| k == all) {
             totals
                 .iter()
@@ -271,6 +305,41 @@ impl SearchIndex {
                 }
             })
             .collect()
+    }
+
+    /// The index as JSON for an exported site, whose script ranks with the same BM25 as [`SearchIndex::search`]:
+    /// the sections (with `url(doc)` as their link), each section's length, the average length, the ranking
+    /// constants, and the vocabulary with its postings as `[section, weight]` pairs.
+    pub fn to_json(&self, url: impl Fn(&SearchDoc) -> String) -> serde_json::Value {
+        let docs: Vec<serde_json::Value> = self
+            .docs
+            .iter()
+            .map(|d| serde_json::json!({"url": url(d), "title": d.title, "heading": d.heading, "text": d.text}))
+            .collect();
+        let terms: serde_json::Map<String, serde_json::Value> = self
+            .terms
+            .iter()
+            .map(|(term, postings)| {
+                let list: Vec<serde_json::Value> = postings
+                    .iter()
+                    .map(|p| serde_json::json!([p.doc, p.weight]))
+                    .collect();
+                (term.clone(), serde_json::Value::Array(list))
+            })
+            .collect();
+        serde_json::json!({
+            "docs": docs,
+            "lengths": self.lengths,
+            "avg_len": self.avg_len,
+            "k1": K1,
+            "b": B,
+            "factors": {"exact": EXACT, "prefix": PREFIX, "typo": TYPO},
+            "exact_heading_bonus": EXACT_HEADING_BONUS,
+            "heading_phrase_bonus": HEADING_PHRASE_BONUS,
+            "max_terms": MAX_TERMS,
+            "max_term_chars": MAX_TERM_CHARS,
+            "terms": terms,
+        })
     }
 
     /// Pages (by path, best first, each once) that match any word of `text`; for the 404 page.
@@ -349,6 +418,7 @@ mod tests {
             anchor: String::new(),
             heading: heading.into(),
             text: text.into(),
+            item: false,
         }
     }
 

@@ -13,7 +13,7 @@ use axum::http::request::Parts;
 use axum::http::{HeaderValue, Method, Response, StatusCode, header};
 use serde_json::json;
 
-use super::assets::{STATIC_FILES, content_type};
+use super::assets::{FAVICON, STATIC_FILES, content_type};
 use super::config::Config;
 use super::content::Content;
 use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
@@ -106,6 +106,10 @@ impl Site {
                 Prepared::new(html.into_bytes(), "text/html; charset=utf-8", false),
             );
         }
+        files.insert(
+            "/favicon.ico".into(),
+            Prepared::new(FAVICON.to_vec(), "image/x-icon", true),
+        );
         let llms = llms_txt(&content, &settings, &Linker::new(&mode, "index"));
         files.insert(
             "/llms.txt".into(),

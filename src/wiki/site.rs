@@ -86,6 +86,7 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
                 anchor: section.anchor,
                 heading: section.heading,
                 text: collapse_space(&text),
+                item: section.item,
             });
         }
         if docs.last().is_none_or(|d| d.page != page.path) {
@@ -95,6 +96,7 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
                 anchor: String::new(),
                 heading: String::new(),
                 text: page.front.summary.clone(),
+                item: false,
             });
         }
         pages.push(BuiltPage {

@@ -1,6 +1,7 @@
 //! Sanitises SVG written inline in fenced ```svg blocks, so a diagram can be drawn in a page without opening a
 //! door to script: only drawing elements and presentation attributes survive, links may point only inside the
-//! document, and scripts, styles, foreign objects, event handlers and external references are removed.
+//! document, and scripts, styles, foreign objects, event handlers and external references are removed. An
+//! element not on the list is removed with everything inside it.
 
 use super::html::escape_into;
 
@@ -88,16 +89,6 @@ const ATTRIBUTES: &[&str] = &[
     "patternunits",
 ];
 
-/// Elements whose whole content is dropped.
-const DROPPED_WITH_CONTENT: &[&str] = &[
-    "script",
-    "style",
-    "foreignobject",
-    "iframe",
-    "object",
-    "embed",
-];
-
 /// Returns sanitised SVG markup, or `None` when the block holds no `<svg>` root.
 pub fn sanitize(src: &str) -> Option<String> {
     let mut out = String::with_capacity(src.len());
@@ -136,11 +127,9 @@ pub fn sanitize(src: &str) -> Option<String> {
         if let Some(name) = tag.strip_prefix('/') {
             let name = name.trim().to_ascii_lowercase();
             if skip_depth > 0 {
-                if DROPPED_WITH_CONTENT.contains(&name.as_str())
-                    || !ELEMENTS.contains(&name.as_str())
-                {
-                    skip_depth -= 1;
-                }
+                // Every element opened while skipping counted one level, whatever its name, so every end tag
+                // closes one: an allowed child of a removed element must not keep the rest of the image out.
+                skip_depth -= 1;
                 continue;
             }
             if open.last() == Some(&name) {
@@ -314,6 +303,22 @@ mod tests {
             );
         }
         assert!(svg.contains("<rect width=\"1\"/>"), "{svg}");
+    }
+
+    #[test]
+    fn a_removed_element_with_allowed_children_removes_only_itself() {
+        assert_eq!(
+            sanitize("<svg><a><rect></rect></a><circle/></svg>").unwrap(),
+            "<svg><circle/></svg>"
+        );
+        assert_eq!(
+            sanitize("<svg><switch><g><text>x</text></g></switch><rect/><g></g></svg>").unwrap(),
+            "<svg><rect/><g></g></svg>"
+        );
+        assert_eq!(
+            sanitize("<svg><script><g></g></script><line/></svg>").unwrap(),
+            "<svg><line/></svg>"
+        );
     }
 
     #[test]

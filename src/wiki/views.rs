@@ -47,6 +47,10 @@ pub struct Chrome {
     pub run_api: Option<String>,
     /// The standalone playground page (served sites with the playground on).
     pub playground_url: Option<String>,
+    /// The site icon.
+    pub favicon: String,
+    /// The version of netcl that rendered the site, shown in the footer.
+    pub version: &'static str,
 }
 
 /// Site-wide settings the views need.
@@ -123,6 +127,8 @@ impl Chrome {
             playground: settings.playground,
             run_api: linker.route("api/run").filter(|_| settings.playground),
             playground_url,
+            favicon: linker.static_file("favicon.ico"),
+            version: env!("CARGO_PKG_VERSION"),
         }
     }
 }
