@@ -19,8 +19,10 @@ fn ok(code: &str) -> String {
 #[test]
 fn full_int_makes_i32_labels_that_losses_take() {
     assert_eq!(ok("full_int([2, 3], 4).dtype"), "→ i32\n");
-    let out = ok("let logits = randn([4, 3], 1);\nlet labels = full_int([4], 2);\n\
-                  print(one_hot(labels, 3).shape);\ncross_entropy(logits, labels).item() > 0.0");
+    let out = ok(
+        "let logits = randn([4, 3], 1);\nlet labels = full_int([4], 2);\n\
+                  print(one_hot(labels, 3).shape);\ncross_entropy(logits, labels).item() > 0.0",
+    );
     assert_eq!(out, "[4, 3]\n→ true\n");
     let r = go("full_int([2], 1.5)");
     let e = r.error.expect("a fractional value is refused");
@@ -50,7 +52,10 @@ fn numbers_print_with_sensible_precision_and_maps_as_tables() {
     assert_eq!(ok("2.5e-7"), "→ 2.5000e-7\n");
     assert_eq!(ok("print(tensor([0.1]).item())"), "0.1\n");
     assert_eq!(ok("tensor([0.1, 0.2]).to_array()"), "→ [0.1, 0.2]\n");
-    assert_eq!(ok("print(#{name: \"a\", compute_units: 4})"), "compute_units  4\nname           a\n");
+    assert_eq!(
+        ok("print(#{name: \"a\", compute_units: 4})"),
+        "compute_units  4\nname           a\n"
+    );
     let dev = ok("print(device())");
     assert!(dev.lines().count() >= 6, "one line per field: {dev}");
     assert!(dev.lines().any(|l| l.starts_with("kind ")), "{dev}");
@@ -60,11 +65,15 @@ fn numbers_print_with_sensible_precision_and_maps_as_tables() {
 fn summaries_and_errors_say_things_once() {
     let out = ok("inspect(tensor([[1.0, 2.0], [3.0, 4.0]]), \"a\"); tensor([1.0, 2.0])");
     assert!(!out.contains("Some("), "{out}");
-    assert!(out.starts_with("a [2, 2] f32 min=1.0 max=4.0 mean=2.5 [1.0, 2.0, 3.0, 4.0]"), "{out}");
+    assert!(
+        out.starts_with("a [2, 2] f32 min=1.0 max=4.0 mean=2.5 [1.0, 2.0, 3.0, 4.0]"),
+        "{out}"
+    );
     let r = go("let x = randn([2, 3], 1);\nsum(x, [5])");
     let e = r.error.expect("an axis out of range is an error");
     assert!(
-        !e.message.starts_with(&format!("{}:", e.kind)) && !e.message.starts_with("invalid argument"),
+        !e.message.starts_with(&format!("{}:", e.kind))
+            && !e.message.starts_with("invalid argument"),
         "the message repeats its kind: {e:?}"
     );
     assert_eq!(e.line, Some(2));
@@ -74,12 +83,17 @@ fn summaries_and_errors_say_things_once() {
 fn forced_algorithms_and_new_functions_run() {
     let out = ok("let g = ones([4, 3, 2]);\nreduce_to_shape(g, [1, 3, 1]).to_array()");
     assert_eq!(out, "→ [8.0, 8.0, 8.0]\n");
-    let out = ok("let x = randn([1, 2, 6, 6], 1);\nlet w = randn([2, 1, 3, 3], 2);\n\
+    let out = ok(
+        "let x = randn([1, 2, 6, 6], 1);\nlet w = randn([2, 1, 3, 3], 2);\n\
                   let a = depthwise_conv2d(x, w, #{padding: 1, algo: \"naive\"});\n\
-                  let b = depthwise_conv2d(x, w, #{padding: 1});\nmax(abs(a - b), [0, 1, 2, 3]).item() < 1e-4");
+                  let b = depthwise_conv2d(x, w, #{padding: 1});\nmax(abs(a - b), [0, 1, 2, 3]).item() < 1e-4",
+    );
     assert_eq!(out, "→ true\n");
     assert_eq!(ok("tensor([0.1]).cast(\"f16\").dtype"), "→ f16\n");
-    assert_eq!(ok("layer_norm(tensor([[1.0, 3.0]]), 1).to_array()"), "→ [-0.999995, 0.999995]\n");
+    assert_eq!(
+        ok("layer_norm(tensor([[1.0, 3.0]]), 1).to_array()"),
+        "→ [-0.999995, 0.999995]\n"
+    );
     assert_eq!(ok("kernel_families().len() > 3"), "→ true\n");
 }
 
@@ -99,14 +113,22 @@ fn the_playground_reference_documents_every_function() {
         .collect();
     names.sort();
     names.dedup();
-    assert!(names.len() > 80, "the signatures list the bindings: {names:?}");
+    assert!(
+        names.len() > 80,
+        "the signatures list the bindings: {names:?}"
+    );
     let missing: Vec<&String> = names
         .iter()
         .filter(|n| {
-            !(page.contains(&format!("`{n}(")) || page.contains(&format!("`{n}`"))
+            !(page.contains(&format!("`{n}("))
+                || page.contains(&format!("`{n}`"))
                 || page.contains(&format!(".{n}("))
-                || page.contains(&format!(", {n}(")) || page.contains(&format!("`, `{n}`")))
+                || page.contains(&format!(", {n}("))
+                || page.contains(&format!("`, `{n}`")))
         })
         .collect();
-    assert!(missing.is_empty(), "functions missing from reference/playground.md: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "functions missing from reference/playground.md: {missing:?}"
+    );
 }

@@ -98,8 +98,7 @@ fn skeleton(text: &str) -> String {
                 && (b[i].is_ascii_digit()
                     || (b[i] == '.' && b.get(i + 1).is_some_and(|c| c.is_ascii_digit()))
                     || (b[i] == 'e'
-                        && b
-                            .get(i + 1)
+                        && b.get(i + 1)
                             .is_some_and(|c| c.is_ascii_digit() || *c == '-')))
             {
                 i += if b[i] == 'e' && b.get(i + 1) == Some(&'-') {
@@ -204,7 +203,10 @@ fn every_runnable_block_runs_and_matches_its_recorded_output() {
         failures.len(),
         failures.join("\n\n")
     );
-    assert!(count >= 60, "the docs hold at least 60 runnable examples ({count})");
+    assert!(
+        count >= 60,
+        "the docs hold at least 60 runnable examples ({count})"
+    );
 }
 
 #[test]
@@ -219,7 +221,10 @@ fn every_tutorial_and_concept_page_has_a_runnable_block() {
             missing.push(path);
         }
     }
-    assert!(missing.is_empty(), "pages without a runnable block: {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "pages without a runnable block: {missing:?}"
+    );
 }
 
 #[test]
@@ -230,10 +235,15 @@ fn runnable_blocks_are_found_by_their_info_string() {
         runnable_blocks(md),
         vec!["a\n".to_string(), "b\n".to_string()]
     );
-    let ex = examples("```netcl\na\n```\n\n```output\n1.5\n```\n\n```netcl\nb\n```\ntext\n```output\nx\n```\n");
+    let ex = examples(
+        "```netcl\na\n```\n\n```output\n1.5\n```\n\n```netcl\nb\n```\ntext\n```output\nx\n```\n",
+    );
     assert_eq!(ex.len(), 2);
     assert_eq!(ex[0].recorded.as_ref().map(|r| r.2.as_str()), Some("1.5\n"));
-    assert!(ex[1].recorded.is_none(), "text between keeps an output block apart");
+    assert!(
+        ex[1].recorded.is_none(),
+        "text between keeps an output block apart"
+    );
 }
 
 #[test]

@@ -34,7 +34,10 @@ fn inline(v: &Dynamic) -> String {
         return format!("[{}]", items.join(", "));
     }
     if let Some(m) = v.read_lock::<Map>() {
-        let items: Vec<String> = m.iter().map(|(k, v)| format!("{k}: {}", inline(v))).collect();
+        let items: Vec<String> = m
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", inline(v)))
+            .collect();
         return format!("#{{{}}}", items.join(", "));
     }
     if v.is_unit() {
@@ -295,9 +298,15 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn("to_string", |v: FLOAT| render::fmt_number(v));
     engine.register_fn("to_debug", |v: FLOAT| render::fmt_number(v));
     engine.register_fn("to_string", |m: &mut Map| map_table(m));
-    engine.register_fn("to_debug", |m: &mut Map| inline(&Dynamic::from_map(m.clone())));
-    engine.register_fn("to_string", |a: &mut Array| inline(&Dynamic::from_array(a.clone())));
-    engine.register_fn("to_debug", |a: &mut Array| inline(&Dynamic::from_array(a.clone())));
+    engine.register_fn("to_debug", |m: &mut Map| {
+        inline(&Dynamic::from_map(m.clone()))
+    });
+    engine.register_fn("to_string", |a: &mut Array| {
+        inline(&Dynamic::from_array(a.clone()))
+    });
+    engine.register_fn("to_debug", |a: &mut Array| {
+        inline(&Dynamic::from_array(a.clone()))
+    });
 
     register_creation(engine, ctx);
     register_tensor_methods(engine, ctx);
@@ -368,7 +377,9 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         let s = shape_arg(&shape)?;
         precheck(&c, &s)?;
         let v = match num(&v) {
-            Some(f) if f.fract() == 0.0 && (i32::MIN as f64..=i32::MAX as f64).contains(&f) => f as i32,
+            Some(f) if f.fract() == 0.0 && (i32::MIN as f64..=i32::MAX as f64).contains(&f) => {
+                f as i32
+            }
             _ => {
                 return Err(script_err(
                     "dtype",
@@ -378,10 +389,24 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         };
         let n = s
             .iter()
-            .try_fold(1usize, |a, &d| if d == usize::MAX { None } else { a.checked_mul(d) })
-            .ok_or_else(|| script_err("shape", format!("full_int() needs every size given, got {shape:?}")))?;
+            .try_fold(1usize, |a, &d| {
+                if d == usize::MAX {
+                    None
+                } else {
+                    a.checked_mul(d)
+                }
+            })
+            .ok_or_else(|| {
+                script_err(
+                    "shape",
+                    format!("full_int() needs every size given, got {shape:?}"),
+                )
+            })?;
         let d = c.borrow().device.clone();
-        track(&c, Tensor::from_slice(&d, &vec![v; n], &s).map_err(engine_err)?)
+        track(
+            &c,
+            Tensor::from_slice(&d, &vec![v; n], &s).map_err(engine_err)?,
+        )
     });
     let arange = |ctx: &Shared, start: f64, end: f64, step: f64| -> R<Var> {
         if step != 0.0 && ((end - start) / step).is_finite() {

@@ -142,7 +142,11 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn(
         "depthwise_conv2d",
         move |x: Var, w: Var, o: Map| -> R<Var> {
-            known(&o, &["stride", "padding", "bias", "algo"], "depthwise_conv2d")?;
+            known(
+                &o,
+                &["stride", "padding", "bias", "algo"],
+                "depthwise_conv2d",
+            )?;
             let bias = o
                 .get("bias")
                 .and_then(|b| b.read_lock::<Var>().map(|v| v.clone()));
@@ -303,7 +307,10 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn("layer_norm", move |x: Var, dims: INT| -> R<Var> {
         forward_only(&x, "layer_norm")?;
         let n = usize::try_from(dims).map_err(|_| {
-            script_err("invalid", format!("layer_norm: dims is a non-negative integer, got {dims}"))
+            script_err(
+                "invalid",
+                format!("layer_norm: dims is a non-negative integer, got {dims}"),
+            )
         })?;
         track(
             &c,

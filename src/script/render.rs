@@ -288,8 +288,21 @@ pub fn transcript(r: &super::RunResult) -> String {
 /// of two, so one decision serves a class of shapes. `None` for a kernel whose layout is not listed.
 pub fn shape_fields(kernel: &str) -> Option<&'static [&'static str]> {
     const CONV: &[&str] = &[
-        "N~", "C", "H~", "W~", "F", "KH", "KW", "stride H", "stride W", "pad H", "pad W", "dilation H",
-        "dilation W", "groups", "pass",
+        "N~",
+        "C",
+        "H~",
+        "W~",
+        "F",
+        "KH",
+        "KW",
+        "stride H",
+        "stride W",
+        "pad H",
+        "pad W",
+        "dilation H",
+        "dilation W",
+        "groups",
+        "pass",
     ];
     Some(match kernel {
         "conv2d_fwd_algo" | "conv2d_bwd_algo" | "conv2d_backward" => CONV,
