@@ -429,10 +429,7 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
         for o in &r.outputs {
             match o {
                 Output::Text { text } => println!("{text}"),
-                Output::Tensor(s) => println!(
-                    "{} {:?} {} min={:?} max={:?} mean={:?} {:?}",
-                    s.title, s.shape, s.dtype, s.min, s.max, s.mean, s.preview
-                ),
+                Output::Tensor(s) => println!("{}", s.line()),
                 Output::Image {
                     title,
                     width,

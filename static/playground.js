@@ -10,6 +10,40 @@
   if (root.getAttribute("data-playground") !== "on" || !api) { return; }
   var SVG = "http://www.w3.org/2000/svg";
 
+  // The result view's own styles (the site's stylesheet covers the page; these only matter once this script runs).
+  var style = document.createElement("style");
+  style.textContent = [
+    ".run-decisions h4{margin:.8rem 0 .3rem;font-size:.95rem}",
+    ".decision{border:1px solid var(--border);border-radius:6px;margin:.25rem 0;padding:.2rem .5rem}",
+    ".decision summary{cursor:pointer;display:flex;gap:.5rem;align-items:baseline;overflow-wrap:anywhere}",
+    ".decision .badge{font-size:.72rem;padding:0 .4rem;border-radius:9px;border:1px solid var(--border);white-space:nowrap;text-transform:uppercase;letter-spacing:.04em}",
+    ".badge.source-measured{background:#e3f1dd;color:#245c12}.badge.source-cache{background:#e2ecfa;color:#17457a}",
+    ".badge.source-forced{background:#fbe9d2;color:#7a4508}.badge.source-only,.badge.source-default{background:#eee;color:#444}",
+    ".decision-key{font-family:var(--mono,monospace);font-size:.82rem;overflow-wrap:anywhere;margin:.3rem 0}",
+    ".candidate-bars{list-style:none;margin:.2rem 0;padding:0}",
+    ".candidate-bars li{display:grid;grid-template-columns:minmax(6rem,14rem) 1fr 6.5rem;gap:.5rem;align-items:center;font-size:.85rem}",
+    ".cand-label{overflow-wrap:anywhere}.cand-time{text-align:right;font-variant-numeric:tabular-nums}",
+    ".cand-bar{background:var(--border);height:.55rem;border-radius:3px;overflow:hidden}",
+    ".cand-fill{display:block;height:100%;background:var(--muted)}.candidate-bars li.winner .cand-fill{background:var(--accent)}",
+    ".candidate-bars li.winner{font-weight:600}",
+    ".run-timebar{margin:.6rem 0}.run-timebar-title{margin:.2rem 0;font-size:.88rem}",
+    ".timebar{display:flex;height:.8rem;border-radius:4px;overflow:hidden;background:var(--border)}",
+    ".timebar .seg{display:block;height:100%}.timebar-legend{font-size:.8rem;display:flex;flex-wrap:wrap;gap:.8rem;margin:.2rem 0}",
+    ".seg-parse{background:#9aa5b1}.seg-build{background:#d9822b}.seg-tune{background:#8e5bd6}.seg-run{background:#2f8f46}",
+    ".timebar-legend .key::before{content:'';display:inline-block;width:.7rem;height:.7rem;margin-right:.25rem;vertical-align:-1px;background:inherit;border-radius:2px}",
+    ".timebar-legend .key{background:none}.timebar-legend .key.seg-parse::before{background:#9aa5b1}.timebar-legend .key.seg-build::before{background:#d9822b}",
+    ".timebar-legend .key.seg-tune::before{background:#8e5bd6}.timebar-legend .key.seg-run::before{background:#2f8f46}",
+    ".run-curve svg{width:100%;max-width:44rem;height:auto;display:block}",
+    ".run-curve polyline{fill:none;stroke-width:1.6}.run-curve .series-0{stroke:var(--accent)}.run-curve .series-1{stroke:#d9822b}.run-curve .series-2{stroke:#2f8f46}",
+    ".run-curve-axes line{stroke:var(--muted);stroke-width:1}.run-curve-axes text{fill:var(--muted);font-size:9px}",
+    ".run-curve-legend .legend-item{margin-right:.8rem}.run-curve-legend .legend-item::before{content:'';display:inline-block;width:1rem;height:2px;vertical-align:middle;margin-right:.3rem;background:var(--accent)}",
+    ".run-curve-legend .legend-item.series-1::before{background:#d9822b}.run-curve-legend .legend-item.series-2::before{background:#2f8f46}",
+    "img.pixelated{image-rendering:pixelated}.color-scale{display:inline-flex;align-items:center;gap:.3rem;margin-left:.6rem;font-size:.8rem}",
+    ".scale-ramp{display:inline-block;width:5rem;height:.6rem;background:linear-gradient(to right,#000,#fff);border:1px solid var(--border)}",
+    ".launches-table td:first-child{overflow-wrap:anywhere}"
+  ].join("\n");
+  document.head.appendChild(style);
+
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) { e.className = cls; }
@@ -55,13 +89,16 @@
     return tr;
   }
 
-  // The live curve: one polyline per numeric field of the progress values (x is `step` when present).
+  // The live curve: the fields the snippet names (`progress(#{loss: …})`, or `loss`/`train_loss` from `fit`),
+  // against one x axis that runs across epochs (a `step` that restarts each epoch is continued), with axes, ticks
+  // and a legend.
+  var SKIP = { step: 1, epoch: 1, batch: 1, lr: 1, samples_per_second: 1, seconds: 1, elapsed_ms: 1, kind: 1 };
   function Curve(container) {
     this.points = [];
+    this.lastStep = null; this.offset = 0; this.x = 0;
     this.box = el("div", "run-curve");
     this.svg = document.createElementNS(SVG, "svg");
-    this.svg.setAttribute("viewBox", "0 0 400 120");
-    this.svg.setAttribute("preserveAspectRatio", "none");
+    this.svg.setAttribute("viewBox", "0 0 440 160");
     this.svg.setAttribute("role", "img");
     this.svg.setAttribute("aria-label", "progress curve");
     this.legend = el("p", "run-curve-legend");
@@ -69,31 +106,84 @@
     this.box.appendChild(this.legend);
     container.appendChild(this.box);
   }
+  function svgEl(tag, attrs, text) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, attrs[k]); });
+    if (text !== undefined) { e.textContent = text; }
+    return e;
+  }
+  function flatten(value) {
+    // `fit` streams {kind: "step", loss, …} or {step: {...}}: numeric fields at the top level or one level down.
+    var out = {};
+    Object.keys(value).forEach(function (k) {
+      var v = value[k];
+      if (typeof v === "number") { out[k] = v; }
+      else if (v && typeof v === "object") { Object.keys(v).forEach(function (j) { if (typeof v[j] === "number" && out[j] === undefined) { out[j] = v[j]; } }); }
+    });
+    return out;
+  }
+  Curve.prototype.fields = function () {
+    var seen = {};
+    this.points.forEach(function (p) { Object.keys(p.v).forEach(function (k) { seen[k] = 1; }); });
+    if (seen.loss) { return ["loss"]; }
+    if (seen.train_loss) { return ["train_loss"]; }
+    return Object.keys(seen).filter(function (k) { return !SKIP[k]; }).slice(0, 3);
+  };
   Curve.prototype.add = function (value) {
     if (!value || typeof value !== "object") { return; }
-    this.points.push(value);
-    var keys = Object.keys(value).filter(function (k) { return k !== "step" && typeof value[k] === "number"; });
-    var self = this;
+    var v = flatten(value);
+    var x;
+    if (typeof v.step === "number") {
+      if (this.lastStep !== null && v.step <= this.lastStep) { this.offset = this.x + 1; }
+      this.lastStep = v.step;
+      x = this.offset + v.step;
+    } else { x = this.points.length; }
+    this.x = x;
+    this.points.push({ x: x, v: v });
+    this.draw();
+  };
+  Curve.prototype.draw = function () {
+    var self = this, keys = this.fields();
     while (this.svg.firstChild) { this.svg.removeChild(this.svg.firstChild); }
+    var L = 48, R = 432, T = 8, B = 136;
+    var pts = this.points, xs = pts.map(function (p) { return p.x; });
+    var ys = [];
+    keys.forEach(function (k) { pts.forEach(function (p) { if (typeof p.v[k] === "number" && isFinite(p.v[k])) { ys.push(p.v[k]); } }); });
+    if (!ys.length) { this.legend.textContent = pts.length + " progress values"; return; }
+    var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
+    var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
+    if (y1 === y0) { y1 = y0 + 1; }
+    if (x1 === x0) { x1 = x0 + 1; }
+    function px(x) { return L + (x - x0) / (x1 - x0) * (R - L); }
+    function py(y) { return B - (y - y0) / (y1 - y0) * (B - T); }
+    var axes = svgEl("g", { "class": "run-curve-axes" });
+    axes.appendChild(svgEl("line", { x1: L, y1: B, x2: R, y2: B }));
+    axes.appendChild(svgEl("line", { x1: L, y1: T, x2: L, y2: B }));
+    for (var i = 0; i <= 4; i++) {
+      var yv = y0 + (y1 - y0) * i / 4, xv = x0 + (x1 - x0) * i / 4;
+      axes.appendChild(svgEl("line", { "class": "tick", x1: L - 3, y1: py(yv), x2: L, y2: py(yv) }));
+      axes.appendChild(svgEl("text", { x: L - 5, y: py(yv) + 3, "text-anchor": "end" }, num(yv)));
+      axes.appendChild(svgEl("line", { "class": "tick", x1: px(xv), y1: B, x2: px(xv), y2: B + 3 }));
+      axes.appendChild(svgEl("text", { x: px(xv), y: B + 13, "text-anchor": "middle" }, String(Math.round(xv))));
+    }
+    axes.appendChild(svgEl("text", { x: (L + R) / 2, y: 158, "text-anchor": "middle", "class": "axis-label" }, "step"));
+    this.svg.appendChild(axes);
     var legend = [];
-    keys.slice(0, 4).forEach(function (key, series) {
-      var pts = self.points.filter(function (p) { return typeof p[key] === "number" && isFinite(p[key]); });
-      if (!pts.length) { return; }
-      var xs = pts.map(function (p, i) { return typeof p.step === "number" ? p.step : i; });
-      var ys = pts.map(function (p) { return p[key]; });
-      var x0 = Math.min.apply(null, xs), x1 = Math.max.apply(null, xs);
-      var y0 = Math.min.apply(null, ys), y1 = Math.max.apply(null, ys);
-      var line = document.createElementNS(SVG, "polyline");
-      line.setAttribute("points", pts.map(function (p, i) {
-        var x = 4 + (x1 > x0 ? (xs[i] - x0) / (x1 - x0) : 0) * 392;
-        var y = 116 - (y1 > y0 ? (ys[i] - y0) / (y1 - y0) : 0.5) * 112;
-        return x.toFixed(1) + "," + y.toFixed(1);
-      }).join(" "));
-      line.setAttribute("class", "series-" + series);
-      self.svg.appendChild(line);
-      legend.push(key + " " + num(ys[ys.length - 1]) + " (" + num(y0) + " … " + num(y1) + ")");
+    keys.forEach(function (key, series) {
+      var s = pts.filter(function (p) { return typeof p.v[key] === "number" && isFinite(p.v[key]); });
+      if (!s.length) { return; }
+      self.svg.appendChild(svgEl("polyline", {
+        "class": "series-" + series, "data-field": key,
+        points: s.map(function (p) { return px(p.x).toFixed(1) + "," + py(p.v[key]).toFixed(1); }).join(" ")
+      }));
+      legend.push(key + " " + num(s[s.length - 1].v[key]));
     });
-    this.legend.textContent = legend.join(" · ") + " · " + this.points.length + " points";
+    this.legend.textContent = "";
+    legend.forEach(function (text, i) {
+      var item = el("span", "legend-item series-" + i, text);
+      self.legend.appendChild(item);
+    });
+    this.legend.appendChild(document.createTextNode(" · " + pts.length + " points"));
   };
 
   function renderTensor(o) {
@@ -105,46 +195,103 @@
     return box;
   }
 
-  function renderDecisions(decisions) {
-    var box = el("details", "run-decisions");
-    box.open = true;
-    box.appendChild(el("summary", null, "Autotune decisions (" + decisions.length + ")"));
-    var t = table(["kernel", "shape key", "candidate", "time", "", "source"], "run-table decisions-table");
-    // A loop takes the same decision many times; each distinct one is shown once, with its count.
+  // Decisions: one line each ("conv2d_fwd_algo · N≤8 C=32 … → im2col, 4.2× faster than winograd, measured now")
+  // with the source as a badge; the shape key's named fields and the candidates as labelled bars fold under it.
+  function label(raw) {
+    try { var v = JSON.parse(raw); return Array.isArray(v) ? v.join(" ") : (typeof v === "string" ? v : raw); } catch (e) { return raw; }
+  }
+  function renderDecisions(decisions, explained) {
+    var box = el("section", "run-decisions");
     var seen = {}, distinct = [];
-    decisions.forEach(function (d) {
+    decisions.forEach(function (d, i) {
       var key = d.kernel + "|" + d.shape_key + "|" + d.source + "|" + d.winner_label;
       if (seen[key]) { seen[key].count++; return; }
-      seen[key] = { d: d, count: 1 };
+      seen[key] = { d: d, x: (explained || [])[i], count: 1 };
       distinct.push(seen[key]);
     });
+    box.appendChild(el("h4", null, "Autotune decisions (" + distinct.length + (distinct.length < decisions.length ? " distinct of " + decisions.length : "") + ")"));
     distinct.forEach(function (entry) {
-      var d = entry.d;
+      var d = entry.d, x = entry.x || {};
+      var item = el("details", "decision");
+      item.setAttribute("data-kernel", d.kernel);
+      var sum = el("summary");
+      var badge = el("span", "badge source-" + d.source, d.source);
+      sum.appendChild(badge);
+      var text = x.line ? x.line.replace(d.winner_label, label(d.winner_label)) : d.kernel + " → " + label(d.winner_label);
+      if (x.runner_up) { text = text.replace(x.runner_up, label(x.runner_up)); }
+      sum.appendChild(el("span", "decision-line", text + (entry.count > 1 ? " (×" + entry.count + ")" : "")));
+      item.appendChild(sum);
+      var body = el("div", "decision-body");
+      body.appendChild(el("p", "decision-key", "shape key " + d.shape_key + (x.fields ? " = " + x.fields : "") + " (≤: rounded up to a power of two, so one answer serves a class of shapes)"));
+      if (d.note) { body.appendChild(el("p", "muted", d.note)); }
       var slowest = 0;
       d.candidates.forEach(function (c) { if (typeof c.ms === "number" && c.ms > slowest) { slowest = c.ms; } });
-      var cands = d.candidates.length ? d.candidates : [{ label: d.winner_label, ms: null }];
-      cands.forEach(function (c, i) {
-        var bar = el("meter");
-        bar.min = 0; bar.max = slowest || 1; bar.value = typeof c.ms === "number" ? c.ms : 0;
-        var winner = c.label === d.winner_label;
-        var tr = row(t.body, [i === 0 ? d.kernel : "", i === 0 ? d.shape_key : "", c.label + (winner ? " ✓" : ""),
-          c.error ? "failed: " + c.error : fmt(c.ms), bar, i === 0 ? d.source + (d.source === "measured" ? " in " + fmt(d.tune_ms) : "") + (entry.count > 1 ? " ×" + entry.count : "") : ""]);
-        if (winner) { tr.className = "winner"; }
+      var list = el("ul", "candidate-bars");
+      (d.candidates.length ? d.candidates : [{ label: d.winner_label, ms: null }]).forEach(function (c) {
+        var li = el("li", c.label === d.winner_label ? "winner" : null);
+        li.appendChild(el("span", "cand-label", label(c.label) + (c.label === d.winner_label ? " ✓" : "")));
+        var bar = el("span", "cand-bar");
+        var fill = el("span", "cand-fill");
+        fill.style.width = (typeof c.ms === "number" && slowest ? Math.max(2, 100 * c.ms / slowest) : 0) + "%";
+        bar.appendChild(fill);
+        li.appendChild(bar);
+        li.appendChild(el("span", "cand-time", c.error ? "failed: " + c.error : fmt(c.ms)));
+        list.appendChild(li);
       });
+      body.appendChild(list);
+      if (d.source === "measured") { body.appendChild(el("p", "muted", "measuring took " + fmt(d.tune_ms))); }
+      item.appendChild(body);
+      box.appendChild(item);
     });
-    box.appendChild(t.table);
     return box;
   }
 
+  // Launches grouped by kernel; the launches made while the autotuner timed candidates are kept apart.
   function renderLaunches(launches) {
     var box = el("details", "run-launches");
-    box.appendChild(el("summary", null, "Kernel launches (" + launches.length + ")"));
-    var t = table(["kernel", "global", "local", "device time"], "run-table");
-    launches.slice(0, 100).forEach(function (l) {
-      row(t.body, [l.kernel, (l.global || []).join(" × "), l.local ? l.local.join(" × ") : "auto", fmt(l.ms)]);
+    var real = launches.filter(function (l) { return !l.tuning; }), tuning = launches.filter(function (l) { return l.tuning; });
+    box.appendChild(el("summary", null, "Kernel launches (" + real.length + (tuning.length ? ", and " + tuning.length + " while tuning" : "") + ")"));
+    function group(list, title) {
+      var by = {}, order = [];
+      list.forEach(function (l) {
+        if (!by[l.kernel]) { by[l.kernel] = { n: 0, ms: 0, global: l.global, local: l.local }; order.push(l.kernel); }
+        by[l.kernel].n++; by[l.kernel].ms += l.ms || 0;
+      });
+      var t = table(["kernel", "launches", "device time", "global", "local"], "run-table launches-table");
+      t.table.setAttribute("data-group", title);
+      order.sort(function (a, b) { return by[b].ms - by[a].ms; }).forEach(function (k) {
+        var g = by[k];
+        row(t.body, [k, String(g.n), fmt(g.ms), (g.global || []).join(" × "), g.local ? g.local.join(" × ") : "auto"]);
+      });
+      box.appendChild(el("h5", null, title));
+      box.appendChild(t.table);
+    }
+    group(real, "Launches that computed the result");
+    if (tuning.length) { group(tuning, "Launches that timed candidates"); }
+    return box;
+  }
+
+  // Where the time went: one bar split into parse, build, tune and run.
+  function renderTimeBar(t) {
+    var parts = [["parse", t.parse_ms], ["build", t.build_ms], ["tune", t.tune_ms], ["run", t.run_ms]];
+    var total = parts.reduce(function (a, p) { return a + (p[1] || 0); }, 0);
+    var box = el("div", "run-timebar");
+    box.appendChild(el("p", "run-timebar-title", "Where the time went: " + fmt(t.total_ms)));
+    var bar = el("div", "timebar");
+    bar.setAttribute("role", "img");
+    bar.setAttribute("aria-label", parts.map(function (p) { return p[0] + " " + fmt(p[1]); }).join(", "));
+    parts.forEach(function (p) {
+      if (!total || !p[1]) { return; }
+      var seg = el("span", "seg seg-" + p[0]);
+      seg.style.width = (100 * p[1] / total).toFixed(2) + "%";
+      seg.title = p[0] + " " + fmt(p[1]);
+      bar.appendChild(seg);
     });
-    box.appendChild(t.table);
-    if (launches.length > 100) { box.appendChild(el("p", "muted", "… " + (launches.length - 100) + " more")); }
+    box.appendChild(bar);
+    var legend = el("p", "timebar-legend");
+    parts.forEach(function (p) { legend.appendChild(el("span", "key seg-" + p[0], p[0] + " " + fmt(p[1]))); });
+    legend.appendChild(el("span", "key", "device " + fmt(t.device_ms)));
+    box.appendChild(legend);
     return box;
   }
 
@@ -158,7 +305,17 @@
         var img = el("img");
         img.src = o.png; img.alt = o.title || "tensor image"; img.width = Math.max(o.width, 1) * Math.max(1, Math.floor(256 / Math.max(o.width, o.height, 1)));
         fig.appendChild(img);
-        if (o.title) { fig.appendChild(el("figcaption", null, o.title)); }
+        img.className = "pixelated";
+        var cap = el("figcaption", null, o.title || "");
+        if (typeof o.lo === "number" && typeof o.hi === "number") {
+          var scale = el("span", "color-scale");
+          scale.appendChild(el("span", "scale-lo", num(o.lo)));
+          scale.appendChild(el("span", "scale-ramp"));
+          scale.appendChild(el("span", "scale-hi", num(o.hi)));
+          scale.title = "black = " + num(o.lo) + ", white = " + num(o.hi) + (o.width > 0 && o.png ? "; a grid scales each map to its own range" : "");
+          cap.appendChild(scale);
+        }
+        fig.appendChild(cap);
         out.appendChild(fig);
       }
     });
@@ -175,9 +332,10 @@
       area.appendChild(box);
       if (e.line) { editor.markLine(e.line, e.column); }
     }
-    if (r.decisions && r.decisions.length) { area.appendChild(renderDecisions(r.decisions)); }
+    if (r.decisions && r.decisions.length) { area.appendChild(renderDecisions(r.decisions, r.explained)); }
     if (r.launches && r.launches.length) { area.appendChild(renderLaunches(r.launches)); }
     var t = r.timings || {};
+    if (r.timings) { area.appendChild(renderTimeBar(t)); }
     var meta = el("p", "run-meta");
     meta.textContent = [
       r.device ? "device " + r.device.name + " (" + r.device.kind + ", " + r.device.platform + ")" : "no device",

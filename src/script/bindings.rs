@@ -12,12 +12,50 @@ use crate::tensor::Tensor;
 
 pub(crate) type R<T> = Result<T, Box<EvalAltResult>>;
 
-/// A readable form of a script value (tensors as a one-line summary).
+/// A readable form of a script value: tensors as a one-line summary, numbers with sensible precision, maps
+/// as a two-column table (one `key  value` line per entry), arrays with their items shown the same way.
 pub(crate) fn display(v: &Dynamic) -> String {
-    match v.read_lock::<Var>() {
-        Some(t) => describe(t.value()),
-        None => v.to_string(),
+    if let Some(m) = v.read_lock::<Map>() {
+        return map_table(&m);
     }
+    inline(v)
+}
+
+/// A value on one line (how a map's entries and an array's items are shown).
+fn inline(v: &Dynamic) -> String {
+    if let Some(t) = v.read_lock::<Var>() {
+        return describe(t.value());
+    }
+    if let Ok(f) = v.as_float() {
+        return render::fmt_number(f);
+    }
+    if let Some(a) = v.read_lock::<Array>() {
+        let items: Vec<String> = a.iter().map(inline).collect();
+        return format!("[{}]", items.join(", "));
+    }
+    if let Some(m) = v.read_lock::<Map>() {
+        let items: Vec<String> = m
+            .iter()
+            .map(|(k, v)| format!("{k}: {}", inline(v)))
+            .collect();
+        return format!("#{{{}}}", items.join(", "));
+    }
+    if v.is_unit() {
+        return "()".into();
+    }
+    v.to_string()
+}
+
+/// A map as a table: keys padded to one column, values after them.
+fn map_table(m: &Map) -> String {
+    if m.is_empty() {
+        return "#{}".into();
+    }
+    let width = m.keys().map(|k| k.chars().count()).max().unwrap_or(0);
+    m.iter()
+        .map(|(k, v)| format!("{k:<width$}  {}", inline(v)))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 fn describe(t: &Tensor) -> String {
@@ -27,7 +65,7 @@ fn describe(t: &Tensor) -> String {
                 .preview
                 .iter()
                 .take(6)
-                .map(|v| format!("{v:.4}"))
+                .map(|&v| render::fmt_number(v as f64))
                 .collect();
             let more = if s.numel > 6 { ", …" } else { "" };
             format!(
@@ -35,9 +73,9 @@ fn describe(t: &Tensor) -> String {
                 s.shape,
                 s.dtype,
                 preview.join(", "),
-                s.min.map_or("-".into(), |v| format!("{v:.4}")),
-                s.max.map_or("-".into(), |v| format!("{v:.4}")),
-                s.mean.map_or("-".into(), |v| format!("{v:.4}"))
+                s.min.map_or("–".into(), |v| render::fmt_number(v as f64)),
+                s.max.map_or("–".into(), |v| render::fmt_number(v as f64)),
+                s.mean.map_or("–".into(), |v| render::fmt_number(v as f64))
             )
         }
         Err(e) => format!("Tensor{:?} (unreadable: {e})", t.shape()),
@@ -61,6 +99,16 @@ pub(crate) fn num(d: &Dynamic) -> Option<f64> {
     d.as_float()
         .ok()
         .or_else(|| d.as_int().ok().map(|i| i as f64))
+}
+
+/// A number argument: an integer literal is accepted wherever a float is (`clamp(x, 0, 6)`).
+pub(crate) fn float_arg(v: &Dynamic, what: &str) -> R<f64> {
+    num(v).ok_or_else(|| {
+        script_err(
+            "dtype",
+            format!("{what} is a number, got {} ({v})", v.type_name()),
+        )
+    })
 }
 
 pub(crate) fn opt_f(m: &Map, key: &str, default: f64) -> R<f64> {
@@ -300,8 +348,25 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             text: format!("{at}{s}"),
         })
     });
+    // `print` of a map or a number is overloaded (it returns the text `on_print` receives) so it shows a table
+    // or a sensible precision; Rhai's own `print` gives `#{"a": 1}` and `0.30000000000000004`.
+    engine.register_fn("print", |m: Map| map_table(&m));
+    engine.register_fn("print", render::fmt_number);
     engine.register_fn("to_string", |t: &mut Var| describe(t.value()));
     engine.register_fn("to_debug", |t: &mut Var| describe(t.value()));
+    // Numbers, maps and arrays print the way `display` shows them (`print(0.1 + 0.2)` is `0.3`; a map is a table).
+    engine.register_fn("to_string", |v: FLOAT| render::fmt_number(v));
+    engine.register_fn("to_debug", |v: FLOAT| render::fmt_number(v));
+    engine.register_fn("to_string", |m: &mut Map| map_table(m));
+    engine.register_fn("to_debug", |m: &mut Map| {
+        inline(&Dynamic::from_map(m.clone()))
+    });
+    engine.register_fn("to_string", |a: &mut Array| {
+        inline(&Dynamic::from_array(a.clone()))
+    });
+    engine.register_fn("to_debug", |a: &mut Array| {
+        inline(&Dynamic::from_array(a.clone()))
+    });
 
     register_creation(engine, ctx);
     register_tensor_methods(engine, ctx);
@@ -359,16 +424,50 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         let d = c.borrow().device.clone();
         track(&c, Tensor::ones(&d, &s).map_err(engine_err)?)
     });
-    for name in ["full", "full_int"] {
-        let c = ctx.clone();
-        engine.register_fn(name, move |shape: Array, v: Dynamic| -> R<Var> {
-            let s = shape_arg(&shape)?;
-            precheck(&c, &s)?;
-            let v = num(&v).ok_or_else(|| script_err("dtype", "full() takes a number"))?;
-            let d = c.borrow().device.clone();
-            track(&c, Tensor::full(&d, &s, v as f32).map_err(engine_err)?)
-        });
-    }
+    let c = ctx.clone();
+    engine.register_fn("full", move |shape: Array, v: Dynamic| -> R<Var> {
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let v = num(&v).ok_or_else(|| script_err("dtype", "full() takes a number"))?;
+        let d = c.borrow().device.clone();
+        track(&c, Tensor::full(&d, &s, v as f32).map_err(engine_err)?)
+    });
+    let c = ctx.clone();
+    engine.register_fn("full_int", move |shape: Array, v: Dynamic| -> R<Var> {
+        let s = shape_arg(&shape)?;
+        precheck(&c, &s)?;
+        let v = match num(&v) {
+            Some(f) if f.fract() == 0.0 && (i32::MIN as f64..=i32::MAX as f64).contains(&f) => {
+                f as i32
+            }
+            _ => {
+                return Err(script_err(
+                    "dtype",
+                    format!("full_int() takes a whole number that fits i32, got {v}"),
+                ));
+            }
+        };
+        let n = s
+            .iter()
+            .try_fold(1usize, |a, &d| {
+                if d == usize::MAX {
+                    None
+                } else {
+                    a.checked_mul(d)
+                }
+            })
+            .ok_or_else(|| {
+                script_err(
+                    "shape",
+                    format!("full_int() needs every size given, got {shape:?}"),
+                )
+            })?;
+        let d = c.borrow().device.clone();
+        track(
+            &c,
+            Tensor::from_slice(&d, &vec![v; n], &s).map_err(engine_err)?,
+        )
+    });
     let arange = |ctx: &Shared, start: f64, end: f64, step: f64| -> R<Var> {
         if step != 0.0 && ((end - start) / step).is_finite() {
             precheck(ctx, &[((end - start) / step).ceil().max(0.0) as usize])?;
@@ -486,7 +585,7 @@ fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
             .to_f32_vec()
             .map_err(engine_err)?
             .into_iter()
-            .map(|v| Dynamic::from(v as FLOAT))
+            .map(|v| Dynamic::from(render::f32_to_script(v)))
             .collect())
     });
     engine.register_fn("item", |t: &mut Var| -> R<FLOAT> {
@@ -499,11 +598,28 @@ fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
                 ),
             ));
         }
-        Ok(t.value().to_f32_vec().map_err(engine_err)?[0] as FLOAT)
+        Ok(render::f32_to_script(
+            t.value().to_f32_vec().map_err(engine_err)?[0],
+        ))
     });
     let c = ctx.clone();
     engine.register_fn("sum", move |t: &mut Var| -> R<Var> {
         track_var(&c, ag::sum_all(t).map_err(engine_err)?)
+    });
+    let c = ctx.clone();
+    engine.register_fn("cast", move |t: &mut Var, dtype: &str| -> R<Var> {
+        let d = match dtype {
+            "f32" => crate::tensor::DType::F32,
+            "f16" => crate::tensor::DType::F16,
+            "i32" => crate::tensor::DType::I32,
+            other => {
+                return Err(script_err(
+                    "dtype",
+                    format!("cast: `{other}` is not f32, f16 or i32"),
+                ));
+            }
+        };
+        track(&c, t.value().cast(d).map_err(engine_err)?)
     });
     let c = ctx.clone();
     engine.register_fn("to_device", move |t: &mut Var, selector: &str| -> R<Var> {
@@ -546,7 +662,11 @@ fn register_output(engine: &mut Engine, ctx: &Shared) {
             .rev()
             .map(|d| {
                 let mut m = Map::new();
-                m.insert("kernel".into(), d.kernel.into());
+                m.insert("kernel".into(), d.kernel.clone().into());
+                m.insert(
+                    "fields".into(),
+                    render::explain_shape(&d.kernel, &d.shape_key).into(),
+                );
                 m.insert("shape".into(), d.shape_key.into());
                 m.insert("winner".into(), d.winner_label.into());
                 m.insert(
@@ -577,6 +697,14 @@ fn register_output(engine: &mut Engine, ctx: &Shared) {
             .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
         (c.borrow_mut().progress)(&json);
         Ok(())
+    });
+    engine.register_fn("build_ms", || -> FLOAT {
+        (crate::program::build_ms_total() * 1e3).round() / 1e3
+    });
+    engine.register_fn("kernel_families", || -> Array {
+        crate::program::kernel_families()
+            .map(|f| Dynamic::from(f.to_string()))
+            .collect()
     });
     let c = ctx.clone();
     engine.register_fn("pool_stats", move || -> Map {

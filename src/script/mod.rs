@@ -113,6 +113,8 @@ pub struct RunResult {
     pub value: Option<String>,
     /// Autotune decisions taken during the run.
     pub decisions: Vec<Decision>,
+    /// The same decisions explained for a reader, one per decision, in the same order.
+    pub explained: Vec<render::DecisionView>,
     /// Kernel launches with device times (OpenCL devices).
     pub launches: Vec<Launch>,
     /// Where the time went.
@@ -163,12 +165,19 @@ pub(crate) type Shared = Rc<RefCell<Ctx>>;
 pub(crate) fn engine_err(e: Error) -> Box<EvalAltResult> {
     let mut m = rhai::Map::new();
     m.insert("kind".into(), Dynamic::from(e.kind().to_string()));
-    let text = e.to_string();
-    let prefix = format!("{}: ", e.kind());
-    m.insert(
-        "message".into(),
-        Dynamic::from(text.strip_prefix(&prefix).unwrap_or(&text).to_string()),
-    );
+    // The kind is shown once, by the page: the message drops the Display prefix (`invalid argument: `).
+    let message = match &e {
+        Error::Device(s)
+        | Error::Shape(s)
+        | Error::DType(s)
+        | Error::Invalid(s)
+        | Error::Limit(s)
+        | Error::DeviceMismatch(s)
+        | Error::Unsupported(s)
+        | Error::Wiki(s) => s.clone(),
+        other => other.to_string(),
+    };
+    m.insert("message".into(), Dynamic::from(message));
     Box::new(EvalAltResult::ErrorRuntime(
         Dynamic::from_map(m),
         Position::NONE,
@@ -258,6 +267,24 @@ fn summary(d: &Device) -> DeviceSummary {
     }
 }
 
+/// The signatures of every function the playground language registers (`name(a: Tensor, …) -> Tensor`), so
+/// the playground reference can be checked against what a script can call.
+pub fn function_signatures() -> Vec<String> {
+    let ctx: Shared = Rc::new(RefCell::new(Ctx {
+        device: Device::builtin(),
+        limits: Limits::default(),
+        outputs: Vec::new(),
+        output_bytes: 0,
+        truncated: false,
+        elements: 0,
+        progress: Box::new(|_| {}),
+        seq0: 0,
+    }));
+    let mut engine = Engine::new_raw();
+    bindings::register(&mut engine, &ctx);
+    engine.gen_fn_signatures(false)
+}
+
 /// Runs `code` on `device` within `limits`.
 pub fn run(device: &Device, code: &str, limits: &Limits) -> RunResult {
     run_with_progress(device, code, limits, Box::new(|_| {}))
@@ -281,6 +308,7 @@ pub fn run_with_progress(
         outputs: Vec::new(),
         value: None,
         decisions: Vec::new(),
+        explained: Vec::new(),
         launches: Vec::new(),
         timings: Timings::default(),
         error: Some(ScriptError {
@@ -357,6 +385,7 @@ pub fn run_with_progress(
         device: summary(device),
         outputs: c.outputs.clone(),
         value,
+        explained: decisions.iter().map(render::explain).collect(),
         decisions,
         launches,
         timings: Timings {

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use rhai::{Array, Dynamic, Engine, FLOAT, INT, Map};
 
-use super::bindings::{R, seed_arg, track, track_var};
+use super::bindings::{R, float_arg, seed_arg, track, track_var};
+use super::render::f32_to_script;
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Digits, InMemory};
@@ -40,17 +41,20 @@ fn configs(list: &Array) -> R<Vec<LayerConfig>> {
 fn epoch_map(m: &crate::train::EpochMetrics) -> Map {
     let mut out = Map::new();
     out.insert("epoch".into(), (m.epoch as INT).into());
-    out.insert("train_loss".into(), (m.train_loss as FLOAT).into());
-    out.insert("train_accuracy".into(), (m.train_accuracy as FLOAT).into());
+    out.insert("train_loss".into(), f32_to_script(m.train_loss).into());
+    out.insert(
+        "train_accuracy".into(),
+        f32_to_script(m.train_accuracy).into(),
+    );
     out.insert(
         "val_loss".into(),
         m.val_loss
-            .map_or(Dynamic::UNIT, |v| Dynamic::from(v as FLOAT)),
+            .map_or(Dynamic::UNIT, |v| Dynamic::from(f32_to_script(v))),
     );
     out.insert(
         "val_accuracy".into(),
         m.val_accuracy
-            .map_or(Dynamic::UNIT, |v| Dynamic::from(v as FLOAT)),
+            .map_or(Dynamic::UNIT, |v| Dynamic::from(f32_to_script(v))),
     );
     out.insert("seconds".into(), (m.seconds as FLOAT).into());
     out
@@ -234,18 +238,31 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
         };
         Ok(Opt(Rc::new(RefCell::new(o.map_err(engine_err)?))))
     };
-    engine.register_fn("sgd", move |m: Model, lr: f64, momentum: f64| {
-        make(&m, "sgd", lr, momentum)
+    engine.register_fn("sgd", move |m: Model, lr: Dynamic, momentum: Dynamic| {
+        make(
+            &m,
+            "sgd",
+            float_arg(&lr, "sgd's lr")?,
+            float_arg(&momentum, "sgd's momentum")?,
+        )
     });
-    engine.register_fn("adam", move |m: Model, lr: f64| make(&m, "adam", lr, 0.0));
-    engine.register_fn("adamw", move |m: Model, lr: f64, wd: f64| {
-        make(&m, "adamw", lr, wd)
+    engine.register_fn("adam", move |m: Model, lr: Dynamic| {
+        make(&m, "adam", float_arg(&lr, "adam's lr")?, 0.0)
+    });
+    engine.register_fn("adamw", move |m: Model, lr: Dynamic, wd: Dynamic| {
+        make(
+            &m,
+            "adamw",
+            float_arg(&lr, "adamw's lr")?,
+            float_arg(&wd, "adamw's weight_decay")?,
+        )
     });
     engine.register_fn("step", |o: &mut Opt| -> R<()> {
         o.0.borrow_mut().step().map_err(engine_err)
     });
     engine.register_fn("zero_grad", |o: &mut Opt| o.0.borrow().zero_grad());
-    engine.register_fn("set_lr", |o: &mut Opt, lr: f64| -> R<()> {
+    engine.register_fn("set_lr", |o: &mut Opt, lr: Dynamic| -> R<()> {
+        let lr = float_arg(&lr, "set_lr's lr")?;
         o.0.borrow_mut().set_lr(lr as f32).map_err(engine_err)
     });
 

@@ -2,9 +2,9 @@
 //! losses, pooling and shape ops. Options come as a map (`conv2d(x, w, #{stride: 2, padding: 1})`).
 //! Differentiable ops record gradients for `param` inputs; the others are forward-only and say so.
 
-use rhai::{Array, Engine, INT, Map};
+use rhai::{Array, Dynamic, Engine, INT, Map};
 
-use super::bindings::{R, precharge, shape_arg, track, track_var};
+use super::bindings::{R, float_arg, precharge, shape_arg, track, track_var};
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, ops as ag};
 use crate::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, Pool2d, UnaryOp};
@@ -149,10 +149,42 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn(
         "depthwise_conv2d",
         move |x: Var, w: Var, o: Map| -> R<Var> {
-            known(&o, &["stride", "padding", "bias"], "depthwise_conv2d")?;
+            known(
+                &o,
+                &["stride", "padding", "bias", "algo"],
+                "depthwise_conv2d",
+            )?;
             let bias = o
                 .get("bias")
                 .and_then(|b| b.read_lock::<Var>().map(|v| v.clone()));
+            if let Some(a) = o.get("algo") {
+                // A forced algorithm runs the forward op alone (no gradient), as the Rust API's `_algo` form does.
+                let algo = match a.to_string().as_str() {
+                    "local" => ops::DwAlgo::Local,
+                    "rows" => ops::DwAlgo::Rows,
+                    "tile" => ops::DwAlgo::Tile,
+                    "naive" => ops::DwAlgo::Naive,
+                    other => {
+                        return Err(script_err(
+                            "invalid",
+                            format!(
+                                "depthwise_conv2d: algo `{other}` is not local, rows, tile or naive"
+                            ),
+                        ));
+                    }
+                };
+                forward_only(&x, "depthwise_conv2d with a forced algo")?;
+                forward_only(&w, "depthwise_conv2d with a forced algo")?;
+                let y = ops::depthwise_conv2d_algo(
+                    x.value(),
+                    w.value(),
+                    bias.as_ref().map(Var::value),
+                    opt_usize(&o, "stride", 1)?,
+                    opt_usize(&o, "padding", 0)?,
+                    Some(algo),
+                );
+                return track(&c, y.map_err(engine_err)?);
+            }
             let y = ag::depthwise_conv2d(
                 &x,
                 &w,
@@ -206,21 +238,24 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     unary_fn!(engine, ctx, "neg", UnaryOp::Neg);
     unary_fn!(engine, ctx, "square", UnaryOp::Square);
     let c = ctx.clone();
-    engine.register_fn("leaky_relu", move |x: Var, slope: f64| -> R<Var> {
+    engine.register_fn("leaky_relu", move |x: Var, slope: Dynamic| -> R<Var> {
+        let slope = float_arg(&slope, "leaky_relu's slope")?;
         track_var(
             &c,
             ag::unary(UnaryOp::LeakyRelu(slope as f32), &x).map_err(engine_err)?,
         )
     });
     let c = ctx.clone();
-    engine.register_fn("elu", move |x: Var, alpha: f64| -> R<Var> {
+    engine.register_fn("elu", move |x: Var, alpha: Dynamic| -> R<Var> {
+        let alpha = float_arg(&alpha, "elu's alpha")?;
         track_var(
             &c,
             ag::unary(UnaryOp::Elu(alpha as f32), &x).map_err(engine_err)?,
         )
     });
     let c = ctx.clone();
-    engine.register_fn("clamp", move |x: Var, lo: f64, hi: f64| -> R<Var> {
+    engine.register_fn("clamp", move |x: Var, lo: Dynamic, hi: Dynamic| -> R<Var> {
+        let (lo, hi) = (float_arg(&lo, "clamp's lo")?, float_arg(&hi, "clamp's hi")?);
         track_var(
             &c,
             ag::unary(UnaryOp::Clamp(lo as f32, hi as f32), &x).map_err(engine_err)?,
@@ -267,6 +302,30 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             )
         });
     }
+    let c = ctx.clone();
+    engine.register_fn("reduce_to_shape", move |x: Var, shape: Array| -> R<Var> {
+        forward_only(&x, "reduce_to_shape")?;
+        track(
+            &c,
+            ops::reduce_to_shape(x.value(), &shape_arg(&shape)?).map_err(engine_err)?,
+        )
+    });
+    let c = ctx.clone();
+    engine.register_fn("layer_norm", move |x: Var, dims: INT| -> R<Var> {
+        forward_only(&x, "layer_norm")?;
+        let n = usize::try_from(dims).map_err(|_| {
+            script_err(
+                "invalid",
+                format!("layer_norm: dims is a non-negative integer, got {dims}"),
+            )
+        })?;
+        track(
+            &c,
+            ops::layer_norm(x.value(), n, None, None, 1e-5)
+                .map_err(engine_err)?
+                .y,
+        )
+    });
     let c = ctx.clone();
     engine.register_fn("argmax", move |x: Var, axis: INT| -> R<Var> {
         track(
@@ -326,7 +385,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
         track_var(&c, ag::global_avg_pool2d(&x).map_err(engine_err)?)
     });
     let c = ctx.clone();
-    engine.register_fn("dropout", move |x: Var, p: f64, seed: INT| -> R<Var> {
+    engine.register_fn("dropout", move |x: Var, p: Dynamic, seed: INT| -> R<Var> {
+        let p = float_arg(&p, "dropout's p")?;
         track_var(
             &c,
             ag::dropout(&x, p as f32, seed.max(0) as u64).map_err(engine_err)?,

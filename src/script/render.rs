@@ -30,6 +30,10 @@ pub enum Output {
         height: usize,
         /// A `data:image/png;base64,…` URL.
         png: String,
+        /// The value drawn black (the smallest finite value; each plane of a grid is scaled to its own range).
+        lo: f32,
+        /// The value drawn white.
+        hi: f32,
     },
 }
 
@@ -157,10 +161,249 @@ pub fn image(t: &Tensor, title: &str) -> Result<Output> {
         )));
     }
     let png = codec::png(width, height, channels, &pixels);
+    let finite = v.iter().copied().filter(|x| x.is_finite());
+    let lo = finite.clone().fold(f32::INFINITY, f32::min);
+    let hi = finite.fold(f32::NEG_INFINITY, f32::max);
     Ok(Output::Image {
         title: title.to_owned(),
         width,
         height,
         png: format!("data:image/png;base64,{}", codec::base64(&png)),
+        lo: if lo.is_finite() { lo } else { 0.0 },
+        hi: if hi.is_finite() { hi } else { 0.0 },
     })
+}
+
+/// A number as a reader wants to see it: integers without noise, six significant digits otherwise, and
+/// scientific notation for very large or very small magnitudes (`0.1 + 0.2` shows as `0.3`).
+pub fn fmt_number(v: f64) -> String {
+    if v.is_nan() {
+        return "NaN".into();
+    }
+    if v.is_infinite() {
+        return if v > 0.0 { "inf".into() } else { "-inf".into() };
+    }
+    let a = v.abs();
+    if v == v.trunc() && a < 1e15 {
+        return format!("{v:.1}");
+    }
+    if !(1e-4..1e9).contains(&a) {
+        return format!("{v:.4e}");
+    }
+    let digits = (5 - a.log10().floor() as i32).clamp(0, 12) as usize;
+    let s = format!("{v:.digits$}");
+    let s = s.trim_end_matches('0');
+    if s.ends_with('.') {
+        format!("{s}0")
+    } else {
+        s.to_owned()
+    }
+}
+
+/// An `f32` read from the device as the `f64` a script sees: its shortest decimal form, so `0.1f32` is `0.1`
+/// and not `0.10000000149011612`.
+pub fn f32_to_script(v: f32) -> f64 {
+    if v.is_finite() {
+        format!("{v}").parse().unwrap_or(v as f64)
+    } else {
+        v as f64
+    }
+}
+
+impl TensorSummary {
+    /// The summary as one line of text: `title [shape] dtype min=… max=… mean=… [first values]`.
+    pub fn line(&self) -> String {
+        let stat = |v: Option<f32>| v.map_or_else(|| "–".to_owned(), |v| fmt_number(v as f64));
+        let preview: Vec<String> = self.preview.iter().map(|&v| fmt_number(v as f64)).collect();
+        let more = if self.numel > self.preview.len() {
+            ", …"
+        } else {
+            ""
+        };
+        let title = if self.title.is_empty() {
+            String::new()
+        } else {
+            format!("{} ", self.title)
+        };
+        let non_finite = if self.non_finite > 0 {
+            format!(" non-finite={}", self.non_finite)
+        } else {
+            String::new()
+        };
+        format!(
+            "{title}{:?} {} min={} max={} mean={}{non_finite} [{}{more}]",
+            self.shape,
+            self.dtype,
+            stat(self.min),
+            stat(self.max),
+            stat(self.mean),
+            preview.join(", ")
+        )
+    }
+}
+
+impl Output {
+    /// The output item as plain text, as `netcl run` prints it and a page's recorded output shows it.
+    pub fn text(&self) -> String {
+        match self {
+            Output::Text { text } => text.clone(),
+            Output::Tensor(s) => s.line(),
+            Output::Image {
+                title,
+                width,
+                height,
+                ..
+            } => {
+                if title.is_empty() {
+                    format!("[image {width}×{height}]")
+                } else {
+                    format!("[image {title} {width}×{height}]")
+                }
+            }
+        }
+    }
+}
+
+/// What a run printed, as text: every output item, then the final value (`→ value`), then the error. This is
+/// the form of a page's recorded output (the `output` block after a runnable one).
+pub fn transcript(r: &super::RunResult) -> String {
+    let mut lines: Vec<String> = r.outputs.iter().map(Output::text).collect();
+    if let Some(v) = &r.value {
+        lines.push(format!("→ {v}"));
+    }
+    if let Some(e) = &r.error {
+        let at = e
+            .line
+            .map(|l| format!(" at line {l}, column {}", e.column.unwrap_or(0)))
+            .unwrap_or_default();
+        lines.push(format!("{} error{at}: {}", e.kind, e.message));
+    }
+    let mut s = lines.join("\n");
+    s.push('\n');
+    s
+}
+
+/// The named fields of an autotune shape key, for the kernels whose key layout is known: a reader sees
+/// `N=8 C=32 H=32 W=32 …` instead of `(8, 32, 32, 32, …)`. Sizes marked as buckets were rounded up to a power
+/// of two, so one decision serves a class of shapes. `None` for a kernel whose layout is not listed.
+pub fn shape_fields(kernel: &str) -> Option<&'static [&'static str]> {
+    const CONV: &[&str] = &[
+        "N~",
+        "C",
+        "H~",
+        "W~",
+        "F",
+        "KH",
+        "KW",
+        "stride H",
+        "stride W",
+        "pad H",
+        "pad W",
+        "dilation H",
+        "dilation W",
+        "groups",
+        "pass",
+    ];
+    Some(match kernel {
+        "conv2d_fwd_algo" | "conv2d_bwd_algo" | "conv2d_backward" => CONV,
+        "conv2d_pointwise_fwd_select" | "conv2d_pointwise_bwd_select" => {
+            &["N~", "C", "H·W~", "F", "bias", "flag"]
+        }
+        "conv2d_gemm" => &["F/groups", "C·KH·KW", "pixels~", "N~", "flag", "flag"],
+        "conv2d_pointwise_gemm" => &["F", "C", "pixels~", "N~", "flag"],
+        "conv2d_pointwise_grad_w" => &["C", "F", "N~", "pixels~"],
+        "conv2d_grad_bias" => &["N~", "F", "pixels~"],
+        "wino_batched_gemm" | "wino_grad_w_gemm" => &["F", "C", "N~", "tiles~", "m"],
+        "matmul" => &["M~", "N~", "K~", "batch~", "trans A", "trans B"],
+        "reduce" => &["outer~", "reduced~", "inner~", "inner align"],
+        "reduce_to_shape" => &["elements~", "reduced~"],
+        "softmax" | "log_softmax" => &["rows~", "length~", "length % 4 = 0"],
+        "batch_norm2d" => &["N~", "C~", "H·W~", "H·W % 4 = 0"],
+        k if k.starts_with("dwconv") || k.starts_with("depthwise") => {
+            &["N~", "C", "H~", "W~", "K", "stride", "pad", "pass"]
+        }
+        _ => return None,
+    })
+}
+
+/// A shape key such as `(8, 32, 1024, 64, 0, 0)` with its fields named where the kernel's layout is known:
+/// `N=8 C=32 H·W≤1024 F=64 bias=0 flag=0` (`≤` marks a power-of-two bucket).
+pub fn explain_shape(kernel: &str, shape_key: &str) -> String {
+    let values: Vec<&str> = shape_key
+        .trim_matches(|c| c == '(' || c == ')' || c == '[' || c == ']')
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    match shape_fields(kernel) {
+        Some(names) if names.len() >= values.len() => values
+            .iter()
+            .zip(names)
+            .map(|(v, n)| match n.strip_suffix('~') {
+                Some(n) => format!("{n}≤{v}"),
+                None => format!("{n}={v}"),
+            })
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => values.join(" × "),
+    }
+}
+
+/// One autotune decision as a reader reads it: a one-line summary, the shape key with named fields, and the
+/// winner's margin over the runner-up where candidates were timed.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct DecisionView {
+    /// `conv2d_fwd_algo · N≤8 C=32 … → im2col, 4.2× faster than winograd, measured now`.
+    pub line: String,
+    /// The shape key with its fields named ([`explain_shape`]).
+    pub fields: String,
+    /// Where the answer came from, as a word for a badge (`measured`, `cache`, `forced`, …).
+    pub source: String,
+    /// The fastest other candidate, when candidates were timed.
+    pub runner_up: Option<String>,
+    /// The runner-up's time over the winner's.
+    pub speedup: Option<f64>,
+}
+
+/// Explains `d` ([`DecisionView`]).
+pub fn explain(d: &crate::autotune::Decision) -> DecisionView {
+    let source = format!("{:?}", d.source).to_lowercase();
+    let fields = explain_shape(&d.kernel, &d.shape_key);
+    let winner_ms = d
+        .candidates
+        .iter()
+        .find(|c| c.label == d.winner_label)
+        .and_then(|c| c.ms);
+    let runner = d
+        .candidates
+        .iter()
+        .filter(|c| c.label != d.winner_label)
+        .filter_map(|c| c.ms.map(|ms| (c.label.clone(), ms)))
+        .min_by(|a, b| a.1.total_cmp(&b.1));
+    let (runner_up, speedup) = match (runner, winner_ms) {
+        (Some((label, ms)), Some(w)) if w > 0.0 => (Some(label), Some(ms / w)),
+        _ => (None, None),
+    };
+    let how = match source.as_str() {
+        "measured" => "measured now".to_owned(),
+        "cache" => "from the cache".to_owned(),
+        "forced" => "forced".to_owned(),
+        "only" => "the only eligible candidate".to_owned(),
+        "default" => "the default (nothing measured)".to_owned(),
+        other => other.to_owned(),
+    };
+    let margin = match (&runner_up, speedup) {
+        (Some(r), Some(s)) => format!(", {s:.1}× faster than {r}"),
+        _ => String::new(),
+    };
+    DecisionView {
+        line: format!(
+            "{} · {fields} → {}{margin}, {how}",
+            d.kernel, d.winner_label
+        ),
+        fields,
+        source,
+        runner_up,
+        speedup,
+    }
 }
