@@ -31,6 +31,8 @@ pub mod autotune;
 pub(crate) mod backend;
 // 5. device selection
 mod select;
+// The program facade: building OpenCL C sources (layer 4, public for user-written kernels)
+pub mod program;
 // 6. ops
 pub mod ops;
 // 7. autograd, then the layers that use it
@@ -45,13 +47,6 @@ pub mod script;
 pub mod train;
 #[cfg(feature = "wiki")]
 pub mod wiki;
-
-/// Building OpenCL C sources: the embedded kernel families and a build check for user-written kernels.
-pub mod program {
-    pub use crate::backend::opencl::program::{
-        Defines, build_check, build_ms_total, kernel_families, kernel_source,
-    };
-}
 
 pub use device::{Device, DeviceInfo, DeviceType};
 pub use error::{Error, Result};
@@ -87,6 +82,8 @@ mod docs_pages {
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]
     mod model_files {}
+    #[doc = include_str!("../web-wiki/content/api/fsio.md")]
+    mod api_fsio {}
     #[doc = include_str!("../web-wiki/content/tutorials/first-kernel-run.md")]
     mod tutorial_first_kernel_run {}
     #[doc = include_str!("../web-wiki/content/tutorials/convolutions-compared.md")]

@@ -10,40 +10,6 @@
   if (root.getAttribute("data-playground") !== "on" || !api) { return; }
   var SVG = "http://www.w3.org/2000/svg";
 
-  // The result view's own styles (the site's stylesheet covers the page; these only matter once this script runs).
-  var style = document.createElement("style");
-  style.textContent = [
-    ".run-decisions h4{margin:.8rem 0 .3rem;font-size:.95rem}",
-    ".decision{border:1px solid var(--border);border-radius:6px;margin:.25rem 0;padding:.2rem .5rem}",
-    ".decision summary{cursor:pointer;display:flex;gap:.5rem;align-items:baseline;overflow-wrap:anywhere}",
-    ".decision .badge{font-size:.72rem;padding:0 .4rem;border-radius:9px;border:1px solid var(--border);white-space:nowrap;text-transform:uppercase;letter-spacing:.04em}",
-    ".badge.source-measured{background:#e3f1dd;color:#245c12}.badge.source-cache{background:#e2ecfa;color:#17457a}",
-    ".badge.source-forced{background:#fbe9d2;color:#7a4508}.badge.source-only,.badge.source-default{background:#eee;color:#444}",
-    ".decision-key{font-family:var(--mono,monospace);font-size:.82rem;overflow-wrap:anywhere;margin:.3rem 0}",
-    ".candidate-bars{list-style:none;margin:.2rem 0;padding:0}",
-    ".candidate-bars li{display:grid;grid-template-columns:minmax(6rem,14rem) 1fr 6.5rem;gap:.5rem;align-items:center;font-size:.85rem}",
-    ".cand-label{overflow-wrap:anywhere}.cand-time{text-align:right;font-variant-numeric:tabular-nums}",
-    ".cand-bar{background:var(--border);height:.55rem;border-radius:3px;overflow:hidden}",
-    ".cand-fill{display:block;height:100%;background:var(--muted)}.candidate-bars li.winner .cand-fill{background:var(--accent)}",
-    ".candidate-bars li.winner{font-weight:600}",
-    ".run-timebar{margin:.6rem 0}.run-timebar-title{margin:.2rem 0;font-size:.88rem}",
-    ".timebar{display:flex;height:.8rem;border-radius:4px;overflow:hidden;background:var(--border)}",
-    ".timebar .seg{display:block;height:100%}.timebar-legend{font-size:.8rem;display:flex;flex-wrap:wrap;gap:.8rem;margin:.2rem 0}",
-    ".seg-parse{background:#9aa5b1}.seg-build{background:#d9822b}.seg-tune{background:#8e5bd6}.seg-run{background:#2f8f46}",
-    ".timebar-legend .key::before{content:'';display:inline-block;width:.7rem;height:.7rem;margin-right:.25rem;vertical-align:-1px;background:inherit;border-radius:2px}",
-    ".timebar-legend .key{background:none}.timebar-legend .key.seg-parse::before{background:#9aa5b1}.timebar-legend .key.seg-build::before{background:#d9822b}",
-    ".timebar-legend .key.seg-tune::before{background:#8e5bd6}.timebar-legend .key.seg-run::before{background:#2f8f46}",
-    ".run-curve svg{width:100%;max-width:44rem;height:auto;display:block}",
-    ".run-curve polyline{fill:none;stroke-width:1.6}.run-curve .series-0{stroke:var(--accent)}.run-curve .series-1{stroke:#d9822b}.run-curve .series-2{stroke:#2f8f46}",
-    ".run-curve-axes line{stroke:var(--muted);stroke-width:1}.run-curve-axes text{fill:var(--muted);font-size:9px}",
-    ".run-curve-legend .legend-item{margin-right:.8rem}.run-curve-legend .legend-item::before{content:'';display:inline-block;width:1rem;height:2px;vertical-align:middle;margin-right:.3rem;background:var(--accent)}",
-    ".run-curve-legend .legend-item.series-1::before{background:#d9822b}.run-curve-legend .legend-item.series-2::before{background:#2f8f46}",
-    "img.pixelated{image-rendering:pixelated}.color-scale{display:inline-flex;align-items:center;gap:.3rem;margin-left:.6rem;font-size:.8rem}",
-    ".scale-ramp{display:inline-block;width:5rem;height:.6rem;background:linear-gradient(to right,#000,#fff);border:1px solid var(--border)}",
-    ".launches-table td:first-child{overflow-wrap:anywhere}"
-  ].join("\n");
-  document.head.appendChild(style);
-
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) { e.className = cls; }

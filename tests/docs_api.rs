@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 /// The crate's public top-level modules; each has `web-wiki/content/api/<module>.md`.
 const MODULES: &[&str] = &[
     "device", "tensor", "memory", "program", "autotune", "ops", "autograd", "nn", "optim", "train",
-    "io", "data", "script", "codec", "rng", "half", "bench", "error", "wiki",
+    "io", "data", "script", "codec", "rng", "half", "fsio", "bench", "error", "wiki",
 ];
 
 const ITEM_KINDS: &[&str] = &["fn", "struct", "enum", "trait", "const", "type", "static"];

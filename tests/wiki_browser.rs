@@ -402,17 +402,32 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
         s.text(&format!("{block} .run-output"))
             .contains("y: [8, 64, 28, 28]")
     );
-    let decisions = s.text(&format!("{block} .decisions-table"));
+    let decisions = s.js(&format!(
+        "return [...document.querySelectorAll(\"{block} .run-decisions .decision\")].map(d => d.getAttribute('data-kernel') + ' ' + d.textContent).join('\\n')"
+    ));
+    let decisions = decisions.as_str().unwrap_or_default().to_string();
     assert!(
         decisions.contains("conv2d_pointwise_fwd_select"),
         "{decisions}"
     );
     assert!(
-        s.js("return document.querySelectorAll('.decisions-table meter').length")
+        decisions.contains("measured") || decisions.contains("cache"),
+        "each decision names where it came from: {decisions}"
+    );
+    assert!(
+        s.js("return document.querySelectorAll('.run-decisions .candidate-bars li .cand-fill').length")
             .as_u64()
             .unwrap_or(0)
             >= 2,
         "each candidate's time is a bar"
+    );
+    // A decision opens to show its shape key and its candidates.
+    s.click(&format!("{block} .run-decisions .decision summary"));
+    assert!(
+        s.js(&format!("return document.querySelector(\"{block} .run-decisions .decision\").open"))
+            .as_bool()
+            .unwrap_or(false),
+        "a decision unfolds on click"
     );
     let meta = s.text(&format!("{block} .run-meta"));
     assert!(
@@ -428,8 +443,9 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
             && s.text(&format!("{block} .run-status")).starts_with("done")
     });
     assert!(
-        s.text(&format!("{block} .decisions-table"))
-            .contains("cache")
+        s.text(&format!("{block} .run-decisions .badge"))
+            .contains("cache"),
+        "the second run's decision comes from the cache"
     );
     let roundtrip = s.js(
         "return document.querySelector('.code-block[data-runnable] .run-result').getAttribute('data-roundtrip-ms')",

@@ -1,0 +1,7 @@
+//! Building OpenCL C sources: the embedded kernel families and a build check for user-written kernels.
+//!
+//! The program cache itself belongs to the OpenCL backend; this module is its public face.
+
+pub use crate::backend::opencl::program::{
+    Defines, build_check, build_ms_total, kernel_families, kernel_source,
+};
