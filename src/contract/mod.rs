@@ -10,6 +10,9 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod unary;
+pub(crate) use unary::UnaryKernels;
+
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::dropout::DropoutKernels;
@@ -21,7 +24,6 @@ pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
-pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
