@@ -10,12 +10,13 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod dropout;
+pub(crate) use dropout::DropoutKernels;
 pub(crate) mod unary;
 pub(crate) use unary::UnaryKernels;
 
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
-pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
