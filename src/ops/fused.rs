@@ -661,8 +661,8 @@ impl FusedKernels for ClDevice {
             let mut d = [1usize; 3];
             d[3 - r..].copy_from_slice(&plan.shape);
             let range = [d[2], d[1], d[0]];
-            let (range, local, capped) = super::elementwise::grid_3d(self, range);
-            let defines = super::elementwise::grid_defines(&defines, capped);
+            let (range, local, capped) = crate::backend::opencl::elementwise::grid_3d(self, range);
+            let defines = crate::backend::opencl::elementwise::grid_defines(&defines, capped);
             let k = self.kernel("fused", &defines, "fused_3d")?;
             let mut args = vec![
                 Arg::I32(d[0] as i32),

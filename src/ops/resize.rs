@@ -7,7 +7,7 @@ use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
-use super::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 
 /// Interpolation modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

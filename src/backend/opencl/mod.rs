@@ -5,6 +5,7 @@
 //! ([`crate::device::timing`]) and records it for the playground.
 
 mod dropout;
+pub(crate) mod elementwise;
 pub mod program;
 mod unary;
 
