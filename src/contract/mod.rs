@@ -10,6 +10,8 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod resize;
+pub(crate) use resize::ResizeKernels;
 pub(crate) mod dropout;
 pub(crate) use dropout::DropoutKernels;
 pub(crate) mod unary;
@@ -22,7 +24,6 @@ pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
-pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
 pub(crate) use crate::ops::update::UpdateKernels;

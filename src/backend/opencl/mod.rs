@@ -7,6 +7,7 @@
 mod dropout;
 pub(crate) mod elementwise;
 pub mod program;
+mod resize;
 mod unary;
 
 use std::any::Any;
