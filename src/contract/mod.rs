@@ -10,6 +10,8 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod update;
+pub(crate) use update::UpdateKernels;
 pub(crate) mod resize;
 pub(crate) use resize::ResizeKernels;
 pub(crate) mod dropout;
@@ -26,7 +28,6 @@ pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
-pub(crate) use crate::ops::update::UpdateKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
 pub(crate) trait Backend:

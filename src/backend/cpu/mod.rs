@@ -3,6 +3,7 @@
 mod dropout;
 mod resize;
 mod unary;
+mod update;
 
 use std::any::Any;
 use std::sync::RwLock;

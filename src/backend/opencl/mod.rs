@@ -9,6 +9,7 @@ pub(crate) mod elementwise;
 pub mod program;
 mod resize;
 mod unary;
+mod update;
 
 use std::any::Any;
 use std::ffi::c_void;
