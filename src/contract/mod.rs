@@ -10,6 +10,8 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod elementwise;
+pub(crate) use elementwise::BinaryKernels;
 pub(crate) mod update;
 pub(crate) use update::UpdateKernels;
 pub(crate) mod resize;
@@ -21,7 +23,6 @@ pub(crate) use unary::UnaryKernels;
 
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
-pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::pool::PoolKernels;

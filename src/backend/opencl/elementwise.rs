@@ -1,7 +1,10 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
-use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice};
+use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::error::Result;
+use crate::tensor::Tensor;
 
 /// A work-group shape for a 3-D range `g` (x fastest): up to 256 items, within the device's per-dimension
 /// limits; `launch` rounds the global size up to it and the kernels bound-check.
@@ -59,5 +62,154 @@ fn prev_pow2(n: usize) -> usize {
         1
     } else {
         1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+/// The OpenCL C expression of `op` on scalars `x` and `y`.
+fn cl_expr(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "((x)+(y))",
+        BinaryOp::Sub => "((x)-(y))",
+        BinaryOp::Mul => "((x)*(y))",
+        BinaryOp::Div => "((x)/(y))",
+        BinaryOp::Max => "((isnan(x)||isnan(y))?((x)+(y)):fmax((x),(y)))",
+        BinaryOp::Min => "((isnan(x)||isnan(y))?((x)+(y)):fmin((x),(y)))",
+        BinaryOp::Pow => "pow((x),(y))",
+        BinaryOp::Lt => "(((x)<(y))?1.0f:0.0f)",
+        BinaryOp::Le => "(((x)<=(y))?1.0f:0.0f)",
+        BinaryOp::Gt => "(((x)>(y))?1.0f:0.0f)",
+        BinaryOp::Ge => "(((x)>=(y))?1.0f:0.0f)",
+        BinaryOp::Eq => "(((x)==(y))?1.0f:0.0f)",
+        BinaryOp::Ne => "(((x)!=(y))?1.0f:0.0f)",
+    }
+}
+
+fn int8(v: &[usize]) -> [i32; 8] {
+    // Innermost dimension first, as the kernel walks from .s0 outwards.
+    let mut out = [1i32; 8];
+    for (i, x) in v.iter().rev().enumerate() {
+        out[i] = *x as i32;
+    }
+    out
+}
+
+impl BinaryKernels for ClDevice {
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        let n = x.numel();
+        let k = self.kernel("elementwise", &Defines::new(), "copy_f32")?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        let local = 256.min(self.info.max_work_group_size.max(1));
+        self.launch(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
+        Ok(())
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()> {
+        let defines = Defines::new().set("OP(x,y)", cl_expr(op));
+        let n = out.numel();
+        if plan.same {
+            let k = self.kernel("elementwise", &defines, "binary_same")?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n.div_ceil(4)],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
+            let r = plan.shape.len();
+            let pad = |v: &[usize], fill: usize| -> [usize; 3] {
+                let mut o = [fill; 3];
+                o[3 - r..].copy_from_slice(v);
+                o
+            };
+            let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
+            let vec = if d[2] % 4 == 0 { 4 } else { 1 };
+            let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
+            let defines = defines
+                .set("VEC", vec)
+                .set("A_INNER", sa[2].min(1))
+                .set("B_INNER", sb[2].min(1))
+                .set("ALIGN4", u8::from(align));
+            let g = [d[2] / vec, d[1], d[0]];
+            let (g, local, capped) = grid_3d(self, g);
+            let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
+            let args = [
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+                Arg::I32(sa[0] as i32),
+                Arg::I32(sa[1] as i32),
+                Arg::I32(sb[0] as i32),
+                Arg::I32(sb[1] as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(&k, &args, &g, Some(&local))?;
+        } else {
+            let k = self.kernel("elementwise", &defines, "binary_bcast")?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::I32(plan.shape.len() as i32),
+                Arg::I32x8(int8(&plan.shape)),
+                Arg::I32x8(int8(&plan.sa)),
+                Arg::I32x8(int8(&plan.sb)),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
+        let defines = Defines::new()
+            .set("OP(x,y)", cl_expr(op))
+            .set("SWAP", u8::from(swap));
+        let k = self.kernel("elementwise", &defines, "binary_scalar")?;
+        let n = out.numel();
+        let args = [
+            Arg::I32(n as i32),
+            Arg::F32(s),
+            Arg::Mem(a.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
+        Ok(())
     }
 }
