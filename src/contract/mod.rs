@@ -10,6 +10,8 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod fused;
+pub(crate) use fused::FusedKernels;
 pub(crate) mod elementwise;
 pub(crate) use elementwise::BinaryKernels;
 pub(crate) mod update;
@@ -23,7 +25,6 @@ pub(crate) use unary::UnaryKernels;
 
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
-pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;

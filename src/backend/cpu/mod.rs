@@ -2,6 +2,7 @@
 
 mod dropout;
 mod elementwise;
+mod fused;
 mod resize;
 mod unary;
 mod update;

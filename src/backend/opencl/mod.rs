@@ -6,6 +6,7 @@
 
 mod dropout;
 pub(crate) mod elementwise;
+mod fused;
 pub mod program;
 mod resize;
 mod unary;
