@@ -10,19 +10,26 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod fused;
+pub(crate) use fused::FusedKernels;
+pub(crate) mod elementwise;
+pub(crate) use elementwise::BinaryKernels;
+pub(crate) mod update;
+pub(crate) use update::UpdateKernels;
+pub(crate) mod resize;
+pub(crate) use resize::ResizeKernels;
+pub(crate) mod dropout;
+pub(crate) use dropout::DropoutKernels;
+pub(crate) mod unary;
+pub(crate) use unary::UnaryKernels;
+
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
-pub(crate) use crate::ops::dropout::DropoutKernels;
-pub(crate) use crate::ops::elementwise::BinaryKernels;
-pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
-pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
-pub(crate) use crate::ops::unary::UnaryKernels;
-pub(crate) use crate::ops::update::UpdateKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
 pub(crate) trait Backend:

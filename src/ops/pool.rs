@@ -8,8 +8,8 @@ use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
-use super::elementwise::{grid_3d, grid_defines};
 use super::reduce::mean;
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 
 /// Window geometry of a 2-D pooling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

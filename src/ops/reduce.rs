@@ -15,6 +15,7 @@ use serde::Serialize;
 use crate::autotune::{self, Source, bucket, shape_key};
 use crate::backend::cpu::CpuDevice;
 use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, events_ms};
 use crate::device::Device;
@@ -746,8 +747,8 @@ impl ClDevice {
                 if v.i > 1 && (cols == 8 || cols == 32) && v.i.is_multiple_of(cols) =>
             {
                 let gr = [v.i / cols, g, v.o];
-                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
-                let d = super::elementwise::grid_defines(&defines.set("NB", cols / 8), capped);
+                let (gr, local, capped) = grid_3d(self, gr);
+                let d = grid_defines(&defines.set("NB", cols / 8), capped);
                 let k = self.kernel("reduce", &d, "red_col_blk")?;
                 let args = [
                     Arg::I32(v.o as i32),
@@ -768,8 +769,8 @@ impl ClDevice {
                     _ => 1,
                 };
                 let gr = [v.i / vec, g, v.o];
-                let (gr, local, capped) = super::elementwise::grid_3d(self, gr);
-                let d = super::elementwise::grid_defines(&defines.set("V", vec), capped);
+                let (gr, local, capped) = grid_3d(self, gr);
+                let d = grid_defines(&defines.set("V", vec), capped);
                 let k = self.kernel("reduce", &d, "red_col")?;
                 let args = [
                     Arg::I32(v.o as i32),

@@ -8,8 +8,8 @@ use crate::backend::opencl::program::Defines;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor, strides};
 
-use super::elementwise::{grid_3d, grid_defines};
 use super::reduce::normalize_axes;
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 
 /// The copy of one block: `dst[o, doff + a, i] = src[o, soff + a, i]` for `a < len`, with the axis extents
 /// `sa` and `da` of the source and destination views `[o, axis, i]`.

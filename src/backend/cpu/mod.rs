@@ -1,5 +1,12 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+mod dropout;
+mod elementwise;
+mod fused;
+mod resize;
+mod unary;
+mod update;
+
 use std::any::Any;
 use std::sync::RwLock;
 

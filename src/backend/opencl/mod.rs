@@ -4,7 +4,13 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+mod dropout;
+pub(crate) mod elementwise;
+mod fused;
 pub mod program;
+mod resize;
+mod unary;
+mod update;
 
 use std::any::Any;
 use std::ffi::c_void;

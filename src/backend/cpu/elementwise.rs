@@ -1,0 +1,63 @@
+//! Elementwise binary ops on the built-in device, walking the broadcast plan.
+
+use crate::backend::cpu::CpuDevice;
+use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+impl BinaryKernels for CpuDevice {
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        crate::backend::cpu::host::map_f32(&[x], out, |ins, o| o.copy_from_slice(ins[0]))
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()> {
+        crate::backend::cpu::host::map_f32(&[a, b], out, |ins, o| {
+            let (x, y) = (ins[0], ins[1]);
+            if plan.same {
+                for ((o, &x), &y) in o.iter_mut().zip(x).zip(y) {
+                    *o = op.apply(x, y);
+                }
+                return;
+            }
+            let rank = plan.shape.len();
+            let mut idx = vec![0usize; rank];
+            let (mut ia, mut ib) = (0usize, 0usize);
+            for v in o.iter_mut() {
+                *v = op.apply(x[ia], y[ib]);
+                for d in (0..rank).rev() {
+                    idx[d] += 1;
+                    ia += plan.sa[d];
+                    ib += plan.sb[d];
+                    if idx[d] < plan.shape[d] {
+                        break;
+                    }
+                    ia -= plan.sa[d] * plan.shape[d];
+                    ib -= plan.sb[d] * plan.shape[d];
+                    idx[d] = 0;
+                }
+            }
+        })
+    }
+
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
+        crate::backend::cpu::host::map_f32(&[a], out, |ins, o| {
+            for (o, &x) in o.iter_mut().zip(ins[0]) {
+                *o = if swap { op.apply(s, x) } else { op.apply(x, s) };
+            }
+        })
+    }
+}

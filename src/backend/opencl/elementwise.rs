@@ -1,0 +1,215 @@
+//! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
+
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice};
+use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A work-group shape for a 3-D range `g` (x fastest): up to 256 items, within the device's per-dimension
+/// limits; `launch` rounds the global size up to it and the kernels bound-check.
+pub(crate) fn local_3d(dev: &ClDevice, g: [usize; 3]) -> [usize; 3] {
+    let max = dev.info.max_work_group_size.clamp(1, 256);
+    let lim = |d: usize| {
+        dev.info
+            .max_work_item_sizes
+            .get(d)
+            .copied()
+            .unwrap_or(1)
+            .max(1)
+    };
+    let lx = g[0]
+        .max(1)
+        .next_power_of_two()
+        .min(max)
+        .min(prev_pow2(lim(0)));
+    let ly = g[1]
+        .max(1)
+        .next_power_of_two()
+        .min(max / lx)
+        .min(prev_pow2(lim(1)))
+        .max(1);
+    let lz = g[2]
+        .max(1)
+        .next_power_of_two()
+        .min(max / (lx * ly))
+        .min(prev_pow2(lim(2)))
+        .max(1);
+    [lx, ly, lz]
+}
+
+/// The 3-D range `g` with its work-group shape, the y and z extents capped at 65535 groups (the most some
+/// drivers allow per grid dimension); the 3-D kernels stride over y and z, so any range fits.
+/// The flag is true when a cap applies: the kernel must then be built with `GRID_LOOP=1`.
+pub(crate) fn grid_3d(dev: &ClDevice, g: [usize; 3]) -> ([usize; 3], [usize; 3], bool) {
+    let l = local_3d(dev, g);
+    let cap = |d: usize| g[d].min(65535 * l[d]);
+    let capped = cap(1) < g[1] || cap(2) < g[2];
+    ([g[0], cap(1), cap(2)], l, capped)
+}
+
+/// `defines` with `GRID_LOOP=1` when `capped`.
+pub(crate) fn grid_defines(defines: &Defines, capped: bool) -> Defines {
+    if capped {
+        defines.clone().set("GRID_LOOP", 1)
+    } else {
+        defines.clone()
+    }
+}
+
+fn prev_pow2(n: usize) -> usize {
+    if n == 0 {
+        1
+    } else {
+        1 << (usize::BITS - 1 - n.leading_zeros())
+    }
+}
+
+/// The OpenCL C expression of `op` on scalars `x` and `y`.
+fn cl_expr(op: BinaryOp) -> &'static str {
+    match op {
+        BinaryOp::Add => "((x)+(y))",
+        BinaryOp::Sub => "((x)-(y))",
+        BinaryOp::Mul => "((x)*(y))",
+        BinaryOp::Div => "((x)/(y))",
+        BinaryOp::Max => "((isnan(x)||isnan(y))?((x)+(y)):fmax((x),(y)))",
+        BinaryOp::Min => "((isnan(x)||isnan(y))?((x)+(y)):fmin((x),(y)))",
+        BinaryOp::Pow => "pow((x),(y))",
+        BinaryOp::Lt => "(((x)<(y))?1.0f:0.0f)",
+        BinaryOp::Le => "(((x)<=(y))?1.0f:0.0f)",
+        BinaryOp::Gt => "(((x)>(y))?1.0f:0.0f)",
+        BinaryOp::Ge => "(((x)>=(y))?1.0f:0.0f)",
+        BinaryOp::Eq => "(((x)==(y))?1.0f:0.0f)",
+        BinaryOp::Ne => "(((x)!=(y))?1.0f:0.0f)",
+    }
+}
+
+fn int8(v: &[usize]) -> [i32; 8] {
+    // Innermost dimension first, as the kernel walks from .s0 outwards.
+    let mut out = [1i32; 8];
+    for (i, x) in v.iter().rev().enumerate() {
+        out[i] = *x as i32;
+    }
+    out
+}
+
+impl BinaryKernels for ClDevice {
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        let n = x.numel();
+        let k = self.kernel("elementwise", &Defines::new(), "copy_f32")?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::Mem(x.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        let local = 256.min(self.info.max_work_group_size.max(1));
+        self.launch(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
+        Ok(())
+    }
+
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()> {
+        let defines = Defines::new().set("OP(x,y)", cl_expr(op));
+        let n = out.numel();
+        if plan.same {
+            let k = self.kernel("elementwise", &defines, "binary_same")?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n.div_ceil(4)],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
+            let r = plan.shape.len();
+            let pad = |v: &[usize], fill: usize| -> [usize; 3] {
+                let mut o = [fill; 3];
+                o[3 - r..].copy_from_slice(v);
+                o
+            };
+            let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
+            let vec = if d[2] % 4 == 0 { 4 } else { 1 };
+            let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
+            let defines = defines
+                .set("VEC", vec)
+                .set("A_INNER", sa[2].min(1))
+                .set("B_INNER", sb[2].min(1))
+                .set("ALIGN4", u8::from(align));
+            let g = [d[2] / vec, d[1], d[0]];
+            let (g, local, capped) = grid_3d(self, g);
+            let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
+            let args = [
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+                Arg::I32(sa[0] as i32),
+                Arg::I32(sa[1] as i32),
+                Arg::I32(sb[0] as i32),
+                Arg::I32(sb[1] as i32),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(&k, &args, &g, Some(&local))?;
+        } else {
+            let k = self.kernel("elementwise", &defines, "binary_bcast")?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::I32(plan.shape.len() as i32),
+                Arg::I32x8(int8(&plan.shape)),
+                Arg::I32x8(int8(&plan.sa)),
+                Arg::I32x8(int8(&plan.sb)),
+                Arg::Mem(a.storage()),
+                Arg::Mem(b.storage()),
+                Arg::Mem(out.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[256.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        }
+        Ok(())
+    }
+
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()> {
+        let defines = Defines::new()
+            .set("OP(x,y)", cl_expr(op))
+            .set("SWAP", u8::from(swap));
+        let k = self.kernel("elementwise", &defines, "binary_scalar")?;
+        let n = out.numel();
+        let args = [
+            Arg::I32(n as i32),
+            Arg::F32(s),
+            Arg::Mem(a.storage()),
+            Arg::Mem(out.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n.div_ceil(4)],
+            Some(&[256.min(self.info.max_work_group_size.max(1))]),
+        )?;
+        Ok(())
+    }
+}

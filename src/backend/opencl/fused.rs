@@ -1,0 +1,80 @@
+//! Fused expressions on OpenCL: `kernels/fused.cl` built with the expression's generated form.
+
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice};
+use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan};
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+fn int8(v: &[usize]) -> [i32; 8] {
+    let mut out = [0i32; 8];
+    for (i, x) in v.iter().rev().enumerate() {
+        out[i] = *x as i32;
+    }
+    out
+}
+
+impl FusedKernels for ClDevice {
+    fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
+        let defines = Defines::new()
+            .set("NIN", inputs.len())
+            .set("EXPR", expr.code());
+        let n = out.numel();
+        let bufs: Vec<&crate::memory::Storage> = (0..MAX_INPUTS)
+            .map(|k| inputs.get(k).unwrap_or(&inputs[0]).storage())
+            .collect();
+        let local = [256.min(self.info.max_work_group_size.max(1))];
+        if plan.same {
+            let k = self.kernel("fused", &defines, "fused_same")?;
+            let mut args = vec![Arg::I32(n as i32)];
+            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
+            args.push(Arg::Mem(out.storage()));
+            self.launch(&k, &args, &[n], Some(&local))?;
+        } else if plan.shape.len() <= 3 {
+            // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
+            let r = plan.shape.len();
+            let mut d = [1usize; 3];
+            d[3 - r..].copy_from_slice(&plan.shape);
+            let range = [d[2], d[1], d[0]];
+            let (range, local, capped) = grid_3d(self, range);
+            let defines = grid_defines(&defines, capped);
+            let k = self.kernel("fused", &defines, "fused_3d")?;
+            let mut args = vec![
+                Arg::I32(d[0] as i32),
+                Arg::I32(d[1] as i32),
+                Arg::I32(d[2] as i32),
+            ];
+            for k in 0..MAX_INPUTS {
+                let mut st = [0i32; 8];
+                if let Some(s) = plan.strides.get(k) {
+                    for (j, v) in s.iter().enumerate() {
+                        st[3 - r + j] = *v as i32;
+                    }
+                }
+                args.push(Arg::I32x8(st));
+            }
+            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
+            args.push(Arg::Mem(out.storage()));
+            self.launch(&k, &args, &range, Some(&local))?;
+        } else {
+            let k = self.kernel("fused", &defines, "fused_bcast")?;
+            let mut shape = [1i32; 8];
+            for (i, d) in plan.shape.iter().rev().enumerate() {
+                shape[i] = *d as i32;
+            }
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(plan.shape.len() as i32),
+                Arg::I32x8(shape),
+            ];
+            for k in 0..MAX_INPUTS {
+                args.push(Arg::I32x8(plan.strides.get(k).map_or([0; 8], |s| int8(s))));
+            }
+            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
+            args.push(Arg::Mem(out.storage()));
+            self.launch(&k, &args, &[n], Some(&local))?;
+        }
+        Ok(())
+    }
+}

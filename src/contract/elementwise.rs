@@ -1,0 +1,205 @@
+//! The elementwise family's contract: the binary op enum with its host semantics, the broadcast plan, and the
+//! primitives a backend provides.
+
+use serde::Serialize;
+
+use crate::error::{Error, Result};
+use crate::tensor::{Tensor, strides};
+
+/// A binary elementwise operation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BinaryOp {
+    /// `a + b`
+    Add,
+    /// `a - b`
+    Sub,
+    /// `a * b`
+    Mul,
+    /// `a / b` (IEEE: division by zero gives ±inf or NaN)
+    Div,
+    /// The larger of `a` and `b`; NaN if either is NaN.
+    Max,
+    /// The smaller of `a` and `b`; NaN if either is NaN.
+    Min,
+    /// `a` raised to `b`.
+    Pow,
+    /// `1` where `a < b`, else `0` (NaN compares false).
+    Lt,
+    /// `1` where `a <= b`, else `0`.
+    Le,
+    /// `1` where `a > b`, else `0`.
+    Gt,
+    /// `1` where `a >= b`, else `0`.
+    Ge,
+    /// `1` where `a == b`, else `0`.
+    Eq,
+    /// `1` where `a != b` (also where either is NaN), else `0`.
+    Ne,
+}
+
+impl BinaryOp {
+    /// The op's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BinaryOp::Add => "add",
+            BinaryOp::Sub => "sub",
+            BinaryOp::Mul => "mul",
+            BinaryOp::Div => "div",
+            BinaryOp::Max => "maximum",
+            BinaryOp::Min => "minimum",
+            BinaryOp::Pow => "pow",
+            BinaryOp::Lt => "lt",
+            BinaryOp::Le => "le",
+            BinaryOp::Gt => "gt",
+            BinaryOp::Ge => "ge",
+            BinaryOp::Eq => "eq",
+            BinaryOp::Ne => "ne",
+        }
+    }
+
+    /// The op on host scalars, with the same IEEE semantics as the kernel.
+    pub fn apply(self, x: f32, y: f32) -> f32 {
+        match self {
+            BinaryOp::Add => x + y,
+            BinaryOp::Sub => x - y,
+            BinaryOp::Mul => x * y,
+            BinaryOp::Div => x / y,
+            BinaryOp::Max => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.max(y)
+                }
+            }
+            BinaryOp::Min => {
+                if x.is_nan() || y.is_nan() {
+                    f32::NAN
+                } else {
+                    x.min(y)
+                }
+            }
+            BinaryOp::Pow => x.powf(y),
+            BinaryOp::Lt => f32::from(u8::from(x < y)),
+            BinaryOp::Le => f32::from(u8::from(x <= y)),
+            BinaryOp::Gt => f32::from(u8::from(x > y)),
+            BinaryOp::Ge => f32::from(u8::from(x >= y)),
+            BinaryOp::Eq => f32::from(u8::from(x == y)),
+            BinaryOp::Ne => f32::from(u8::from(x != y)),
+        }
+    }
+}
+
+/// How the two inputs map onto the output.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct BroadcastPlan {
+    /// Collapsed output shape.
+    pub shape: Vec<usize>,
+    /// Element strides of `a` per collapsed dimension (0 = repeated).
+    pub sa: Vec<usize>,
+    /// Element strides of `b` per collapsed dimension (0 = repeated).
+    pub sb: Vec<usize>,
+    /// Both inputs have the output's shape.
+    pub same: bool,
+}
+
+/// The most dimensions a collapsed broadcast may have.
+pub const MAX_BROADCAST_RANK: usize = 8;
+
+impl BroadcastPlan {
+    pub(crate) fn new(a: &[usize], b: &[usize], out: &[usize]) -> Result<Self> {
+        let same = a == out && b == out;
+        let aligned = |s: &[usize]| -> Vec<usize> {
+            let pad = out.len() - s.len();
+            let full: Vec<usize> = std::iter::repeat_n(1, pad)
+                .chain(s.iter().copied())
+                .collect();
+            let st = strides(&full);
+            full.iter()
+                .zip(st)
+                .zip(out)
+                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
+                .collect()
+        };
+        let (sa, sb) = (aligned(a), aligned(b));
+        // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.
+        let mut shape: Vec<usize> = Vec::new();
+        let mut ca: Vec<usize> = Vec::new();
+        let mut cb: Vec<usize> = Vec::new();
+        for i in 0..out.len() {
+            if out[i] == 1 {
+                continue;
+            }
+            if let (Some(&ls), Some(&la), Some(&lb)) = (shape.last(), ca.last(), cb.last())
+                && la == sa[i] * out[i]
+                && lb == sb[i] * out[i]
+            {
+                let k = shape.len() - 1;
+                shape[k] = ls * out[i];
+                ca[k] = sa[i];
+                cb[k] = sb[i];
+                continue;
+            }
+            shape.push(out[i]);
+            ca.push(sa[i]);
+            cb.push(sb[i]);
+        }
+        if shape.len() > MAX_BROADCAST_RANK {
+            return Err(Error::Shape(format!(
+                "broadcasting {a:?} with {b:?} needs {} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
+                shape.len()
+            )));
+        }
+        Ok(BroadcastPlan {
+            shape,
+            sa: ca,
+            sb: cb,
+            same,
+        })
+    }
+}
+
+/// Device primitives for binary elementwise ops.
+pub(crate) trait BinaryKernels {
+    /// Writes `op(a, b)` into `out` following `plan`.
+    fn binary(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        b: &Tensor,
+        out: &Tensor,
+        plan: &BroadcastPlan,
+    ) -> Result<()>;
+    /// Writes `op(a, s)` (or `op(s, a)` when `swap`) into `out`.
+    fn binary_scalar(
+        &self,
+        op: BinaryOp,
+        a: &Tensor,
+        s: f32,
+        swap: bool,
+        out: &Tensor,
+    ) -> Result<()>;
+    /// Copies the f32 elements of `x` into `out` (same size) with a kernel, so the copy is timed like an op.
+    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plan_collapses_contiguous_dims() {
+        let p = BroadcastPlan::new(&[2, 3, 4], &[2, 3, 4], &[2, 3, 4]).ok();
+        assert_eq!(p.map(|p| (p.shape, p.same)), Some((vec![24], true)));
+        let p = BroadcastPlan::new(&[2, 3, 4], &[4], &[2, 3, 4]).ok();
+        assert_eq!(
+            p.map(|p| (p.shape, p.sa, p.sb)),
+            Some((vec![6, 4], vec![4, 1], vec![0, 1]))
+        );
+        let p = BroadcastPlan::new(&[5, 1], &[1, 7], &[5, 7]).ok();
+        assert_eq!(
+            p.map(|p| (p.shape, p.sa, p.sb)),
+            Some((vec![5, 7], vec![1, 0], vec![0, 1]))
+        );
+    }
+}

@@ -1,0 +1,63 @@
+//! The update family's contract: an optimiser step's hyper-parameters and the in-place primitives a backend
+//! provides.
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// One optimiser step's hyper-parameters.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Step {
+    /// SGD: g ← g + wd·p; with μ ≠ 0, v ← μv + g and g ← v (Nesterov: g + μv); p ← p − lr·g.
+    Sgd {
+        /// Learning rate.
+        lr: f32,
+        /// L2 weight decay.
+        wd: f32,
+        /// Momentum μ (0 for none).
+        momentum: f32,
+        /// Nesterov momentum.
+        nesterov: bool,
+    },
+    /// Adam (L2 decay) or AdamW (decoupled decay p ← p − lr·wd·p); `bc1`/`bc2` are 1 − β^t.
+    Adam {
+        /// Learning rate.
+        lr: f32,
+        /// β1.
+        b1: f32,
+        /// β2.
+        b2: f32,
+        /// ε.
+        eps: f32,
+        /// Weight decay.
+        wd: f32,
+        /// Decoupled (AdamW) rather than L2 decay.
+        decoupled: bool,
+        /// 1 − β1^t.
+        bc1: f32,
+        /// 1 − β2^t.
+        bc2: f32,
+    },
+    /// RMSProp: s ← αs + (1−α)g²; step = g/(√s + ε); with μ ≠ 0, b ← μb + lr·step and p ← p − b.
+    RmsProp {
+        /// Learning rate.
+        lr: f32,
+        /// α (smoothing).
+        alpha: f32,
+        /// ε.
+        eps: f32,
+        /// L2 weight decay.
+        wd: f32,
+        /// Momentum μ (0 for none).
+        momentum: f32,
+    },
+}
+
+/// Device primitives for in-place updates.
+pub(crate) trait UpdateKernels {
+    /// Applies `step` to `p` with gradient `g` and state buffers `state` (SGD: [v]; Adam: [m, v]; RMSProp: [s, b]).
+    fn update(&self, step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()>;
+    /// shadow ← d·shadow + (1 − d)·p.
+    fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()>;
+    /// x ← s·x.
+    fn scale_inplace(&self, s: f32, x: &Tensor) -> Result<()>;
+}
