@@ -10,6 +10,11 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod reduce;
+pub(crate) mod softmax;
+
+pub(crate) use softmax::SoftmaxKernels;
+
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::dropout::DropoutKernels;
@@ -20,7 +25,6 @@ pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
-pub(crate) use crate::ops::softmax::SoftmaxKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
 

@@ -132,13 +132,7 @@ impl ReduceAlgo {
     }
 }
 
-/// The canonical view of one pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Ori {
-    pub o: usize,
-    pub r: usize,
-    pub i: usize,
-}
+pub(crate) use crate::contract::reduce::Ori;
 
 /// Device primitives for reductions.
 pub(crate) trait ReduceKernels: super::norm::NormKernels {

@@ -5,6 +5,7 @@
 //! ([`crate::device::timing`]) and records it for the playground.
 
 pub mod program;
+mod softmax;
 
 use std::any::Any;
 use std::ffi::c_void;
