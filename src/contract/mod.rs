@@ -10,9 +10,11 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod softmax;
 
+pub(crate) use pool::PoolKernels;
 pub(crate) use softmax::SoftmaxKernels;
 
 pub(crate) use crate::ops::conv::ConvKernels;
@@ -21,7 +23,6 @@ pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
-pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::shape::ShapeKernels;
