@@ -12,9 +12,11 @@ use crate::memory::{Allocator, Storage};
 
 pub(crate) mod pool;
 pub(crate) mod reduce;
+pub(crate) mod shape;
 pub(crate) mod softmax;
 
 pub(crate) use pool::PoolKernels;
+pub(crate) use shape::ShapeKernels;
 pub(crate) use softmax::SoftmaxKernels;
 
 pub(crate) use crate::ops::conv::ConvKernels;
@@ -25,7 +27,6 @@ pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
-pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
 

@@ -1,6 +1,7 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
 mod pool;
+mod shape;
 mod softmax;
 
 use std::any::Any;

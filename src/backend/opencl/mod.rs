@@ -6,6 +6,7 @@
 
 mod pool;
 pub mod program;
+mod shape;
 mod softmax;
 
 use std::any::Any;
