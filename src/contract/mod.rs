@@ -10,12 +10,15 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
+pub(crate) mod norm;
 pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod shape;
 pub(crate) mod softmax;
 
+pub(crate) use norm::NormKernels;
 pub(crate) use pool::PoolKernels;
+pub(crate) use reduce::ReduceKernels;
 pub(crate) use shape::ShapeKernels;
 pub(crate) use softmax::SoftmaxKernels;
 
@@ -25,7 +28,6 @@ pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
-pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
@@ -36,6 +38,7 @@ pub(crate) trait Backend:
     + Sync
     + Allocator
     + BinaryKernels
+    + NormKernels
     + ReduceKernels
     + UnaryKernels
     + FusedKernels

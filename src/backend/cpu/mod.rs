@@ -1,6 +1,8 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+mod norm;
 mod pool;
+mod reduce;
 mod shape;
 mod softmax;
 

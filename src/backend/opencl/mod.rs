@@ -4,8 +4,10 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+mod norm;
 mod pool;
 pub mod program;
+mod reduce;
 mod shape;
 mod softmax;
 
