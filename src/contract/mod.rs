@@ -23,13 +23,21 @@ pub(crate) use dropout::DropoutKernels;
 pub(crate) mod unary;
 pub(crate) use unary::UnaryKernels;
 
+pub(crate) mod norm;
+pub(crate) mod pool;
+pub(crate) mod reduce;
+pub(crate) mod shape;
+pub(crate) mod softmax;
+
+pub(crate) use norm::NormKernels;
+pub(crate) use pool::PoolKernels;
+pub(crate) use reduce::ReduceKernels;
+pub(crate) use shape::ShapeKernels;
+pub(crate) use softmax::SoftmaxKernels;
+
 pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::gemm::GemmKernels;
-pub(crate) use crate::ops::pool::PoolKernels;
-pub(crate) use crate::ops::reduce::ReduceKernels;
-pub(crate) use crate::ops::shape::ShapeKernels;
-pub(crate) use crate::ops::softmax::SoftmaxKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
 pub(crate) trait Backend:
@@ -37,6 +45,7 @@ pub(crate) trait Backend:
     + Sync
     + Allocator
     + BinaryKernels
+    + NormKernels
     + ReduceKernels
     + UnaryKernels
     + FusedKernels

@@ -3,7 +3,12 @@
 mod dropout;
 mod elementwise;
 mod fused;
+mod norm;
+mod pool;
+mod reduce;
 mod resize;
+mod shape;
+mod softmax;
 mod unary;
 mod update;
 

@@ -7,8 +7,13 @@
 mod dropout;
 pub(crate) mod elementwise;
 mod fused;
+mod norm;
+mod pool;
 pub mod program;
+mod reduce;
 mod resize;
+mod shape;
+mod softmax;
 mod unary;
 mod update;
 

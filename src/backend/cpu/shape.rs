@@ -1,0 +1,179 @@
+//! Reference data movement in plain Rust.
+
+use crate::backend::cpu::CpuDevice;
+use crate::contract::ShapeKernels;
+use crate::contract::shape::Block;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+fn ranks_before(a: f32, ia: usize, b: f32, ib: usize, largest: bool) -> bool {
+    match (a.is_nan(), b.is_nan()) {
+        (true, true) => ia < ib,
+        (na, nb) if na || nb => {
+            if largest {
+                na
+            } else {
+                nb
+            }
+        }
+        _ if a == b => ia < ib,
+        _ => {
+            if largest {
+                a > b
+            } else {
+                a < b
+            }
+        }
+    }
+}
+
+fn pad_src(u: isize, h: usize, reflect: bool) -> Option<usize> {
+    let h = h as isize;
+    if (0..h).contains(&u) {
+        Some(u as usize)
+    } else if reflect {
+        Some(if u < 0 { -u } else { 2 * (h - 1) - u } as usize)
+    } else {
+        None
+    }
+}
+
+impl ShapeKernels for CpuDevice {
+    fn topk(
+        &self,
+        x: &Tensor,
+        o: usize,
+        r: usize,
+        i: usize,
+        k: usize,
+        largest: bool,
+        vals: &Tensor,
+        idx: &Tensor,
+    ) -> Result<()> {
+        let xs = x.to_vec::<f32>()?;
+        let (mut vs, mut is) = (vec![0f32; vals.numel()], vec![0i32; vals.numel()]);
+        for oo in 0..o {
+            for ii in 0..i {
+                // The reference sorts the lane.
+                let mut lane: Vec<(f32, usize)> =
+                    (0..r).map(|rr| (xs[(oo * r + rr) * i + ii], rr)).collect();
+                lane.sort_by(|a, b| {
+                    if ranks_before(a.0, a.1, b.0, b.1, largest) {
+                        std::cmp::Ordering::Less
+                    } else {
+                        std::cmp::Ordering::Greater
+                    }
+                });
+                for (j, (v, rr)) in lane.into_iter().take(k).enumerate() {
+                    vs[(oo * k + j) * i + ii] = v;
+                    is[(oo * k + j) * i + ii] = rr as i32;
+                }
+            }
+        }
+        vals.device()
+            .backend()
+            .write(vals.storage(), 0, bytemuck::cast_slice(&vs))?;
+        idx.device()
+            .backend()
+            .write(idx.storage(), 0, bytemuck::cast_slice(&is))
+    }
+
+    fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
+        crate::backend::cpu::host::map_f32(&[x], y, |ins, o| {
+            for (k, v) in o.iter_mut().enumerate() {
+                let (mut rem, mut off) = (k, 0);
+                for (s, st) in oshape.iter().zip(istride) {
+                    off += (rem % s) * st;
+                    rem /= s;
+                }
+                *v = ins[0][off];
+            }
+        })
+    }
+
+    fn block_copy(&self, x: &Tensor, y: &Tensor, b: Block) -> Result<()> {
+        let xs = x.to_vec::<f32>()?;
+        let mut ys = y.to_vec::<f32>()?;
+        for o in 0..b.o {
+            for a in 0..b.len {
+                for i in 0..b.i {
+                    ys[(o * b.da + b.doff + a) * b.i + i] = xs[(o * b.sa + b.soff + a) * b.i + i];
+                }
+            }
+        }
+        y.device()
+            .backend()
+            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+    }
+
+    fn index_select(
+        &self,
+        x: &Tensor,
+        idx: &Tensor,
+        o: usize,
+        a: usize,
+        i: usize,
+        y: &Tensor,
+    ) -> Result<()> {
+        let (xs, ks) = (x.to_vec::<f32>()?, idx.to_vec::<i32>()?);
+        let mut ys = Vec::with_capacity(y.numel());
+        for oo in 0..o {
+            for &k in &ks {
+                ys.extend_from_slice(&xs[(oo * a + k as usize) * i..(oo * a + k as usize + 1) * i]);
+            }
+        }
+        y.device()
+            .backend()
+            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+    }
+
+    fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
+        let c = y.shape()[1];
+        let mut ys = vec![0f32; y.numel()];
+        for (n, &l) in labels.to_vec::<i32>()?.iter().enumerate() {
+            ys[n * c + l as usize] = 1.0;
+        }
+        y.device()
+            .backend()
+            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+    }
+
+    fn pad2d(
+        &self,
+        src: &Tensor,
+        dst: &Tensor,
+        top: usize,
+        left: usize,
+        reflect: bool,
+        back: bool,
+    ) -> Result<()> {
+        let (x, y) = if back { (dst, src) } else { (src, dst) };
+        let (xs, ys) = (x.shape().to_vec(), y.shape().to_vec());
+        let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
+        let s = src.to_vec::<f32>()?;
+        let mut d = vec![0f32; dst.numel()];
+        for p in 0..planes {
+            for a in 0..oh {
+                for b in 0..ow {
+                    let (hs, ws) = (
+                        pad_src(a as isize - top as isize, h, reflect),
+                        pad_src(b as isize - left as isize, w, reflect),
+                    );
+                    let (Some(hh), Some(ww)) = (hs, ws) else {
+                        continue;
+                    };
+                    let (xi, yi) = ((p * h + hh) * w + ww, (p * oh + a) * ow + b);
+                    if back {
+                        // The reference scatters (the kernel gathers), so the two are checked against each other.
+                        d[xi] += s[yi];
+                    } else {
+                        d[yi] = s[xi];
+                    }
+                }
+            }
+        }
+        dst.device()
+            .backend()
+            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
+    }
+}

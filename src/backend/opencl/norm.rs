@@ -1,0 +1,376 @@
+//! OpenCL training batch_norm2d: statistics and normalising kernels chosen by measurement per shape bucket.
+
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use crate::autotune::{self, Source, bucket, shape_key};
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice, events_ms};
+use crate::contract::NormKernels;
+use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// The units of a channel's N·P elements that the batch_norm2d kernels walk: float4s when H·W is a multiple
+/// of 4 (the kernels' `VEC4`), floats otherwise.
+fn bn_units(n: usize, p: usize) -> usize {
+    if p.is_multiple_of(4) {
+        n * p / 4
+    } else {
+        n * p
+    }
+}
+
+/// A tag no earlier one-launch batch_norm2d launch used (never 0, the value of zeroed memory): its partials
+/// carry it, so a waiting work-group tells this launch's partials from what a reused buffer still holds.
+fn launch_tag() -> i32 {
+    static NEXT: AtomicU32 = AtomicU32::new(1);
+    loop {
+        let t = NEXT.fetch_add(1, Ordering::Relaxed);
+        if t != 0 {
+            return t as i32;
+        }
+    }
+}
+
+/// How often a waiting group of the one-launch kernels reads a partial before it sums its channel itself:
+/// `NETCL_BN_POLLS` (0 to 2^24; 0 makes every group that would wait do so), read once, by default 2^15.
+fn bn_polls() -> u32 {
+    static POLLS: OnceLock<u32> = OnceLock::new();
+    *POLLS.get_or_init(|| {
+        std::env::var("NETCL_BN_POLLS")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .filter(|&n| n <= 1 << 24)
+            .unwrap_or(1 << 15)
+    })
+}
+
+impl ClDevice {
+    fn bn_candidates(&self, v: [usize; 3]) -> (Vec<BatchNormAlgo>, usize) {
+        let [n, c, p] = [v[0], v[1], v[2]];
+        let cu = self.info.compute_units.max(1) as usize;
+        let max_wg = self.info.max_work_group_size.max(1);
+        let per_channel = n * p;
+        let mut out = Vec::new();
+        for local in [256usize, 512] {
+            if local > max_wg {
+                continue;
+            }
+            // About four work-groups per compute unit, each reading at least 8 elements per item.
+            let g = (cu * 4)
+                .div_ceil(c)
+                .clamp(1, (per_channel / (local * 8)).max(1));
+            for g in [g, (g * 4).min((per_channel / (local * 8)).max(1))] {
+                let a = BatchNormAlgo {
+                    stats: BnStats::Wg(local, g),
+                    apply: BnApply::Flat,
+                };
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+        // Four loads in flight per item, at most four work-groups of 256 per compute unit so that they all run
+        // at once, each item reading at least 16 elements; then the apply that walks the same chunks backwards.
+        if max_wg >= 256 {
+            let g = (cu * 4 / c).clamp(1, (per_channel / (256 * 16)).max(1));
+            out.push(BatchNormAlgo {
+                stats: BnStats::Wide(256, g),
+                apply: BnApply::Back,
+            });
+            // One launch, offered on GPUs: its work-groups wait for work-groups that started before them, and
+            // OpenCL promises no progress between work-groups; GPUs run resident groups side by side, CPU
+            // runtimes need not (there every wait runs to its bound). Chunks of 16K to 64K elements: smaller keeps the
+            // channels in flight cached between their statistics and their normalisation, larger has fewer
+            // groups waiting (8K chunks lost on the H200 at both bench shapes).
+            let pipe = if self.info.kind == "gpu" {
+                &[256 * 64, 256 * 128, 256 * 256][..]
+            } else {
+                &[]
+            };
+            // Chunks held in registers (GPUs), offered while a channel's groups fit on the device at once
+            // with two groups of 256 per compute unit; otherwise every group would wait its full bound.
+            let units = bn_units(n, p);
+            let hold = if self.info.kind == "gpu" {
+                &[(256usize, 4usize), (256, 8), (256, 16), (512, 8)][..]
+            } else {
+                &[]
+            };
+            for &(l, u) in hold {
+                if l <= max_wg && units.div_ceil(l * u) <= 2 * cu * 256 / l {
+                    out.push(BatchNormAlgo {
+                        stats: BnStats::Held(l, u),
+                        apply: BnApply::Hold,
+                    });
+                }
+            }
+            for &per in pipe {
+                let a = BatchNormAlgo {
+                    stats: BnStats::Wide(256, (per_channel / per).max(1)),
+                    apply: BnApply::Pipe,
+                };
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+        let g = (cu * 2).div_ceil(c).clamp(1, n.max(1));
+        for apply in [BnApply::Plane, BnApply::Flat] {
+            out.push(BatchNormAlgo {
+                stats: BnStats::Item(g),
+                apply,
+            });
+        }
+        let default = if self.info.kind == "cpu" {
+            out.iter()
+                .position(|a| matches!(a.stats, BnStats::Item(_)))
+                .unwrap_or(0)
+        } else {
+            0
+        };
+        (out, default)
+    }
+
+    fn run_bn(
+        &self,
+        device: &Device,
+        bn: &BnTrain<'_>,
+        algo: BatchNormAlgo,
+    ) -> Result<Vec<crate::backend::opencl::Event>> {
+        let s = bn.x.shape();
+        let (n, c, p) = (s[0], s[1], s[2] * s[3]);
+        let vec4 = p.is_multiple_of(4);
+        let d = Defines::new().set("VEC4", u8::from(vec4));
+        let mut evs = Vec::with_capacity(3);
+        let units = bn_units(n, p);
+        let g = match algo.stats {
+            BnStats::Wg(_, g) | BnStats::Wide(_, g) | BnStats::Item(g) => g.max(1),
+            BnStats::Held(l, u) => units.div_ceil(l * u).max(1),
+        };
+        // The one-launch kernels publish each partial as two 64-bit words (value and launch tag).
+        let one_launch = matches!(algo.apply, BnApply::Pipe | BnApply::Hold);
+        let part = Tensor::empty(
+            device,
+            &[c * g * if one_launch { 4 } else { 2 }],
+            DType::F32,
+        )?;
+        // An absent γ or β is never read; any buffer stands in for the argument.
+        let stat_args = [
+            Arg::F32(bn.eps),
+            Arg::F32(bn.momentum),
+            Arg::I32(i32::from(bn.gamma.is_some())),
+            Arg::I32(i32::from(bn.beta.is_some())),
+            Arg::Mem(bn.x.storage()),
+            Arg::Mem(part.storage()),
+            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
+            Arg::Mem(bn.rm.storage()),
+            Arg::Mem(bn.rv.storage()),
+            Arg::Mem(bn.mean.storage()),
+            Arg::Mem(bn.rstd.storage()),
+            Arg::Mem(bn.stat.storage()),
+            Arg::Mem(bn.rm_out.storage()),
+            Arg::Mem(bn.rv_out.storage()),
+        ];
+        let chunked = |local: usize| {
+            let local = local.min(self.info.max_work_group_size.max(1));
+            let mut args = vec![
+                Arg::I32(n as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::I32(units.div_ceil(g).max(1) as i32),
+                Arg::I32(g as i32),
+            ];
+            args.extend(stat_args.iter().cloned());
+            args.push(Arg::Mem(bn.y.storage()));
+            (local, args)
+        };
+        // The one-launch kernels: `hold` on C·g groups of chunks held in registers (at most local·u units each),
+        // `pipe` on (C + 1)·g groups; both take the counters, local room for g partials and a new launch tag.
+        let one = match (algo.apply, algo.stats) {
+            (BnApply::Hold, BnStats::Held(local, u)) => {
+                Some((local, d.clone().set("HOLD", u), "bn_hold", c))
+            }
+            (BnApply::Pipe, BnStats::Wide(local, _)) => {
+                Some((local, d.clone().set("UNR", 4), "bn_pipe", c + 1))
+            }
+            (BnApply::Pipe, _) => {
+                return Err(Error::Invalid(
+                    "batch_norm2d: the one-launch apply needs the wide statistics".into(),
+                ));
+            }
+            _ => None,
+        };
+        if let Some((local, defines, name, groups)) = one {
+            let (local, mut args) = chunked(local);
+            let counters = self.counters(c + 2)?;
+            let Some((sync, _)) = counters.as_ref() else {
+                return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
+            };
+            let lds = local.max(g) * 4;
+            args.extend([
+                Arg::Mem(sync),
+                Arg::Local(lds),
+                Arg::Local(lds),
+                Arg::I32(launch_tag()),
+            ]);
+            let k = self.kernel("norm", &defines.set("POLLS", bn_polls()), name)?;
+            evs.push(self.launch(&k, &args, &[local * g * groups], Some(&[local]))?);
+            return Ok(evs);
+        }
+        match algo.stats {
+            BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
+                let local = local.min(self.info.max_work_group_size.max(1));
+                let rc = units.div_ceil(g).max(1);
+                let unr = if matches!(algo.stats, BnStats::Wide(..)) {
+                    4
+                } else {
+                    1
+                };
+                let k = self.kernel("norm", &d.clone().set("UNR", unr), "bn_partial_wg")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                    Arg::Local(local * 4),
+                    Arg::Local(local * 4),
+                ];
+                evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            }
+            BnStats::Item(_) => {
+                let rc = (n * p).div_ceil(g).max(1);
+                let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
+                let args = [
+                    Arg::I32(n as i32),
+                    Arg::I32(c as i32),
+                    Arg::I32(p as i32),
+                    Arg::I32(rc as i32),
+                    Arg::I32(g as i32),
+                    Arg::Mem(bn.x.storage()),
+                    Arg::Mem(part.storage()),
+                ];
+                evs.push(self.launch(&k, &args, &[g, c], None)?);
+            }
+            BnStats::Held(..) => {
+                return Err(Error::Invalid(
+                    "batch_norm2d: the held statistics go with the hold apply only".into(),
+                ));
+            }
+        }
+        if algo.apply == BnApply::Back {
+            // The statistics pass's grid and chunks, the partials folded in: no finishing launch.
+            let local = match algo.stats {
+                BnStats::Wg(l, _) | BnStats::Wide(l, _) | BnStats::Held(l, _) => l,
+                BnStats::Item(_) => 256,
+            };
+            let (local, args) = chunked(local);
+            let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_apply_back")?;
+            evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            return Ok(evs);
+        }
+        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
+        let mut args = vec![
+            Arg::I32(n as i32),
+            Arg::I32(c as i32),
+            Arg::I32(p as i32),
+            Arg::I32(g as i32),
+        ];
+        args.extend(stat_args);
+        evs.push(self.launch(
+            &k,
+            &args,
+            &[c],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?);
+        let common = |total: usize| {
+            [
+                Arg::I32(total as i32),
+                Arg::I32(c as i32),
+                Arg::I32(p as i32),
+                Arg::Mem(bn.x.storage()),
+                Arg::Mem(bn.mean.storage()),
+                Arg::Mem(bn.stat.storage()),
+                Arg::Mem(bn.y.storage()),
+            ]
+        };
+        match algo.apply {
+            BnApply::Flat => {
+                let total = if vec4 { n * c * p / 4 } else { n * c * p };
+                let k = self.kernel("norm", &d, "bn_apply_flat")?;
+                let local = 256.min(self.info.max_work_group_size.max(1));
+                evs.push(self.launch(&k, &common(total), &[total], Some(&[local]))?);
+            }
+            BnApply::Plane => {
+                let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
+                evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
+            }
+            // Launched above, with the finish folded in.
+            BnApply::Back | BnApply::Pipe | BnApply::Hold => {}
+        }
+        Ok(evs)
+    }
+}
+
+impl NormKernels for ClDevice {
+    fn batch_norm_train(
+        &self,
+        device: &Device,
+        bn: &BnTrain<'_>,
+        algo: Option<BatchNormAlgo>,
+    ) -> Result<()> {
+        let s = bn.x.shape();
+        let v = [s[0], s[1], s[2] * s[3]];
+        let key = shape_key(&[
+            bucket(v[0]),
+            bucket(v[1]),
+            bucket(v[2]),
+            i64::from(v[2].is_multiple_of(4)),
+        ]);
+        let chosen = match algo {
+            Some(a) => {
+                let max_wg = self.info.max_work_group_size.max(1);
+                let ok = match a.stats {
+                    BnStats::Wg(l, g) | BnStats::Wide(l, g) => {
+                        l.is_power_of_two() && l <= max_wg && g >= 1
+                    }
+                    BnStats::Item(g) => g >= 1,
+                    BnStats::Held(l, u) => {
+                        l.is_power_of_two() && l <= max_wg && (1..=MAX_HELD).contains(&u)
+                    }
+                } && (a.apply != BnApply::Pipe || matches!(a.stats, BnStats::Wide(..)))
+                    && (a.apply == BnApply::Hold) == matches!(a.stats, BnStats::Held(..));
+                if !ok {
+                    return Err(Error::Invalid(format!(
+                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
+                    )));
+                }
+                autotune::record_choice(
+                    device,
+                    "batch_norm2d",
+                    &key,
+                    &a,
+                    Source::Forced,
+                    "algorithm given by the caller",
+                );
+                a
+            }
+            None => match autotune::answered(device, "batch_norm2d", &key) {
+                Some(a) => a,
+                None => {
+                    let (cands, default) = self.bn_candidates(v);
+                    autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
+                        events_ms(&self.run_bn(device, bn, *a)?)
+                    })?
+                }
+            },
+        };
+        self.run_bn(device, bn, chosen)?;
+        Ok(())
+    }
+}

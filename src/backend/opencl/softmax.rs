@@ -1,0 +1,298 @@
+//! OpenCL softmax and cross-entropy: the row algorithm chosen by measurement, and the `softmax` kernels.
+
+use crate::autotune::{self, bucket, shape_key};
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
+use crate::contract::SoftmaxKernels;
+use crate::contract::reduce::Ori;
+use crate::contract::softmax::SoftmaxAlgo;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+impl ClDevice {
+    fn softmax_algo(
+        &self,
+        device: &Device,
+        v: Ori,
+        forced: Option<SoftmaxAlgo>,
+        bwd: bool,
+        mut bench: impl FnMut(SoftmaxAlgo) -> Result<f64>,
+    ) -> Result<SoftmaxAlgo> {
+        if v.i > 1 {
+            return Ok(SoftmaxAlgo::Serial);
+        }
+        let max_wg = self.info.max_work_group_size.max(1);
+        if let Some(a) = forced {
+            let ok = match a {
+                SoftmaxAlgo::Reg(l, k) => {
+                    bwd || (l.is_power_of_two()
+                        && l <= max_wg
+                        && (1..=16).contains(&k)
+                        && v.r.is_multiple_of(4)
+                        && v.r <= 4 * k * l)
+                }
+                SoftmaxAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
+                SoftmaxAlgo::Serial => true,
+            };
+            if !ok {
+                return Err(Error::Invalid(format!(
+                    "softmax: algorithm {a:?} does not fit rows of {} on this device (reg needs a power-of-two local size up to {max_wg}, 1 ≤ k ≤ 16, rows a multiple of 4 and at most 4·k·local)",
+                    v.r
+                )));
+            }
+            return Ok(a);
+        }
+        let mut cands: Vec<SoftmaxAlgo> = Vec::new();
+        if !bwd && v.r.is_multiple_of(4) {
+            // Rows in registers: at most 16 float4 per work-item, and no more work-items than float4 columns.
+            let r4 = v.r / 4;
+            for l in [128usize, 256, 512, 1024] {
+                let k = r4.div_ceil(l);
+                if l <= max_wg && k <= 16 && (l == 128 || l <= r4) {
+                    cands.push(SoftmaxAlgo::Reg(l, k));
+                }
+            }
+        }
+        cands.extend(
+            [64usize, 128, 256]
+                .into_iter()
+                .filter(|&l| l <= max_wg)
+                .map(SoftmaxAlgo::Wg),
+        );
+        cands.push(SoftmaxAlgo::Serial);
+        let default = if self.info.kind == "cpu" {
+            cands.len() - 1
+        } else if let Some(i) = cands
+            .iter()
+            .position(|a| matches!(a, SoftmaxAlgo::Reg(256, _)))
+        {
+            i
+        } else {
+            cands.len().saturating_sub(2)
+        };
+        // The key keeps R's multiple-of-4 bit: rows in registers are a candidate only then.
+        let key = shape_key(&[bucket(v.o), bucket(v.r), i64::from(v.r.is_multiple_of(4))]);
+        let kernel = if bwd { "softmax_backward" } else { "softmax" };
+        autotune::tune(device, kernel, &key, &cands, default, |c| bench(*c))
+    }
+
+    fn run_softmax(
+        &self,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: SoftmaxAlgo,
+    ) -> Result<Event> {
+        let d = Defines::new().set("LOG", u8::from(log));
+        if v.i > 1 {
+            let k = self.kernel("softmax", &d, "sm_col")?;
+            let args = [
+                Arg::I32(v.o as i32),
+                Arg::I32(v.r as i32),
+                Arg::I32(v.i as i32),
+                Arg::Mem(x.storage()),
+                Arg::Mem(y.storage()),
+            ];
+            return self.launch(
+                &k,
+                &args,
+                &[v.o * v.i],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            );
+        }
+        match algo {
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+                let k = match algo {
+                    SoftmaxAlgo::Reg(_, kk) => {
+                        self.kernel("softmax", &d.set("SM_K", kk), "sm_row_reg")?
+                    }
+                    _ => self.kernel("softmax", &d, "sm_row_wg")?,
+                };
+                let args = [
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(y.storage()),
+                    Arg::Local(l * 4),
+                ];
+                self.launch(&k, &args, &[l * v.o], Some(&[l]))
+            }
+            SoftmaxAlgo::Serial => {
+                let k = self.kernel("softmax", &d, "sm_row_serial")?;
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(x.storage()),
+                    Arg::Mem(y.storage()),
+                ];
+                self.launch(&k, &args, &[v.o], None)
+            }
+        }
+    }
+
+    fn run_softmax_bwd(
+        &self,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        algo: SoftmaxAlgo,
+    ) -> Result<Event> {
+        let d = Defines::new().set("LOG", u8::from(log));
+        if v.i > 1 {
+            let k = self.kernel("softmax", &d, "smb_col")?;
+            let args = [
+                Arg::I32(v.o as i32),
+                Arg::I32(v.r as i32),
+                Arg::I32(v.i as i32),
+                Arg::Mem(y.storage()),
+                Arg::Mem(g.storage()),
+                Arg::Mem(gx.storage()),
+            ];
+            return self.launch(
+                &k,
+                &args,
+                &[v.o * v.i],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            );
+        }
+        match algo {
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+                let k = self.kernel("softmax", &d, "smb_row_wg")?;
+                let args = [
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(y.storage()),
+                    Arg::Mem(g.storage()),
+                    Arg::Mem(gx.storage()),
+                    Arg::Local(l * 4),
+                ];
+                self.launch(&k, &args, &[l * v.o], Some(&[l]))
+            }
+            SoftmaxAlgo::Serial => {
+                let k = self.kernel("softmax", &d, "smb_row_serial")?;
+                let args = [
+                    Arg::I32(v.o as i32),
+                    Arg::I32(v.r as i32),
+                    Arg::Mem(y.storage()),
+                    Arg::Mem(g.storage()),
+                    Arg::Mem(gx.storage()),
+                ];
+                self.launch(&k, &args, &[v.o], None)
+            }
+        }
+    }
+}
+
+impl SoftmaxKernels for ClDevice {
+    fn softmax(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
+        let a = self.softmax_algo(device, v, algo, false, |c| {
+            events_ms(&[self.run_softmax(log, v, x, y, c)?])
+        })?;
+        self.run_softmax(log, v, x, y, a)?;
+        Ok(())
+    }
+
+    fn softmax_backward(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()> {
+        let a = self.softmax_algo(device, v, algo, true, |c| {
+            events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?])
+        })?;
+        self.run_softmax_bwd(log, v, y, g, gx, a)?;
+        Ok(())
+    }
+
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+    ) -> Result<()> {
+        let (n, c) = (logits.shape()[0], logits.shape()[1]);
+        let dev = logits.device();
+        let loss = Tensor::empty(dev, &[n.max(1)], DType::F32)?;
+        let valid = Tensor::empty(dev, &[n.max(1)], DType::I32)?;
+        let d = Defines::new();
+        if n > 0 {
+            let k = self.kernel("softmax", &d, "ce_rows")?;
+            let args = [
+                Arg::I32(n as i32),
+                Arg::I32(c as i32),
+                Arg::I32(ignore),
+                Arg::Mem(logits.storage()),
+                Arg::Mem(labels.storage()),
+                Arg::Mem(loss.storage()),
+                Arg::Mem(valid.storage()),
+            ];
+            self.launch(
+                &k,
+                &args,
+                &[n],
+                Some(&[64.min(self.info.max_work_group_size.max(1))]),
+            )?;
+        }
+        // The largest power of two up to 256 that the device allows in a group.
+        let max = self.info.max_work_group_size.clamp(1, 256);
+        let l = 1usize << (usize::BITS - 1 - max.leading_zeros());
+        let k = self.kernel("softmax", &d, "ce_finish")?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::Mem(loss.storage()),
+            Arg::Mem(valid.storage()),
+            Arg::Mem(stats.storage()),
+            Arg::Local(l * 4),
+            Arg::Local(l * 4),
+            Arg::Local(l * 4),
+        ];
+        self.launch(&k, &args, &[l], Some(&[l]))?;
+        Ok(())
+    }
+
+    fn cross_entropy_backward(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()> {
+        let (n, c) = (logits.shape()[0], logits.shape()[1]);
+        let k = self.kernel("softmax", &Defines::new(), "ce_bwd")?;
+        let args = [
+            Arg::I32(n as i32),
+            Arg::I32(c as i32),
+            Arg::I32(ignore),
+            Arg::Mem(logits.storage()),
+            Arg::Mem(labels.storage()),
+            Arg::Mem(stats.storage()),
+            Arg::Mem(gout.storage()),
+            Arg::Mem(gx.storage()),
+        ];
+        self.launch(
+            &k,
+            &args,
+            &[n],
+            Some(&[64.min(self.info.max_work_group_size.max(1))]),
+        )?;
+        Ok(())
+    }
+}

@@ -1,0 +1,74 @@
+//! The softmax family's contract: the row algorithm and the device primitives for softmax and cross-entropy.
+
+use serde::Serialize;
+
+use crate::contract::reduce::Ori;
+use crate::device::Device;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A softmax row algorithm; its autotune cache form is `["reg", local, k]`, `["wg", local]` or `"serial"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SoftmaxAlgo {
+    /// One work-group of `local` items per row, each holding `k` float4 of the row in registers (forward
+    /// only; needs R a multiple of 4 and R ≤ 4·k·local; the backward runs it as `Wg(local)`).
+    Reg(usize, usize),
+    /// One work-group of `local` items per row.
+    Wg(usize),
+    /// One work-item per row.
+    Serial,
+}
+
+impl Serialize for SoftmaxAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            SoftmaxAlgo::Reg(l, k) => ("reg", l, k).serialize(s),
+            SoftmaxAlgo::Wg(l) => ("wg", l).serialize(s),
+            SoftmaxAlgo::Serial => "serial".serialize(s),
+        }
+    }
+}
+
+/// Device primitives for softmax and cross-entropy.
+pub(crate) trait SoftmaxKernels {
+    /// `y = (log_)softmax(x)` over R of the view.
+    fn softmax(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        x: &Tensor,
+        y: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()>;
+    /// The input gradient from the forward output `y` and the output gradient `g`.
+    #[allow(clippy::too_many_arguments)]
+    fn softmax_backward(
+        &self,
+        device: &Device,
+        log: bool,
+        v: Ori,
+        y: &Tensor,
+        g: &Tensor,
+        gx: &Tensor,
+        algo: Option<SoftmaxAlgo>,
+    ) -> Result<()>;
+    /// Writes `stats = [mean loss, count, first bad row or -1]`.
+    fn cross_entropy(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+    ) -> Result<()>;
+    /// The logits' gradient given `stats` from the forward and the scalar output gradient `gout`.
+    fn cross_entropy_backward(
+        &self,
+        logits: &Tensor,
+        labels: &Tensor,
+        ignore: i32,
+        stats: &Tensor,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()>;
+}
