@@ -5,6 +5,8 @@
 //! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
+pub(crate) mod gemm;
+
 use std::any::Any;
 
 use crate::error::Result;
@@ -15,7 +17,6 @@ pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
-pub(crate) use crate::ops::gemm::GemmKernels;
 pub(crate) use crate::ops::pool::PoolKernels;
 pub(crate) use crate::ops::reduce::ReduceKernels;
 pub(crate) use crate::ops::resize::ResizeKernels;
@@ -23,6 +24,7 @@ pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
+pub(crate) use gemm::GemmKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
 pub(crate) trait Backend:

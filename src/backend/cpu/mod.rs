@@ -1,5 +1,7 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+mod gemm;
+
 use std::any::Any;
 use std::sync::RwLock;
 

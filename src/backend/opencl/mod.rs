@@ -4,6 +4,7 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+mod gemm;
 pub mod program;
 
 use std::any::Any;

@@ -12,8 +12,8 @@ use crate::autotune::{self, Source, bucket, shape_key};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, events_ms};
+use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
 use crate::error::Result;
-use crate::ops::gemm::{BiasMode, Gemm};
 use crate::tensor::{DType, Tensor};
 
 /// The most bytes an im2col workspace may take; larger batches are processed in chunks.
@@ -241,15 +241,10 @@ impl ClDevice {
                         BiasMode::None
                     },
                     relu: relu && fused,
-                    tune_name: "conv2d_gemm",
-                    tune_key: shape_key(&[
-                        fg as i64,
-                        (cg * kk) as i64,
-                        bucket(p),
-                        bucket(nb),
-                        0,
-                        0,
-                    ]),
+                    tune: GemmTune::Named(
+                        "conv2d_gemm",
+                        shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
+                    ),
                 };
                 self.run_gemm(
                     device,
@@ -298,8 +293,10 @@ impl ClDevice {
                 BiasMode::None
             },
             relu,
-            tune_name: "conv2d_pointwise_gemm",
-            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
+            tune: GemmTune::Named(
+                "conv2d_pointwise_gemm",
+                shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
+            ),
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
@@ -390,8 +387,7 @@ impl ClDevice {
         let (v, e) = self.wino_input(device, &tl, x, g, false)?;
         ev.push(e);
         let gm = Gemm {
-            tune_name: "wino_batched_gemm",
-            tune_key: tl.gemm_key(g),
+            tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
@@ -458,8 +454,7 @@ impl ClDevice {
             tune_key.insert_str(tune_key.len() - 1, ", 1");
         }
         let gm = Gemm {
-            tune_name: "wino_grad_w_gemm",
-            tune_key,
+            tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
         self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
@@ -704,15 +699,10 @@ impl ClDevice {
                         s_c: g.f * cg * kk,
                         bias: BiasMode::None,
                         relu: false,
-                        tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            fg as i64,
-                            (cg * kk) as i64,
-                            bucket(p),
-                            bucket(nb),
-                            0,
-                            1,
-                        ]),
+                        tune: GemmTune::Named(
+                            "conv2d_gemm",
+                            shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
+                        ),
                     };
                     self.run_gemm(device, go, &col, part, None, &gm, ev)?;
                 }
@@ -738,15 +728,10 @@ impl ClDevice {
                         s_c: g.c * kk * p,
                         bias: BiasMode::None,
                         relu: false,
-                        tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            (cg * kk) as i64,
-                            fg as i64,
-                            bucket(p),
-                            bucket(nb),
-                            1,
-                            0,
-                        ]),
+                        tune: GemmTune::Named(
+                            "conv2d_gemm",
+                            shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
+                        ),
                     };
                     self.run_gemm(device, w, go, &col, None, &gm, ev)?;
                 }
@@ -780,8 +765,10 @@ impl ClDevice {
         let p = g.p();
         if let Some(gx) = gr.gx {
             let gm = Gemm {
-                tune_name: "conv2d_pointwise_gemm",
-                tune_key: shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+                tune: GemmTune::Named(
+                    "conv2d_pointwise_gemm",
+                    shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+                ),
                 ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
             };
             self.run_gemm(device, w, go, gx, None, &gm, ev)?;
@@ -791,8 +778,10 @@ impl ClDevice {
             // then one reduction.
             let part = Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?;
             let gm = Gemm {
-                tune_name: "conv2d_pointwise_grad_w",
-                tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+                tune: GemmTune::Named(
+                    "conv2d_pointwise_grad_w",
+                    shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+                ),
                 ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
             self.run_gemm(device, go, x, &part, None, &gm, ev)?;
