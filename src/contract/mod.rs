@@ -5,6 +5,7 @@
 //! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
+pub(crate) mod conv;
 pub(crate) mod gemm;
 
 use std::any::Any;
@@ -12,7 +13,6 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
-pub(crate) use crate::ops::conv::ConvKernels;
 pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
@@ -24,6 +24,7 @@ pub(crate) use crate::ops::shape::ShapeKernels;
 pub(crate) use crate::ops::softmax::SoftmaxKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
+pub(crate) use conv::ConvKernels;
 pub(crate) use gemm::GemmKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.

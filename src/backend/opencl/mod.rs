@@ -4,8 +4,10 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+mod conv;
 mod gemm;
 pub mod program;
+mod winograd;
 
 use std::any::Any;
 use std::ffi::c_void;
