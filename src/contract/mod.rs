@@ -6,6 +6,7 @@
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
 pub(crate) mod conv;
+pub(crate) mod depthwise;
 pub(crate) mod gemm;
 
 use std::any::Any;
@@ -13,7 +14,6 @@ use std::any::Any;
 use crate::error::Result;
 use crate::memory::{Allocator, Storage};
 
-pub(crate) use crate::ops::depthwise::DepthwiseKernels;
 pub(crate) use crate::ops::dropout::DropoutKernels;
 pub(crate) use crate::ops::elementwise::BinaryKernels;
 pub(crate) use crate::ops::fused::FusedKernels;
@@ -25,6 +25,7 @@ pub(crate) use crate::ops::softmax::SoftmaxKernels;
 pub(crate) use crate::ops::unary::UnaryKernels;
 pub(crate) use crate::ops::update::UpdateKernels;
 pub(crate) use conv::ConvKernels;
+pub(crate) use depthwise::DepthwiseKernels;
 pub(crate) use gemm::GemmKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.

@@ -1,6 +1,7 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
 mod conv;
+mod depthwise;
 mod gemm;
 
 use std::any::Any;

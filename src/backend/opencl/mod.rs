@@ -5,6 +5,7 @@
 //! ([`crate::device::timing`]) and records it for the playground.
 
 mod conv;
+mod depthwise;
 mod gemm;
 pub mod program;
 mod winograd;
