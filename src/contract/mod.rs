@@ -5,6 +5,10 @@
 //! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
+pub(crate) mod conv;
+pub(crate) mod depthwise;
+pub(crate) mod gemm;
+
 use std::any::Any;
 
 use crate::error::Result;
@@ -35,9 +39,9 @@ pub(crate) use reduce::ReduceKernels;
 pub(crate) use shape::ShapeKernels;
 pub(crate) use softmax::SoftmaxKernels;
 
-pub(crate) use crate::ops::conv::ConvKernels;
-pub(crate) use crate::ops::depthwise::DepthwiseKernels;
-pub(crate) use crate::ops::gemm::GemmKernels;
+pub(crate) use conv::ConvKernels;
+pub(crate) use depthwise::DepthwiseKernels;
+pub(crate) use gemm::GemmKernels;
 
 /// Everything a backend provides: memory movement and every op family's primitives.
 pub(crate) trait Backend:

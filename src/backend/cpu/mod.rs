@@ -1,8 +1,11 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+mod conv;
+mod depthwise;
 mod dropout;
 mod elementwise;
 mod fused;
+mod gemm;
 mod norm;
 mod pool;
 mod reduce;

@@ -4,9 +4,12 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+mod conv;
+mod depthwise;
 mod dropout;
 pub(crate) mod elementwise;
 mod fused;
+mod gemm;
 mod norm;
 mod pool;
 pub mod program;
@@ -16,6 +19,7 @@ mod shape;
 mod softmax;
 mod unary;
 mod update;
+mod winograd;
 
 use std::any::Any;
 use std::ffi::c_void;

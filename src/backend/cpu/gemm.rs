@@ -1,7 +1,7 @@
 //! The reference product on the built-in device: f64 accumulation, row by row.
 
-use super::{BiasMode, Gemm, GemmKernels};
 use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::contract::gemm::{BiasMode, Gemm, GemmKernels};
 use crate::error::Result;
 use crate::{Device, Tensor};
 

@@ -9,39 +9,10 @@
 
 #![allow(clippy::too_many_arguments)]
 
-mod cl;
-mod cpu;
-
-use serde::Serialize;
-
+pub use crate::contract::conv::ConvAlgo;
+use crate::contract::conv::{ConvGeom, ConvGrads};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
-
-/// A convolution algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ConvAlgo {
-    /// One output (or input gradient, or weight gradient) element per work-item; every shape.
-    Direct,
-    /// im2col (col2im in backward) plus the autotuned GEMM; every shape.
-    Im2col,
-    /// Winograd F(2×2, 3×3) with a batched GEMM: 3×3, stride 1, dilation 1, groups 1, padding ≤ 2.
-    Winograd,
-    /// 1×1, stride 1, padding 0, dilation 1, groups 1: one batched GEMM on the NCHW buffers.
-    Pointwise,
-}
-
-impl ConvAlgo {
-    /// The algorithm's name (`direct`, `im2col`, `winograd`, `pointwise`).
-    pub fn name(self) -> &'static str {
-        match self {
-            ConvAlgo::Direct => "direct",
-            ConvAlgo::Im2col => "im2col",
-            ConvAlgo::Winograd => "winograd",
-            ConvAlgo::Pointwise => "pointwise",
-        }
-    }
-}
 
 /// Options of [`conv2d`] and its relatives. `[height, width]` pairs; the builder methods set both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,229 +81,87 @@ impl Conv2dOptions {
     }
 }
 
-/// The full geometry of one convolution, validated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct ConvGeom {
-    pub n: usize,
-    pub c: usize,
-    pub h: usize,
-    pub w: usize,
-    pub f: usize,
-    pub oh: usize,
-    pub ow: usize,
-    pub groups: usize,
-    pub kh: usize,
-    pub kw: usize,
-    pub sh: usize,
-    pub sw: usize,
-    pub ph: usize,
-    pub pw: usize,
-    pub dh: usize,
-    pub dw: usize,
-}
-
-impl ConvGeom {
-    /// Validates an input of shape `x` (N, C, H, W) against weights `w` (F, C/groups, KH, KW).
-    pub(crate) fn new(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeom> {
-        if x.len() != 4 {
-            return Err(Error::Shape(format!(
-                "{op}: the input must be 4-D (N, C, H, W), got {x:?}"
-            )));
-        }
-        if w.len() != 4 {
-            return Err(Error::Shape(format!(
-                "{op}: the weight must be 4-D (F, C/groups, KH, KW), got {w:?}"
-            )));
-        }
-        if o.stride.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "{op}: stride {:?} must be at least 1",
-                o.stride
-            )));
-        }
-        if o.dilation.contains(&0) {
-            return Err(Error::Invalid(format!(
-                "{op}: dilation {:?} must be at least 1",
-                o.dilation
-            )));
-        }
-        let g = o.groups;
-        let (n, c, h, wd) = (x[0], x[1], x[2], x[3]);
-        let (f, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
-        if g == 0 || !c.is_multiple_of(g) || !f.is_multiple_of(g) {
-            return Err(Error::Invalid(format!(
-                "{op}: groups = {g} must divide the input channels ({c}) and the filters ({f})"
-            )));
-        }
-        if cg * g != c {
-            return Err(Error::Shape(format!(
-                "{op}: mismatched channels: the input {x:?} has {c} channels, but the weight {w:?} expects {} ({cg} per group × {g} groups)",
-                cg * g
-            )));
-        }
-        if kh == 0 || kw == 0 {
-            return Err(Error::Shape(format!("{op}: the kernel {w:?} is empty")));
-        }
-        let ekh = (kh - 1) * o.dilation[0] + 1;
-        let ekw = (kw - 1) * o.dilation[1] + 1;
-        let (hp, wp) = (h + 2 * o.padding[0], wd + 2 * o.padding[1]);
-        if ekh > hp || ekw > wp {
-            return Err(Error::Shape(format!(
-                "{op}: the kernel ({ekh}×{ekw} with dilation {:?}) is larger than the padded input ({hp}×{wp} from {x:?} with padding {:?})",
-                o.dilation, o.padding
-            )));
-        }
-        let geom = ConvGeom {
-            n,
-            c,
-            h,
-            w: wd,
-            f,
-            oh: (hp - ekh) / o.stride[0] + 1,
-            ow: (wp - ekw) / o.stride[1] + 1,
-            groups: g,
-            kh,
-            kw,
-            sh: o.stride[0],
-            sw: o.stride[1],
-            ph: o.padding[0],
-            pw: o.padding[1],
-            dh: o.dilation[0],
-            dw: o.dilation[1],
-        };
-        let lim = i32::MAX as usize;
-        let biggest = [
-            n * c * h * wd,
-            n * f * geom.oh * geom.ow,
-            f * cg * kh * kw,
-            n * c * kh * kw * geom.oh * geom.ow / n.max(1),
-        ];
-        if biggest.iter().any(|&e| e > lim) {
-            return Err(Error::Limit(format!(
-                "{op}: {x:?} * {w:?} addresses more than 2^31-1 elements"
-            )));
-        }
-        Ok(geom)
+/// Validates an input of shape `x` (N, C, H, W) against weights `w` (F, C/groups, KH, KW).
+fn geom(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeom> {
+    if x.len() != 4 {
+        return Err(Error::Shape(format!(
+            "{op}: the input must be 4-D (N, C, H, W), got {x:?}"
+        )));
     }
-
-    /// Input shape.
-    pub(crate) fn x_shape(&self) -> [usize; 4] {
-        [self.n, self.c, self.h, self.w]
+    if w.len() != 4 {
+        return Err(Error::Shape(format!(
+            "{op}: the weight must be 4-D (F, C/groups, KH, KW), got {w:?}"
+        )));
     }
-    /// Output shape.
-    pub(crate) fn y_shape(&self) -> [usize; 4] {
-        [self.n, self.f, self.oh, self.ow]
+    if o.stride.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "{op}: stride {:?} must be at least 1",
+            o.stride
+        )));
     }
-    /// Weight shape.
-    pub(crate) fn w_shape(&self) -> [usize; 4] {
-        [self.f, self.c / self.groups, self.kh, self.kw]
+    if o.dilation.contains(&0) {
+        return Err(Error::Invalid(format!(
+            "{op}: dilation {:?} must be at least 1",
+            o.dilation
+        )));
     }
-    /// Output positions per sample.
-    pub(crate) fn p(&self) -> usize {
-        self.oh * self.ow
+    let g = o.groups;
+    let (n, c, h, wd) = (x[0], x[1], x[2], x[3]);
+    let (f, cg, kh, kw) = (w[0], w[1], w[2], w[3]);
+    if g == 0 || !c.is_multiple_of(g) || !f.is_multiple_of(g) {
+        return Err(Error::Invalid(format!(
+            "{op}: groups = {g} must divide the input channels ({c}) and the filters ({f})"
+        )));
     }
-    /// The two int8 geometry vectors of `kernels/conv.cl`.
-    pub(crate) fn cl_args(&self) -> ([i32; 8], [i32; 8]) {
-        let a = [
-            self.n,
-            self.c,
-            self.h,
-            self.w,
-            self.f,
-            self.oh,
-            self.ow,
-            self.groups,
-        ]
-        .map(|v| v as i32);
-        let b = [
-            self.kh, self.kw, self.sh, self.sw, self.ph, self.pw, self.dh, self.dw,
-        ]
-        .map(|v| v as i32);
-        (a, b)
+    if cg * g != c {
+        return Err(Error::Shape(format!(
+            "{op}: mismatched channels: the input {x:?} has {c} channels, but the weight {w:?} expects {} ({cg} per group × {g} groups)",
+            cg * g
+        )));
     }
-    /// Which algorithms can compute this convolution.
-    pub(crate) fn eligible(&self, algo: ConvAlgo) -> bool {
-        match algo {
-            ConvAlgo::Direct | ConvAlgo::Im2col => true,
-            ConvAlgo::Winograd => {
-                self.kh == 3
-                    && self.kw == 3
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.dh == 1
-                    && self.dw == 1
-                    && self.groups == 1
-                    && self.ph <= 2
-                    && self.pw <= 2
-            }
-            ConvAlgo::Pointwise => {
-                self.kh == 1
-                    && self.kw == 1
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.ph == 0
-                    && self.pw == 0
-                    && self.groups == 1
-            }
-        }
+    if kh == 0 || kw == 0 {
+        return Err(Error::Shape(format!("{op}: the kernel {w:?} is empty")));
     }
-    /// The geometry of the stride-1 convolution that computes grad_x of this one (Winograd backward):
-    /// grad_out convolved with the flipped, channel-swapped weights and padding K−1−p.
-    pub(crate) fn grad_x_as_conv(&self) -> ConvGeom {
-        ConvGeom {
-            n: self.n,
-            c: self.f,
-            h: self.oh,
-            w: self.ow,
-            f: self.c,
-            oh: self.h,
-            ow: self.w,
-            groups: 1,
-            kh: self.kh,
-            kw: self.kw,
-            sh: 1,
-            sw: 1,
-            ph: self.kh - 1 - self.ph,
-            pw: self.kw - 1 - self.pw,
-            dh: 1,
-            dw: 1,
-        }
+    let ekh = (kh - 1) * o.dilation[0] + 1;
+    let ekw = (kw - 1) * o.dilation[1] + 1;
+    let (hp, wp) = (h + 2 * o.padding[0], wd + 2 * o.padding[1]);
+    if ekh > hp || ekw > wp {
+        return Err(Error::Shape(format!(
+            "{op}: the kernel ({ekh}×{ekw} with dilation {:?}) is larger than the padded input ({hp}×{wp} from {x:?} with padding {:?})",
+            o.dilation, o.padding
+        )));
     }
-}
-
-/// Which gradients a backward pass writes.
-pub(crate) struct ConvGrads<'a> {
-    pub gx: Option<&'a Tensor>,
-    pub gw: Option<&'a Tensor>,
-    pub gb: Option<&'a Tensor>,
-}
-
-/// Device primitives of the convolution family.
-pub(crate) trait ConvKernels {
-    /// `out = conv(x, w) + bias`, optional ReLU, with a forced or measured algorithm.
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_fwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
-    /// The requested gradients of `conv(x, w) + b` given `go` (the gradient of the output).
-    fn conv2d_bwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        grads: &ConvGrads<'_>,
-        g: &ConvGeom,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
+    let geom = ConvGeom {
+        n,
+        c,
+        h,
+        w: wd,
+        f,
+        oh: (hp - ekh) / o.stride[0] + 1,
+        ow: (wp - ekw) / o.stride[1] + 1,
+        groups: g,
+        kh,
+        kw,
+        sh: o.stride[0],
+        sw: o.stride[1],
+        ph: o.padding[0],
+        pw: o.padding[1],
+        dh: o.dilation[0],
+        dw: o.dilation[1],
+    };
+    let lim = i32::MAX as usize;
+    let biggest = [
+        n * c * h * wd,
+        n * f * geom.oh * geom.ow,
+        f * cg * kh * kw,
+        n * c * kh * kw * geom.oh * geom.ow / n.max(1),
+    ];
+    if biggest.iter().any(|&e| e > lim) {
+        return Err(Error::Limit(format!(
+            "{op}: {x:?} * {w:?} addresses more than 2^31-1 elements"
+        )));
+    }
+    Ok(geom)
 }
 
 fn check_inputs(op: &str, ts: &[&Tensor]) -> Result<()> {
@@ -396,7 +225,7 @@ pub fn conv2d(
     if let Some(b) = bias {
         check_inputs("conv2d", &[x, b])?;
     }
-    let g = ConvGeom::new("conv2d", x.shape(), w.shape(), opts)?;
+    let g = geom("conv2d", x.shape(), w.shape(), opts)?;
     check_bias("conv2d", bias, g.f)?;
     check_algo("conv2d", &g, opts.algo)?;
     let out = Tensor::empty(x.device(), &g.y_shape(), DType::F32)?;
@@ -432,7 +261,7 @@ pub fn conv2d_backward(
     opts: &Conv2dOptions,
 ) -> Result<Conv2dGrads> {
     check_inputs("conv2d_backward", &[x, w, grad_out])?;
-    let g = ConvGeom::new("conv2d_backward", x.shape(), w.shape(), opts)?;
+    let g = geom("conv2d_backward", x.shape(), w.shape(), opts)?;
     if grad_out.shape() != g.y_shape() {
         return Err(Error::Shape(format!(
             "conv2d_backward: grad_out has shape {:?}, but the convolution's output is {:?}",
@@ -559,7 +388,7 @@ fn transpose_geom(
     }
     // The equivalent convolution maps the output (N, Cout, OH, OW) back to the input's spatial size.
     let y = [x[0], w[1] * g, out[0], out[1]];
-    let geom = ConvGeom::new(
+    let geom = geom(
         op,
         &y,
         &[w[0], w[1], w[2], w[3]],

@@ -2,17 +2,45 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use crate::backend::opencl::Event;
+use std::borrow::Cow;
+
 use serde::Serialize;
 
-use super::{Gemm, GemmKernels};
 use crate::Device;
-use crate::autotune;
+use crate::autotune::{self, bucket, shape_key};
 use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::Event;
 use crate::backend::opencl::program::{Defines, quick_key};
 use crate::backend::opencl::{Arg, events_ms};
+use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
+
+/// The epilogue's bias code in the kernels' arguments.
+fn bias_code(b: BiasMode) -> i32 {
+    match b {
+        BiasMode::None => 0,
+        BiasMode::Row => 1,
+    }
+}
+
+/// The autotune kernel name and shape key `g` is measured under.
+fn tune_key(g: &Gemm) -> (&'static str, Cow<'_, str>) {
+    match &g.tune {
+        GemmTune::Matmul => (
+            "matmul",
+            Cow::Owned(shape_key(&[
+                bucket(g.m),
+                bucket(g.n),
+                bucket(g.k),
+                bucket(g.batch),
+                g.trans_a as i64,
+                g.trans_b as i64,
+            ])),
+        ),
+        GemmTune::Named(name, key) => (*name, Cow::Borrowed(key.as_str())),
+    }
+}
 
 /// One kernel shape of the family.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +155,7 @@ fn tiled_pad(tm: usize, tn: usize, tk: usize) -> usize {
 }
 
 impl ClDevice {
-    /// The candidates for `g`. They depend only on what `g.tune_key` holds (bucketed sizes and flags), so a
+    /// The candidates for `g`. They depend only on what `g`'s tune key holds (bucketed sizes and flags), so a
     /// cached winner always names one of them.
     pub(crate) fn gemm_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
         let max_wg = self.info.max_work_group_size.max(1);
@@ -284,7 +312,7 @@ impl ClDevice {
             None => (c, g.off_c, g.ldc, g.s_c),
         };
         let bias_t = bias.unwrap_or(out);
-        let bias_code = if bias.is_some() { g.bias.code() } else { 0 };
+        let bias_code = if bias.is_some() { bias_code(g.bias) } else { 0 };
         let i = |v: usize| Arg::I32(v as i32);
         let base = || {
             Defines::new()
@@ -464,7 +492,7 @@ impl ClDevice {
         Ok(evs)
     }
 
-    /// The measured (or cached) best candidate for `g`, under `g.tune_name` / `g.tune_key`.
+    /// The measured (or cached) best candidate for `g`, under its tune key ([`tune_key`]).
     pub(crate) fn gemm_choice(
         &self,
         device: &Device,
@@ -475,7 +503,8 @@ impl ClDevice {
         g: &Gemm,
     ) -> Result<GemmCand> {
         // A repeated question is answered before the candidate list is built (most of a call's host time).
-        if let Some(c) = autotune::answered(device, g.tune_name, &g.tune_key) {
+        let (name, key) = tune_key(g);
+        if let Some(c) = autotune::answered(device, name, &key) {
             return Ok(c);
         }
         let cands = self.gemm_candidates(g);
@@ -485,7 +514,7 @@ impl ClDevice {
             .position(|c| matches!(c.algo, Algo::Packed { .. }))
             .filter(|_| self.info.kind == "cpu")
             .unwrap_or(0);
-        autotune::tune(device, g.tune_name, &g.tune_key, &cands, default, |cand| {
+        autotune::tune(device, name, &key, &cands, default, |cand| {
             events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
         })
     }

@@ -1,65 +1,23 @@
-//! OpenCL convolution: the direct, im2col + GEMM, Winograd and pointwise algorithms, forward and backward,
-//! and the measured choice between them.
+//! OpenCL convolution: the direct, im2col + GEMM and pointwise algorithms, forward and backward, and the
+//! measured choice between them and Winograd (`winograd.rs`).
 
 #![allow(clippy::too_many_arguments)]
 
 use crate::backend::opencl::Event;
 use serde::Serialize;
 
-use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::Device;
 use crate::autotune::{self, Source, bucket, shape_key};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, events_ms};
+use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
+use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
 use crate::error::Result;
-use crate::ops::gemm::{BiasMode, Gemm};
 use crate::tensor::{DType, Tensor};
 
 /// The most bytes an im2col workspace may take; larger batches are processed in chunks.
 const COL_BUDGET: usize = 128 << 20;
-
-/// The Winograd output tile sizes, chosen by measurement: F(2×2, 3×3) and F(4×4, 3×3).
-const WINO_TILES: [usize; 2] = [2, 4];
-
-/// The tiling of one Winograd F(wm×wm, 3×3) pass: α² = (wm + 2)² transform elements, `th`×`tw` output tiles
-/// per image, `nt` = N·th·tw tiles in all.
-struct WinoTiles {
-    wm: usize,
-    al2: usize,
-    th: usize,
-    tw: usize,
-    nt: usize,
-}
-
-impl WinoTiles {
-    fn new(g: &ConvGeom, wm: usize) -> Self {
-        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
-        WinoTiles {
-            wm,
-            al2: (wm + 2) * (wm + 2),
-            th,
-            tw,
-            nt: g.n * th * tw,
-        }
-    }
-
-    /// The leading arguments of the kernels that walk output tiles (`wino_output`, `wino_grad_out`).
-    fn out_args(&self, g: &ConvGeom) -> [Arg<'static>; 6] {
-        [g.n, g.f, g.oh, g.ow, self.th, self.tw].map(|v| Arg::I32(v as i32))
-    }
-
-    /// The tuning key of the pass's batched products.
-    fn gemm_key(&self, g: &ConvGeom) -> String {
-        shape_key(&[
-            g.f as i64,
-            g.c as i64,
-            bucket(g.n),
-            bucket(self.th * self.tw),
-            self.wm as i64,
-        ])
-    }
-}
 
 /// `NETCL_CONV_POINTWISE`: `auto` (measured), `1` (always the pointwise kernels), `0` (never).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,12 +46,19 @@ enum PwChoice {
     Pointwise,
 }
 
-fn i(v: usize) -> Arg<'static> {
+pub(super) fn i(v: usize) -> Arg<'static> {
     Arg::I32(v as i32)
 }
 
+/// The two int8 geometry vectors of `kernels/conv.cl`.
+fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
+    let a = [g.n, g.c, g.h, g.w, g.f, g.oh, g.ow, g.groups].map(|v| v as i32);
+    let b = [g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw].map(|v| v as i32);
+    (a, b)
+}
+
 /// The geometry key of the general algorithm choices.
-fn algo_key(g: &ConvGeom, extra: &[i64]) -> String {
+pub(super) fn algo_key(g: &ConvGeom, extra: &[i64]) -> String {
     let mut k = vec![
         bucket(g.n),
         g.c as i64,
@@ -127,7 +92,7 @@ fn pointwise_key(g: &ConvGeom, has_bias: bool, flag: bool) -> String {
 }
 
 impl ClDevice {
-    fn run_gemm(
+    pub(super) fn run_gemm(
         &self,
         device: &Device,
         a: &Tensor,
@@ -163,7 +128,7 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let (g0, g1) = g.cl_args();
+        let (g0, g1) = cl_args(g);
         let k = self.kernel("conv", &Defines::new(), "conv_direct_fwd")?;
         let args = [
             Arg::I32x8(g0),
@@ -186,7 +151,7 @@ impl ClDevice {
         n0: usize,
         nb: usize,
     ) -> Result<Event> {
-        let (g0, g1) = g.cl_args();
+        let (g0, g1) = cl_args(g);
         let k = self.kernel("conv", &Defines::new(), "conv_im2col")?;
         let args = [
             Arg::I32x8(g0),
@@ -241,15 +206,10 @@ impl ClDevice {
                         BiasMode::None
                     },
                     relu: relu && fused,
-                    tune_name: "conv2d_gemm",
-                    tune_key: shape_key(&[
-                        fg as i64,
-                        (cg * kk) as i64,
-                        bucket(p),
-                        bucket(nb),
-                        0,
-                        0,
-                    ]),
+                    tune: GemmTune::Named(
+                        "conv2d_gemm",
+                        shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
+                    ),
                 };
                 self.run_gemm(
                     device,
@@ -298,219 +258,15 @@ impl ClDevice {
                 BiasMode::None
             },
             relu,
-            tune_name: "conv2d_pointwise_gemm",
-            tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
+            tune: GemmTune::Named(
+                "conv2d_pointwise_gemm",
+                shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
+            ),
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
         self.run_gemm(device, w, x, out, bias, &gm, &mut ev)?;
         Ok(ev)
-    }
-
-    /// The Winograd transform kernels for output tiles of `wm`×`wm` (2 or 4).
-    fn wino_kernel(
-        &self,
-        wm: usize,
-        name: &str,
-    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
-        self.kernel("winograd", &Defines::new().set("WM", wm), name)
-    }
-
-    /// The input transform writing V transposed: the one kernel built with `VT` (every other build of the
-    /// family leaves it at its default of 0, so the untransposed transform shares their program).
-    fn wino_input_vt_kernel(
-        &self,
-        wm: usize,
-    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
-        self.kernel(
-            "winograd",
-            &Defines::new().set("WM", wm).set("VT", 1),
-            "wino_input",
-        )
-    }
-
-    /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T), or
-    /// with `vt` each element's matrix transposed (α²×N·T×C).
-    fn wino_input(
-        &self,
-        device: &Device,
-        tl: &WinoTiles,
-        x: &Tensor,
-        g: &ConvGeom,
-        vt: bool,
-    ) -> Result<(Tensor, Event)> {
-        let v = Tensor::empty(device, &[tl.al2, g.c, tl.nt], DType::F32)?;
-        let k = if vt {
-            self.wino_input_vt_kernel(tl.wm)?
-        } else {
-            self.wino_kernel(tl.wm, "wino_input")?
-        };
-        let args = [
-            i(g.n),
-            i(g.c),
-            i(g.h),
-            i(g.w),
-            i(g.ph),
-            i(g.pw),
-            i(tl.th),
-            i(tl.tw),
-            Arg::Mem(x.storage()),
-            Arg::Mem(v.storage()),
-        ];
-        let grid = if vt { [g.c, tl.nt] } else { [tl.nt, g.c] };
-        let ev = self.launch(&k, &args, &grid, None)?;
-        Ok((v, ev))
-    }
-
-    /// Winograd F(wm×wm, 3×3) forward: filter and input transforms, one batched product per transform
-    /// element (`M[ab] = U[ab] · V[ab]`), output transform with bias and ReLU.
-    #[allow(clippy::too_many_arguments)]
-    fn fwd_winograd_tile(
-        &self,
-        device: &Device,
-        wm: usize,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
-        let tl = WinoTiles::new(g, wm);
-        let (al2, nt) = (tl.al2, tl.nt);
-        let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
-        let m = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
-        let k = self.wino_kernel(wm, "wino_filter")?;
-        let mut ev = vec![self.launch(
-            &k,
-            &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
-            &[g.f * g.c],
-            None,
-        )?];
-        let (v, e) = self.wino_input(device, &tl, x, g, false)?;
-        ev.push(e);
-        let gm = Gemm {
-            tune_name: "wino_batched_gemm",
-            tune_key: tl.gemm_key(g),
-            ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
-        };
-        self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
-        let k = self.wino_kernel(wm, "wino_output")?;
-        let rest = [
-            Arg::Mem(m.storage()),
-            Arg::Mem(bias.unwrap_or(w).storage()),
-            Arg::I32(bias.is_some() as i32),
-            Arg::I32(relu as i32),
-            Arg::Mem(out.storage()),
-        ];
-        let args = [&tl.out_args(g)[..], &rest[..]].concat();
-        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
-        Ok(ev)
-    }
-
-    /// Winograd forward with the output tile size (2×2 or 4×4) chosen by measurement (`wino_tile`).
-    #[allow(clippy::too_many_arguments)]
-    fn fwd_winograd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
-        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
-        let wm = autotune::tune(device, "wino_tile", &key, &WINO_TILES, 0, |&wm| {
-            events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
-        })?;
-        self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
-    }
-
-    /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
-    /// of `x`, the adjoint output transform of grad_out, one batched product per transform element
-    /// (`dU[ab] = D[ab] · V[ab]ᵀ`, reduced over every tile of the batch, split-K when long) and the adjoint
-    /// filter transform. With `vt` the input transform writes each V[ab] transposed, so the product reads an
-    /// untransposed B (its GEMM decisions are then keyed with a trailing 1).
-    #[allow(clippy::too_many_arguments)]
-    fn wino_grad_w_tile(
-        &self,
-        device: &Device,
-        wm: usize,
-        vt: bool,
-        x: &Tensor,
-        go: &Tensor,
-        gw: &Tensor,
-        g: &ConvGeom,
-    ) -> Result<Vec<Event>> {
-        let tl = WinoTiles::new(g, wm);
-        let (al2, nt) = (tl.al2, tl.nt);
-        let dm = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
-        let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
-        let (v, e) = self.wino_input(device, &tl, x, g, vt)?;
-        let mut ev = vec![e];
-        let k = self.wino_kernel(wm, "wino_grad_out")?;
-        let rest = [Arg::Mem(go.storage()), Arg::Mem(dm.storage())];
-        let args = [&tl.out_args(g)[..], &rest[..]].concat();
-        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
-        let mut tune_key = tl.gemm_key(g);
-        if vt {
-            tune_key.insert_str(tune_key.len() - 1, ", 1");
-        }
-        let gm = Gemm {
-            tune_name: "wino_grad_w_gemm",
-            tune_key,
-            ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
-        };
-        self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
-        let k = self.wino_kernel(wm, "wino_grad_filter")?;
-        let args = [
-            i(g.f),
-            i(g.c),
-            Arg::Mem(mw.storage()),
-            Arg::Mem(gw.storage()),
-        ];
-        ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
-        Ok(ev)
-    }
-
-    /// Winograd grad_w with the tile size chosen by measurement (`wino_grad_w_tile`).
-    fn wino_grad_w(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        go: &Tensor,
-        gw: &Tensor,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
-        let key = algo_key(g, &[]);
-        let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
-            let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
-            events_ms(&self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?)
-        })?;
-        let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
-        ev.extend(self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?);
-        Ok(())
-    }
-
-    /// Whether grad_w's input transform writes V transposed (`wino_grad_w_layout`: `"ct"` keeps V[ab][c][nt]
-    /// and multiplies by its transpose, `"tc"` writes V[ab][nt][c]), measured over the whole grad_w pass for
-    /// the tile size `wm`.
-    fn wino_grad_w_vt(
-        &self,
-        device: &Device,
-        wm: usize,
-        x: &Tensor,
-        go: &Tensor,
-        gw: &Tensor,
-        g: &ConvGeom,
-    ) -> Result<bool> {
-        let key = algo_key(g, &[wm as i64]);
-        let layout = autotune::tune(device, "wino_grad_w_layout", &key, &["ct", "tc"], 0, |l| {
-            events_ms(&self.wino_grad_w_tile(device, wm, *l == "tc", x, go, gw, g)?)
-        })?;
-        Ok(layout == "tc")
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -613,7 +369,7 @@ impl ClDevice {
         g: &ConvGeom,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
-        let (g0, g1) = g.cl_args();
+        let (g0, g1) = cl_args(g);
         let d = Defines::new();
         if let Some(gx) = gr.gx {
             let k = self.kernel("conv", &d, "conv_direct_bwd_x")?;
@@ -679,7 +435,7 @@ impl ClDevice {
         } else {
             None
         };
-        let (g0, g1) = g.cl_args();
+        let (g0, g1) = cl_args(g);
         let mut n0 = 0;
         while n0 < g.n {
             let nb = chunk.min(g.n - n0);
@@ -704,15 +460,10 @@ impl ClDevice {
                         s_c: g.f * cg * kk,
                         bias: BiasMode::None,
                         relu: false,
-                        tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            fg as i64,
-                            (cg * kk) as i64,
-                            bucket(p),
-                            bucket(nb),
-                            0,
-                            1,
-                        ]),
+                        tune: GemmTune::Named(
+                            "conv2d_gemm",
+                            shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
+                        ),
                     };
                     self.run_gemm(device, go, &col, part, None, &gm, ev)?;
                 }
@@ -738,15 +489,10 @@ impl ClDevice {
                         s_c: g.c * kk * p,
                         bias: BiasMode::None,
                         relu: false,
-                        tune_name: "conv2d_gemm",
-                        tune_key: shape_key(&[
-                            (cg * kk) as i64,
-                            fg as i64,
-                            bucket(p),
-                            bucket(nb),
-                            1,
-                            0,
-                        ]),
+                        tune: GemmTune::Named(
+                            "conv2d_gemm",
+                            shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
+                        ),
                     };
                     self.run_gemm(device, w, go, &col, None, &gm, ev)?;
                 }
@@ -780,8 +526,10 @@ impl ClDevice {
         let p = g.p();
         if let Some(gx) = gr.gx {
             let gm = Gemm {
-                tune_name: "conv2d_pointwise_gemm",
-                tune_key: shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+                tune: GemmTune::Named(
+                    "conv2d_pointwise_gemm",
+                    shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+                ),
                 ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
             };
             self.run_gemm(device, w, go, gx, None, &gm, ev)?;
@@ -791,43 +539,14 @@ impl ClDevice {
             // then one reduction.
             let part = Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?;
             let gm = Gemm {
-                tune_name: "conv2d_pointwise_grad_w",
-                tune_key: shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+                tune: GemmTune::Named(
+                    "conv2d_pointwise_grad_w",
+                    shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+                ),
                 ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
             self.run_gemm(device, go, x, &part, None, &gm, ev)?;
             ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
-        }
-        Ok(())
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    fn bwd_winograd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
-        if let Some(gx) = gr.gx {
-            let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
-            let k = self.kernel("conv", &Defines::new(), "conv_flip_weights")?;
-            let args = [
-                i(g.f),
-                i(g.c),
-                i(g.kh),
-                i(g.kw),
-                Arg::Mem(w.storage()),
-                Arg::Mem(wr.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
-            ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
-        }
-        if let Some(gw) = gr.gw {
-            self.wino_grad_w(device, x, go, gw, g, ev)?;
         }
         Ok(())
     }

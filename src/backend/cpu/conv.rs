@@ -1,8 +1,8 @@
 //! The reference convolution on the built-in device: direct loops with f64 accumulation (every algorithm
 //! request computes the same mathematical result, so the reference ignores it).
 
-use super::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::error::Result;
 use crate::{Device, Tensor};
 

@@ -1,0 +1,292 @@
+//! OpenCL Winograd convolution: F(2×2, 3×3) and F(4×4, 3×3) transforms around batched products, forward and
+//! backward, with the measured tile size and grad_w layout.
+
+use crate::Device;
+use crate::autotune::{self, bucket, shape_key};
+use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
+use crate::contract::conv::{ConvGeom, ConvGrads};
+use crate::contract::gemm::{Gemm, GemmTune};
+use crate::error::Result;
+use crate::tensor::{DType, Tensor};
+
+use super::conv::{algo_key, i};
+
+/// The Winograd output tile sizes, chosen by measurement: F(2×2, 3×3) and F(4×4, 3×3).
+const WINO_TILES: [usize; 2] = [2, 4];
+
+/// The tiling of one Winograd F(wm×wm, 3×3) pass: α² = (wm + 2)² transform elements, `th`×`tw` output tiles
+/// per image, `nt` = N·th·tw tiles in all.
+struct WinoTiles {
+    wm: usize,
+    al2: usize,
+    th: usize,
+    tw: usize,
+    nt: usize,
+}
+
+impl WinoTiles {
+    fn new(g: &ConvGeom, wm: usize) -> Self {
+        let (th, tw) = (g.oh.div_ceil(wm), g.ow.div_ceil(wm));
+        WinoTiles {
+            wm,
+            al2: (wm + 2) * (wm + 2),
+            th,
+            tw,
+            nt: g.n * th * tw,
+        }
+    }
+
+    /// The leading arguments of the kernels that walk output tiles (`wino_output`, `wino_grad_out`).
+    fn out_args(&self, g: &ConvGeom) -> [Arg<'static>; 6] {
+        [g.n, g.f, g.oh, g.ow, self.th, self.tw].map(|v| Arg::I32(v as i32))
+    }
+
+    /// The tuning key of the pass's batched products.
+    fn gemm_key(&self, g: &ConvGeom) -> String {
+        shape_key(&[
+            g.f as i64,
+            g.c as i64,
+            bucket(g.n),
+            bucket(self.th * self.tw),
+            self.wm as i64,
+        ])
+    }
+}
+
+impl ClDevice {
+    /// The Winograd transform kernels for output tiles of `wm`×`wm` (2 or 4).
+    fn wino_kernel(
+        &self,
+        wm: usize,
+        name: &str,
+    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
+        self.kernel("winograd", &Defines::new().set("WM", wm), name)
+    }
+
+    /// The input transform writing V transposed: the one kernel built with `VT` (every other build of the
+    /// family leaves it at its default of 0, so the untransposed transform shares their program).
+    fn wino_input_vt_kernel(
+        &self,
+        wm: usize,
+    ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
+        self.kernel(
+            "winograd",
+            &Defines::new().set("WM", wm).set("VT", 1),
+            "wino_input",
+        )
+    }
+
+    /// The Winograd input transform of `x` (the convolution's input) for the tiling `tl`: V (α²×C×N·T), or
+    /// with `vt` each element's matrix transposed (α²×N·T×C).
+    fn wino_input(
+        &self,
+        device: &Device,
+        tl: &WinoTiles,
+        x: &Tensor,
+        g: &ConvGeom,
+        vt: bool,
+    ) -> Result<(Tensor, Event)> {
+        let v = Tensor::empty(device, &[tl.al2, g.c, tl.nt], DType::F32)?;
+        let k = if vt {
+            self.wino_input_vt_kernel(tl.wm)?
+        } else {
+            self.wino_kernel(tl.wm, "wino_input")?
+        };
+        let args = [
+            i(g.n),
+            i(g.c),
+            i(g.h),
+            i(g.w),
+            i(g.ph),
+            i(g.pw),
+            i(tl.th),
+            i(tl.tw),
+            Arg::Mem(x.storage()),
+            Arg::Mem(v.storage()),
+        ];
+        let grid = if vt { [g.c, tl.nt] } else { [tl.nt, g.c] };
+        let ev = self.launch(&k, &args, &grid, None)?;
+        Ok((v, ev))
+    }
+
+    /// Winograd F(wm×wm, 3×3) forward: filter and input transforms, one batched product per transform
+    /// element (`M[ab] = U[ab] · V[ab]`), output transform with bias and ReLU.
+    #[allow(clippy::too_many_arguments)]
+    fn fwd_winograd_tile(
+        &self,
+        device: &Device,
+        wm: usize,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let tl = WinoTiles::new(g, wm);
+        let (al2, nt) = (tl.al2, tl.nt);
+        let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
+        let m = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
+        let k = self.wino_kernel(wm, "wino_filter")?;
+        let mut ev = vec![self.launch(
+            &k,
+            &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
+            &[g.f * g.c],
+            None,
+        )?];
+        let (v, e) = self.wino_input(device, &tl, x, g, false)?;
+        ev.push(e);
+        let gm = Gemm {
+            tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
+            ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
+        };
+        self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
+        let k = self.wino_kernel(wm, "wino_output")?;
+        let rest = [
+            Arg::Mem(m.storage()),
+            Arg::Mem(bias.unwrap_or(w).storage()),
+            Arg::I32(bias.is_some() as i32),
+            Arg::I32(relu as i32),
+            Arg::Mem(out.storage()),
+        ];
+        let args = [&tl.out_args(g)[..], &rest[..]].concat();
+        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        Ok(ev)
+    }
+
+    /// Winograd forward with the output tile size (2×2 or 4×4) chosen by measurement (`wino_tile`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn fwd_winograd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+    ) -> Result<Vec<Event>> {
+        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
+        let wm = autotune::tune(device, "wino_tile", &key, &WINO_TILES, 0, |&wm| {
+            events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
+        })?;
+        self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
+    }
+
+    /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
+    /// of `x`, the adjoint output transform of grad_out, one batched product per transform element
+    /// (`dU[ab] = D[ab] · V[ab]ᵀ`, reduced over every tile of the batch, split-K when long) and the adjoint
+    /// filter transform. With `vt` the input transform writes each V[ab] transposed, so the product reads an
+    /// untransposed B (its GEMM decisions are then keyed with a trailing 1).
+    #[allow(clippy::too_many_arguments)]
+    fn wino_grad_w_tile(
+        &self,
+        device: &Device,
+        wm: usize,
+        vt: bool,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+    ) -> Result<Vec<Event>> {
+        let tl = WinoTiles::new(g, wm);
+        let (al2, nt) = (tl.al2, tl.nt);
+        let dm = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
+        let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
+        let (v, e) = self.wino_input(device, &tl, x, g, vt)?;
+        let mut ev = vec![e];
+        let k = self.wino_kernel(wm, "wino_grad_out")?;
+        let rest = [Arg::Mem(go.storage()), Arg::Mem(dm.storage())];
+        let args = [&tl.out_args(g)[..], &rest[..]].concat();
+        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        let mut tune_key = tl.gemm_key(g);
+        if vt {
+            tune_key.insert_str(tune_key.len() - 1, ", 1");
+        }
+        let gm = Gemm {
+            tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
+            ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
+        };
+        self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
+        let k = self.wino_kernel(wm, "wino_grad_filter")?;
+        let args = [
+            i(g.f),
+            i(g.c),
+            Arg::Mem(mw.storage()),
+            Arg::Mem(gw.storage()),
+        ];
+        ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+        Ok(ev)
+    }
+
+    /// Winograd grad_w with the tile size chosen by measurement (`wino_grad_w_tile`).
+    fn wino_grad_w(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        let key = algo_key(g, &[]);
+        let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
+            let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
+            events_ms(&self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?)
+        })?;
+        let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
+        ev.extend(self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?);
+        Ok(())
+    }
+
+    /// Whether grad_w's input transform writes V transposed (`wino_grad_w_layout`: `"ct"` keeps V[ab][c][nt]
+    /// and multiplies by its transpose, `"tc"` writes V[ab][nt][c]), measured over the whole grad_w pass for
+    /// the tile size `wm`.
+    fn wino_grad_w_vt(
+        &self,
+        device: &Device,
+        wm: usize,
+        x: &Tensor,
+        go: &Tensor,
+        gw: &Tensor,
+        g: &ConvGeom,
+    ) -> Result<bool> {
+        let key = algo_key(g, &[wm as i64]);
+        let layout = autotune::tune(device, "wino_grad_w_layout", &key, &["ct", "tc"], 0, |l| {
+            events_ms(&self.wino_grad_w_tile(device, wm, *l == "tc", x, go, gw, g)?)
+        })?;
+        Ok(layout == "tc")
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn bwd_winograd(
+        &self,
+        device: &Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        gr: &ConvGrads<'_>,
+        g: &ConvGeom,
+        ev: &mut Vec<Event>,
+    ) -> Result<()> {
+        if let Some(gx) = gr.gx {
+            let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
+            let k = self.kernel("conv", &Defines::new(), "conv_flip_weights")?;
+            let args = [
+                i(g.f),
+                i(g.c),
+                i(g.kh),
+                i(g.kw),
+                Arg::Mem(w.storage()),
+                Arg::Mem(wr.storage()),
+            ];
+            ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+            ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
+        }
+        if let Some(gw) = gr.gw {
+            self.wino_grad_w(device, x, go, gw, g, ev)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,156 @@
+//! The convolution contract: the algorithms, the validated geometry and the primitives of the family.
+
+use serde::Serialize;
+
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// A convolution algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ConvAlgo {
+    /// One output (or input gradient, or weight gradient) element per work-item; every shape.
+    Direct,
+    /// im2col (col2im in backward) plus the autotuned GEMM; every shape.
+    Im2col,
+    /// Winograd F(2×2, 3×3) with a batched GEMM: 3×3, stride 1, dilation 1, groups 1, padding ≤ 2.
+    Winograd,
+    /// 1×1, stride 1, padding 0, dilation 1, groups 1: one batched GEMM on the NCHW buffers.
+    Pointwise,
+}
+
+impl ConvAlgo {
+    /// The algorithm's name (`direct`, `im2col`, `winograd`, `pointwise`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ConvAlgo::Direct => "direct",
+            ConvAlgo::Im2col => "im2col",
+            ConvAlgo::Winograd => "winograd",
+            ConvAlgo::Pointwise => "pointwise",
+        }
+    }
+}
+
+/// The full geometry of one convolution, validated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ConvGeom {
+    pub n: usize,
+    pub c: usize,
+    pub h: usize,
+    pub w: usize,
+    pub f: usize,
+    pub oh: usize,
+    pub ow: usize,
+    pub groups: usize,
+    pub kh: usize,
+    pub kw: usize,
+    pub sh: usize,
+    pub sw: usize,
+    pub ph: usize,
+    pub pw: usize,
+    pub dh: usize,
+    pub dw: usize,
+}
+
+impl ConvGeom {
+    /// Input shape.
+    pub(crate) fn x_shape(&self) -> [usize; 4] {
+        [self.n, self.c, self.h, self.w]
+    }
+    /// Output shape.
+    pub(crate) fn y_shape(&self) -> [usize; 4] {
+        [self.n, self.f, self.oh, self.ow]
+    }
+    /// Weight shape.
+    pub(crate) fn w_shape(&self) -> [usize; 4] {
+        [self.f, self.c / self.groups, self.kh, self.kw]
+    }
+    /// Output positions per sample.
+    pub(crate) fn p(&self) -> usize {
+        self.oh * self.ow
+    }
+    /// Which algorithms can compute this convolution.
+    pub(crate) fn eligible(&self, algo: ConvAlgo) -> bool {
+        match algo {
+            ConvAlgo::Direct | ConvAlgo::Im2col => true,
+            ConvAlgo::Winograd => {
+                self.kh == 3
+                    && self.kw == 3
+                    && self.sh == 1
+                    && self.sw == 1
+                    && self.dh == 1
+                    && self.dw == 1
+                    && self.groups == 1
+                    && self.ph <= 2
+                    && self.pw <= 2
+            }
+            ConvAlgo::Pointwise => {
+                self.kh == 1
+                    && self.kw == 1
+                    && self.sh == 1
+                    && self.sw == 1
+                    && self.ph == 0
+                    && self.pw == 0
+                    && self.groups == 1
+            }
+        }
+    }
+    /// The geometry of the stride-1 convolution that computes grad_x of this one (Winograd backward):
+    /// grad_out convolved with the flipped, channel-swapped weights and padding K−1−p.
+    pub(crate) fn grad_x_as_conv(&self) -> ConvGeom {
+        ConvGeom {
+            n: self.n,
+            c: self.f,
+            h: self.oh,
+            w: self.ow,
+            f: self.c,
+            oh: self.h,
+            ow: self.w,
+            groups: 1,
+            kh: self.kh,
+            kw: self.kw,
+            sh: 1,
+            sw: 1,
+            ph: self.kh - 1 - self.ph,
+            pw: self.kw - 1 - self.pw,
+            dh: 1,
+            dw: 1,
+        }
+    }
+}
+
+/// Which gradients a backward pass writes.
+pub(crate) struct ConvGrads<'a> {
+    pub gx: Option<&'a Tensor>,
+    pub gw: Option<&'a Tensor>,
+    pub gb: Option<&'a Tensor>,
+}
+
+/// Device primitives of the convolution family.
+pub(crate) trait ConvKernels {
+    /// `out = conv(x, w) + bias`, optional ReLU, with a forced or measured algorithm.
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_fwd(
+        &self,
+        device: &crate::Device,
+        x: &Tensor,
+        w: &Tensor,
+        bias: Option<&Tensor>,
+        out: &Tensor,
+        g: &ConvGeom,
+        relu: bool,
+        algo: Option<ConvAlgo>,
+    ) -> Result<()>;
+    /// The requested gradients of `conv(x, w) + b` given `go` (the gradient of the output).
+    #[allow(clippy::too_many_arguments)]
+    fn conv2d_bwd(
+        &self,
+        device: &crate::Device,
+        x: &Tensor,
+        w: &Tensor,
+        go: &Tensor,
+        grads: &ConvGrads<'_>,
+        g: &ConvGeom,
+        algo: Option<ConvAlgo>,
+    ) -> Result<()>;
+}
