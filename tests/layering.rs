@@ -105,7 +105,11 @@ fn layers_depend_one_way() {
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
     files.sort();
-    assert!(files.len() > 50, "too few source files found: {}", files.len());
+    assert!(
+        files.len() > 50,
+        "too few source files found: {}",
+        files.len()
+    );
     let mut problems: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for f in &files {
         let rel = f
@@ -163,7 +167,9 @@ fn layers_depend_one_way() {
 
 #[test]
 fn the_reader_finds_references_and_skips_comments() {
-    let code = code_of("use crate::{ops, device::Device};\n// crate::wiki is only named here\nlet x = crate::autotune::tune();");
+    let code = code_of(
+        "use crate::{ops, device::Device};\n// crate::wiki is only named here\nlet x = crate::autotune::tune();",
+    );
     assert_eq!(crate_refs(&code), vec!["ops", "device", "autotune"]);
     assert_eq!(file_layer("backend/opencl/mod.rs"), Some(4));
     assert_eq!(file_layer("ops/conv/mod.rs"), Some(6));

@@ -424,9 +424,11 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     // A decision opens to show its shape key and its candidates.
     s.click(&format!("{block} .run-decisions .decision summary"));
     assert!(
-        s.js(&format!("return document.querySelector(\"{block} .run-decisions .decision\").open"))
-            .as_bool()
-            .unwrap_or(false),
+        s.js(&format!(
+            "return document.querySelector(\"{block} .run-decisions .decision\").open"
+        ))
+        .as_bool()
+        .unwrap_or(false),
         "a decision unfolds on click"
     );
     let meta = s.text(&format!("{block} .run-meta"));
@@ -442,10 +444,17 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
         result_state(&s, block) == "ok"
             && s.text(&format!("{block} .run-status")).starts_with("done")
     });
+    let badges = s.js(&format!(
+        "return [...document.querySelectorAll(\"{block} .run-decisions .badge\")].map(b => b.textContent).join(' ')"
+    ));
     assert!(
-        s.text(&format!("{block} .run-decisions .badge"))
-            .contains("cache"),
-        "the second run's decision comes from the cache"
+        badges.as_str().unwrap_or_default().contains("cache"),
+        "the second run's decisions come from the cache: {badges}"
+    );
+    eprintln!("second-run decision sources: {badges}");
+    assert!(
+        !badges.as_str().unwrap_or_default().contains("measured"),
+        "nothing is measured twice: {badges}"
     );
     let roundtrip = s.js(
         "return document.querySelector('.code-block[data-runnable] .run-result').getAttribute('data-roundtrip-ms')",

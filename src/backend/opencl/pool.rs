@@ -1,11 +1,11 @@
 //! OpenCL pooling: the `pool` kernels over a 3-D grid of output (or input) positions and planes.
 
+use super::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
-use super::elementwise::{grid_3d, grid_defines};
 use crate::tensor::Tensor;
 
 /// The window's kernel, stride and padding as the pool kernels' six int arguments.

@@ -4,6 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
+use super::elementwise::{grid_3d, grid_defines};
 use crate::autotune::{self, Source, bucket, shape_key};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice, events_ms};
@@ -11,7 +12,6 @@ use crate::contract::ReduceKernels;
 use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
 use crate::device::Device;
 use crate::error::Result;
-use super::elementwise::{grid_3d, grid_defines};
 use crate::tensor::{DType, Tensor};
 
 /// The build of one pass; `first` applies the op's pre-map (the square of the sum of squares).

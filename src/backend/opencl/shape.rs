@@ -1,11 +1,11 @@
 //! OpenCL data movement: the `shape` kernels (permute, block copies, gathers, one-hot, padding, top-k).
 
+use super::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::ShapeKernels;
 use crate::contract::shape::Block;
 use crate::error::Result;
-use super::elementwise::{grid_3d, grid_defines};
 use crate::tensor::Tensor;
 
 fn int8(v: &[usize]) -> [i32; 8] {
