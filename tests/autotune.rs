@@ -608,13 +608,20 @@ fn background_measurement_stops_at_the_scope_budget() {
     set_env("NETCL_AUTOTUNE_BUDGET_MS", Some("0"));
     autotune::begin_scope();
     let dev = Device::builtin();
-    for _ in 0..4 {
+    let mut calls = 0;
+    for _ in 0..5 {
         let w = autotune::tune(&dev, &key("t_budget", &[2]), &["a", "b"], 0, |_| {
-            panic!("no budget: nothing is measured")
+            calls += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(1.0)
         })
         .expect("tune");
         assert_eq!(w, "a");
     }
+    // The second call measured one candidate (120 ms); with no budget, the scope's time share (a tenth of its
+    // running time) does not cover another one yet.
+    assert_eq!(calls, 6);
+    assert_eq!(last_decision("t_budget").source, Source::Heuristic);
     set_env("NETCL_AUTOTUNE_BUDGET_MS", None);
     set_env("NETCL_AUTOTUNE", Some("sync"));
 }

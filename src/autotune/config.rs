@@ -7,7 +7,7 @@
 //! | `NETCL_AUTOTUNE_CACHE` | the cache file; else `$XDG_CACHE_HOME/netcl/autotune.json`, else `~/.cache/…` |
 //! | `NETCL_AUTOTUNE_REPS` | timed runs per candidate after one warm-up, 1–100 (default 5) |
 //! | `NETCL_AUTOTUNE_FORCE` | `kernel=label;…`: force a candidate by its label |
-//! | `NETCL_AUTOTUNE_BUDGET_MS` | background measurement allowed per logging scope, in ms (default 1000) |
+//! | `NETCL_AUTOTUNE_BUDGET_MS` | background measurement allowed per logging scope, in ms (default 1000), beyond a tenth of the scope's running time |
 //! | `NETCL_TUNING_DIR` | a directory of extra tuning tables (`*.json`), consulted after the shipped ones |
 
 use std::path::PathBuf;

@@ -101,6 +101,24 @@ thread_local! {
     static KEY: RefCell<String> = const { RefCell::new(String::new()) };
     /// Milliseconds of background measurement spent in the current scope.
     static BG_SPENT: Cell<f64> = const { Cell::new(0.0) };
+    /// When the current scope began (the thread's first question when no scope was begun).
+    static SCOPE_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The share of a scope's running time that background measurement may take beyond the budget, so a long
+/// training loop keeps tuning while a short snippet pays at most the budget.
+const BACKGROUND_SHARE: f64 = 0.1;
+
+/// Whether background measurement may go on in this thread's scope: the time spent so far is below the
+/// budget plus [`BACKGROUND_SHARE`] of the scope's running time.
+fn background_allowed(budget_ms: f64) -> bool {
+    let start = SCOPE_START.with(|s| {
+        let v = s.get().unwrap_or_else(Instant::now);
+        s.set(Some(v));
+        v
+    });
+    let allowed = budget_ms + BACKGROUND_SHARE * start.elapsed().as_secs_f64() * 1e3;
+    BG_SPENT.with(Cell::get) < allowed
 }
 
 /// Bumped whenever a process memo drops or replaces a winner, which makes every thread's [`HOT`] answers stale.
@@ -148,6 +166,7 @@ pub fn begin_scope() {
     LOGGED.with(|l| l.borrow_mut().clear());
     HOT.with(|h| h.borrow_mut().answers.clear());
     BG_SPENT.with(|b| b.set(0.0));
+    SCOPE_START.with(|s| s.set(Some(Instant::now())));
 }
 
 /// The answer this thread got for (`device`, `key`) earlier in this logging scope, when nothing can have
@@ -392,8 +411,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
                 .lock()
                 .map(|mut s| s.insert(pkey.clone()))
                 .unwrap_or(false);
-            let spent = BG_SPENT.with(Cell::get);
-            if first_sight || spent >= cfg.budget_ms {
+            if first_sight || !background_allowed(cfg.budget_ms) {
                 return provisional(format!("{first_note}; measured on later calls"));
             }
             Some(1)
