@@ -17,10 +17,16 @@ use crate::device::{DeviceInfo, DeviceType};
 use crate::error::{Error, Result};
 
 /// The tables compiled into the binary.
-const SHIPPED: &[(&str, &str)] = &[(
-    "nvidia-h200.json",
-    include_str!("../../tuning/nvidia-h200.json"),
-)];
+const SHIPPED: &[(&str, &str)] = &[
+    (
+        "nvidia-h200.json",
+        include_str!("../../tuning/nvidia-h200.json"),
+    ),
+    (
+        "pocl-amd-epyc-2cu.json",
+        include_str!("../../tuning/pocl-amd-epyc-2cu.json"),
+    ),
+];
 
 /// The format tag every table carries.
 pub const FORMAT: &str = "netcl-tuning-1";

@@ -531,7 +531,14 @@ impl ReduceKernels for ClDevice {
             }
             None => {
                 let cands = self.rts_candidates(total, plan);
-                autotune::tune(device, &key, &cands, 0, |a| {
+                // First choice before measurement, from the recorded winners: one work-group per output on
+                // CPU OpenCL, the most flattened slices on GPUs.
+                let default = if self.info.kind == "cpu" {
+                    0
+                } else {
+                    cands.len() - 1
+                };
+                autotune::tune(device, &key, &cands, default, |a| {
                     events_ms(&self.run_rts(device, grad, out, plan, *a)?)
                 })?
             }
