@@ -829,3 +829,63 @@ fn shipped_h200_table_matches_only_an_h200() {
     );
     assert_eq!(none, None);
 }
+
+/// Runs only as a child of `two_processes_never_measure_one_key_twice`: tunes one shared key, appending a line
+/// to the file `NETCL_TEST_CALLS` for each bench call.
+#[test]
+#[ignore = "child process of two_processes_never_measure_one_key_twice"]
+fn shared_key_child() {
+    let Some(calls) = std::env::var_os("NETCL_TEST_CALLS") else {
+        return;
+    };
+    let dev = Device::builtin();
+    let w = autotune::tune(&dev, &key("t_shared", &[3]), &["p", "q", "r"], 0, |c| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&calls)
+            .expect("calls file");
+        writeln!(f, "{c}").expect("append");
+        std::thread::sleep(Duration::from_millis(10));
+        Ok(if *c == "q" { 1.0 } else { 2.0 })
+    })
+    .expect("tune");
+    assert_eq!(w, "q");
+}
+
+#[test]
+fn two_processes_never_measure_one_key_twice() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let path = fresh_cache("shared");
+    let calls = path.with_file_name("calls.txt");
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "shared_key_child",
+                    "--include-ignored",
+                    "--test-threads=1",
+                ])
+                .env("NETCL_AUTOTUNE_CACHE", &path)
+                .env("NETCL_TEST_CALLS", &calls)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().expect("wait").success(), "a child failed");
+    }
+    let n = std::fs::read_to_string(&calls)
+        .expect("calls recorded")
+        .lines()
+        .count();
+    assert_eq!(
+        n,
+        3 * 6,
+        "the key was measured once across both processes (one warm-up and five runs per candidate)"
+    );
+}
