@@ -66,16 +66,7 @@ fn parse(out: &Output) -> Option<(ProgramStats, String)> {
             .unwrap_or_else(|| panic!("no {tag} line in:\n{text}"))
             .to_owned()
     };
-    let v: serde_json::Value = serde_json::from_str(&line("PROGRAM_STATS ")).expect("stats");
-    let n = |k: &str| v[k].as_u64().unwrap_or_else(|| panic!("{k} in {v}"));
-    let stats = ProgramStats {
-        source_builds: n("source_builds"),
-        binary_loads: n("binary_loads"),
-        binary_rejected: n("binary_rejected"),
-        binary_stored: n("binary_stored"),
-        build_ms: v["build_ms"].as_f64().unwrap_or(0.0),
-        load_ms: v["load_ms"].as_f64().unwrap_or(0.0),
-    };
+    let stats: ProgramStats = serde_json::from_str(&line("PROGRAM_STATS ")).expect("stats");
     Some((stats, line("RESULT ")))
 }
 

@@ -394,6 +394,7 @@ struct Stats {
     binary_loads: AtomicU64,
     binary_rejected: AtomicU64,
     binary_stored: AtomicU64,
+    prebuilt: AtomicU64,
     load_us: AtomicU64,
 }
 
@@ -402,11 +403,12 @@ static STATS: Stats = Stats {
     binary_loads: AtomicU64::new(0),
     binary_rejected: AtomicU64::new(0),
     binary_stored: AtomicU64::new(0),
+    prebuilt: AtomicU64::new(0),
     load_us: AtomicU64::new(0),
 };
 
 /// How this process got its OpenCL programs so far (running totals: take differences).
-#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct ProgramStats {
     /// Programs compiled from source (embedded families and checked user kernels).
     pub source_builds: u64,
@@ -416,6 +418,8 @@ pub struct ProgramStats {
     pub binary_rejected: u64,
     /// Binaries written to the cache.
     pub binary_stored: u64,
+    /// Programs built or loaded ahead of their first launch by [`prebuild`] (counted in the two above too).
+    pub prebuilt: u64,
     /// Milliseconds spent compiling from source, summed over threads.
     pub build_ms: f64,
     /// Milliseconds spent loading binaries, summed over threads.
@@ -429,6 +433,7 @@ pub fn program_stats() -> ProgramStats {
         binary_loads: STATS.binary_loads.load(Ordering::Relaxed),
         binary_rejected: STATS.binary_rejected.load(Ordering::Relaxed),
         binary_stored: STATS.binary_stored.load(Ordering::Relaxed),
+        prebuilt: STATS.prebuilt.load(Ordering::Relaxed),
         build_ms: BUILD_US.load(Ordering::Relaxed) as f64 / 1e3,
         load_ms: STATS.load_us.load(Ordering::Relaxed) as f64 / 1e3,
     }
@@ -455,8 +460,28 @@ pub fn prebuild(device: &crate::Device, programs: &[(&'static str, Defines)]) ->
 impl super::ClDevice {
     /// See [`ProgramCache::prebuild`].
     pub(crate) fn prebuild(&self, programs: &[(&'static str, Defines)]) -> Result<usize> {
-        self.programs
-            .prebuild(&self.context, self.device.id(), programs)
+        let n = self
+            .programs
+            .prebuild(&self.context, self.device.id(), programs)?;
+        STATS.prebuilt.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// A step for the top of a tuner's timing closure: its first call builds the programs `programs()` lists
+    /// (every candidate's) on several threads; later calls do nothing. The tuner calls the closure only when it
+    /// measures, so an answer from a cache builds nothing more than its winner.
+    pub(crate) fn prebuild_once<'a>(
+        &'a self,
+        programs: impl FnOnce() -> Vec<(&'static str, Defines)> + 'a,
+    ) -> impl FnMut() + 'a {
+        let mut pending = Some(programs);
+        move || {
+            if let Some(list) = pending.take()
+                && let Err(e) = self.prebuild(&list())
+            {
+                tracing::debug!("prebuilding candidate programs: {e}");
+            }
+        }
     }
 }
 
