@@ -12,7 +12,7 @@ use super::engine::{Engine, EngineInfo};
 use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
-use super::{listen, watch};
+use super::{listen, warm, watch};
 use crate::{Error, Result};
 
 /// `netcl serve`: the documentation wiki over HTTP.
@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Turn the playground off.
     #[arg(long)]
     pub no_playground: bool,
+    /// Run every runnable block of the content once in the background at start, so readers' first runs find
+    /// kernels built and tuned (progress is logged; the server answers meanwhile).
+    #[arg(long)]
+    pub warm: bool,
 }
 
 /// `netcl export`: the wiki as static files.
@@ -109,6 +113,15 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
     }
     if config.watch {
         watch::spawn(Arc::clone(&state));
+    }
+    if args.warm {
+        match state.playground() {
+            Some(playground) => {
+                warm::spawn(Arc::clone(playground), state.site())
+                    .map_err(|e| Error::Wiki(format!("starting the warm-up: {e}")))?;
+            }
+            None => eprintln!("--warm ignored: the playground is off"),
+        }
     }
     let base = config.base_path.clone();
     let served = listen::serve_on_threads(

@@ -26,6 +26,7 @@ pub mod server;
 pub mod site;
 pub mod svg;
 pub mod views;
+pub mod warm;
 pub mod watch;
 
 /// Every content problem of the content directory `dir`: unreadable or malformed files, missing front matter

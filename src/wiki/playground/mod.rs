@@ -66,6 +66,11 @@ impl Playground {
         &self.pool
     }
 
+    /// The limits every run gets unless its request asks for less.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Stops every worker and waits for them.
     pub fn shutdown(&self) {
         self.pool.shutdown();
