@@ -274,11 +274,11 @@ impl Tensor {
     /// The elements as a host vector; the dtype must match `T`.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if self.dtype != T::DTYPE {
-            return Err(Error::DType(format!(
-                "tensor is {}, asked for {}",
-                self.dtype,
-                T::DTYPE
-            )));
+            return Err(Error::DTypeMismatch {
+                op: format!("to_vec::<{}>", T::DTYPE),
+                expected: T::DTYPE.name(),
+                got: self.dtype.name(),
+            });
         }
         let mut out = vec![T::zeroed(); self.numel];
         self.device
@@ -397,11 +397,11 @@ impl Tensor {
     pub(crate) fn same_device(&self, others: &[&Tensor], op: &str) -> Result<()> {
         for o in others {
             if o.device != self.device {
-                return Err(Error::DeviceMismatch(format!(
-                    "{op}: one tensor is on {} and another on {}; move one with to_device",
-                    self.device.name(),
-                    o.device.name()
-                )));
+                return Err(Error::DeviceMismatch {
+                    op: op.to_owned(),
+                    left: self.device.name().to_owned(),
+                    right: o.device.name().to_owned(),
+                });
             }
         }
         Ok(())
@@ -410,11 +410,11 @@ impl Tensor {
     /// Fails unless the dtype is `want`.
     pub(crate) fn expect_dtype(&self, want: DType, op: &str) -> Result<()> {
         if self.dtype != want {
-            return Err(Error::DType(format!(
-                "{op} needs {want}, got a {} tensor of shape {:?}",
-                self.dtype,
-                self.shape()
-            )));
+            return Err(Error::DTypeMismatch {
+                op: op.to_owned(),
+                expected: want.name(),
+                got: self.dtype.name(),
+            });
         }
         Ok(())
     }

@@ -427,9 +427,16 @@ impl ClDevice {
 impl Error {
     fn with_context(self, kernel: &str, global: &[usize], local: Option<&[usize]>) -> Error {
         match self {
-            Error::OpenCl { call, code, name } => Error::Invalid(format!(
-                "{call} failed with {name} ({code}) for kernel `{kernel}`, global {global:?}, local {local:?}"
-            )),
+            Error::OpenCl {
+                call, code, name, ..
+            } => Error::OpenCl {
+                call,
+                code,
+                name,
+                context: Some(format!(
+                    "for kernel `{kernel}`, global {global:?}, local {local:?}"
+                )),
+            },
             e => e,
         }
     }
