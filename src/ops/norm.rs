@@ -442,11 +442,11 @@ pub fn batch_norm2d_backward(
 ) -> Result<NormGrads> {
     let [_, c, _, _] = nchw(x, "batch_norm2d_backward")?;
     if grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "batch_norm2d_backward: gradient {:?} differs from input {:?}",
+        return Err(Error::shape_mismatch(
+            "batch_norm2d_backward gradient",
+            x.shape(),
             grad.shape(),
-            x.shape()
-        )));
+        ));
     }
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     backward(
