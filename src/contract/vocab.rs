@@ -44,8 +44,9 @@ impl OpDef {
     }
 }
 
-/// `template` with `$0`, `$1`, `$2` replaced by `args` and `$g` by `g`. Operands are inserted as given: pass
-/// them parenthesised or as single names.
+/// `template` with `$0`, `$1`, `$2` replaced by `args` and `$g` by `g`. Operands are inserted as given;
+/// templates parenthesise every operand they use in an operator context, so a name, a macro parameter or a
+/// parenthesised expression may be passed.
 pub fn instantiate(template: &str, args: &[&str], g: &str) -> String {
     let mut out = String::with_capacity(template.len() + 16);
     let mut chars = template.chars().peekable();
@@ -555,14 +556,11 @@ mod tests {
     #[test]
     fn instantiate_substitutes_operands_and_gradient() {
         assert_eq!(
-            instantiate(CLAMP.cl, &["(v)", "p0", "p1"], ""),
-            "fminn(fmaxn((v),p0),p1)"
+            instantiate(CLAMP.cl, &["v", "p0", "p1"], ""),
+            "fminn(fmaxn(v,p0),p1)"
         );
         let g = LEAKY_RELU.grad.as_ref().map(|g| g.cl).unwrap_or_default();
-        assert_eq!(
-            instantiate(g, &["(v)", "p0"], "(g)"),
-            "((v)>0.0f?(g):(p0)*(g))"
-        );
+        assert_eq!(instantiate(g, &["v", "p0"], "g"), "((v)>0.0f?(g):(p0)*(g))");
     }
 
     #[test]

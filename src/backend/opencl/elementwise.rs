@@ -68,7 +68,7 @@ fn prev_pow2(n: usize) -> usize {
 
 /// The OpenCL C expression of `op` on scalars `x` and `y`, from the vocabulary's template.
 fn cl_expr(op: BinaryOp) -> String {
-    instantiate(op.def().cl, &["(x)", "(y)"], "")
+    instantiate(op.def().cl, &["x", "y"], "")
 }
 
 fn int8(v: &[usize]) -> [i32; 8] {

@@ -116,7 +116,7 @@ mod tests {
     fn code_comes_from_the_vocabulary_templates() {
         let e = Expr::parse("max(x0 * 2 + x1, 0) - -x2").ok();
         let code = e.as_ref().map(cl_code).unwrap_or_default();
-        assert_eq!(code, "((fmaxn(((x0)*((2.0f)))+(x1)),(0.0f)))-((-(x2))))");
+        assert_eq!(code, "((fmaxn(((((x0)*((2.0f))))+(x1)),(0.0f)))-((-(x2))))");
         let e = Expr::parse("where(x0 >= 1, x1, 7)").ok();
         let code = e.as_ref().map(cl_code).unwrap_or_default();
         assert!(!code.contains(' ') && code.contains("?1.0f:0.0f"), "{code}");

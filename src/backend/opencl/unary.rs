@@ -11,14 +11,14 @@ use crate::tensor::Tensor;
 /// templates; the op's parameters are the kernel arguments `p0` and `p1`.
 fn cl(op: UnaryOp) -> Result<(String, String)> {
     let def = op.def();
-    let operands = &["(v)", "p0", "p1"][..def.arity];
+    let operands = &["v", "p0", "p1"][..def.arity];
     let grad = def
         .grad
         .as_ref()
         .ok_or_else(|| Error::Unsupported(format!("{} has no gradient kernel", def.name)))?;
     Ok((
-        instantiate(def.cl, operands, "(g)"),
-        instantiate(grad.cl, operands, "(g)"),
+        instantiate(def.cl, operands, "g"),
+        instantiate(grad.cl, operands, "g"),
     ))
 }
 
