@@ -346,14 +346,15 @@ impl Tensor {
     /// Overwrites this tensor's elements with `src`'s (same shape and dtype; any device). Every view of this
     /// storage sees the new values; on a mismatch nothing changes.
     pub fn assign(&self, src: &Tensor) -> Result<()> {
-        if src.shape() != self.shape() || src.dtype != self.dtype {
-            return Err(Error::Shape(format!(
-                "assign: a {} tensor of shape {:?} cannot take a {} tensor of shape {:?}",
-                self.dtype,
-                self.shape(),
-                src.dtype,
-                src.shape()
-            )));
+        if src.shape() != self.shape() {
+            return Err(Error::shape_mismatch("assign", self.shape(), src.shape()));
+        }
+        if src.dtype != self.dtype {
+            return Err(Error::DTypeMismatch {
+                op: "assign".into(),
+                expected: self.dtype.name(),
+                got: src.dtype.name(),
+            });
         }
         let bytes = self.numel * self.dtype.size();
         if src.shares_storage(self) || bytes == 0 {
