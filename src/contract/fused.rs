@@ -24,10 +24,6 @@ pub(crate) enum Node {
     Call(&'static OpDef, Vec<Node>),
 }
 
-fn call(def: &'static OpDef, args: Vec<Node>) -> Node {
-    Node::Call(def, args)
-}
-
 /// A parsed, validated expression.
 #[derive(Debug, Clone)]
 pub struct Expr {
@@ -152,7 +148,7 @@ impl Parser<'_> {
             Some(op) => {
                 self.pos += 1;
                 let rhs = self.additive()?;
-                call(op, vec![lhs, rhs])
+                Node::Call(op, vec![lhs, rhs])
             }
             None => lhs,
         };
@@ -164,7 +160,7 @@ impl Parser<'_> {
         while let Some(o @ ("+" | "-")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.term()?;
-            lhs = call(
+            lhs = Node::Call(
                 if o == "+" { &vocab::ADD } else { &vocab::SUB },
                 vec![lhs, rhs],
             );
@@ -176,7 +172,7 @@ impl Parser<'_> {
         while let Some(o @ ("*" | "/")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.unary()?;
-            lhs = call(
+            lhs = Node::Call(
                 if o == "*" { &vocab::MUL } else { &vocab::DIV },
                 vec![lhs, rhs],
             );
@@ -187,7 +183,7 @@ impl Parser<'_> {
         if self.peek_op() == Some("-") {
             self.pos += 1;
             self.enter()?;
-            let r = call(&vocab::NEG, vec![self.unary()?]);
+            let r = Node::Call(&vocab::NEG, vec![self.unary()?]);
             self.depth -= 1;
             return Ok(r);
         }
@@ -241,7 +237,7 @@ impl Parser<'_> {
                         args.len()
                     )));
                 }
-                Ok(call(def, args))
+                Ok(Node::Call(def, args))
             }
             _ => Err(self.err("expected a number, an input, a function call or `(`")),
         }

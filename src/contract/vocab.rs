@@ -542,6 +542,7 @@ mod tests {
                 d.name
             );
             assert!(!d.cl.contains(' '), "{}: spaces in {}", d.name, d.cl);
+            assert!((1..=3).contains(&d.arity), "{}: arity {}", d.name, d.arity);
             for k in 0..3 {
                 let used = d.cl.contains(&format!("${k}"));
                 assert_eq!(used, k < d.arity, "{}: operand {k} in {}", d.name, d.cl);
