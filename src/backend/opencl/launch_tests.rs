@@ -1,4 +1,5 @@
-//! A failed launch reports an OpenCL error that keeps its code and names the kernel and its work sizes.
+//! OpenCL failures met while finding and launching kernels stay OpenCL errors: they keep their code and name the
+//! kernel (and, for a launch, its work sizes).
 
 use super::{ClDevice, enumerate};
 use crate::backend::opencl::program::Defines;
@@ -49,4 +50,25 @@ fn a_launch_without_its_arguments_is_an_opencl_error_with_its_code() {
         text.contains("CL_INVALID_KERNEL_ARGS (-52)") && text.contains("kernel `unary_fwd`"),
         "{text}"
     );
+}
+
+#[test]
+fn a_kernel_missing_from_its_family_is_an_opencl_error_naming_it() {
+    let Some(dev) = first_device() else { return };
+    let e = dev
+        .kernel("unary", &Defines::new(), "no_such_kernel")
+        .err()
+        .expect("no kernel of that name");
+    assert!(
+        matches!(
+            &e,
+            Error::OpenCl {
+                call: "clCreateKernel",
+                code: -46,
+                ..
+            }
+        ),
+        "CL_INVALID_KERNEL_NAME expected, got {e:?}"
+    );
+    assert!(e.to_string().contains("no_such_kernel"), "{e}");
 }
