@@ -13,7 +13,7 @@ use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
 use super::{listen, warm, watch};
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// `netcl serve`: the documentation wiki over HTTP.
 #[derive(Debug, Clone, Args)]
@@ -118,7 +118,7 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
         match state.playground() {
             Some(playground) => {
                 warm::spawn(Arc::clone(playground), state.site())
-                    .map_err(|e| Error::Wiki(format!("starting the warm-up: {e}")))?;
+                    .map_err(|e| WikiError::Site(format!("starting the warm-up: {e}")))?;
             }
             None => eprintln!("--warm ignored: the playground is off"),
         }
@@ -158,7 +158,7 @@ pub fn export(args: ExportArgs) -> Result<()> {
         eprintln!("content problem: {problem}");
     }
     if args.strict && !report.problems.is_empty() {
-        return Err(Error::Wiki(format!(
+        return Err(WikiError::Site(format!(
             "{} content problems",
             report.problems.len()
         )));
@@ -187,7 +187,7 @@ pub fn default_content_dir() -> Result<PathBuf> {
         .find(|dir| dir.join("nav.toml").is_file())
         .cloned()
         .ok_or_else(|| {
-            Error::Wiki(format!(
+            WikiError::Site(format!(
                 "no documentation content found (looked for {} in the working directory, beside the netcl binary and \
                  in the directories above it); pass --content DIR or set NETCL_WIKI_CONTENT",
                 relative.display()

@@ -178,11 +178,11 @@ impl ProgramCache {
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
         }
-        let k = Kernel::create(&built.program, name).map_err(|e| {
-            Error::Invalid(format!(
-                "kernel `{name}` not found in `{source}`: {}",
-                cl3::error_codes::error_text(e.0)
-            ))
+        let k = Kernel::create(&built.program, name).map_err(|e| Error::OpenCl {
+            call: "clCreateKernel",
+            code: e.0,
+            name: cl3::error_codes::error_text(e.0),
+            context: Some(format!("for kernel `{name}` of `{source}`")),
         })?;
         let k = Arc::new(ClKernel {
             name: name.to_owned(),
