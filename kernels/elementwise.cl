@@ -18,6 +18,10 @@
     if (y < (d1) && z < (d0)) {
 #endif
 
+// max and min that keep NaN, as the op vocabulary's `maximum` and `minimum` templates call them.
+static inline float fmaxn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }
+static inline float fminn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmin(a, b); }
+
 #ifndef OP
 #define OP(x, y) ((x) + (y))
 #endif

@@ -9,24 +9,38 @@
 #define DF(v, g) (g)
 #endif
 
+// BEGIN op vocabulary helpers: the functions the templates of src/contract/vocab.rs call. The same block stands
+// in unary.cl and fused.cl (a test keeps the two equal).
 static inline float sigm(float v) { return 1.0f / (1.0f + exp(-v)); }
-// clamp that keeps NaN (fmin/fmax would drop it)
+// max, min and clamp that keep NaN (fmax/fmin would drop it)
+static inline float fmaxn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }
+static inline float fminn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmin(a, b); }
 static inline float clampn(float v, float lo, float hi) { return v < lo ? lo : (v > hi ? hi : v); }
+static inline float sq(float v) { return v * v; }
+static inline float relun(float v) { return v < 0.0f ? 0.0f : v; }
+static inline float lrelu(float v, float s) { return v > 0.0f ? v : s * v; }
+static inline float elu_f(float v, float a) { return v > 0.0f ? v : a * expm1(v); }
 static inline float hsig(float v) { return clampn(0.2f * v + 0.5f, 0.0f, 1.0f); }
+static inline float softplus_f(float v) { return fmax(v, 0.0f) + log1p(exp(-fabs(v))); }
+// x·gate(x) forms take their limits at ±inf (0 and x; slopes 0 and 1) instead of inf·0 = NaN.
+#define XLIM(v) ((v) > 0.0f ? (v) : 0.0f)
+#define GLIM(v, g) ((v) > 0.0f ? (g) : 0.0f)
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
-static inline float gelu_t(float v) { return 0.5f * v * (1.0f + tanh(GELU_K * (v + GELU_C * v * v * v))); }
+static inline float gelu_t(float v) {
+    return isinf(v) ? XLIM(v) : 0.5f * v * (1.0f + tanh(GELU_K * (v + GELU_C * v * v * v)));
+}
 static inline float gelu_t_d(float v) {
     const float t = tanh(GELU_K * (v + GELU_C * v * v * v));
     return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
 }
-static inline float gelu_e(float v) { return 0.5f * v * (1.0f + erf(v * 0.7071067811865476f)); }
+static inline float gelu_e(float v) { return isinf(v) ? XLIM(v) : 0.5f * v * (1.0f + erf(v * 0.7071067811865476f)); }
 static inline float gelu_e_d(float v) {
     return 0.5f * (1.0f + erf(v * 0.7071067811865476f)) + v * exp(-0.5f * v * v) * 0.3989422804014327f;
 }
-#define XLIM(v) ((v) > 0.0f ? (v) : 0.0f)
-#define GLIM(v, g) ((v) > 0.0f ? (g) : 0.0f)
-static inline float softplus_f(float v) { return fmax(v, 0.0f) + log1p(exp(-fabs(v))); }
+static inline float silu_f(float v) { return isinf(v) ? XLIM(v) : v * sigm(v); }
+static inline float hswish(float v) { return isinf(v) ? XLIM(v) : v * hsig(v); }
+// END op vocabulary helpers
 
 __kernel void unary_fwd(const int n, const float p0, const float p1, __global const float* x, __global float* out) {
     const int i = get_global_id(0) * 4;

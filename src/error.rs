@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// An OpenCL API call failed.
-    #[error("OpenCL call {call} failed with {name} ({code})")]
+    #[error("OpenCL call {call} failed with {name} ({code}){}", context.as_deref().map(|c| format!(" {c}")).unwrap_or_default())]
     OpenCl {
         /// The API function, e.g. `clEnqueueNDRangeKernel`.
         call: &'static str,
@@ -17,6 +17,9 @@ pub enum Error {
         code: i32,
         /// The symbolic name of the code, e.g. `CL_OUT_OF_RESOURCES`.
         name: &'static str,
+        /// What the call was doing, when known: for a launch, the kernel and its global and local sizes
+        /// (`for kernel `gemm_tile`, global [64, 64], local Some([16, 16])`).
+        context: Option<String>,
     },
     /// An OpenCL program failed to build; `log` is the compiler's build log.
     #[error("building kernel source `{source_name}` with options `{options}` failed:\n{log}")]
@@ -34,18 +37,46 @@ pub enum Error {
     /// Shapes do not fit the operation.
     #[error("shape: {0}")]
     Shape(String),
+    /// A tensor's shape is not the one the operation needs (a gradient that differs from its input, a bias
+    /// of the wrong length, a state buffer of another parameter's shape).
+    #[error("{op}: expected shape {expected:?}, got {got:?}")]
+    ShapeMismatch {
+        /// The operation that checked, e.g. `relu backward`.
+        op: String,
+        /// The shape the operation needs.
+        expected: Vec<usize>,
+        /// The shape it was given.
+        got: Vec<usize>,
+    },
     /// A dtype is not supported by the operation or the device.
     #[error("dtype: {0}")]
     DType(String),
+    /// A tensor's dtype is not the one the operation needs.
+    #[error("{op} needs a tensor of dtype {expected}, got {got}")]
+    DTypeMismatch {
+        /// The operation that checked, e.g. `matmul` or `to_vec`.
+        op: String,
+        /// The name of the dtype the operation needs (`f32`, `i32`, `f16`).
+        expected: &'static str,
+        /// The name of the dtype it was given.
+        got: &'static str,
+    },
     /// An argument is out of its valid range.
     #[error("invalid argument: {0}")]
     Invalid(String),
     /// A size limit was exceeded (allocation, elements, output size).
     #[error("limit: {0}")]
     Limit(String),
-    /// Tensors live on different devices.
-    #[error("device mismatch: {0}")]
-    DeviceMismatch(String),
+    /// Tensors of one operation live on different devices, or memory reached a backend it does not belong to.
+    #[error("{op}: one tensor is on {left} and another on {right}; move one with to_device")]
+    DeviceMismatch {
+        /// The operation that checked.
+        op: String,
+        /// Where the first tensor lives (a device name, or the kind of memory).
+        left: String,
+        /// Where the other tensor lives.
+        right: String,
+    },
     /// The operation is not available on this device or in this configuration.
     #[error("unsupported: {0}")]
     Unsupported(String),
@@ -57,9 +88,6 @@ pub enum Error {
         /// The underlying error.
         source: std::io::Error,
     },
-    /// The documentation wiki could not read, render, serve or write something.
-    #[error("wiki: {0}")]
-    Wiki(String),
     /// A file's content could not be parsed.
     #[error("format of {}: {message}", path.display())]
     Format {
@@ -77,6 +105,24 @@ impl Error {
             call,
             code,
             name: cl3::error_codes::error_text(code),
+            context: None,
+        }
+    }
+
+    /// `expected` and `got` differ: the structured error for an operand of the wrong shape.
+    pub fn shape_mismatch(op: impl Into<String>, expected: &[usize], got: &[usize]) -> Self {
+        Error::ShapeMismatch {
+            op: op.into(),
+            expected: expected.to_vec(),
+            got: got.to_vec(),
+        }
+    }
+
+    /// The raw OpenCL error code, for an OpenCL failure.
+    pub fn cl_code(&self) -> Option<i32> {
+        match self {
+            Error::OpenCl { code, .. } => Some(*code),
+            _ => None,
         }
     }
 
@@ -94,15 +140,15 @@ impl Error {
             Error::OpenCl { .. } => "opencl",
             Error::Build { .. } => "build",
             Error::Device(_) => "device",
-            Error::Shape(_) => "shape",
-            Error::DType(_) => "dtype",
+            // Mismatches keep the kind readers already see for the family: a wrong shape is a shape error.
+            Error::Shape(_) | Error::ShapeMismatch { .. } => "shape",
+            Error::DType(_) | Error::DTypeMismatch { .. } => "dtype",
             Error::Invalid(_) => "invalid",
             Error::Limit(_) => "limit",
-            Error::DeviceMismatch(_) => "device_mismatch",
+            Error::DeviceMismatch { .. } => "device_mismatch",
             Error::Unsupported(_) => "unsupported",
             Error::Io { .. } => "io",
             Error::Format { .. } => "format",
-            Error::Wiki(_) => "wiki",
         }
     }
 }

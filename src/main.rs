@@ -144,14 +144,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> netcl::Result<()> {
+/// What the command line reports: an engine failure, or one of the documentation wiki.
+#[derive(Debug, thiserror::Error)]
+enum CliError {
+    #[error(transparent)]
+    Engine(#[from] netcl::Error),
+    #[error(transparent)]
+    Wiki(#[from] netcl::wiki::error::WikiError),
+}
+
+fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
-        Command::Devices { json } => devices(cli.device.as_deref(), json),
+        Command::Devices { json } => Ok(devices(cli.device.as_deref(), json)?),
         Command::Run {
             file,
             json,
             timeout_ms,
-        } => run_file(cli.device.as_deref(), &file, json, timeout_ms),
+        } => Ok(run_file(cli.device.as_deref(), &file, json, timeout_ms)?),
         Command::Train {
             preset,
             epochs,
@@ -161,7 +170,7 @@ fn run(cli: Cli) -> netcl::Result<()> {
             seed,
             save,
             json,
-        } => train_digits(
+        } => Ok(train_digits(
             cli.device.as_deref(),
             &preset,
             epochs,
@@ -171,17 +180,19 @@ fn run(cli: Cli) -> netcl::Result<()> {
             seed,
             save.as_deref(),
             json,
-        ),
-        Command::Worker => netcl::script::worker::serve(&Device::select(cli.device.as_deref())?),
+        )?),
+        Command::Worker => Ok(netcl::script::worker::serve(&Device::select(
+            cli.device.as_deref(),
+        )?)?),
         Command::Tune { action } => {
             quiet_broken_pipe();
-            tune(cli.device.as_deref(), action)
+            Ok(tune(cli.device.as_deref(), action)?)
         }
         Command::Serve(mut args) => {
             args.device = cli.device;
-            netcl::wiki::cli::serve(args)
+            netcl::wiki::cli::serve(args).map_err(CliError::from)
         }
-        Command::Export(args) => netcl::wiki::cli::export(args),
+        Command::Export(args) => netcl::wiki::cli::export(args).map_err(CliError::from),
         Command::Bench {
             small,
             json: _,
@@ -201,7 +212,8 @@ fn run(cli: Cli) -> netcl::Result<()> {
                 if !all.iter().any(|c| c.name == name) {
                     return Err(netcl::Error::Invalid(format!(
                         "no benchmark case `{name}`; `netcl bench --list` names them"
-                    )));
+                    ))
+                    .into());
                 }
             }
             let device = Device::select(cli.device.as_deref())?;

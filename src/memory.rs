@@ -33,21 +33,31 @@ impl Storage {
     pub(crate) fn host(&self) -> Result<&HostMem> {
         match self {
             Storage::Host(h) => Ok(h),
-            Storage::Device(_) => Err(Error::DeviceMismatch(
-                "a host op was given device memory".into(),
-            )),
+            Storage::Device(_) => Err(Error::DeviceMismatch {
+                op: "a kernel of the built-in device".into(),
+                left: "the host".into(),
+                right: "an OpenCL device".into(),
+            }),
         }
     }
 
     /// The backend memory of type `M`; an error for host words or another backend's memory.
     pub(crate) fn device<M: 'static>(&self) -> Result<&M> {
         match self {
-            Storage::Device(d) => d.as_any().downcast_ref::<M>().ok_or_else(|| {
-                Error::DeviceMismatch("a kernel was given another backend's memory".into())
+            Storage::Device(d) => {
+                d.as_any()
+                    .downcast_ref::<M>()
+                    .ok_or_else(|| Error::DeviceMismatch {
+                        op: "a device kernel".into(),
+                        left: "its own device".into(),
+                        right: "another backend".into(),
+                    })
+            }
+            Storage::Host(_) => Err(Error::DeviceMismatch {
+                op: "a device kernel".into(),
+                left: "an OpenCL device".into(),
+                right: "the host (built-in device)".into(),
             }),
-            Storage::Host(_) => Err(Error::DeviceMismatch(
-                "a device kernel was given a host (built-in device) buffer".into(),
-            )),
         }
     }
 }

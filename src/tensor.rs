@@ -274,11 +274,11 @@ impl Tensor {
     /// The elements as a host vector; the dtype must match `T`.
     pub fn to_vec<T: Element>(&self) -> Result<Vec<T>> {
         if self.dtype != T::DTYPE {
-            return Err(Error::DType(format!(
-                "tensor is {}, asked for {}",
-                self.dtype,
-                T::DTYPE
-            )));
+            return Err(Error::DTypeMismatch {
+                op: format!("to_vec::<{}>", T::DTYPE),
+                expected: T::DTYPE.name(),
+                got: self.dtype.name(),
+            });
         }
         let mut out = vec![T::zeroed(); self.numel];
         self.device
@@ -346,14 +346,15 @@ impl Tensor {
     /// Overwrites this tensor's elements with `src`'s (same shape and dtype; any device). Every view of this
     /// storage sees the new values; on a mismatch nothing changes.
     pub fn assign(&self, src: &Tensor) -> Result<()> {
-        if src.shape() != self.shape() || src.dtype != self.dtype {
-            return Err(Error::Shape(format!(
-                "assign: a {} tensor of shape {:?} cannot take a {} tensor of shape {:?}",
-                self.dtype,
-                self.shape(),
-                src.dtype,
-                src.shape()
-            )));
+        if src.shape() != self.shape() {
+            return Err(Error::shape_mismatch("assign", self.shape(), src.shape()));
+        }
+        if src.dtype != self.dtype {
+            return Err(Error::DTypeMismatch {
+                op: "assign".into(),
+                expected: self.dtype.name(),
+                got: src.dtype.name(),
+            });
         }
         let bytes = self.numel * self.dtype.size();
         if src.shares_storage(self) || bytes == 0 {
@@ -397,11 +398,11 @@ impl Tensor {
     pub(crate) fn same_device(&self, others: &[&Tensor], op: &str) -> Result<()> {
         for o in others {
             if o.device != self.device {
-                return Err(Error::DeviceMismatch(format!(
-                    "{op}: one tensor is on {} and another on {}; move one with to_device",
-                    self.device.name(),
-                    o.device.name()
-                )));
+                return Err(Error::DeviceMismatch {
+                    op: op.to_owned(),
+                    left: self.device.name().to_owned(),
+                    right: o.device.name().to_owned(),
+                });
             }
         }
         Ok(())
@@ -410,11 +411,11 @@ impl Tensor {
     /// Fails unless the dtype is `want`.
     pub(crate) fn expect_dtype(&self, want: DType, op: &str) -> Result<()> {
         if self.dtype != want {
-            return Err(Error::DType(format!(
-                "{op} needs {want}, got a {} tensor of shape {:?}",
-                self.dtype,
-                self.shape()
-            )));
+            return Err(Error::DTypeMismatch {
+                op: op.to_owned(),
+                expected: want.name(),
+                got: self.dtype.name(),
+            });
         }
         Ok(())
     }

@@ -186,11 +186,11 @@ impl Var {
     /// Back-propagates `grad` (the gradient of some scalar with respect to this node).
     pub fn backward_with(&self, grad: Tensor) -> Result<()> {
         if grad.shape() != self.shape() {
-            return Err(Error::Shape(format!(
-                "backward_with: gradient shape {:?} differs from the node's {:?}",
+            return Err(Error::shape_mismatch(
+                "backward_with gradient",
+                self.shape(),
                 grad.shape(),
-                self.shape()
-            )));
+            ));
         }
         if !self.requires_grad() {
             return Err(Error::Invalid(
@@ -214,6 +214,11 @@ impl Var {
                     }
                     let grads = (f.backward)(&g).map_err(|e| match e {
                         Error::Shape(m) => Error::Shape(format!("backward of {}: {m}", f.op)),
+                        Error::ShapeMismatch { op, expected, got } => Error::ShapeMismatch {
+                            op: format!("backward of {}: {op}", f.op),
+                            expected,
+                            got,
+                        },
                         other => other,
                     })?;
                     if grads.len() != f.parents.len() {
@@ -230,12 +235,11 @@ impl Var {
                             continue;
                         }
                         if pg.shape() != p.shape() {
-                            return Err(Error::Shape(format!(
-                                "backward of {}: gradient {:?} for an input of shape {:?}",
-                                f.op,
+                            return Err(Error::shape_mismatch(
+                                format!("backward of {}: gradient", f.op),
+                                p.shape(),
                                 pg.shape(),
-                                p.shape()
-                            )));
+                            ));
                         }
                         let merged = match pending.remove(&p.0.id) {
                             Some(prev) => crate::ops::add(&prev, &pg)?,

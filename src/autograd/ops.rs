@@ -544,11 +544,11 @@ pub fn nll_loss(logp: &Var, labels: &Tensor) -> Result<Var> {
 
 fn same_shape(a: &Var, b: &Var, op: &str) -> Result<()> {
     if a.shape() != b.shape() {
-        return Err(Error::Shape(format!(
-            "{op}: prediction {:?} and target {:?} differ",
+        return Err(Error::shape_mismatch(
+            format!("{op} target"),
             a.shape(),
-            b.shape()
-        )));
+            b.shape(),
+        ));
     }
     Ok(())
 }

@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use crate::contract::vocab::{self, OpDef};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, strides};
 
@@ -41,52 +42,37 @@ pub enum BinaryOp {
 impl BinaryOp {
     /// The op's name.
     pub fn name(self) -> &'static str {
+        self.def().name
+    }
+
+    /// Every binary op (for tests and listings).
+    pub fn all() -> [BinaryOp; 13] {
+        use BinaryOp::*;
+        [Add, Sub, Mul, Div, Max, Min, Pow, Lt, Le, Gt, Ge, Eq, Ne]
+    }
+
+    /// The op's entry in the vocabulary: its OpenCL template and reference maths.
+    pub fn def(self) -> &'static OpDef {
         match self {
-            BinaryOp::Add => "add",
-            BinaryOp::Sub => "sub",
-            BinaryOp::Mul => "mul",
-            BinaryOp::Div => "div",
-            BinaryOp::Max => "maximum",
-            BinaryOp::Min => "minimum",
-            BinaryOp::Pow => "pow",
-            BinaryOp::Lt => "lt",
-            BinaryOp::Le => "le",
-            BinaryOp::Gt => "gt",
-            BinaryOp::Ge => "ge",
-            BinaryOp::Eq => "eq",
-            BinaryOp::Ne => "ne",
+            BinaryOp::Add => &vocab::ADD,
+            BinaryOp::Sub => &vocab::SUB,
+            BinaryOp::Mul => &vocab::MUL,
+            BinaryOp::Div => &vocab::DIV,
+            BinaryOp::Max => &vocab::MAXIMUM,
+            BinaryOp::Min => &vocab::MINIMUM,
+            BinaryOp::Pow => &vocab::POW,
+            BinaryOp::Lt => &vocab::LT,
+            BinaryOp::Le => &vocab::LE,
+            BinaryOp::Gt => &vocab::GT,
+            BinaryOp::Ge => &vocab::GE,
+            BinaryOp::Eq => &vocab::EQ,
+            BinaryOp::Ne => &vocab::NE,
         }
     }
 
     /// The op on host scalars, with the same IEEE semantics as the kernel.
     pub fn apply(self, x: f32, y: f32) -> f32 {
-        match self {
-            BinaryOp::Add => x + y,
-            BinaryOp::Sub => x - y,
-            BinaryOp::Mul => x * y,
-            BinaryOp::Div => x / y,
-            BinaryOp::Max => {
-                if x.is_nan() || y.is_nan() {
-                    f32::NAN
-                } else {
-                    x.max(y)
-                }
-            }
-            BinaryOp::Min => {
-                if x.is_nan() || y.is_nan() {
-                    f32::NAN
-                } else {
-                    x.min(y)
-                }
-            }
-            BinaryOp::Pow => x.powf(y),
-            BinaryOp::Lt => f32::from(u8::from(x < y)),
-            BinaryOp::Le => f32::from(u8::from(x <= y)),
-            BinaryOp::Gt => f32::from(u8::from(x > y)),
-            BinaryOp::Ge => f32::from(u8::from(x >= y)),
-            BinaryOp::Eq => f32::from(u8::from(x == y)),
-            BinaryOp::Ne => f32::from(u8::from(x != y)),
-        }
+        self.def().apply(&[x, y])
     }
 }
 

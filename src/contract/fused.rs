@@ -1,8 +1,10 @@
-//! The fused family's contract: the expression language (parsed and validated into a tree, evaluated on the
-//! host as the reference), the multi-input broadcast plan, and the primitive a backend provides.
+//! The fused family's contract: the expression language (parsed and validated into a tree over the ops of
+//! the [vocabulary](crate::contract::vocab), evaluated on the host as the reference), the multi-input broadcast
+//! plan, and the primitive a backend provides. Backends turn the tree into their own code (the OpenCL backend
+//! writes it from the vocabulary's templates).
 
 use crate::contract::elementwise::MAX_BROADCAST_RANK;
-use crate::contract::unary::erf;
+use crate::contract::vocab::{self, OPS, OpDef};
 use crate::error::{Error, Result};
 use crate::tensor::{Tensor, strides};
 
@@ -11,50 +13,15 @@ pub const MAX_INPUTS: usize = 6;
 const MAX_LEN: usize = 4096;
 const MAX_DEPTH: usize = 64;
 
-/// The functions of the expression language with their arity.
-pub const FUNCTIONS: &[(&str, usize)] = &[
-    ("exp", 1),
-    ("log", 1),
-    ("log1p", 1),
-    ("sqrt", 1),
-    ("rsqrt", 1),
-    ("abs", 1),
-    ("tanh", 1),
-    ("sigmoid", 1),
-    ("relu", 1),
-    ("sin", 1),
-    ("cos", 1),
-    ("erf", 1),
-    ("floor", 1),
-    ("ceil", 1),
-    ("max", 2),
-    ("min", 2),
-    ("pow", 2),
-    ("where", 3),
-    ("clamp", 3),
-];
+/// Short spellings the expression language accepts for entries of the vocabulary.
+pub const ALIASES: &[(&str, &str)] = &[("max", "maximum"), ("min", "minimum")];
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Bin {
-    Add,
-    Sub,
-    Mul,
-    Div,
-    Lt,
-    Le,
-    Gt,
-    Ge,
-    Eq,
-    Ne,
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum Node {
+/// A node of an expression tree: a literal, an input, or an op of the vocabulary applied to its operands.
+#[derive(Debug, Clone)]
+pub(crate) enum Node {
     Num(f32),
     Var(usize),
-    Neg(Box<Node>),
-    Bin(Bin, Box<Node>, Box<Node>),
-    Call(&'static str, Vec<Node>),
+    Call(&'static OpDef, Vec<Node>),
 }
 
 /// A parsed, validated expression.
@@ -62,7 +29,6 @@ enum Node {
 pub struct Expr {
     root: Node,
     inputs: usize,
-    code: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,19 +136,19 @@ impl Parser<'_> {
         self.enter()?;
         let lhs = self.additive()?;
         let op = match self.peek_op() {
-            Some("<") => Some(Bin::Lt),
-            Some("<=") => Some(Bin::Le),
-            Some(">") => Some(Bin::Gt),
-            Some(">=") => Some(Bin::Ge),
-            Some("==") => Some(Bin::Eq),
-            Some("!=") => Some(Bin::Ne),
+            Some("<") => Some(&vocab::LT),
+            Some("<=") => Some(&vocab::LE),
+            Some(">") => Some(&vocab::GT),
+            Some(">=") => Some(&vocab::GE),
+            Some("==") => Some(&vocab::EQ),
+            Some("!=") => Some(&vocab::NE),
             _ => None,
         };
         let r = match op {
             Some(op) => {
                 self.pos += 1;
                 let rhs = self.additive()?;
-                Node::Bin(op, Box::new(lhs), Box::new(rhs))
+                Node::Call(op, vec![lhs, rhs])
             }
             None => lhs,
         };
@@ -194,10 +160,9 @@ impl Parser<'_> {
         while let Some(o @ ("+" | "-")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.term()?;
-            lhs = Node::Bin(
-                if o == "+" { Bin::Add } else { Bin::Sub },
-                Box::new(lhs),
-                Box::new(rhs),
+            lhs = Node::Call(
+                if o == "+" { &vocab::ADD } else { &vocab::SUB },
+                vec![lhs, rhs],
             );
         }
         Ok(lhs)
@@ -207,10 +172,9 @@ impl Parser<'_> {
         while let Some(o @ ("*" | "/")) = self.peek_op() {
             self.pos += 1;
             let rhs = self.unary()?;
-            lhs = Node::Bin(
-                if o == "*" { Bin::Mul } else { Bin::Div },
-                Box::new(lhs),
-                Box::new(rhs),
+            lhs = Node::Call(
+                if o == "*" { &vocab::MUL } else { &vocab::DIV },
+                vec![lhs, rhs],
             );
         }
         Ok(lhs)
@@ -219,7 +183,7 @@ impl Parser<'_> {
         if self.peek_op() == Some("-") {
             self.pos += 1;
             self.enter()?;
-            let r = Node::Neg(Box::new(self.unary()?));
+            let r = Node::Call(&vocab::NEG, vec![self.unary()?]);
             self.depth -= 1;
             return Ok(r);
         }
@@ -245,13 +209,18 @@ impl Parser<'_> {
                 {
                     return Ok(Node::Var(k));
                 }
-                let Some(&(fname, arity)) = FUNCTIONS.iter().find(|(f, _)| *f == name) else {
+                let canonical = ALIASES
+                    .iter()
+                    .find(|(a, _)| *a == name)
+                    .map_or(name.as_str(), |(_, c)| *c);
+                let Some(def) = vocab::lookup(canonical) else {
                     return Err(self.err(&format!(
                         "unknown name `{name}`; inputs are x0..x{} and functions are {}",
                         MAX_INPUTS - 1,
-                        FUNCTIONS.iter().map(|f| f.0).collect::<Vec<_>>().join(", ")
+                        function_names().join(", ")
                     )));
                 };
+                let (fname, arity) = (name.as_str(), def.arity);
                 self.expect("(")?;
                 let mut args = Vec::new();
                 if self.peek_op() != Some(")") {
@@ -268,108 +237,26 @@ impl Parser<'_> {
                         args.len()
                     )));
                 }
-                Ok(Node::Call(fname, args))
+                Ok(Node::Call(def, args))
             }
             _ => Err(self.err("expected a number, an input, a function call or `(`")),
         }
     }
 }
 
+/// The function names the expression language accepts: every op of the vocabulary and the aliases.
+pub fn function_names() -> Vec<&'static str> {
+    OPS.iter()
+        .map(|d| d.name)
+        .chain(ALIASES.iter().map(|(a, _)| *a))
+        .collect()
+}
+
 fn max_var(n: &Node) -> Option<usize> {
     match n {
         Node::Num(_) => None,
         Node::Var(k) => Some(*k),
-        Node::Neg(a) => max_var(a),
-        Node::Bin(_, a, b) => max_var(a).max(max_var(b)),
         Node::Call(_, args) => args.iter().filter_map(max_var).max(),
-    }
-}
-
-fn emit(n: &Node, out: &mut String) {
-    match n {
-        Node::Num(v) => out.push_str(&format!("({v:?}f)")),
-        Node::Var(k) => out.push_str(&format!("x{k}")),
-        Node::Neg(a) => {
-            out.push_str("(-");
-            emit(a, out);
-            out.push(')');
-        }
-        Node::Bin(op, a, b) => {
-            let (sym, cmp) = match op {
-                Bin::Add => ("+", false),
-                Bin::Sub => ("-", false),
-                Bin::Mul => ("*", false),
-                Bin::Div => ("/", false),
-                Bin::Lt => ("<", true),
-                Bin::Le => ("<=", true),
-                Bin::Gt => (">", true),
-                Bin::Ge => (">=", true),
-                Bin::Eq => ("==", true),
-                Bin::Ne => ("!=", true),
-            };
-            out.push_str("((");
-            emit(a, out);
-            out.push_str(sym);
-            emit(b, out);
-            out.push_str(if cmp { ")?1.0f:0.0f)" } else { "))" });
-        }
-        Node::Call(f, args) => {
-            let cl = match *f {
-                "abs" => "fabs",
-                "sigmoid" => "sigm",
-                "relu" => "relun",
-                "max" => "fmaxn",
-                "min" => "fminn",
-                "rsqrt" => "1.0f/sqrt",
-                "where" => {
-                    out.push_str("((");
-                    emit(&args[0], out);
-                    out.push_str(")!=0.0f?(");
-                    emit(&args[1], out);
-                    out.push_str("):(");
-                    emit(&args[2], out);
-                    out.push_str("))");
-                    return;
-                }
-                "clamp" => {
-                    // Keeps NaN, like the unary clamp.
-                    out.push_str("fminn(fmaxn(");
-                    emit(&args[0], out);
-                    out.push(',');
-                    emit(&args[1], out);
-                    out.push_str("),");
-                    emit(&args[2], out);
-                    out.push(')');
-                    return;
-                }
-                other => other,
-            };
-            out.push('(');
-            out.push_str(cl);
-            out.push('(');
-            for (i, a) in args.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                emit(a, out);
-            }
-            out.push_str("))");
-        }
-    }
-}
-
-fn nan_max(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        a + b
-    } else {
-        a.max(b)
-    }
-}
-fn nan_min(a: f32, b: f32) -> f32 {
-    if a.is_nan() || b.is_nan() {
-        a + b
-    } else {
-        a.min(b)
     }
 }
 
@@ -377,60 +264,12 @@ fn eval(n: &Node, x: &[f32]) -> f32 {
     match n {
         Node::Num(v) => *v,
         Node::Var(k) => x[*k],
-        Node::Neg(a) => -eval(a, x),
-        Node::Bin(op, a, b) => {
-            let (a, b) = (eval(a, x), eval(b, x));
-            let t = |c: bool| f32::from(u8::from(c));
-            match op {
-                Bin::Add => a + b,
-                Bin::Sub => a - b,
-                Bin::Mul => a * b,
-                Bin::Div => a / b,
-                Bin::Lt => t(a < b),
-                Bin::Le => t(a <= b),
-                Bin::Gt => t(a > b),
-                Bin::Ge => t(a >= b),
-                Bin::Eq => t(a == b),
-                Bin::Ne => t(a != b),
+        Node::Call(def, args) => {
+            let mut v = [0f32; 3];
+            for (slot, a) in v.iter_mut().zip(args) {
+                *slot = eval(a, x);
             }
-        }
-        Node::Call(f, args) => {
-            let v: Vec<f32> = args.iter().map(|a| eval(a, x)).collect();
-            let d = v[0] as f64;
-            match *f {
-                "exp" => d.exp() as f32,
-                "log" => d.ln() as f32,
-                "log1p" => d.ln_1p() as f32,
-                "sqrt" => d.sqrt() as f32,
-                "rsqrt" => (1.0 / d.sqrt()) as f32,
-                "abs" => v[0].abs(),
-                "tanh" => d.tanh() as f32,
-                "sigmoid" => (1.0 / (1.0 + (-d).exp())) as f32,
-                "relu" => {
-                    if v[0] < 0.0 {
-                        0.0
-                    } else {
-                        v[0]
-                    }
-                }
-                "sin" => d.sin() as f32,
-                "cos" => d.cos() as f32,
-                "erf" => erf(d) as f32,
-                "floor" => v[0].floor(),
-                "ceil" => v[0].ceil(),
-                "max" => nan_max(v[0], v[1]),
-                "min" => nan_min(v[0], v[1]),
-                "pow" => (d.powf(v[1] as f64)) as f32,
-                "where" => {
-                    if v[0] != 0.0 {
-                        v[1]
-                    } else {
-                        v[2]
-                    }
-                }
-                "clamp" => nan_min(nan_max(v[0], v[1]), v[2]),
-                _ => f32::NAN,
-            }
+            def.apply(&v[..args.len()])
         }
     }
 }
@@ -456,9 +295,7 @@ impl Expr {
             return Err(p.err("unexpected trailing input"));
         }
         let inputs = max_var(&root).map_or(0, |k| k + 1);
-        let mut code = String::new();
-        emit(&root, &mut code);
-        Ok(Expr { root, inputs, code })
+        Ok(Expr { root, inputs })
     }
 
     /// How many inputs (`x0`..) the expression reads: one more than the highest index used.
@@ -466,9 +303,9 @@ impl Expr {
         self.inputs
     }
 
-    /// The generated OpenCL C form (the program cache key).
-    pub fn code(&self) -> &str {
-        &self.code
+    /// The expression tree (backends generate their code from it).
+    pub(crate) fn root(&self) -> &Node {
+        &self.root
     }
 
     /// Evaluates the expression on host values (the reference semantics).
@@ -550,12 +387,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn parses_and_generates_code_from_the_tree() {
+    fn parses_into_a_tree_of_vocabulary_ops() {
         let e = Expr::parse("max(x0 * 2 + x1, 0) - -x2").ok();
         assert_eq!(e.as_ref().map(|e| e.inputs()), Some(3));
         assert_eq!(e.as_ref().map(|e| e.eval(&[1.0, 0.5, 1.0])), Some(3.5));
-        let code = e.map(|e| e.code().to_owned()).unwrap_or_default();
-        assert!(!code.contains(' ') && code.contains("fmaxn"), "{code}");
+        let root = e.as_ref().map(|e| e.root());
+        assert!(
+            matches!(root, Some(Node::Call(d, args)) if d.name == "sub" && args.len() == 2),
+            "{root:?}"
+        );
+        let e = Expr::parse("leaky_relu(x0, 0.1) + gelu_tanh(x1)").ok();
+        assert_eq!(e.map(|e| e.eval(&[-1.0, 0.0])), Some(-0.1));
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub(crate) use resize::ResizeKernels;
 pub(crate) mod dropout;
 pub(crate) use dropout::DropoutKernels;
 pub(crate) mod unary;
+pub(crate) mod vocab;
 pub(crate) use unary::UnaryKernels;
 
 pub(crate) mod norm;

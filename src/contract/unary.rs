@@ -3,6 +3,8 @@
 
 use serde::Serialize;
 
+pub use crate::contract::vocab::erf;
+use crate::contract::vocab::{self, OpDef};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -55,28 +57,7 @@ pub enum UnaryOp {
 impl UnaryOp {
     /// The op's name.
     pub fn name(self) -> &'static str {
-        match self {
-            UnaryOp::Neg => "neg",
-            UnaryOp::Abs => "abs",
-            UnaryOp::Exp => "exp",
-            UnaryOp::Log => "log",
-            UnaryOp::Log1p => "log1p",
-            UnaryOp::Sqrt => "sqrt",
-            UnaryOp::Rsqrt => "rsqrt",
-            UnaryOp::Square => "square",
-            UnaryOp::Relu => "relu",
-            UnaryOp::LeakyRelu(_) => "leaky_relu",
-            UnaryOp::Sigmoid => "sigmoid",
-            UnaryOp::Tanh => "tanh",
-            UnaryOp::GeluTanh => "gelu_tanh",
-            UnaryOp::GeluErf => "gelu_erf",
-            UnaryOp::Silu => "silu",
-            UnaryOp::Elu(_) => "elu",
-            UnaryOp::Softplus => "softplus",
-            UnaryOp::HardSigmoid => "hard_sigmoid",
-            UnaryOp::HardSwish => "hard_swish",
-            UnaryOp::Clamp(..) => "clamp",
-        }
+        self.def().name
     }
 
     /// Every op with sample parameters (for tests and listings).
@@ -114,152 +95,55 @@ impl UnaryOp {
         }
     }
 
-    /// Whether the op is `x·gate(x)` with a gate going to 0 and 1 at ∓inf (its value at ±inf is the limit).
-    fn gated(self) -> bool {
-        matches!(
-            self,
-            UnaryOp::GeluTanh | UnaryOp::GeluErf | UnaryOp::Silu | UnaryOp::HardSwish
-        )
-    }
-
-    /// The forward on the host, in f64 (the reference).
-    pub fn forward_ref(self, x: f32) -> f32 {
-        let v = x as f64;
-        if self.gated() && v.is_infinite() {
-            return if v > 0.0 { x } else { 0.0 };
+    /// The op's entry in the vocabulary: its OpenCL templates and reference maths.
+    pub fn def(self) -> &'static OpDef {
+        match self {
+            UnaryOp::Neg => &vocab::NEG,
+            UnaryOp::Abs => &vocab::ABS,
+            UnaryOp::Exp => &vocab::EXP,
+            UnaryOp::Log => &vocab::LOG,
+            UnaryOp::Log1p => &vocab::LOG1P,
+            UnaryOp::Sqrt => &vocab::SQRT,
+            UnaryOp::Rsqrt => &vocab::RSQRT,
+            UnaryOp::Square => &vocab::SQUARE,
+            UnaryOp::Relu => &vocab::RELU,
+            UnaryOp::LeakyRelu(_) => &vocab::LEAKY_RELU,
+            UnaryOp::Sigmoid => &vocab::SIGMOID,
+            UnaryOp::Tanh => &vocab::TANH,
+            UnaryOp::GeluTanh => &vocab::GELU_TANH,
+            UnaryOp::GeluErf => &vocab::GELU_ERF,
+            UnaryOp::Silu => &vocab::SILU,
+            UnaryOp::Elu(_) => &vocab::ELU,
+            UnaryOp::Softplus => &vocab::SOFTPLUS,
+            UnaryOp::HardSigmoid => &vocab::HARD_SIGMOID,
+            UnaryOp::HardSwish => &vocab::HARD_SWISH,
+            UnaryOp::Clamp(..) => &vocab::CLAMP,
         }
-        let (p0, p1) = (self.params().0 as f64, self.params().1 as f64);
-        let r = match self {
-            UnaryOp::Neg => -v,
-            UnaryOp::Abs => v.abs(),
-            UnaryOp::Exp => v.exp(),
-            UnaryOp::Log => v.ln(),
-            UnaryOp::Log1p => v.ln_1p(),
-            UnaryOp::Sqrt => v.sqrt(),
-            UnaryOp::Rsqrt => 1.0 / v.sqrt(),
-            UnaryOp::Square => v * v,
-            UnaryOp::Relu => {
-                if v < 0.0 {
-                    0.0
-                } else {
-                    v
-                }
-            }
-            UnaryOp::LeakyRelu(_) => {
-                if v > 0.0 {
-                    v
-                } else {
-                    p0 * v
-                }
-            }
-            UnaryOp::Sigmoid => sigmoid64(v),
-            UnaryOp::Tanh => v.tanh(),
-            UnaryOp::GeluTanh => 0.5 * v * (1.0 + (GELU_K * (v + GELU_C * v * v * v)).tanh()),
-            UnaryOp::GeluErf => 0.5 * v * (1.0 + erf(v * std::f64::consts::FRAC_1_SQRT_2)),
-            UnaryOp::Silu => v * sigmoid64(v),
-            UnaryOp::Elu(_) => {
-                if v > 0.0 {
-                    v
-                } else {
-                    p0 * v.exp_m1()
-                }
-            }
-            UnaryOp::Softplus => v.max(0.0) + (-v.abs()).exp().ln_1p(),
-            UnaryOp::HardSigmoid => clampn(0.2 * v + 0.5, 0.0, 1.0),
-            UnaryOp::HardSwish => v * clampn(0.2 * v + 0.5, 0.0, 1.0),
-            UnaryOp::Clamp(..) => clampn(v, p0, p1),
-        };
-        r as f32
     }
 
-    /// The backward on the host, in f64 (the reference): the gradient with respect to `x` given `g`.
+    /// The operands after `x` in the vocabulary's order (`slope`, `alpha`, `lo, hi`), padded to two.
+    fn operands(self, x: f32) -> [f32; 3] {
+        let (p0, p1) = self.params();
+        [x, p0, p1]
+    }
+
+    /// The forward on the host (the reference the kernels are tested against).
+    pub fn forward_ref(self, x: f32) -> f32 {
+        let d = self.def();
+        d.apply(&self.operands(x)[..d.arity])
+    }
+
+    /// The backward on the host (the reference): the gradient with respect to `x` given `g`. A NaN input
+    /// gives a NaN gradient.
     pub fn backward_ref(self, x: f32, g: f32) -> f32 {
-        let (v, g) = (x as f64, g as f64);
-        if v.is_nan() {
+        if x.is_nan() {
             return x;
         }
-        if self.gated() && self != UnaryOp::HardSwish && v.is_infinite() {
-            return if v > 0.0 { g as f32 } else { 0.0 };
+        let d = self.def();
+        match &d.grad {
+            Some(grad) => (grad.eval)(&self.operands(x)[..d.arity], g),
+            None => f32::NAN,
         }
-        let (p0, p1) = (self.params().0 as f64, self.params().1 as f64);
-        let inside = |v: f64| v > -2.5 && v < 2.5;
-        let r = match self {
-            UnaryOp::Neg => -g,
-            UnaryOp::Abs => {
-                if v > 0.0 {
-                    g
-                } else if v < 0.0 {
-                    -g
-                } else {
-                    0.0
-                }
-            }
-            UnaryOp::Exp => g * v.exp(),
-            UnaryOp::Log => g / v,
-            UnaryOp::Log1p => g / (1.0 + v),
-            UnaryOp::Sqrt => g * 0.5 / v.sqrt(),
-            UnaryOp::Rsqrt => -0.5 * g / (v * v.sqrt()),
-            UnaryOp::Square => 2.0 * g * v,
-            UnaryOp::Relu => {
-                if v > 0.0 {
-                    g
-                } else {
-                    0.0
-                }
-            }
-            UnaryOp::LeakyRelu(_) => {
-                if v > 0.0 {
-                    g
-                } else {
-                    p0 * g
-                }
-            }
-            UnaryOp::Sigmoid => {
-                let s = sigmoid64(v);
-                g * s * (1.0 - s)
-            }
-            UnaryOp::Tanh => g * (1.0 - v.tanh() * v.tanh()),
-            UnaryOp::GeluTanh => {
-                let t = (GELU_K * (v + GELU_C * v * v * v)).tanh();
-                g * (0.5 * (1.0 + t)
-                    + 0.5 * v * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * v * v))
-            }
-            UnaryOp::GeluErf => {
-                let c = 1.0 / (2.0 * std::f64::consts::PI).sqrt();
-                g * (0.5 * (1.0 + erf(v * std::f64::consts::FRAC_1_SQRT_2))
-                    + v * (-0.5 * v * v).exp() * c)
-            }
-            UnaryOp::Silu => {
-                let s = sigmoid64(v);
-                g * s * (1.0 + v * (1.0 - s))
-            }
-            UnaryOp::Elu(_) => {
-                if v > 0.0 {
-                    g
-                } else {
-                    g * p0 * v.exp()
-                }
-            }
-            UnaryOp::Softplus => g * sigmoid64(v),
-            UnaryOp::HardSigmoid => {
-                if inside(v) {
-                    0.2 * g
-                } else {
-                    0.0
-                }
-            }
-            UnaryOp::HardSwish => {
-                g * (clampn(0.2 * v + 0.5, 0.0, 1.0) + if inside(v) { 0.2 * v } else { 0.0 })
-            }
-            UnaryOp::Clamp(..) => {
-                if v >= p0 && v <= p1 {
-                    g
-                } else {
-                    0.0
-                }
-            }
-        };
-        r as f32
     }
 
     pub(crate) fn validate(self) -> Result<()> {
@@ -281,45 +165,6 @@ impl UnaryOp {
     }
 }
 
-const GELU_K: f64 = 0.797_884_560_802_865_4;
-const GELU_C: f64 = 0.044715;
-
-fn sigmoid64(v: f64) -> f64 {
-    1.0 / (1.0 + (-v).exp())
-}
-
-fn clampn(v: f64, lo: f64, hi: f64) -> f64 {
-    if v < lo {
-        lo
-    } else if v > hi {
-        hi
-    } else {
-        v
-    }
-}
-
-/// The error function in f64: its Maclaurin series below |x| = 4 (cancellation costs under 7 of 16 digits
-/// there), ±1 beyond (erfc(4) < 2e-8, below f32 resolution near 1).
-pub fn erf(x: f64) -> f64 {
-    if x.is_nan() {
-        return x;
-    }
-    let a = x.abs();
-    if a >= 4.0 {
-        return x.signum();
-    }
-    let (mut term, mut sum, x2) = (a, a, a * a);
-    for n in 1..200 {
-        term *= -x2 / n as f64;
-        let t = term / (2 * n + 1) as f64;
-        sum += t;
-        if t.abs() < 1e-17 * sum.abs() {
-            break;
-        }
-    }
-    x.signum() * sum * 2.0 / std::f64::consts::PI.sqrt()
-}
-
 /// Device primitives for unary ops.
 pub(crate) trait UnaryKernels {
     /// `out = op(x)`.
@@ -333,19 +178,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn erf_matches_known_values() {
-        for (x, want) in [
-            (0.0, 0.0),
-            (0.5, 0.520_499_877_813_046_5),
-            (1.0, 0.842_700_792_949_714_9),
-            (-2.0, -0.995_322_265_018_952_7),
-            (3.5, 0.999_999_256_901_627_7),
-        ] {
-            assert!(
-                (erf(x) - want).abs() < 1e-12,
-                "erf({x}) = {} want {want}",
-                erf(x)
-            );
+    fn every_op_has_a_gradient_and_a_matching_name() {
+        for op in UnaryOp::all() {
+            assert_eq!(op.def().name, op.name());
+            assert!(op.def().grad.is_some(), "{}", op.name());
         }
     }
 

@@ -53,12 +53,11 @@ pub trait Module {
                     )));
                 }
                 Some((_, cur)) if cur.shape() != t.shape() => {
-                    return Err(Error::Shape(format!(
-                        "{}: `{name}` has shape {:?}, the layer needs {:?}",
-                        self.type_name(),
+                    return Err(Error::shape_mismatch(
+                        format!("{}: `{name}`", self.type_name()),
+                        cur.shape(),
                         t.shape(),
-                        cur.shape()
-                    )));
+                    ));
                 }
                 Some(_) => {}
             }
@@ -169,6 +168,11 @@ impl Module for Sequential {
         for (i, l) in self.layers.iter_mut().enumerate() {
             h = l.forward(&h).map_err(|e| match e {
                 Error::Shape(m) => Error::Shape(format!("layer {i} ({}): {m}", l.type_name())),
+                Error::ShapeMismatch { op, expected, got } => Error::ShapeMismatch {
+                    op: format!("layer {i} ({}): {op}", l.type_name()),
+                    expected,
+                    got,
+                },
                 other => other,
             })?;
         }
@@ -231,12 +235,11 @@ impl Module for Sequential {
                         )));
                     }
                     Some((_, t)) if t.shape() != cur.shape() => {
-                        return Err(Error::Shape(format!(
-                            "layer {i} ({}): `{i}:{k}` has shape {:?}, the layer needs {:?}",
-                            l.type_name(),
+                        return Err(Error::shape_mismatch(
+                            format!("layer {i} ({}): `{i}:{k}`", l.type_name()),
+                            cur.shape(),
                             t.shape(),
-                            cur.shape()
-                        )));
+                        ));
                     }
                     Some(_) => {}
                 }

@@ -175,10 +175,11 @@ fn check_bias(op: &str, bias: Option<&Tensor>, f: usize) -> Result<()> {
     if let Some(b) = bias
         && b.shape() != [f]
     {
-        return Err(Error::Shape(format!(
-            "{op}: the bias must have shape [{f}] (one per output channel), got {:?}",
-            b.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            format!("{op} bias (one per output channel)"),
+            &[f],
+            b.shape(),
+        ));
     }
     Ok(())
 }
@@ -263,11 +264,11 @@ pub fn conv2d_backward(
     check_inputs("conv2d_backward", &[x, w, grad_out])?;
     let g = geom("conv2d_backward", x.shape(), w.shape(), opts)?;
     if grad_out.shape() != g.y_shape() {
-        return Err(Error::Shape(format!(
-            "conv2d_backward: grad_out has shape {:?}, but the convolution's output is {:?}",
+        return Err(Error::shape_mismatch(
+            "conv2d_backward grad_out",
+            &g.y_shape(),
             grad_out.shape(),
-            g.y_shape()
-        )));
+        ));
     }
     check_algo("conv2d_backward", &g, opts.algo)?;
     let dev = x.device();
@@ -449,11 +450,11 @@ pub fn conv_transpose2d_backward(
     check_inputs("conv_transpose2d_backward", &[x, w, grad_out])?;
     let g = transpose_geom("conv_transpose2d_backward", x.shape(), w.shape(), opts)?;
     if grad_out.shape() != g.x_shape() {
-        return Err(Error::Shape(format!(
-            "conv_transpose2d_backward: grad_out has shape {:?}, but the output is {:?}",
+        return Err(Error::shape_mismatch(
+            "conv_transpose2d_backward grad_out",
+            &g.x_shape(),
             grad_out.shape(),
-            g.x_shape()
-        )));
+        ));
     }
     let algo = opts.conv.algo;
     check_algo("conv_transpose2d_backward", &g, algo)?;

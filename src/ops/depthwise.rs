@@ -101,11 +101,11 @@ pub fn depthwise_conv2d_algo(
     if let Some(b) = bias {
         check("depthwise_conv2d", &[x, b])?;
         if b.shape() != [g.c] {
-            return Err(Error::Shape(format!(
-                "depthwise_conv2d: the bias must have shape [{}], got {:?}",
-                g.c,
-                b.shape()
-            )));
+            return Err(Error::shape_mismatch(
+                "depthwise_conv2d bias",
+                &[g.c],
+                b.shape(),
+            ));
         }
     }
     let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
@@ -152,11 +152,11 @@ pub fn depthwise_conv2d_backward_algo(
         pad,
     )?;
     if grad_out.shape() != [g.n, g.c, g.oh, g.ow] {
-        return Err(Error::Shape(format!(
-            "depthwise_conv2d_backward: grad_out has shape {:?}, but the output is {:?}",
+        return Err(Error::shape_mismatch(
+            "depthwise_conv2d_backward grad_out",
+            &[g.n, g.c, g.oh, g.ow],
             grad_out.shape(),
-            [g.n, g.c, g.oh, g.ow]
-        )));
+        ));
     }
     let dev = x.device();
     let gx = if need_grad_x {

@@ -2,13 +2,15 @@
 //! one kernel.
 //!
 //! The expression language is small and closed: numbers, the inputs `x0`..`x5`, `+ - * /`, unary minus,
-//! comparisons `< <= > >= == !=` (giving 0 or 1), parentheses and the functions listed in [`FUNCTIONS`]. Text
+//! comparisons `< <= > >= == !=` (giving 0 or 1), parentheses and every op of the vocabulary [`OPS`] as a
+//! function (`relu(x0)`, `leaky_relu(x0, 0.1)`, `clamp(x0, 0, 6)`, `where(c, a, b)`, `max`/`min`). Text
 //! is parsed into a tree and validated; the kernel source is generated from the tree, never from the text,
 //! so nothing a user writes reaches the OpenCL compiler. Programs are cached by the generated form, so the
 //! same expression (in any spelling) builds once per device. The built-in device evaluates the tree.
 
 use crate::contract::fused::plan;
-pub use crate::contract::fused::{Expr, FUNCTIONS, MAX_INPUTS};
+pub use crate::contract::fused::{ALIASES, Expr, MAX_INPUTS, function_names};
+pub use crate::contract::vocab::{Grad, OPS, OpDef};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 

@@ -51,11 +51,11 @@ fn check_param(p: Option<&Tensor>, want: &[usize], x: &Tensor, what: &str, op: &
         x.same_device(&[p], op)?;
         p.expect_dtype(DType::F32, op)?;
         if p.numel() != want.iter().product::<usize>() {
-            return Err(Error::Shape(format!(
-                "{op}: {what} has shape {:?}; expected {want:?} for input {:?}",
+            return Err(Error::shape_mismatch(
+                format!("{op} {what} for input {:?}", x.shape()),
+                want,
                 p.shape(),
-                x.shape()
-            )));
+            ));
         }
     }
     Ok(())
@@ -170,11 +170,17 @@ pub fn layer_norm_backward(
     has_beta: bool,
 ) -> Result<NormGrads> {
     let r = x.rank();
-    if normalized == 0 || normalized > r || grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "layer_norm_backward: input {:?}, gradient {:?}, {normalized} normalised dims",
+    if grad.shape() != x.shape() {
+        return Err(Error::shape_mismatch(
+            "layer_norm_backward gradient",
             x.shape(),
-            grad.shape()
+            grad.shape(),
+        ));
+    }
+    if normalized == 0 || normalized > r {
+        return Err(Error::Shape(format!(
+            "layer_norm_backward: cannot normalise the last {normalized} dimensions of {:?}",
+            x.shape()
         )));
     }
     let inner = x.shape()[r - normalized..].to_vec();
@@ -227,12 +233,17 @@ pub fn rms_norm_backward(
     gamma: Option<&Tensor>,
 ) -> Result<NormGrads> {
     let r = x.rank();
-    if r == 0 || grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "rms_norm_backward: input {:?}, gradient {:?}",
+    if grad.shape() != x.shape() {
+        return Err(Error::shape_mismatch(
+            "rms_norm_backward gradient",
             x.shape(),
-            grad.shape()
-        )));
+            grad.shape(),
+        ));
+    }
+    if r == 0 {
+        return Err(Error::Shape(
+            "rms_norm_backward: the input needs at least one dimension".into(),
+        ));
     }
     let d = x.shape()[r - 1];
     let lead: Vec<isize> = (0..r - 1).map(|a| a as isize).collect();
@@ -307,11 +318,16 @@ pub fn group_norm_backward(
     has_beta: bool,
 ) -> Result<NormGrads> {
     let [n, c, h, w] = nchw(x, "group_norm_backward")?;
-    if groups == 0 || c % groups != 0 || grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "group_norm_backward: input {:?}, gradient {:?}, {groups} groups",
+    if grad.shape() != x.shape() {
+        return Err(Error::shape_mismatch(
+            "group_norm_backward gradient",
             x.shape(),
-            grad.shape()
+            grad.shape(),
+        ));
+    }
+    if groups == 0 || c % groups != 0 {
+        return Err(Error::Shape(format!(
+            "group_norm_backward: {c} channels do not split into {groups} groups"
         )));
     }
     let xg = x.reshape(&[n, groups, c / groups * h * w])?;
@@ -442,11 +458,11 @@ pub fn batch_norm2d_backward(
 ) -> Result<NormGrads> {
     let [_, c, _, _] = nchw(x, "batch_norm2d_backward")?;
     if grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "batch_norm2d_backward: gradient {:?} differs from input {:?}",
+        return Err(Error::shape_mismatch(
+            "batch_norm2d_backward gradient",
+            x.shape(),
             grad.shape(),
-            x.shape()
-        )));
+        ));
     }
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     backward(

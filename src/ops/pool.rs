@@ -62,10 +62,11 @@ pub fn max_pool2d_backward(
     };
     let (oh, ow) = p.out_hw(h, w, "max_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] || out.indices.shape() != grad.shape() {
-        return Err(Error::Shape(format!(
-            "max_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]",
-            grad.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            "max_pool2d_backward gradient",
+            &[n, c, oh, ow],
+            grad.shape(),
+        ));
     }
     grad.expect_dtype(DType::F32, "max_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
@@ -105,10 +106,11 @@ pub fn avg_pool2d_backward(
     };
     let (oh, ow) = p.out_hw(h, w, "avg_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] {
-        return Err(Error::Shape(format!(
-            "avg_pool2d_backward: gradient {:?} does not match output [{n}, {c}, {oh}, {ow}]",
-            grad.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            "avg_pool2d_backward gradient",
+            &[n, c, oh, ow],
+            grad.shape(),
+        ));
     }
     grad.expect_dtype(DType::F32, "avg_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
@@ -137,10 +139,11 @@ pub fn global_avg_pool2d_backward(grad: &Tensor, input_shape: &[usize]) -> Resul
         }
     };
     if grad.numel() != n * c {
-        return Err(Error::Shape(format!(
-            "global_avg_pool2d_backward: gradient {:?} does not match [{n}, {c}, 1, 1]",
-            grad.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            "global_avg_pool2d_backward gradient",
+            &[n, c, 1, 1],
+            grad.shape(),
+        ));
     }
     grad.expect_dtype(DType::F32, "global_avg_pool2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;

@@ -48,10 +48,11 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
     };
     let shape = check(input_shape, size, "upsample_backward")?;
     if shape != grad.shape() {
-        return Err(Error::Shape(format!(
-            "upsample_backward: gradient {:?} does not match {shape:?}",
-            grad.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            "upsample_backward gradient",
+            &shape,
+            grad.shape(),
+        ));
     }
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if grad.numel() > i32::MAX as usize {

@@ -280,10 +280,11 @@ pub fn pad2d_backward(
     grad.expect_dtype(DType::F32, "pad2d_backward")?;
     let shape = pad_shape(input_shape, pads, mode, "pad2d_backward")?;
     if grad.shape() != shape.as_slice() {
-        return Err(Error::Shape(format!(
-            "pad2d_backward: gradient {:?} does not match the padded shape {shape:?}",
-            grad.shape()
-        )));
+        return Err(Error::shape_mismatch(
+            "pad2d_backward gradient",
+            &shape,
+            grad.shape(),
+        ));
     }
     limit(grad, "pad2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;

@@ -60,11 +60,11 @@ fn backward(
     y.same_device(&[g], name)?;
     g.expect_dtype(DType::F32, name)?;
     if g.shape() != y.shape() {
-        return Err(Error::Shape(format!(
-            "{name}: gradient shape {:?} differs from output shape {:?}",
+        return Err(Error::shape_mismatch(
+            format!("{name} gradient"),
+            y.shape(),
             g.shape(),
-            y.shape()
-        )));
+        ));
     }
     let gx = Tensor::empty(y.device(), y.shape(), DType::F32)?;
     if gx.numel() > 0 {

@@ -38,12 +38,11 @@ pub fn unary_backward(op: UnaryOp, x: &Tensor, grad: &Tensor) -> Result<Tensor> 
     x.same_device(&[grad], op.name())?;
     grad.expect_dtype(DType::F32, op.name())?;
     if grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "{} backward: gradient shape {:?} differs from input shape {:?}",
-            op.name(),
+        return Err(Error::shape_mismatch(
+            format!("{} backward gradient", op.name()),
+            x.shape(),
             grad.shape(),
-            x.shape()
-        )));
+        ));
     }
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
@@ -146,11 +145,11 @@ pub fn prelu(x: &Tensor, alpha: &Tensor) -> Result<Tensor> {
 pub fn prelu_backward(x: &Tensor, alpha: &Tensor, grad: &Tensor) -> Result<(Tensor, Tensor)> {
     let a = prelu_alpha(x, alpha)?;
     if grad.shape() != x.shape() {
-        return Err(Error::Shape(format!(
-            "prelu_backward: gradient {:?} differs from input {:?}",
+        return Err(Error::shape_mismatch(
+            "prelu_backward gradient",
+            x.shape(),
             grad.shape(),
-            x.shape()
-        )));
+        ));
     }
     let gx = super::fused::fused("where(x0 > 0, x2, x1 * x2)", &[x, &a, grad])?;
     let ga = super::fused::fused("where(x0 > 0, 0, x0 * x1)", &[x, grad])?;

@@ -11,11 +11,7 @@ fn check(p: &Tensor, others: &[&Tensor], what: &str) -> Result<()> {
     for o in others {
         o.expect_dtype(DType::F32, what)?;
         if o.shape() != p.shape() {
-            return Err(Error::Shape(format!(
-                "{what}: {:?} does not match the parameter's {:?}",
-                o.shape(),
-                p.shape()
-            )));
+            return Err(Error::shape_mismatch(what, p.shape(), o.shape()));
         }
         if o.shares_storage(p) {
             return Err(Error::Invalid(format!(

@@ -181,9 +181,7 @@ pub(crate) fn engine_err(e: Error) -> Box<EvalAltResult> {
         | Error::DType(s)
         | Error::Invalid(s)
         | Error::Limit(s)
-        | Error::DeviceMismatch(s)
-        | Error::Unsupported(s)
-        | Error::Wiki(s) => s.clone(),
+        | Error::Unsupported(s) => s.clone(),
         other => other.to_string(),
     };
     m.insert("message".into(), Dynamic::from(message));

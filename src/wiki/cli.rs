@@ -12,8 +12,8 @@ use super::engine::{Engine, EngineInfo};
 use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
-use super::{listen, watch};
-use crate::{Error, Result};
+use super::{listen, warm, watch};
+use crate::wiki::error::{Result, WikiError};
 
 /// `netcl serve`: the documentation wiki over HTTP.
 #[derive(Debug, Clone, Args)]
@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// Turn the playground off.
     #[arg(long)]
     pub no_playground: bool,
+    /// Run every runnable block of the content once in the background at start, so readers' first runs find
+    /// kernels built and tuned (progress is logged; the server answers meanwhile).
+    #[arg(long)]
+    pub warm: bool,
 }
 
 /// `netcl export`: the wiki as static files.
@@ -110,6 +114,15 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
     if config.watch {
         watch::spawn(Arc::clone(&state));
     }
+    if args.warm {
+        match state.playground() {
+            Some(playground) => {
+                warm::spawn(Arc::clone(playground), state.site())
+                    .map_err(|e| WikiError::Site(format!("starting the warm-up: {e}")))?;
+            }
+            None => eprintln!("--warm ignored: the playground is off"),
+        }
+    }
     let base = config.base_path.clone();
     let served = listen::serve_on_threads(
         config.bind,
@@ -145,7 +158,7 @@ pub fn export(args: ExportArgs) -> Result<()> {
         eprintln!("content problem: {problem}");
     }
     if args.strict && !report.problems.is_empty() {
-        return Err(Error::Wiki(format!(
+        return Err(WikiError::Site(format!(
             "{} content problems",
             report.problems.len()
         )));
@@ -174,7 +187,7 @@ pub fn default_content_dir() -> Result<PathBuf> {
         .find(|dir| dir.join("nav.toml").is_file())
         .cloned()
         .ok_or_else(|| {
-            Error::Wiki(format!(
+            WikiError::Site(format!(
                 "no documentation content found (looked for {} in the working directory, beside the netcl binary and \
                  in the directories above it); pass --content DIR or set NETCL_WIKI_CONTENT",
                 relative.display()

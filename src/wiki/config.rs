@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::script::Limits;
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// Everything `netcl serve` needs to know.
 #[derive(Debug, Clone, Deserialize)]
@@ -118,9 +118,9 @@ impl Config {
     /// Reads a TOML config file; fields it leaves out keep their defaults.
     pub fn from_file(path: &Path) -> Result<Config> {
         let text = std::fs::read_to_string(path)
-            .map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
+            .map_err(|e| WikiError::Site(format!("{}: {e}", path.display())))?;
         let config: Config = basic_toml::from_str(&text)
-            .map_err(|e| Error::Wiki(format!("{}: {e}", path.display())))?;
+            .map_err(|e| WikiError::Site(format!("{}: {e}", path.display())))?;
         config.validated()
     }
 
@@ -132,7 +132,7 @@ impl Config {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '/' | '.'))
             || base.contains("..")
         {
-            return Err(Error::Wiki(format!(
+            return Err(WikiError::Site(format!(
                 "base_path `{}` may hold only letters, digits, -, _, . and /",
                 self.base_path
             )));
@@ -143,7 +143,7 @@ impl Config {
             format!("/{base}")
         };
         if self.max_body_bytes == 0 || self.request_timeout_secs == 0 {
-            return Err(Error::Wiki(
+            return Err(WikiError::Site(
                 "max_body_bytes and request_timeout_secs must be positive".into(),
             ));
         }
@@ -152,7 +152,7 @@ impl Config {
             || self.playground_rate_per_minute == 0
             || self.playground_burst == 0
         {
-            return Err(Error::Wiki(
+            return Err(WikiError::Site(
                 "playground_workers, playground_timeout_ms, playground_rate_per_minute and playground_burst must be positive".into(),
             ));
         }
@@ -162,7 +162,7 @@ impl Config {
             || self.write_timeout_ms == 0
             || self.max_connections == 0
         {
-            return Err(Error::Wiki(
+            return Err(WikiError::Site(
                 "playground_stall_timeout_ms, header_timeout_ms, body_timeout_ms, write_timeout_ms and max_connections must be positive".into(),
             ));
         }
@@ -171,7 +171,7 @@ impl Config {
             .as_ref()
             .is_some_and(|c| c.is_empty())
         {
-            return Err(Error::Wiki(
+            return Err(WikiError::Site(
                 "playground_worker_command needs at least the program".into(),
             ));
         }

@@ -8,7 +8,7 @@ use std::time::SystemTime;
 
 use serde::Deserialize;
 
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// Files larger than this are refused: content is documentation, not data.
 const MAX_FILE_BYTES: u64 = 4 << 20;
@@ -72,13 +72,13 @@ impl Content {
     /// Reads the content directory. Only regular files inside `root` are read; symbolic links are skipped.
     pub fn load(root: &Path) -> Result<Content> {
         let meta = fs::metadata(root).map_err(|e| {
-            Error::Wiki(format!(
+            WikiError::Site(format!(
                 "content directory {}: {e} (give the documentation's directory with --content DIR or NETCL_WIKI_CONTENT)",
                 root.display()
             ))
         })?;
         if !meta.is_dir() {
-            return Err(Error::Wiki(format!(
+            return Err(WikiError::Site(format!(
                 "content directory {} is not a directory",
                 root.display()
             )));
@@ -131,8 +131,8 @@ impl Content {
     }
 }
 
-fn wiki_io(path: &Path, e: std::io::Error) -> Error {
-    Error::Wiki(format!("{}: {e}", path.display()))
+fn wiki_io(path: &Path, e: std::io::Error) -> WikiError {
+    WikiError::Site(format!("{}: {e}", path.display()))
 }
 
 /// A path component authors may use: letters, digits, `-`, `_` and inner dots.

@@ -4,7 +4,7 @@
 pub use crate::autotune::{CacheEntry, CacheSnapshot, CandidateTime};
 pub use crate::device::DeviceInfo;
 
-use crate::Result;
+use crate::error::Result;
 
 /// Where the wiki gets engine data from.
 pub trait EngineInfo: Send + Sync + 'static {

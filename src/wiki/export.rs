@@ -11,7 +11,7 @@ use super::content::Content;
 use super::links::{LinkMode, Linker};
 use super::site::{self, llms_txt};
 use super::views::{Chrome, SearchView, SiteSettings, render};
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// What an export wrote.
 #[derive(Debug, Clone)]
@@ -69,7 +69,7 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
         }
     });
     let index =
-        serde_json::to_string(&index).map_err(|e| Error::Wiki(format!("search index: {e}")))?;
+        serde_json::to_string(&index).map_err(|e| WikiError::Site(format!("search index: {e}")))?;
     write("search-index.json", index.as_bytes())?;
     write(
         "search-index.js",
@@ -87,10 +87,10 @@ pub fn export(content: &Content, settings: &SiteSettings, out: &Path) -> Result<
 
 /// Writes `bytes` to a temporary file beside `path` and renames it into place, so readers never see half a file.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
-    let io = |p: &Path, e: std::io::Error| Error::Wiki(format!("{}: {e}", p.display()));
+    let io = |p: &Path, e: std::io::Error| WikiError::Site(format!("{}: {e}", p.display()));
     let dir = path
         .parent()
-        .ok_or_else(|| Error::Wiki(format!("{}: no parent directory", path.display())))?;
+        .ok_or_else(|| WikiError::Site(format!("{}: no parent directory", path.display())))?;
     fs::create_dir_all(dir).map_err(|e| io(dir, e))?;
     let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("file");
     let tmp: PathBuf = dir.join(format!(".{name}.{}.tmp", std::process::id()));

@@ -28,7 +28,7 @@ use tokio::sync::{Semaphore, watch};
 use tower::ServiceExt;
 
 use super::config::Config;
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// File descriptors kept free of connections for the server's own files, pipes and workers.
 const RESERVED_FDS: u64 = 64;
@@ -80,11 +80,11 @@ pub fn bind(addr: SocketAddr) -> Result<std::net::TcpListener> {
     // SO_REUSEPORT: a second server on the same port fails here.
     std::net::TcpListener::bind(addr).map_err(|e| {
         if e.kind() == io::ErrorKind::AddrInUse {
-            Error::Wiki(format!(
+            WikiError::Site(format!(
                 "{addr} is already in use (another server listens there); choose another address with --bind"
             ))
         } else {
-            Error::Wiki(format!("binding {addr}: {e}"))
+            WikiError::Site(format!("binding {addr}: {e}"))
         }
     })
 }
@@ -271,7 +271,7 @@ fn run_thread(
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Wiki(format!("starting a runtime: {e}")))?;
+        .map_err(|e| WikiError::Site(format!("starting a runtime: {e}")))?;
     runtime.block_on(async move {
         let listener = match listener
             .set_nonblocking(true)
@@ -279,7 +279,7 @@ fn run_thread(
         {
             Ok(l) => l,
             Err(e) => {
-                let _ = ready.send(Err(Error::Wiki(format!("listening: {e}"))));
+                let _ = ready.send(Err(WikiError::Site(format!("listening: {e}"))));
                 return;
             }
         };
@@ -305,7 +305,7 @@ pub fn serve_on_threads(
     let listener = bind(addr)?;
     let bound = listener
         .local_addr()
-        .map_err(|e| Error::Wiki(format!("binding {addr}: {e}")))?;
+        .map_err(|e| WikiError::Site(format!("binding {addr}: {e}")))?;
     let connections = Arc::new(Semaphore::new(limits.max_connections));
     let (tx, rx) = mpsc::channel();
     let (stop_tx, stop_rx) = watch::channel(false);
@@ -313,7 +313,7 @@ pub fn serve_on_threads(
     for i in 0..threads {
         let listener = listener
             .try_clone()
-            .map_err(|e| Error::Wiki(format!("sharing the listening socket: {e}")))?;
+            .map_err(|e| WikiError::Site(format!("sharing the listening socket: {e}")))?;
         let (app, limits, connections, tx, stop) = (
             app.clone(),
             limits.clone(),
@@ -325,20 +325,20 @@ pub fn serve_on_threads(
             std::thread::Builder::new()
                 .name(format!("wiki-http-{i}"))
                 .spawn(move || run_thread(listener, app, limits, connections, tx, stop))
-                .map_err(|e| Error::Wiki(format!("starting a server thread: {e}")))?,
+                .map_err(|e| WikiError::Site(format!("starting a server thread: {e}")))?,
         );
     }
     drop(listener);
     for _ in 0..threads {
         rx.recv()
-            .map_err(|_| Error::Wiki("a server thread stopped".into()))??;
+            .map_err(|_| WikiError::Site("a server thread stopped".into()))??;
     }
     on_ready(bound);
     // The stop signal is awaited here, once, and passed on to every loop so each finishes its open requests.
     let signals = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .map_err(|e| Error::Wiki(format!("starting a runtime: {e}")))?;
+        .map_err(|e| WikiError::Site(format!("starting a runtime: {e}")))?;
     signals.block_on(stop_signal());
     let _ = stop_tx.send(true);
     let mut result = Ok(());
@@ -346,7 +346,7 @@ pub fn serve_on_threads(
         match handle.join() {
             Ok(Ok(())) => {}
             Ok(Err(e)) => result = Err(e),
-            Err(_) => result = Err(Error::Wiki("a server thread panicked".into())),
+            Err(_) => result = Err(WikiError::Site("a server thread panicked".into())),
         }
     }
     result

@@ -10,6 +10,7 @@ pub mod cli;
 pub mod config;
 pub mod content;
 pub mod engine;
+pub mod error;
 pub mod export;
 pub mod highlight;
 pub mod html;
@@ -26,11 +27,12 @@ pub mod server;
 pub mod site;
 pub mod svg;
 pub mod views;
+pub mod warm;
 pub mod watch;
 
 /// Every content problem of the content directory `dir`: unreadable or malformed files, missing front matter
 /// fields, pages absent from the manifest or listed without a file, broken internal links, invalid diagrams.
-pub fn check(dir: &std::path::Path) -> crate::Result<Vec<String>> {
+pub fn check(dir: &std::path::Path) -> error::Result<Vec<String>> {
     let content = content::Content::load(dir)?;
     let settings = views::SiteSettings {
         title: "check".into(),

@@ -30,7 +30,7 @@ use super::views::{
     NotFoundView, PlaygroundView, SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes,
     render,
 };
-use crate::Result;
+use crate::wiki::error::Result;
 
 /// Results shown for one search.
 const SEARCH_LIMIT: usize = 20;

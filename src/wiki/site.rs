@@ -6,7 +6,7 @@ use super::links::{LinkMode, Linker};
 use super::markdown;
 use super::search::{SearchDoc, SearchIndex};
 use super::views::{Chrome, NavItem, PageView, SiteSettings, render};
-use crate::Result;
+use crate::wiki::error::Result;
 
 /// One rendered page.
 #[derive(Debug, Clone)]

@@ -5,7 +5,7 @@ use askama::Template;
 use super::content::Content;
 use super::links::Linker;
 use super::markdown::TocEntry;
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// A link in the navigation, breadcrumbs or prev/next.
 #[derive(Debug, Clone)]
@@ -285,7 +285,7 @@ pub struct AutotuneView {
 /// Renders a view to a string, mapping template errors into the crate error.
 pub fn render<T: Template>(view: &T) -> Result<String> {
     view.render()
-        .map_err(|e| Error::Wiki(format!("template: {e}")))
+        .map_err(|e| WikiError::Site(format!("template: {e}")))
 }
 
 /// Bytes in binary units, one decimal.

@@ -121,13 +121,13 @@ pub struct FailingEngine;
 
 impl EngineInfo for FailingEngine {
     fn devices(&self) -> netcl::Result<Vec<DeviceInfo>> {
-        Err(netcl::Error::Wiki("no OpenCL platform".into()))
+        Err(netcl::Error::Device("no OpenCL platform".into()))
     }
     fn autotune(&self) -> netcl::Result<CacheSnapshot> {
-        Err(netcl::Error::Wiki("cache unreadable".into()))
+        Err(netcl::Error::Unsupported("cache unreadable".into()))
     }
     fn selected(&self, _selector: Option<&str>) -> netcl::Result<usize> {
-        Err(netcl::Error::Wiki("no OpenCL platform".into()))
+        Err(netcl::Error::Device("no OpenCL platform".into()))
     }
 }
 

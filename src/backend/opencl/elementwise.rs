@@ -3,6 +3,7 @@
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::contract::vocab::instantiate;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -65,23 +66,9 @@ fn prev_pow2(n: usize) -> usize {
     }
 }
 
-/// The OpenCL C expression of `op` on scalars `x` and `y`.
-fn cl_expr(op: BinaryOp) -> &'static str {
-    match op {
-        BinaryOp::Add => "((x)+(y))",
-        BinaryOp::Sub => "((x)-(y))",
-        BinaryOp::Mul => "((x)*(y))",
-        BinaryOp::Div => "((x)/(y))",
-        BinaryOp::Max => "((isnan(x)||isnan(y))?((x)+(y)):fmax((x),(y)))",
-        BinaryOp::Min => "((isnan(x)||isnan(y))?((x)+(y)):fmin((x),(y)))",
-        BinaryOp::Pow => "pow((x),(y))",
-        BinaryOp::Lt => "(((x)<(y))?1.0f:0.0f)",
-        BinaryOp::Le => "(((x)<=(y))?1.0f:0.0f)",
-        BinaryOp::Gt => "(((x)>(y))?1.0f:0.0f)",
-        BinaryOp::Ge => "(((x)>=(y))?1.0f:0.0f)",
-        BinaryOp::Eq => "(((x)==(y))?1.0f:0.0f)",
-        BinaryOp::Ne => "(((x)!=(y))?1.0f:0.0f)",
-    }
+/// The OpenCL C expression of `op` on scalars `x` and `y`, from the vocabulary's template.
+fn cl_expr(op: BinaryOp) -> String {
+    instantiate(op.def().cl, &["x", "y"], "")
 }
 
 fn int8(v: &[usize]) -> [i32; 8] {

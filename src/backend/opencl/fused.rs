@@ -1,11 +1,40 @@
-//! Fused expressions on OpenCL: `kernels/fused.cl` built with the expression's generated form.
+//! Fused expressions on OpenCL: `kernels/fused.cl` built with the expression's OpenCL C form, written from the
+//! vocabulary's templates.
 
 use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice};
-use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan};
+use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan, Node};
+use crate::contract::vocab::instantiate;
 use crate::error::Result;
 use crate::tensor::Tensor;
+
+/// The OpenCL C form of `expr` (the program cache key): each op's template with its operands' forms
+/// substituted. No spaces, so it travels as a `-D` option.
+pub(crate) fn cl_code(expr: &Expr) -> String {
+    let mut out = String::new();
+    emit(expr.root(), &mut out);
+    out
+}
+
+fn emit(n: &Node, out: &mut String) {
+    match n {
+        Node::Num(v) => out.push_str(&format!("({v:?}f)")),
+        Node::Var(k) => out.push_str(&format!("x{k}")),
+        Node::Call(def, args) => {
+            let operands: Vec<String> = args
+                .iter()
+                .map(|a| {
+                    let mut s = String::new();
+                    emit(a, &mut s);
+                    s
+                })
+                .collect();
+            let refs: Vec<&str> = operands.iter().map(String::as_str).collect();
+            out.push_str(&instantiate(def.cl, &refs, ""));
+        }
+    }
+}
 
 fn int8(v: &[usize]) -> [i32; 8] {
     let mut out = [0i32; 8];
@@ -19,7 +48,7 @@ impl FusedKernels for ClDevice {
     fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
         let defines = Defines::new()
             .set("NIN", inputs.len())
-            .set("EXPR", expr.code());
+            .set("EXPR", cl_code(expr));
         let n = out.numel();
         let bufs: Vec<&crate::memory::Storage> = (0..MAX_INPUTS)
             .map(|k| inputs.get(k).unwrap_or(&inputs[0]).storage())
@@ -76,5 +105,37 @@ impl FusedKernels for ClDevice {
             self.launch(&k, &args, &[n], Some(&local))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn code_comes_from_the_vocabulary_templates() {
+        let e = Expr::parse("max(x0 * 2 + x1, 0) - -x2").ok();
+        let code = e.as_ref().map(cl_code).unwrap_or_default();
+        assert_eq!(code, "((fmaxn(((((x0)*((2.0f))))+(x1)),(0.0f)))-((-(x2))))");
+        let e = Expr::parse("where(x0 >= 1, x1, 7)").ok();
+        let code = e.as_ref().map(cl_code).unwrap_or_default();
+        assert!(!code.contains(' ') && code.contains("?1.0f:0.0f"), "{code}");
+    }
+
+    /// The helper functions the templates call stand in two kernel families; they must not drift apart.
+    #[test]
+    fn unary_and_fused_define_the_same_helpers() {
+        let block = |family: &str| {
+            let src = crate::backend::opencl::program::kernel_source(family).unwrap_or_default();
+            let start = src.find("// BEGIN op vocabulary helpers");
+            let end = src.find("// END op vocabulary helpers");
+            match (start, end) {
+                (Some(s), Some(e)) => src[s..e].to_owned(),
+                _ => String::new(),
+            }
+        };
+        let unary = block("unary");
+        assert!(unary.contains("gelu_t"), "no helper block in unary.cl");
+        assert_eq!(unary, block("fused"));
     }
 }

@@ -282,6 +282,59 @@ impl ClDevice {
                 .is_some_and(|c| c <= i32::MAX as usize)
     }
 
+    /// The programs (family, defines) candidate `cand` launches for `g`: the defines [`ClDevice::gemm_with`]
+    /// builds, so that they can be built ahead of timing (`tests/program_cache_prebuild.rs` checks that timing
+    /// then builds nothing more).
+    pub(crate) fn gemm_programs(g: &Gemm, cand: GemmCand) -> Vec<(&'static str, Defines)> {
+        let base = Defines::new()
+            .set("TRANS_A", g.trans_a as i32)
+            .set("TRANS_B", g.trans_b as i32);
+        let kd = g.k.max(1);
+        let l = kd.div_ceil(cand.splits.clamp(1, kd)).div_ceil(16) * 16;
+        let splits = kd.div_ceil(l);
+        let mut v = Vec::with_capacity(2);
+        v.push(match cand.algo {
+            Algo::Tiled {
+                tm,
+                tn,
+                tk,
+                rm,
+                rn,
+                ks,
+                flat,
+            } => {
+                let (off_c, ldc, s_c) = if splits > 1 {
+                    (0, g.n, g.m * g.n)
+                } else {
+                    (g.off_c, g.ldc, g.s_c)
+                };
+                let aligned = [
+                    g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, ldc, off_c, s_c,
+                ]
+                .iter()
+                .all(|v| v % 4 == 0);
+                let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
+                base.set("TM", tm)
+                    .set("TN", tn)
+                    .set("TK", tk)
+                    .set("RM", rm)
+                    .set("RN", rn)
+                    .set("KS", ks)
+                    .set("PAD", tiled_pad(tm, tn, tk))
+                    .set("VEC", aligned as i32)
+                    .set("FLAT", flat as i32)
+            }
+            Algo::SmallK { px, ls } => base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls),
+            Algo::Packed { mr, vw, nb, .. } | Algo::Reg { mr, vw, nb, .. } => {
+                base.set("MR", mr).set("VW", vw).set("NB", nb)
+            }
+        });
+        if splits > 1 {
+            v.push(Defines::new());
+        }
+        v.into_iter().map(|d| ("gemm", d)).collect()
+    }
+
     /// Runs `g` with candidate `c`; returns the events of every launch, in order.
     pub(crate) fn gemm_with(
         &self,
@@ -513,7 +566,14 @@ impl ClDevice {
             .position(|c| matches!(c.algo, Algo::Packed { .. }))
             .filter(|_| self.info.kind == "cpu")
             .unwrap_or(0);
+        let mut prebuild = self.prebuild_once(|| {
+            cands
+                .iter()
+                .flat_map(|c| Self::gemm_programs(g, *c))
+                .collect()
+        });
         autotune::tune(device, &key, &cands, default, |cand| {
+            prebuild();
             events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
         })
     }

@@ -365,12 +365,11 @@ impl ClDevice {
             };
             // A failed set leaves the argument unknown.
             slot.values[i] = None;
-            r.map_err(|code| {
-                Error::Invalid(format!(
-                    "kernel `{}` argument {i}: {}",
-                    kernel.name,
-                    cl3::error_codes::error_text(code)
-                ))
+            r.map_err(|code| Error::OpenCl {
+                call: "clSetKernelArg",
+                code,
+                name: cl3::error_codes::error_text(code),
+                context: Some(format!("for argument {i} of kernel `{}`", kernel.name)),
             })?;
             slot.values[i] = bytes;
         }
@@ -424,12 +423,23 @@ impl ClDevice {
     }
 }
 
+#[cfg(test)]
+mod launch_tests;
+
 impl Error {
+    /// The launch's kernel and work sizes added to an OpenCL failure; the variant and its code stay.
     fn with_context(self, kernel: &str, global: &[usize], local: Option<&[usize]>) -> Error {
         match self {
-            Error::OpenCl { call, code, name } => Error::Invalid(format!(
-                "{call} failed with {name} ({code}) for kernel `{kernel}`, global {global:?}, local {local:?}"
-            )),
+            Error::OpenCl {
+                call, code, name, ..
+            } => Error::OpenCl {
+                call,
+                code,
+                name,
+                context: Some(format!(
+                    "for kernel `{kernel}`, global {global:?}, local {local:?}"
+                )),
+            },
             e => e,
         }
     }

@@ -1,13 +1,15 @@
 //! Kernel sources from `kernels/`, built once per (context, source, defines) and kept.
 //!
-//! A build failure returns [`Error::Build`] with the compiler's log. Kernel objects are wrapped in a mutex:
+//! Built programs are also kept on disk as the driver's binaries ([`disk`]), so another process loads them
+//! instead of compiling; [`ProgramCache::prebuild`] builds the programs of many tuning candidates on several
+//! threads before they are timed. A build failure returns [`Error::Build`] with the compiler's log. Kernel objects are wrapped in a mutex:
 //! setting arguments and enqueueing is one critical section, so a kernel can be launched from several threads.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::hash::{Hash, Hasher};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use opencl3::context::Context;
 use opencl3::kernel::Kernel;
@@ -15,6 +17,10 @@ use opencl3::program::Program;
 use opencl3::types::cl_device_id;
 
 use crate::error::{ClContext, Error, Result};
+
+mod disk;
+
+pub use disk::cache_dir as binary_cache_dir;
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
@@ -119,6 +125,8 @@ pub(crate) struct ProgramCache {
     built: Mutex<HashMap<u64, Vec<BuiltEntry>>>,
     /// Kernels by a caller's compact key (see [`ProgramCache::kernel_by`]).
     quick: Mutex<HashMap<QuickKey, Arc<ClKernel>>>,
+    /// The device's part of the on-disk key ([`disk::device_tag`]), asked of the driver once.
+    device_tag: OnceLock<String>,
 }
 
 /// A kernel named by its family, its name and up to 12 integers that determine its defines, so that a hot
@@ -147,11 +155,7 @@ impl ProgramCache {
         defines: &Defines,
         name: &str,
     ) -> Result<Arc<ClKernel>> {
-        let hash = {
-            let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-            (source, defines).hash(&mut h);
-            h.finish()
-        };
+        let hash = program_hash(source, defines);
         let built = {
             let mut map = self
                 .built
@@ -161,7 +165,7 @@ impl ProgramCache {
             match same.iter().find(|(s, d, _)| s == source && d == defines) {
                 Some((_, _, b)) => b.clone(),
                 None => {
-                    let b = Arc::new(build(context, device, source, &defines.options())?);
+                    let b = Arc::new(self.build(context, device, source, &defines.options())?);
                     same.push((source.to_owned(), defines.clone(), b.clone()));
                     b
                 }
@@ -174,11 +178,11 @@ impl ProgramCache {
         if let Some(k) = kernels.get(name) {
             return Ok(k.clone());
         }
-        let k = Kernel::create(&built.program, name).map_err(|e| {
-            Error::Invalid(format!(
-                "kernel `{name}` not found in `{source}`: {}",
-                cl3::error_codes::error_text(e.0)
-            ))
+        let k = Kernel::create(&built.program, name).map_err(|e| Error::OpenCl {
+            call: "clCreateKernel",
+            code: e.0,
+            name: cl3::error_codes::error_text(e.0),
+            context: Some(format!("for kernel `{name}` of `{source}`")),
         })?;
         let k = Arc::new(ClKernel {
             name: name.to_owned(),
@@ -212,12 +216,273 @@ impl ProgramCache {
         lock()?.insert(key, k.clone());
         Ok(k)
     }
+
+    /// Builds every program of `programs` (kernel family, defines) not built yet, on up to as many threads as
+    /// the machine has cores, and keeps them; returns how many were built or loaded. Programs are independent
+    /// and OpenCL builds are thread-safe, so the candidates a tuner is about to time are compiled at once rather
+    /// than one after another. A program that fails to build is left out: its candidate meets the same error,
+    /// with the build log, when it is timed.
+    pub(crate) fn prebuild(
+        &self,
+        context: &Context,
+        device: cl_device_id,
+        programs: &[(&'static str, Defines)],
+    ) -> Result<usize> {
+        let missing: Vec<&(&'static str, Defines)> = {
+            let map = self
+                .built
+                .lock()
+                .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
+            let mut seen = std::collections::HashSet::new();
+            programs
+                .iter()
+                .filter(|(s, d)| {
+                    let present = map
+                        .get(&program_hash(s, d))
+                        .is_some_and(|v| v.iter().any(|(vs, vd, _)| vs == s && vd == d));
+                    !present && seen.insert((*s, d))
+                })
+                .collect()
+        };
+        if missing.is_empty() {
+            return Ok(0);
+        }
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .min(missing.len());
+        let next = AtomicUsize::new(0);
+        // A device id is a plain handle, valid on every thread (OpenCL 1.2 §A.2).
+        let device_handle = device as usize;
+        let work = || {
+            let device = device_handle as cl_device_id;
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some((source, defines)) = missing.get(i) else {
+                    return done;
+                };
+                if let Ok(b) = self.build(context, device, source, &defines.options()) {
+                    done.push((i, b));
+                }
+            }
+        };
+        let built: Vec<(usize, Built)> = if threads <= 1 {
+            work()
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = (0..threads).map(|_| s.spawn(work)).collect();
+                handles
+                    .into_iter()
+                    .flat_map(|h| h.join().unwrap_or_default())
+                    .collect()
+            })
+        };
+        let count = built.len();
+        let mut map = self
+            .built
+            .lock()
+            .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
+        for (i, b) in built {
+            let (source, defines) = missing[i];
+            let same = map.entry(program_hash(source, defines)).or_default();
+            if !same.iter().any(|(s, d, _)| s == source && d == defines) {
+                same.push(((*source).to_owned(), defines.clone(), Arc::new(b)));
+            }
+        }
+        Ok(count)
+    }
+
+    /// Builds kernel family `source` with `options`: loaded from the on-disk binary cache when it holds this
+    /// program for this device, else compiled from source and stored there.
+    fn build(
+        &self,
+        context: &Context,
+        device: cl_device_id,
+        source: &str,
+        options: &str,
+    ) -> Result<Built> {
+        let src = kernel_source(source)
+            .ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
+        let Some(dir) = disk::cache_dir() else {
+            return build_source(context, device, source, src, options);
+        };
+        let tag = self.device_tag.get_or_init(|| disk::device_tag(device));
+        let entry = disk::Entry::new(&dir, tag, source, src, options);
+        let started = std::time::Instant::now();
+        match entry.read() {
+            Ok(Some(binary)) => match build_binary(context, device, &binary, options) {
+                Ok(b) => {
+                    STATS.binary_loads.fetch_add(1, Ordering::Relaxed);
+                    STATS
+                        .load_us
+                        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    return Ok(b);
+                }
+                Err(why) => {
+                    STATS.binary_rejected.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "program binary {} rejected by the driver ({why}); rebuilding from source",
+                        entry.path.display()
+                    );
+                }
+            },
+            Ok(None) => {}
+            Err(why) => {
+                STATS.binary_rejected.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(
+                    "program binary cache entry unusable ({why}); rebuilding from source"
+                );
+            }
+        }
+        let built = build_source(context, device, source, src, options)?;
+        match built.program.get_binaries() {
+            Ok(bins) if bins.first().is_some_and(|b| !b.is_empty()) => {
+                match entry.write(&bins[0]) {
+                    Ok(()) => {
+                        STATS.binary_stored.fetch_add(1, Ordering::Relaxed);
+                    }
+                    Err(e) => {
+                        tracing::warn!("cannot write program binary {}: {e}", entry.path.display())
+                    }
+                }
+            }
+            Ok(_) => tracing::debug!("the driver returned no binary for `{source}`; not cached"),
+            Err(e) => tracing::warn!(
+                "clGetProgramInfo(CL_PROGRAM_BINARIES) failed for `{source}`: {}",
+                cl3::error_codes::error_text(e.0)
+            ),
+        }
+        Ok(built)
+    }
 }
 
-fn build(context: &Context, device: cl_device_id, source: &str, options: &str) -> Result<Built> {
-    let src = kernel_source(source)
-        .ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
-    build_source(context, device, source, src, options)
+/// The program map's key: a hash of (family, defines).
+fn program_hash(source: &str, defines: &Defines) -> u64 {
+    let mut h = Fnv(0xcbf2_9ce4_8422_2325);
+    (source, defines).hash(&mut h);
+    h.finish()
+}
+
+/// A program created from a binary this device produced earlier and built with the same options (OpenCL
+/// requires the build call for binaries too; it links, it does not compile). `Err` names why it was refused.
+fn build_binary(
+    context: &Context,
+    device: cl_device_id,
+    binary: &[u8],
+    options: &str,
+) -> std::result::Result<Built, String> {
+    // SAFETY: `device` is the one device of `context` (each OpenCL device gets its own context).
+    let mut program = unsafe { Program::create_from_binary(context, &[device], &[binary]) }
+        .map_err(|e| {
+            format!(
+                "clCreateProgramWithBinary: {}",
+                cl3::error_codes::error_text(e.0)
+            )
+        })?;
+    program
+        .build(&[device], options)
+        .map_err(|e| format!("clBuildProgram: {}", cl3::error_codes::error_text(e.0)))?;
+    Ok(Built {
+        program,
+        kernels: Mutex::new(HashMap::new()),
+    })
+}
+
+/// Counters of program builds in this process (see [`program_stats`]).
+struct Stats {
+    source_builds: AtomicU64,
+    binary_loads: AtomicU64,
+    binary_rejected: AtomicU64,
+    binary_stored: AtomicU64,
+    prebuilt: AtomicU64,
+    load_us: AtomicU64,
+}
+
+static STATS: Stats = Stats {
+    source_builds: AtomicU64::new(0),
+    binary_loads: AtomicU64::new(0),
+    binary_rejected: AtomicU64::new(0),
+    binary_stored: AtomicU64::new(0),
+    prebuilt: AtomicU64::new(0),
+    load_us: AtomicU64::new(0),
+};
+
+/// How this process got its OpenCL programs so far (running totals: take differences).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct ProgramStats {
+    /// Programs compiled from source (embedded families and checked user kernels).
+    pub source_builds: u64,
+    /// Programs loaded from the on-disk binary cache.
+    pub binary_loads: u64,
+    /// Cache entries found unusable (damaged, or refused by the driver) and rebuilt from source.
+    pub binary_rejected: u64,
+    /// Binaries written to the cache.
+    pub binary_stored: u64,
+    /// Programs built or loaded ahead of their first launch by [`prebuild`] (counted in the two above too).
+    pub prebuilt: u64,
+    /// Milliseconds spent compiling from source, summed over threads.
+    pub build_ms: f64,
+    /// Milliseconds spent loading binaries, summed over threads.
+    pub load_ms: f64,
+}
+
+/// This process's [`ProgramStats`].
+pub fn program_stats() -> ProgramStats {
+    ProgramStats {
+        source_builds: STATS.source_builds.load(Ordering::Relaxed),
+        binary_loads: STATS.binary_loads.load(Ordering::Relaxed),
+        binary_rejected: STATS.binary_rejected.load(Ordering::Relaxed),
+        binary_stored: STATS.binary_stored.load(Ordering::Relaxed),
+        prebuilt: STATS.prebuilt.load(Ordering::Relaxed),
+        build_ms: BUILD_US.load(Ordering::Relaxed) as f64 / 1e3,
+        load_ms: STATS.load_us.load(Ordering::Relaxed) as f64 / 1e3,
+    }
+}
+
+/// Builds the programs `programs` (kernel family, defines) on `device` on several threads, or loads them from
+/// the binary cache, so that their first launch finds them ready; returns how many were built or loaded now.
+/// Families that do not exist or fail to build are reported by their first launch, not here. A device that is
+/// not OpenCL has nothing to build.
+pub fn prebuild(device: &crate::Device, programs: &[(&'static str, Defines)]) -> Result<usize> {
+    for (family, _) in programs {
+        if kernel_source(family).is_none() {
+            return Err(Error::Invalid(format!(
+                "no kernel family `{family}` under kernels/"
+            )));
+        }
+    }
+    match device.backend().as_any().downcast_ref::<super::ClDevice>() {
+        Some(cl) => cl.prebuild(programs),
+        None => Ok(0),
+    }
+}
+
+impl super::ClDevice {
+    /// See [`ProgramCache::prebuild`].
+    pub(crate) fn prebuild(&self, programs: &[(&'static str, Defines)]) -> Result<usize> {
+        let n = self
+            .programs
+            .prebuild(&self.context, self.device.id(), programs)?;
+        STATS.prebuilt.fetch_add(n as u64, Ordering::Relaxed);
+        Ok(n)
+    }
+
+    /// A step for the top of a tuner's timing closure: its first call builds the programs `programs()` lists
+    /// (every candidate's) on several threads; later calls do nothing. The tuner calls the closure only when it
+    /// measures, so an answer from a cache builds nothing more than its winner.
+    pub(crate) fn prebuild_once<'a>(
+        &'a self,
+        programs: impl FnOnce() -> Vec<(&'static str, Defines)> + 'a,
+    ) -> impl FnMut() + 'a {
+        let mut pending = Some(programs);
+        move || {
+            if let Some(list) = pending.take()
+                && let Err(e) = self.prebuild(&list())
+            {
+                tracing::debug!("prebuilding candidate programs: {e}");
+            }
+        }
+    }
 }
 
 /// Builds `src` on `device`; on failure the error carries the build log.
@@ -230,15 +495,17 @@ fn build_source(
 ) -> Result<Built> {
     let started = std::time::Instant::now();
     let r = build_source_untimed(context, device, source_name, src, options);
+    STATS.source_builds.fetch_add(1, Ordering::Relaxed);
     BUILD_US.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
     r
 }
 
 static BUILD_US: AtomicU64 = AtomicU64::new(0);
 
-/// Milliseconds this process has spent building OpenCL programs (a running total: take differences).
+/// Milliseconds this process has spent getting OpenCL programs ready: compiling from source plus loading cached
+/// binaries, summed over threads (a running total: take differences).
 pub fn build_ms_total() -> f64 {
-    BUILD_US.load(Ordering::Relaxed) as f64 / 1e3
+    (BUILD_US.load(Ordering::Relaxed) + STATS.load_us.load(Ordering::Relaxed)) as f64 / 1e3
 }
 
 fn build_source_untimed(

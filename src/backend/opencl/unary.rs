@@ -3,59 +3,35 @@
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::unary::{UnaryKernels, UnaryOp};
-use crate::error::Result;
+use crate::contract::vocab::instantiate;
+use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
-/// Forward and backward OpenCL C expressions of `op` (no spaces: they travel as `-D` build options).
-fn cl(op: UnaryOp) -> (&'static str, &'static str) {
-    match op {
-        UnaryOp::Neg => ("(-(v))", "(-(g))"),
-        UnaryOp::Abs => ("fabs(v)", "((v)>0.0f?(g):((v)<0.0f?-(g):0.0f))"),
-        UnaryOp::Exp => ("exp(v)", "((g)*exp(v))"),
-        UnaryOp::Log => ("log(v)", "((g)/(v))"),
-        UnaryOp::Log1p => ("log1p(v)", "((g)/(1.0f+(v)))"),
-        UnaryOp::Sqrt => ("sqrt(v)", "((g)*0.5f/sqrt(v))"),
-        UnaryOp::Rsqrt => ("(1.0f/sqrt(v))", "(-0.5f*(g)/((v)*sqrt(v)))"),
-        UnaryOp::Square => ("((v)*(v))", "(2.0f*(g)*(v))"),
-        UnaryOp::Relu => ("((v)<0.0f?0.0f:(v))", "((v)>0.0f?(g):0.0f)"),
-        UnaryOp::LeakyRelu(_) => ("((v)>0.0f?(v):p0*(v))", "((v)>0.0f?(g):p0*(g))"),
-        UnaryOp::Sigmoid => ("sigm(v)", "((g)*sigm(v)*(1.0f-sigm(v)))"),
-        UnaryOp::Tanh => ("tanh(v)", "((g)*(1.0f-tanh(v)*tanh(v)))"),
-        // x·gate(x) forms take their limits at ±inf (0 and x; slopes 0 and 1) instead of inf·0 = NaN.
-        UnaryOp::GeluTanh => (
-            "(isinf(v)?XLIM(v):gelu_t(v))",
-            "(isinf(v)?GLIM(v,g):(g)*gelu_t_d(v))",
-        ),
-        UnaryOp::GeluErf => (
-            "(isinf(v)?XLIM(v):gelu_e(v))",
-            "(isinf(v)?GLIM(v,g):(g)*gelu_e_d(v))",
-        ),
-        UnaryOp::Silu => (
-            "(isinf(v)?XLIM(v):(v)*sigm(v))",
-            "(isinf(v)?GLIM(v,g):(g)*sigm(v)*(1.0f+(v)*(1.0f-sigm(v))))",
-        ),
-        UnaryOp::Elu(_) => ("((v)>0.0f?(v):p0*expm1(v))", "((v)>0.0f?(g):(g)*p0*exp(v))"),
-        UnaryOp::Softplus => ("softplus_f(v)", "((g)*sigm(v))"),
-        UnaryOp::HardSigmoid => ("hsig(v)", "(((v)>-2.5f&&(v)<2.5f)?0.2f*(g):0.0f)"),
-        // The seed's fused backward: g·(hard_sigmoid(x) + [−2.5 < x < 2.5]·0.2x).
-        UnaryOp::HardSwish => (
-            "(isinf(v)?XLIM(v):(v)*hsig(v))",
-            "((g)*(hsig(v)+(((v)>-2.5f&&(v)<2.5f)?0.2f*(v):0.0f)))",
-        ),
-        UnaryOp::Clamp(..) => ("clampn(v,p0,p1)", "(((v)>=p0&&(v)<=p1)?(g):0.0f)"),
-    }
+/// Forward and backward OpenCL C expressions of `op` on the scalars `v` and `g`, from the vocabulary's
+/// templates; the op's parameters are the kernel arguments `p0` and `p1`.
+fn cl(op: UnaryOp) -> Result<(String, String)> {
+    let def = op.def();
+    let operands = &["v", "p0", "p1"][..def.arity];
+    let grad = def
+        .grad
+        .as_ref()
+        .ok_or_else(|| Error::Unsupported(format!("{} has no gradient kernel", def.name)))?;
+    Ok((
+        instantiate(def.cl, operands, "g"),
+        instantiate(grad.cl, operands, "g"),
+    ))
 }
 
 impl ClDevice {
-    fn unary_defines(op: UnaryOp) -> Defines {
-        let (f, df) = cl(op);
-        Defines::new().set("F(v)", f).set("DF(v,g)", df)
+    fn unary_defines(op: UnaryOp) -> Result<Defines> {
+        let (f, df) = cl(op)?;
+        Ok(Defines::new().set("F(v)", f).set("DF(v,g)", df))
     }
 }
 
 impl UnaryKernels for ClDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("unary", &ClDevice::unary_defines(op), "unary_fwd")?;
+        let k = self.kernel("unary", &ClDevice::unary_defines(op)?, "unary_fwd")?;
         let (p0, p1) = op.params();
         let n = x.numel();
         let args = [
@@ -75,7 +51,7 @@ impl UnaryKernels for ClDevice {
     }
 
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("unary", &ClDevice::unary_defines(op), "unary_bwd")?;
+        let k = self.kernel("unary", &ClDevice::unary_defines(op)?, "unary_bwd")?;
         let (p0, p1) = op.params();
         let n = x.numel();
         let args = [

@@ -16,7 +16,7 @@ use rate::RateLimiter;
 
 use super::config::Config;
 use crate::script::Limits;
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// The playground of one server: its workers, rate limits, token and run limits.
 #[derive(Debug)]
@@ -35,7 +35,7 @@ impl Playground {
             Some(c) => c.clone(),
             None => {
                 let exe = std::env::current_exe()
-                    .map_err(|e| Error::Wiki(format!("locating the worker binary: {e}")))?;
+                    .map_err(|e| WikiError::Site(format!("locating the worker binary: {e}")))?;
                 vec![exe.display().to_string(), "worker".into()]
             }
         };
@@ -64,6 +64,11 @@ impl Playground {
     /// The worker pool.
     pub fn pool(&self) -> &Pool {
         &self.pool
+    }
+
+    /// The limits every run gets unless its request asks for less.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
     }
 
     /// Stops every worker and waits for them.

@@ -24,7 +24,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
 use crate::script::Limits;
 use crate::script::worker::{WorkerReply, WorkerRequest};
-use crate::{Error, Result};
+use crate::wiki::error::{Result, WikiError};
 
 /// Extra time the worker's own script limit gets over the server's wall time, so the server's kill decides.
 const WORKER_GRACE_MS: u64 = 2_000;
@@ -186,7 +186,7 @@ impl Pool {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|e| Error::Wiki(format!("starting the playground runtime: {e}")))?;
+            .map_err(|e| WikiError::Site(format!("starting the playground runtime: {e}")))?;
         let supervised = Arc::clone(&shared);
         // Workers are forked from this thread, which lives as long as the pool: their parent-death signal
         // (Linux) is tied to it.
@@ -201,7 +201,7 @@ impl Pool {
                     while slots.join_next().await.is_some() {}
                 });
             })
-            .map_err(|e| Error::Wiki(format!("starting the playground thread: {e}")))?;
+            .map_err(|e| WikiError::Site(format!("starting the playground thread: {e}")))?;
         Ok(Pool {
             shared,
             sender: Mutex::new(Some(sender)),
