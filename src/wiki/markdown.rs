@@ -832,8 +832,9 @@ mod tests {
             r.html
         );
         assert!(
-            r.html
-                .contains("<figure class=\"diagram\"><svg><circle r=\"1\"/></svg></figure>"),
+            r.html.contains(
+                "<figure class=\"diagram\"><svg xmlns=\"http://www.w3.org/2000/svg\"><circle r=\"1\"/></svg></figure>"
+            ),
             "{}",
             r.html
         );
