@@ -4,8 +4,9 @@
 //!   `kernels/prelude.cl` followed by the family's file (a `#line 1` between them keeps the compiler's line
 //!   numbers those of the family's file), and the kernel names declared by each family.
 //! * `kernel_abi.rs`: per family a module with `FAMILY`, one `&str` constant per kernel (so a misspelt kernel name
-//!   does not compile) and one argument struct per kernel signature whose fields are the kernel's parameters in
-//!   order, with the Rust type each needs (so a wrong count, order or type of arguments does not compile).
+//!   does not compile) and one argument struct per distinct parameter list whose fields are the kernel's
+//!   parameters in order, with the Rust type each needs (so a wrong count, order or type of arguments does not
+//!   compile); kernels that share a parameter list share the struct, under an alias named after each.
 //!
 //! Kernel declarations are read from the text the compiler sees: comments removed, continuation lines joined,
 //! kernels written by a function-like macro (`ARG_KERNEL(argmax_col, GT)`) expanded, and object-like macros in
@@ -441,23 +442,46 @@ fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
         let sig: Vec<&str> = k.params.iter().map(|p| p.text.as_str()).collect();
         let _ = writeln!(out, "\n    /// `__kernel void {}({})`", k.name, sig.join(", "));
         let _ = writeln!(out, "    pub(crate) const {}: &str = {:?};", k.name.to_ascii_uppercase(), k.name);
+    }
+    // One struct per distinct parameter list, named after the first kernel that has it; the other kernels with
+    // the same list get an alias, so every kernel has a type of its own name.
+    let mut done: Vec<&str> = Vec::new();
+    for k in kernels {
+        if done.contains(&k.name.as_str()) {
+            continue;
+        }
+        let same: Vec<&KernelDecl> = kernels
+            .iter()
+            .filter(|o| {
+                o.params.len() == k.params.len() && o.params.iter().zip(&k.params).all(|(a, b)| a.text == b.text)
+            })
+            .collect();
+        done.extend(same.iter().map(|o| o.name.as_str()));
+        let sname = camel(&k.name);
         let lifetime = k.params.iter().any(|p| p.kind == ParamKind::Mem);
         let lt = if lifetime { "<'a>" } else { "" };
-        let _ = writeln!(out, "\n    /// The arguments of kernel `{}`, in its parameter order.", k.name);
+        let names: Vec<String> = same.iter().map(|o| format!("`{}`", o.name)).collect();
+        let _ = writeln!(out, "\n    /// The arguments of kernel {}, in parameter order.", names.join(", "));
         let _ = writeln!(out, "    #[allow(non_snake_case)]\n    pub(crate) struct {sname}{lt} {{");
         for p in &k.params {
             let note = if p.kind == ParamKind::Local { " (bytes of local memory)" } else { "" };
             let _ = writeln!(out, "        /// `{}`{note}", p.text);
             let _ = writeln!(out, "        pub(crate) {}: {},", field(&p.name), p.kind.rust_type());
         }
-        let _ = writeln!(out, "    }}\n");
-        let _ = writeln!(out, "    impl{lt} {sname}{lt} {{");
-        let _ = writeln!(out, "        /// The kernel these arguments belong to.");
-        let _ = writeln!(out, "        pub(crate) const NAME: &'static str = {};", k.name.to_ascii_uppercase());
-        let _ = writeln!(out, "    }}\n");
-        let _ = writeln!(out, "    impl<'a> super::KernelArgs<'a> for {sname}{lt} {{");
+        let _ = writeln!(out, "    }}");
+        for o in &same[1..] {
+            let _ = writeln!(
+                out,
+                "\n    /// The arguments of kernel `{}` (the same parameters as `{}`).\n    pub(crate) type {}{lt} = {sname}{lt};",
+                o.name,
+                k.name,
+                camel(&o.name)
+            );
+        }
+        let consts: Vec<String> = same.iter().map(|o| o.name.to_ascii_uppercase()).collect();
+        let _ = writeln!(out, "\n    impl<'a> super::KernelArgs<'a> for {sname}{lt} {{");
         let _ = writeln!(out, "        const FAMILY: &'static str = FAMILY;");
-        let _ = writeln!(out, "        const NAME: &'static str = {};", k.name.to_ascii_uppercase());
+        let _ = writeln!(out, "        const KERNELS: &'static [&'static str] = &[{}];", consts.join(", "));
         let _ = writeln!(out, "        type List = [Arg<'a>; {}];", k.params.len());
         let _ = writeln!(out, "        fn list(&self) -> Self::List {{\n            [");
         for p in &k.params {

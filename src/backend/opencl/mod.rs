@@ -321,12 +321,12 @@ impl ClDevice {
         global: &[usize],
         local: Option<&[usize]>,
     ) -> Result<Event> {
-        if kernel.name != A::NAME {
+        if !A::KERNELS.contains(&kernel.name.as_str()) {
             return Err(Error::Invalid(format!(
-                "kernel `{}` launched with the arguments of `{}::{}`",
+                "kernel `{}` launched with the arguments of {} {:?}",
                 kernel.name,
                 A::FAMILY,
-                A::NAME
+                A::KERNELS
             )));
         }
         self.launch(kernel, args.list().as_ref(), global, local)

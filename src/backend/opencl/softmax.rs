@@ -104,18 +104,14 @@ impl ClDevice {
             );
         }
         match algo {
-            SoftmaxAlgo::Reg(l, kk) => {
-                let k = self.kernel(abi::FAMILY, &d.set("SM_K", kk), abi::SM_ROW_REG)?;
-                let args = abi::SmRowReg {
-                    R: v.r as i32,
-                    x: x.storage(),
-                    y: y.storage(),
-                    sc: l * 4,
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+                let k = match algo {
+                    SoftmaxAlgo::Reg(_, kk) => {
+                        self.kernel(abi::FAMILY, &d.set("SM_K", kk), abi::SM_ROW_REG)?
+                    }
+                    _ => self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?,
                 };
-                self.run(&k, &args, &[l * v.o], Some(&[l]))
-            }
-            SoftmaxAlgo::Wg(l) => {
-                let k = self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?;
+                // sm_row_reg has the parameters of sm_row_wg.
                 let args = abi::SmRowWg {
                     R: v.r as i32,
                     x: x.storage(),
