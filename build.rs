@@ -74,6 +74,15 @@ fn main() {
         prelude_path.display().to_string()
     );
     write_if_changed(&out_dir.join("kernel_sources.rs"), &sources);
+    let _ = writeln!(
+        abi,
+        "/// Every family's parameter table, as (family, its `PARAMS`).\npub(crate) const FAMILIES: &[(&str, &[(&str, &[(&str, &str)])])] = &[{}];",
+        names
+            .iter()
+            .map(|n| format!("({n:?}, {n}::PARAMS)"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
     write_if_changed(&out_dir.join("kernel_abi.rs"), &abi);
 }
 
@@ -123,6 +132,18 @@ impl ParamKind {
         }
     }
 
+    /// The kind's name in the generated parameter table.
+    fn tag(self) -> &'static str {
+        match self {
+            ParamKind::Mem => "mem",
+            ParamKind::I32 => "int",
+            ParamKind::U32 => "uint",
+            ParamKind::F32 => "float",
+            ParamKind::I32x8 => "int8",
+            ParamKind::Local => "local",
+        }
+    }
+
     fn arg(self) -> &'static str {
         match self {
             ParamKind::Mem => "Mem",
@@ -161,7 +182,12 @@ fn parse_family(family: &str, text: &str) -> Vec<KernelDecl> {
                         panic!("kernels/{family}.cl: unclosed parameter list of macro {name}")
                     });
                     Macro {
-                        params: Some(after[..close].split(',').map(|s| s.trim().to_owned()).collect()),
+                        params: Some(
+                            after[..close]
+                                .split(',')
+                                .map(|s| s.trim().to_owned())
+                                .collect(),
+                        ),
                         body: after[close + 1..].trim().to_owned(),
                     }
                 } else {
@@ -203,7 +229,11 @@ fn parse_family(family: &str, text: &str) -> Vec<KernelDecl> {
         at = close;
         if let Some(prev) = out.iter().find(|k| k.name == name) {
             let same = prev.params.len() == params.len()
-                && prev.params.iter().zip(&params).all(|(a, b)| a.text == b.text);
+                && prev
+                    .params
+                    .iter()
+                    .zip(&params)
+                    .all(|(a, b)| a.text == b.text);
             assert!(
                 same,
                 "kernels/{family}.cl: kernel {name} is declared twice with different parameters; give the variants different names"
@@ -255,7 +285,10 @@ fn find_token(s: &str, word: &str) -> Option<usize> {
     while let Some(i) = s[from..].find(word) {
         let i = from + i;
         let before = s[..i].chars().next_back().is_none_or(|c| !is_ident(c));
-        let after = s[i + word.len()..].chars().next().is_none_or(|c| !is_ident(c));
+        let after = s[i + word.len()..]
+            .chars()
+            .next()
+            .is_none_or(|c| !is_ident(c));
         if before && after {
             return Some(i);
         }
@@ -298,14 +331,20 @@ fn balanced(s: &str, open: usize, family: &str) -> usize {
 fn expand_kernel_macros(family: &str, code: &str, macros: &BTreeMap<String, Vec<Macro>>) -> String {
     let mut code = code.to_owned();
     for (name, defs) in macros {
-        let Some(def) = defs.iter().find(|m| m.params.is_some() && m.body.contains("__kernel")) else {
+        let Some(def) = defs
+            .iter()
+            .find(|m| m.params.is_some() && m.body.contains("__kernel"))
+        else {
             continue;
         };
         let params = def.params.as_deref().unwrap_or_default();
         while let Some(i) = find_token(&code, name) {
             let open = skip_ws(&code, i + name.len());
             let close = balanced(&code, open, family);
-            let args: Vec<&str> = code[open + 1..close - 1].split(',').map(str::trim).collect();
+            let args: Vec<&str> = code[open + 1..close - 1]
+                .split(',')
+                .map(str::trim)
+                .collect();
             assert_eq!(
                 args.len(),
                 params.len(),
@@ -414,10 +453,11 @@ fn camel(name: &str) -> String {
 /// `name` as a Rust identifier (a keyword becomes a raw identifier).
 fn field(name: &str) -> String {
     const KEYWORDS: &[&str] = &[
-        "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn", "for", "if", "impl",
-        "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref", "return", "static", "struct", "trait",
-        "true", "type", "unsafe", "use", "where", "while", "async", "await", "dyn", "abstract", "become", "box",
-        "do", "final", "macro", "override", "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
+        "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn",
+        "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref",
+        "return", "static", "struct", "trait", "true", "type", "unsafe", "use", "where", "while",
+        "async", "await", "dyn", "abstract", "become", "box", "do", "final", "macro", "override",
+        "priv", "typeof", "unsized", "virtual", "yield", "try", "gen",
     ];
     match name {
         "self" | "Self" | "super" | "crate" => format!("{name}_"),
@@ -429,19 +469,55 @@ fn field(name: &str) -> String {
 fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
     let _ = writeln!(out, "/// Kernel family `{family}` (`kernels/{family}.cl`).");
     let _ = writeln!(out, "pub(crate) mod {family} {{");
-    let _ = writeln!(out, "    #[allow(unused_imports)]\n    use crate::backend::opencl::Arg;");
-    let _ = writeln!(out, "    #[allow(unused_imports)]\n    use crate::memory::Storage;\n");
-    let _ = writeln!(out, "    /// The family's name, as the program cache knows it.");
+    let _ = writeln!(
+        out,
+        "    #[allow(unused_imports)]\n    use crate::backend::opencl::Arg;"
+    );
+    let _ = writeln!(
+        out,
+        "    #[allow(unused_imports)]\n    use crate::memory::Storage;\n"
+    );
+    let _ = writeln!(
+        out,
+        "    /// The family's name, as the program cache knows it."
+    );
     let _ = writeln!(out, "    pub(crate) const FAMILY: &str = {family:?};");
+    let _ = writeln!(
+        out,
+        "\n    /// Each kernel's parameters in order, as (name, kind): `mem` (a `__global` or `__constant` pointer), \
+         `local`, `int`, `uint`, `float` or `int8`.\n    pub(crate) const PARAMS: &[(&str, &[(&str, &str)])] = &["
+    );
+    for k in kernels {
+        let list: Vec<String> = k
+            .params
+            .iter()
+            .map(|p| format!("({:?}, {:?})", p.name, p.kind.tag()))
+            .collect();
+        let _ = writeln!(out, "        ({:?}, &[{}]),", k.name, list.join(", "));
+    }
+    let _ = writeln!(out, "    ];");
     let mut structs: BTreeMap<String, &str> = BTreeMap::new();
     for k in kernels {
         let sname = camel(&k.name);
         if let Some(other) = structs.insert(sname.clone(), &k.name) {
-            panic!("kernels/{family}.cl: kernels {other} and {} both give the struct name {sname}", k.name);
+            panic!(
+                "kernels/{family}.cl: kernels {other} and {} both give the struct name {sname}",
+                k.name
+            );
         }
         let sig: Vec<&str> = k.params.iter().map(|p| p.text.as_str()).collect();
-        let _ = writeln!(out, "\n    /// `__kernel void {}({})`", k.name, sig.join(", "));
-        let _ = writeln!(out, "    pub(crate) const {}: &str = {:?};", k.name.to_ascii_uppercase(), k.name);
+        let _ = writeln!(
+            out,
+            "\n    /// `__kernel void {}({})`",
+            k.name,
+            sig.join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "    pub(crate) const {}: &str = {:?};",
+            k.name.to_ascii_uppercase(),
+            k.name
+        );
     }
     // One struct per distinct parameter list, named after the first kernel that has it; the other kernels with
     // the same list get an alias, so every kernel has a type of its own name.
@@ -453,7 +529,11 @@ fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
         let same: Vec<&KernelDecl> = kernels
             .iter()
             .filter(|o| {
-                o.params.len() == k.params.len() && o.params.iter().zip(&k.params).all(|(a, b)| a.text == b.text)
+                o.params.len() == k.params.len()
+                    && o.params
+                        .iter()
+                        .zip(&k.params)
+                        .all(|(a, b)| a.text == b.text)
             })
             .collect();
         done.extend(same.iter().map(|o| o.name.as_str()));
@@ -461,12 +541,28 @@ fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
         let lifetime = k.params.iter().any(|p| p.kind == ParamKind::Mem);
         let lt = if lifetime { "<'a>" } else { "" };
         let names: Vec<String> = same.iter().map(|o| format!("`{}`", o.name)).collect();
-        let _ = writeln!(out, "\n    /// The arguments of kernel {}, in parameter order.", names.join(", "));
-        let _ = writeln!(out, "    #[allow(non_snake_case)]\n    pub(crate) struct {sname}{lt} {{");
+        let _ = writeln!(
+            out,
+            "\n    /// The arguments of kernel {}, in parameter order.",
+            names.join(", ")
+        );
+        let _ = writeln!(
+            out,
+            "    #[allow(non_snake_case)]\n    pub(crate) struct {sname}{lt} {{"
+        );
         for p in &k.params {
-            let note = if p.kind == ParamKind::Local { " (bytes of local memory)" } else { "" };
+            let note = if p.kind == ParamKind::Local {
+                " (bytes of local memory)"
+            } else {
+                ""
+            };
             let _ = writeln!(out, "        /// `{}`{note}", p.text);
-            let _ = writeln!(out, "        pub(crate) {}: {},", field(&p.name), p.kind.rust_type());
+            let _ = writeln!(
+                out,
+                "        pub(crate) {}: {},",
+                field(&p.name),
+                p.kind.rust_type()
+            );
         }
         let _ = writeln!(out, "    }}");
         for o in &same[1..] {
@@ -479,13 +575,28 @@ fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
             );
         }
         let consts: Vec<String> = same.iter().map(|o| o.name.to_ascii_uppercase()).collect();
-        let _ = writeln!(out, "\n    impl<'a> super::KernelArgs<'a> for {sname}{lt} {{");
+        let _ = writeln!(
+            out,
+            "\n    impl<'a> super::KernelArgs<'a> for {sname}{lt} {{"
+        );
         let _ = writeln!(out, "        const FAMILY: &'static str = FAMILY;");
-        let _ = writeln!(out, "        const KERNELS: &'static [&'static str] = &[{}];", consts.join(", "));
+        let _ = writeln!(
+            out,
+            "        const KERNELS: &'static [&'static str] = &[{}];",
+            consts.join(", ")
+        );
         let _ = writeln!(out, "        type List = [Arg<'a>; {}];", k.params.len());
-        let _ = writeln!(out, "        fn list(&self) -> Self::List {{\n            [");
+        let _ = writeln!(
+            out,
+            "        fn list(&self) -> Self::List {{\n            ["
+        );
         for p in &k.params {
-            let _ = writeln!(out, "                Arg::{}(self.{}),", p.kind.arg(), field(&p.name));
+            let _ = writeln!(
+                out,
+                "                Arg::{}(self.{}),",
+                p.kind.arg(),
+                field(&p.name)
+            );
         }
         let _ = writeln!(out, "            ]\n        }}\n    }}");
     }

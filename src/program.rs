@@ -3,5 +3,6 @@
 //! The program cache itself belongs to the OpenCL backend; this module is its public face.
 
 pub use crate::backend::opencl::program::{
-    Defines, build_check, build_ms_total, kernel_families, kernel_names, kernel_prelude, kernel_source,
+    Defines, build_check, build_ms_total, kernel_families, kernel_names, kernel_prelude,
+    kernel_source,
 };

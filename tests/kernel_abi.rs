@@ -17,8 +17,16 @@ fn builds(family: &str) -> Vec<Defines> {
             d(),
             d().set("RK", 3).set("RS", 1),
             d().set("KS", 3).set("SS", 2),
-            d().set("BK", 3).set("BS", 1).set("VW", 4).set("BY", 4).set("XLOOP", 0),
-            d().set("BK", 3).set("BS", 2).set("VW", 8).set("BY", 2).set("XLOOP", 1),
+            d().set("BK", 3)
+                .set("BS", 1)
+                .set("VW", 4)
+                .set("BY", 4)
+                .set("XLOOP", 0),
+            d().set("BK", 3)
+                .set("BS", 2)
+                .set("VW", 8)
+                .set("BY", 2)
+                .set("XLOOP", 1),
             d().set("GK", 3).set("GC", 2).set("GP", 1),
         ],
         "gemm" => {
@@ -52,8 +60,15 @@ fn every_kernel_name_constant_is_a_kernel_of_its_built_family() {
         families += 1;
         let declared = program::kernel_names(family).expect("a listed family has kernel names");
         let unique: BTreeSet<&str> = declared.iter().copied().collect();
-        assert_eq!(unique.len(), declared.len(), "{family}: a kernel name listed twice");
-        assert!(!declared.is_empty(), "{family}: no kernel read from its source");
+        assert_eq!(
+            unique.len(),
+            declared.len(),
+            "{family}: a kernel name listed twice"
+        );
+        assert!(
+            !declared.is_empty(),
+            "{family}: no kernel read from its source"
+        );
         let src = program::kernel_source(family).expect("a listed family has a source");
         let mut built = BTreeSet::new();
         for defines in builds(family) {
@@ -62,7 +77,10 @@ fn every_kernel_name_constant_is_a_kernel_of_its_built_family() {
             built.extend(names);
         }
         let built: BTreeSet<&str> = built.iter().map(String::as_str).collect();
-        assert_eq!(built, unique, "{family}: kernels built (left) against kernels read at build time (right)");
+        assert_eq!(
+            built, unique,
+            "{family}: kernels built (left) against kernels read at build time (right)"
+        );
     }
     assert!(families >= 15, "only {families} kernel families embedded");
     assert!(program::kernel_names("no_such_family").is_none());
@@ -71,7 +89,10 @@ fn every_kernel_name_constant_is_a_kernel_of_its_built_family() {
 #[test]
 fn the_prelude_begins_every_family_once_and_no_family_file_repeats_it() {
     let prelude = program::kernel_prelude();
-    assert!(prelude.contains("#define YZ_BEGIN"), "the prelude holds the shared grid macros");
+    assert!(
+        prelude.contains("#define YZ_BEGIN"),
+        "the prelude holds the shared grid macros"
+    );
     let prelude_defines: Vec<&str> = prelude
         .lines()
         .filter(|l| l.trim_start().starts_with("#define"))
@@ -79,13 +100,31 @@ fn the_prelude_begins_every_family_once_and_no_family_file_repeats_it() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("kernels");
     for family in program::kernel_families() {
         let src = program::kernel_source(family).expect("a listed family has a source");
-        assert!(src.starts_with(prelude), "{family} does not begin with the prelude");
-        assert_eq!(src.matches(prelude).count(), 1, "{family}: prelude more than once");
+        assert!(
+            src.starts_with(prelude),
+            "{family} does not begin with the prelude"
+        );
+        assert_eq!(
+            src.matches(prelude).count(),
+            1,
+            "{family}: prelude more than once"
+        );
         for line in &prelude_defines {
-            assert_eq!(src.matches(line).count(), 1, "{family} repeats the prelude's `{line}`");
+            assert_eq!(
+                src.matches(line).count(),
+                1,
+                "{family} repeats the prelude's `{line}`"
+            );
         }
-        let file = std::fs::read_to_string(dir.join(format!("{family}.cl"))).expect("read the family's file");
-        assert!(src.ends_with(&file), "{family}: the source ends with kernels/{family}.cl as written");
+        let file = std::fs::read_to_string(dir.join(format!("{family}.cl")))
+            .expect("read the family's file");
+        assert!(
+            src.ends_with(&file),
+            "{family}: the source ends with kernels/{family}.cl as written"
+        );
     }
-    assert!(program::kernel_families().all(|f| f != "prelude"), "the prelude is no family of its own");
+    assert!(
+        program::kernel_families().all(|f| f != "prelude"),
+        "the prelude is no family of its own"
+    );
 }

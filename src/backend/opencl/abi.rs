@@ -29,3 +29,151 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/kernel_abi.rs"));
 }
 pub(crate) use generated::*;
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use opencl3::kernel::{
+        CL_KERNEL_ARG_ADDRESS_CONSTANT, CL_KERNEL_ARG_ADDRESS_GLOBAL, CL_KERNEL_ARG_ADDRESS_LOCAL,
+        Kernel,
+    };
+    use opencl3::program::Program;
+
+    use super::FAMILIES;
+    use crate::backend::opencl::ClDevice;
+    use crate::backend::opencl::program::{Defines, kernel_source};
+    use crate::memory::Allocator;
+
+    /// The builds that together compile every kernel of `family` (the defines its launches use).
+    fn builds(family: &str) -> Vec<Defines> {
+        let d = Defines::new;
+        match family {
+            "depthwise" => vec![
+                d(),
+                d().set("RK", 3).set("RS", 1),
+                d().set("KS", 3).set("SS", 2),
+                d().set("BK", 3)
+                    .set("BS", 2)
+                    .set("VW", 8)
+                    .set("BY", 2)
+                    .set("XLOOP", 1),
+                d().set("GK", 3).set("GC", 2).set("GP", 1),
+            ],
+            "gemm" => {
+                let base = || d().set("TRANS_A", 0).set("TRANS_B", 0);
+                vec![
+                    base()
+                        .set("TM", 32)
+                        .set("TN", 32)
+                        .set("TK", 8)
+                        .set("RM", 4)
+                        .set("RN", 4),
+                    base().set("SK", 8).set("PX", 4).set("LS", 64),
+                    base().set("MR", 4).set("VW", 8).set("NB", 2),
+                ]
+            }
+            "winograd" => vec![d().set("WM", 2)],
+            _ => vec![d()],
+        }
+    }
+
+    fn opencl() -> Option<crate::Device> {
+        let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");
+        let device = crate::Device::select(Some("auto"))
+            .ok()
+            .filter(|d| d.is_opencl());
+        if device.is_none() {
+            assert!(
+                !ci,
+                "no OpenCL device; under CI=true a missing device is a failure"
+            );
+            eprintln!("SKIPPED: no OpenCL device");
+        }
+        device
+    }
+
+    /// A struct launched on a kernel it does not belong to is refused before anything is set or enqueued.
+    #[test]
+    fn arguments_of_another_kernel_are_refused() {
+        let Some(device) = opencl() else { return };
+        let Some(cl) = device.backend().as_any().downcast_ref::<ClDevice>() else {
+            panic!("an OpenCL device has the OpenCL backend");
+        };
+        let buf = cl.alloc(64).expect("allocate");
+        let k = cl
+            .kernel(
+                super::softmax::FAMILY,
+                &Defines::new(),
+                super::softmax::SM_COL,
+            )
+            .expect("build softmax");
+        let wrong = super::reduce::SqrtSum {
+            n: 1,
+            x: &buf,
+            out: &buf,
+        };
+        let e = cl.run(&k, &wrong, &[1], None).err().expect("refused");
+        let msg = e.to_string();
+        assert!(msg.contains("sm_col") && msg.contains("sqrt_sum"), "{msg}");
+        let right = super::softmax::SmCol {
+            O: 1,
+            R: 1,
+            I: 2,
+            x: &buf,
+            y: &buf,
+        };
+        cl.run(&k, &right, &[2], None)
+            .expect("its own arguments launch");
+        crate::contract::Backend::finish(cl).expect("finish");
+    }
+
+    /// Every generated parameter list names, orders and types the parameters as the OpenCL compiler reads
+    /// them from the assembled source (`-cl-kernel-arg-info`).
+    #[test]
+    fn generated_parameters_match_the_compiled_kernels() {
+        let Some(device) = opencl() else { return };
+        let Some(cl) = device.backend().as_any().downcast_ref::<ClDevice>() else {
+            panic!("an OpenCL device has the OpenCL backend");
+        };
+        let mut checked = 0;
+        for (family, params) in FAMILIES {
+            let src = kernel_source(family).expect("every family has a source");
+            let mut seen = BTreeSet::new();
+            for defines in builds(family) {
+                let options = format!("{} -cl-kernel-arg-info", defines.options());
+                let program = Program::create_and_build_from_source(&cl.context, src, &options)
+                    .unwrap_or_else(|e| panic!("{family} with {defines:?}: {e}"));
+                for name in program.kernel_names().split(';').filter(|n| !n.is_empty()) {
+                    let Some((_, want)) = params.iter().find(|(k, _)| *k == name) else {
+                        panic!("{family}: kernel {name} is missing from the generated ABI");
+                    };
+                    let k = Kernel::create(&program, name).expect("create a listed kernel");
+                    let n = k.num_args().expect("clGetKernelInfo") as usize;
+                    assert_eq!(n, want.len(), "{family}::{name}: parameter count");
+                    for (i, (pname, kind)) in want.iter().enumerate() {
+                        let at = i as u32;
+                        let got_name = k.get_arg_name(at).expect("clGetKernelArgInfo");
+                        let addr = k.get_arg_address_qualifier(at).expect("clGetKernelArgInfo");
+                        let ty = k.get_arg_type_name(at).expect("clGetKernelArgInfo");
+                        let got_kind = match addr {
+                            CL_KERNEL_ARG_ADDRESS_GLOBAL | CL_KERNEL_ARG_ADDRESS_CONSTANT => "mem",
+                            CL_KERNEL_ARG_ADDRESS_LOCAL => "local",
+                            _ => ty.trim_end_matches('\0').trim(),
+                        };
+                        let got = (got_name.trim_end_matches('\0'), got_kind);
+                        assert_eq!(got, (*pname, *kind), "{family}::{name} parameter {i}");
+                    }
+                    seen.insert(name.to_owned());
+                    checked += 1;
+                }
+            }
+            let listed: BTreeSet<String> = params.iter().map(|(k, _)| (*k).to_owned()).collect();
+            assert_eq!(
+                seen, listed,
+                "{family}: kernels compiled against kernels generated"
+            );
+        }
+        assert!(checked >= 90, "only {checked} kernels checked");
+    }
+}

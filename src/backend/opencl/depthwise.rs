@@ -5,8 +5,8 @@
 
 use crate::Device;
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::abi::depthwise as abi;
+use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
 use crate::error::{Error, Result};
@@ -158,7 +158,8 @@ impl ClDevice {
             | DwAlgo::Block8x4
             | DwAlgo::Block16x4 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
-                let kern = self.kernel(abi::FAMILY, &Self::block_defines(a, g), abi::DW_FWD_BLOCK)?;
+                let kern =
+                    self.kernel(abi::FAMILY, &Self::block_defines(a, g), abi::DW_FWD_BLOCK)?;
                 // 8- and 16-wide blocks walk whole rows (XLOOP): one work-item per row block.
                 let cols = if a.walks_rows() { 1 } else { g.ow.div_ceil(vw) };
                 let items = g.n * g.c * g.oh.div_ceil(by) * cols;

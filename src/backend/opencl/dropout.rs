@@ -1,8 +1,8 @@
 //! Dropout on OpenCL: `kernels/dropout.cl`, the counter-based generator of [`crate::rng`] on the device.
 
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::dropout as abi;
+use crate::backend::opencl::program::Defines;
 use crate::contract::DropoutKernels;
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,8 +1,8 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::elementwise as abi;
+use crate::backend::opencl::program::Defines;
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,9 +1,9 @@
 //! Fused expressions on OpenCL: `kernels/fused.cl` built with the expression's generated form.
 
-use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::fused as abi;
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::program::Defines;
 use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan};
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -4,8 +4,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::abi::norm as abi;
+use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD};
@@ -162,10 +162,7 @@ impl ClDevice {
             bn.gamma.unwrap_or(bn.rm).storage(),
             bn.beta.unwrap_or(bn.rm).storage(),
         );
-        let (has_gamma, has_beta) = (
-            i32::from(bn.gamma.is_some()),
-            i32::from(bn.beta.is_some()),
-        );
+        let (has_gamma, has_beta) = (i32::from(bn.gamma.is_some()), i32::from(bn.beta.is_some()));
         let (n32, c32, p32, g32) = (n as i32, c as i32, p as i32, g as i32);
         let rc = units.div_ceil(g).max(1) as i32;
         // The statistics pass's chunks with the finish and the apply folded in (bn_apply_back, bn_pipe and

@@ -1,9 +1,9 @@
 //! OpenCL pooling: the `pool` kernels over a 3-D grid of output (or input) positions and planes.
 
 use super::elementwise::{grid_3d, grid_defines};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::{KernelArgs, pool as abi};
+use crate::backend::opencl::program::Defines;
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;

@@ -6,8 +6,8 @@ use std::sync::Mutex;
 
 use super::elementwise::{grid_3d, grid_defines};
 use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::abi::reduce as abi;
+use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
 use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
@@ -464,7 +464,11 @@ impl ReduceKernels for ClDevice {
     }
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
-        let name = if max { abi::ARGMAX_COL } else { abi::ARGMIN_COL };
+        let name = if max {
+            abi::ARGMAX_COL
+        } else {
+            abi::ARGMIN_COL
+        };
         let k = self.kernel(abi::FAMILY, &Defines::new(), name)?;
         let total = v.o * v.i;
         // argmin_col has the parameters of argmax_col.

@@ -1,9 +1,9 @@
 //! Upsampling on OpenCL: `kernels/resize.cl` over a 3-D range.
 
-use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::resize as abi;
+use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::program::Defines;
 use crate::contract::resize::{ResizeKernels, Upsample};
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,9 +1,9 @@
 //! OpenCL data movement: the `shape` kernels (permute, block copies, gathers, one-hot, padding, top-k).
 
 use super::elementwise::{grid_3d, grid_defines};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::shape as abi;
+use crate::backend::opencl::program::Defines;
 use crate::contract::ShapeKernels;
 use crate::contract::shape::Block;
 use crate::error::Result;

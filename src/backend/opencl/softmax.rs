@@ -1,8 +1,8 @@
 //! OpenCL softmax and cross-entropy: the row algorithm chosen by measurement, and the `softmax` kernels.
 
 use crate::autotune::{self, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::abi::softmax as abi;
+use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::SoftmaxKernels;
 use crate::contract::reduce::Ori;

@@ -1,8 +1,8 @@
 //! The unary family on OpenCL: `kernels/unary.cl` built with the op's forward and backward expressions.
 
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::unary as abi;
+use crate::backend::opencl::program::Defines;
 use crate::contract::unary::{UnaryKernels, UnaryOp};
 use crate::error::Result;
 use crate::tensor::Tensor;

@@ -1,8 +1,8 @@
 //! In-place updates on OpenCL: the kernels of `kernels/update.cl`, every hyper-parameter an argument.
 
-use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::update as abi;
+use crate::backend::opencl::program::Defines;
 use crate::contract::update::{Step, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;

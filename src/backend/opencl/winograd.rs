@@ -294,7 +294,11 @@ impl ClDevice {
     ) -> Result<()> {
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
-            let k = self.kernel(conv_abi::FAMILY, &Defines::new(), conv_abi::CONV_FLIP_WEIGHTS)?;
+            let k = self.kernel(
+                conv_abi::FAMILY,
+                &Defines::new(),
+                conv_abi::CONV_FLIP_WEIGHTS,
+            )?;
             let args = conv_abi::ConvFlipWeights {
                 F: g.f as i32,
                 C: g.c as i32,
