@@ -76,7 +76,7 @@ fn main() {
     write_if_changed(&out_dir.join("kernel_sources.rs"), &sources);
     let _ = writeln!(
         abi,
-        "/// Every family's parameter table, as (family, its `PARAMS`).\npub(crate) const FAMILIES: &[(&str, &[(&str, &[(&str, &str)])])] = &[{}];",
+        "/// Every family's parameter table, as (family, its `PARAMS`).\npub(crate) const FAMILIES: &[(&str, &[KernelParams])] = &[{}];",
         names
             .iter()
             .map(|n| format!("({n:?}, {n}::PARAMS)"))
@@ -485,7 +485,7 @@ fn family_module(out: &mut String, family: &str, kernels: &[KernelDecl]) {
     let _ = writeln!(
         out,
         "\n    /// Each kernel's parameters in order, as (name, kind): `mem` (a `__global` or `__constant` pointer), \
-         `local`, `int`, `uint`, `float` or `int8`.\n    pub(crate) const PARAMS: &[(&str, &[(&str, &str)])] = &["
+         `local`, `int`, `uint`, `float` or `int8`.\n    pub(crate) const PARAMS: &[super::KernelParams] = &["
     );
     for k in kernels {
         let list: Vec<String> = k

@@ -22,10 +22,13 @@ pub(crate) trait KernelArgs<'a> {
     fn list(&self) -> Self::List;
 }
 
+/// One kernel's parameters as the build read them: (kernel name, its parameters as (name, kind)).
+pub(crate) type KernelParams = (&'static str, &'static [(&'static str, &'static str)]);
+
 // Every kernel of every family has its constant and struct, launched or not by a given build of the engine.
 #[allow(dead_code)]
 mod generated {
-    use super::KernelArgs;
+    use super::{KernelArgs, KernelParams};
     include!(concat!(env!("OUT_DIR"), "/kernel_abi.rs"));
 }
 pub(crate) use generated::*;
