@@ -1,7 +1,19 @@
 //! netcl: a deep-learning engine on OpenCL, and a documentation wiki whose examples run on the server's device.
 //!
-//! The dependency direction is one way: device → tensor/memory → program → autotune → ops → autograd →
-//! nn/optim/train/io → script → wiki. Nothing below imports from above.
+//! The crate is layered, and each layer uses only the layers below it:
+//!
+//! 1. core: `error`, `half`, `rng`, `codec`, `fsio`;
+//! 2. runtime: `memory` (opaque storage, a pool that takes an allocator), the backend contract (every
+//!    `*Kernels` trait and its plan types), `device` (the handle, its info and a per-thread timing scope), `tensor`;
+//! 3. tune: `autotune`;
+//! 4. backends: `backend::opencl` and `backend::cpu`, one file per op family each (`program` is the OpenCL
+//!    program cache's public face);
+//! 5. device selection (`Device::select`, `list_devices`), the only code naming a concrete backend;
+//! 6. `ops`: front-ends that validate, plan and call the contract;
+//! 7. `autograd`; 8. `nn`, `optim`, `train`, `io`, `data`, `bench`; 9. `script` (feature `script`);
+//!    10. `wiki` (feature `wiki`) and the `netcl` binary.
+//!
+//! `tests/layering.rs` fails when a file refers to a higher layer, so this list stays true.
 //!
 //! ```
 //! use netcl::{Device, Tensor, ops};

@@ -333,8 +333,9 @@ macro_rules! binary {
     }};
 }
 
-/// Registers every playground function on `engine`.
-pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
+/// Registers the core of the playground language on `engine`: printing, tensor creation and methods, binary
+/// operators. The op and model bindings come next, then [`register_output`] (see `script::register_all`).
+pub(crate) fn register_core(engine: &mut Engine, ctx: &Shared) {
     engine.register_type_with_name::<Var>("Tensor");
     let c = ctx.clone();
     engine.on_print(move |s| c.borrow_mut().push(Output::Text { text: s.to_owned() }));
@@ -382,10 +383,6 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     binary!(engine, ctx, "-", ops::BinaryOp::Sub);
     binary!(engine, ctx, "*", ops::BinaryOp::Mul);
     binary!(engine, ctx, "/", ops::BinaryOp::Div);
-
-    super::opsbind::register(engine, ctx);
-    super::nnbind::register(engine, ctx);
-    register_output(engine, ctx);
 }
 
 fn register_creation(engine: &mut Engine, ctx: &Shared) {
@@ -628,7 +625,7 @@ fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
     });
 }
 
-fn register_output(engine: &mut Engine, ctx: &Shared) {
+pub(crate) fn register_output(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("inspect", move |t: Var| -> R<()> {
         let s = render::summarize(t.value(), "").map_err(engine_err)?;

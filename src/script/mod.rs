@@ -24,6 +24,15 @@ use crate::device::{Device, Launch};
 use crate::error::Error;
 pub use render::{Output, TensorSummary};
 
+/// Registers every playground function on `engine`, in an order where later bindings may refine earlier ones:
+/// the language core, the ops, the models, then output (`show`, `plot`, `progress`).
+fn register_all(engine: &mut Engine, ctx: &Shared) {
+    bindings::register_core(engine, ctx);
+    opsbind::register(engine, ctx);
+    nnbind::register(engine, ctx);
+    bindings::register_output(engine, ctx);
+}
+
 /// Bounds on one run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(default)]
@@ -281,7 +290,7 @@ pub fn function_signatures() -> Vec<String> {
         seq0: 0,
     }));
     let mut engine = Engine::new_raw();
-    bindings::register(&mut engine, &ctx);
+    register_all(&mut engine, &ctx);
     engine.gen_fn_signatures(false)
 }
 
@@ -341,7 +350,7 @@ pub fn run_with_progress(
     }));
     let mut engine = Engine::new();
     configure(&mut engine, limits, started);
-    bindings::register(&mut engine, &ctx);
+    register_all(&mut engine, &ctx);
     device.record_launches(true);
     let parse_start = Instant::now();
     let ast = engine.compile(code);

@@ -64,38 +64,11 @@ pub struct Content {
     pub manifest: Manifest,
     /// Problems found while reading: malformed front matter, unreadable files, manifest errors.
     pub problems: Vec<String>,
-    /// The items of the API pages, found once on first use (see [`Content::api_items`]).
-    api_items: std::sync::OnceLock<std::collections::HashMap<String, (String, String)>>,
+    /// The items of the API pages, found once on first use (see `markdown::api_items`).
+    pub(crate) api_items: std::sync::OnceLock<std::collections::HashMap<String, (String, String)>>,
 }
 
 impl Content {
-    /// The public items described on the API pages: `module::Item` (as `ops::conv2d`, the module being the page
-    /// title without `netcl::`) → (API page path, the item's anchor). Other pages link code spans that name an
-    /// item to it.
-    pub fn api_items(&self) -> &std::collections::HashMap<String, (String, String)> {
-        self.api_items.get_or_init(|| {
-            let mut items = std::collections::HashMap::new();
-            for page in self.pages.values() {
-                if !super::markdown::is_api_page(&page.path) {
-                    continue;
-                }
-                let module = page
-                    .front
-                    .title
-                    .trim()
-                    .strip_prefix("netcl::")
-                    .unwrap_or(page.front.title.trim())
-                    .to_string();
-                for name in super::markdown::api_item_names(&page.body) {
-                    items
-                        .entry(format!("{module}::{name}"))
-                        .or_insert_with(|| (page.path.clone(), name.clone()));
-                }
-            }
-            items
-        })
-    }
-
     /// Reads the content directory. Only regular files inside `root` are read; symbolic links are skipped.
     pub fn load(root: &Path) -> Result<Content> {
         let meta = fs::metadata(root).map_err(|e| {

@@ -333,6 +333,28 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
     r
 }
 
+/// The public items described on the API pages of `content`: `module::Item` (as `ops::conv2d`, the module being
+/// the page title without `netcl::`) → (API page path, the item's anchor). Other pages link code spans that name
+/// an item to it. Found once per content, on first use.
+pub fn api_items(content: &Content) -> &std::collections::HashMap<String, (String, String)> {
+    content.api_items.get_or_init(|| {
+        let mut items = std::collections::HashMap::new();
+        for page in content.pages.values() {
+            if !is_api_page(&page.path) {
+                continue;
+            }
+            let title = page.front.title.trim();
+            let module = title.strip_prefix("netcl::").unwrap_or(title).to_string();
+            for name in api_item_names(&page.body) {
+                items
+                    .entry(format!("{module}::{name}"))
+                    .or_insert_with(|| (page.path.clone(), name.clone()));
+            }
+        }
+        items
+    })
+}
+
 /// The names of the items an API page anchors, in page order: its detail blocks (**`name`**) and the first
 /// column of its symbols tables. The first anchor of a name is the name itself.
 pub fn api_item_names(body: &str) -> Vec<String> {
@@ -379,7 +401,7 @@ fn api_link<'c>(code: &str, content: &'c Content) -> Option<&'c (String, String)
     if parts.iter().any(|p| p.is_empty()) {
         return None;
     }
-    let items = content.api_items();
+    let items = api_items(content);
     // The longest module prefix that names an item: `nn::Conv2d`, `autograd::ops::conv2d`, `ops::conv2d`.
     let by_module = (1..parts.len())
         .rev()
