@@ -7,6 +7,8 @@
 //!   does not compile) and one argument struct per distinct parameter list whose fields are the kernel's
 //!   parameters in order, with the Rust type each needs (so a wrong count, order or type of arguments does not
 //!   compile); kernels that share a parameter list share the struct, under an alias named after each.
+//!   Each family also gets `PARAMS`, every kernel's parameters as (name, kind), which a unit test compares with
+//!   what the OpenCL compiler reports for the assembled source (`-cl-kernel-arg-info`).
 //!
 //! Kernel declarations are read from the text the compiler sees: comments removed, continuation lines joined,
 //! kernels written by a function-like macro (`ARG_KERNEL(argmax_col, GT)`) expanded, and object-like macros in
