@@ -9,8 +9,9 @@ use serde::Serialize;
 use crate::Device;
 use crate::autotune::{self, Source, TuneKey, bucket, shape_key};
 use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::conv as abi;
+use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, kernel_source};
-use crate::backend::opencl::{Arg, events_ms};
 use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
 use crate::error::Result;
@@ -44,10 +45,6 @@ fn pointwise_mode() -> PointwiseMode {
 enum PwChoice {
     Legacy,
     Pointwise,
-}
-
-pub(super) fn i(v: usize) -> Arg<'static> {
-    Arg::I32(v as i32)
 }
 
 /// The two int8 geometry vectors of `kernels/conv.cl`.
@@ -149,18 +146,18 @@ impl ClDevice {
         relu: bool,
     ) -> Result<Vec<Event>> {
         let (g0, g1) = cl_args(g);
-        let k = self.kernel("conv", &Defines::new(), "conv_direct_fwd")?;
-        let args = [
-            Arg::I32x8(g0),
-            Arg::I32x8(g1),
-            Arg::Mem(x.storage()),
-            Arg::Mem(w.storage()),
-            Arg::Mem(bias.unwrap_or(w).storage()),
-            Arg::I32(bias.is_some() as i32),
-            Arg::I32(relu as i32),
-            Arg::Mem(out.storage()),
-        ];
-        Ok(vec![self.launch(&k, &args, &[out.numel()], Some(&[64]))?])
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_DIRECT_FWD)?;
+        let args = abi::ConvDirectFwd {
+            g0,
+            g1,
+            x: x.storage(),
+            w: w.storage(),
+            bias: bias.unwrap_or(w).storage(),
+            has_bias: bias.is_some() as i32,
+            relu: relu as i32,
+            out: out.storage(),
+        };
+        Ok(vec![self.run(&k, &args, &[out.numel()], Some(&[64]))?])
     }
 
     fn im2col(
@@ -172,16 +169,16 @@ impl ClDevice {
         nb: usize,
     ) -> Result<Event> {
         let (g0, g1) = cl_args(g);
-        let k = self.kernel("conv", &Defines::new(), "conv_im2col")?;
-        let args = [
-            Arg::I32x8(g0),
-            Arg::I32x8(g1),
-            i(n0),
-            i(nb),
-            Arg::Mem(x.storage()),
-            Arg::Mem(col.storage()),
-        ];
-        self.launch(&k, &args, &[g.c * g.kh * g.kw, nb], None)
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL)?;
+        let args = abi::ConvIm2col {
+            g0,
+            g1,
+            n0: n0 as i32,
+            nb: nb as i32,
+            x: x.storage(),
+            col: col.storage(),
+        };
+        self.run(&k, &args, &[g.c * g.kh * g.kw, nb], None)
     }
 
     fn fwd_im2col(
@@ -245,17 +242,17 @@ impl ClDevice {
         }
         if !fused && (bias.is_some() || relu) {
             // With groups the GEMM sees one group's rows, so the bias and ReLU run as their own pass.
-            let k = self.kernel("conv", &Defines::new(), "conv_bias_act")?;
-            let args = [
-                i(g.f),
-                i(p),
-                i(out.numel()),
-                Arg::Mem(bias.unwrap_or(w).storage()),
-                Arg::I32(bias.is_some() as i32),
-                Arg::I32(relu as i32),
-                Arg::Mem(out.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[out.numel()], None)?);
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_ACT)?;
+            let args = abi::ConvBiasAct {
+                F: g.f as i32,
+                P: p as i32,
+                total: out.numel() as i32,
+                bias: bias.unwrap_or(w).storage(),
+                has_bias: bias.is_some() as i32,
+                relu: relu as i32,
+                out: out.storage(),
+            };
+            ev.push(self.run(&k, &args, &[out.numel()], None)?);
         }
         Ok(ev)
     }
@@ -355,26 +352,26 @@ impl ClDevice {
         };
         let run = |c: &str| -> Result<Event> {
             if c == "wg" {
-                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_wg")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                    Arg::Local(64 * 4),
-                ];
-                self.launch(&k, &args, &[g.f * 64], Some(&[64]))
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
+                let args = abi::ConvBiasGradWg {
+                    N: g.n as i32,
+                    F: g.f as i32,
+                    P: p as i32,
+                    go: go.storage(),
+                    gb: gb.storage(),
+                    red: 64 * 4,
+                };
+                self.run(&k, &args, &[g.f * 64], Some(&[64]))
             } else {
-                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_serial")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                ];
-                self.launch(&k, &args, &[g.f], None)
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
+                let args = abi::ConvBiasGradSerial {
+                    N: g.n as i32,
+                    F: g.f as i32,
+                    P: p as i32,
+                    go: go.storage(),
+                    gb: gb.storage(),
+                };
+                self.run(&k, &args, &[g.f], None)
             }
         };
         let key = TuneKey::new(
@@ -399,26 +396,26 @@ impl ClDevice {
         let (g0, g1) = cl_args(g);
         let d = Defines::new();
         if let Some(gx) = gr.gx {
-            let k = self.kernel("conv", &d, "conv_direct_bwd_x")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(go.storage()),
-                Arg::Mem(w.storage()),
-                Arg::Mem(gx.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[gx.numel()], Some(&[64]))?);
+            let k = self.kernel(abi::FAMILY, &d, abi::CONV_DIRECT_BWD_X)?;
+            let args = abi::ConvDirectBwdX {
+                g0,
+                g1,
+                go: go.storage(),
+                w: w.storage(),
+                gx: gx.storage(),
+            };
+            ev.push(self.run(&k, &args, &[gx.numel()], Some(&[64]))?);
         }
         if let Some(gw) = gr.gw {
-            let k = self.kernel("conv", &d, "conv_direct_bwd_w")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(x.storage()),
-                Arg::Mem(go.storage()),
-                Arg::Mem(gw.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[gw.numel()], Some(&[64]))?);
+            let k = self.kernel(abi::FAMILY, &d, abi::CONV_DIRECT_BWD_W)?;
+            let args = abi::ConvDirectBwdW {
+                g0,
+                g1,
+                x: x.storage(),
+                go: go.storage(),
+                gw: gw.storage(),
+            };
+            ev.push(self.run(&k, &args, &[gw.numel()], Some(&[64]))?);
         }
         Ok(())
     }
@@ -432,15 +429,15 @@ impl ClDevice {
         count: usize,
         accumulate: bool,
     ) -> Result<Event> {
-        let k = self.kernel("conv", &Defines::new(), "conv_sum_batches")?;
-        let args = [
-            i(len),
-            i(count),
-            Arg::I32(accumulate as i32),
-            Arg::Mem(part.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(&k, &args, &[len], None)
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_SUM_BATCHES)?;
+        let args = abi::ConvSumBatches {
+            len: len as i32,
+            count: count as i32,
+            accumulate: accumulate as i32,
+            part: part.storage(),
+            out: out.storage(),
+        };
+        self.run(&k, &args, &[len], None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -523,16 +520,16 @@ impl ClDevice {
                     };
                     self.run_gemm(device, w, go, &col, None, &gm, ev)?;
                 }
-                let k = self.kernel("conv", &Defines::new(), "conv_col2im")?;
-                let args = [
-                    Arg::I32x8(g0),
-                    Arg::I32x8(g1),
-                    i(n0),
-                    i(nb),
-                    Arg::Mem(col.storage()),
-                    Arg::Mem(gx.storage()),
-                ];
-                ev.push(self.launch(&k, &args, &[nb * g.c * g.h], None)?);
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
+                let args = abi::ConvCol2im {
+                    g0,
+                    g1,
+                    n0: n0 as i32,
+                    nb: nb as i32,
+                    col: col.storage(),
+                    gx: gx.storage(),
+                };
+                ev.push(self.run(&k, &args, &[nb * g.c * g.h], None)?);
             }
             n0 += nb;
         }
