@@ -145,11 +145,21 @@ mod tests {
     fn unknown_selectors_name_the_choices() {
         let d = two();
         let e = d.resolve("7").unwrap_err();
-        assert!(e.contains("out of range") && e.contains("pthread-haswell"), "{e}");
+        assert!(
+            e.contains("out of range") && e.contains("pthread-haswell"),
+            "{e}"
+        );
         let e = d.resolve("gpu").unwrap_err();
         assert!(e.contains("no OpenCL GPU"), "{e}");
         let e = d.resolve(" ").unwrap_err();
-        assert!(e.contains("empty") && e.contains("1: netcl built-in CPU"), "{e}");
-        assert!(d.resolve(&"x".repeat(200)).unwrap_err().contains("200 bytes"));
+        assert!(
+            e.contains("empty") && e.contains("1: netcl built-in CPU"),
+            "{e}"
+        );
+        assert!(
+            d.resolve(&"x".repeat(200))
+                .unwrap_err()
+                .contains("200 bytes")
+        );
     }
 }
