@@ -324,21 +324,24 @@ impl Pool {
         senders: &'s mut Senders,
         device: Option<usize>,
     ) -> Option<&'s mpsc::UnboundedSender<Job>> {
-        if !senders.contains_key(&device) {
-            let (sender, receiver) = mpsc::unbounded_channel();
-            let lane = Arc::new(Lane {
-                device: device.map(|d| d.to_string()),
-                eager: false,
-                queue: tokio::sync::Mutex::new(receiver),
-            });
-            for _ in 0..DEVICE_LANE_WORKERS {
-                let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) as usize;
-                let lane = Arc::clone(&lane);
-                self.starts.send(SlotStart { slot, lane }).ok()?;
+        use std::collections::hash_map::Entry;
+        match senders.entry(device) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                let lane = Arc::new(Lane {
+                    device: device.map(|d| d.to_string()),
+                    eager: false,
+                    queue: tokio::sync::Mutex::new(receiver),
+                });
+                for _ in 0..DEVICE_LANE_WORKERS {
+                    let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) as usize;
+                    let lane = Arc::clone(&lane);
+                    self.starts.send(SlotStart { slot, lane }).ok()?;
+                }
+                Some(e.insert(sender))
             }
-            senders.insert(device, sender);
         }
-        senders.get(&device)
     }
 
     /// Device indices whose own lane has started (the default lane is not among them).
