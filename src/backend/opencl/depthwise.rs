@@ -4,8 +4,8 @@
 #![allow(clippy::too_many_arguments)]
 
 use crate::Device;
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
 use crate::error::{Error, Result};
@@ -32,18 +32,22 @@ fn arg(g: &DwGeom) -> [i32; 8] {
     [g.n, g.c, g.h, g.w, g.oh, g.ow, g.s, g.p].map(|v| v as i32)
 }
 
-/// The autotune shape key of `g`, with one family-specific flag.
-fn key(g: &DwGeom, extra: i64) -> String {
-    shape_key(&[
-        bucket(g.n),
-        g.c as i64,
-        bucket(g.h),
-        bucket(g.w),
-        g.k as i64,
-        g.s as i64,
-        g.p as i64,
-        extra,
-    ])
+/// The autotune key of `kernel` for `g`, with one family-specific flag.
+fn key(kernel: &str, g: &DwGeom, extra: i64) -> TuneKey {
+    TuneKey::new(
+        kernel,
+        &[
+            ("n", bucket(g.n)),
+            ("c", g.c as i64),
+            ("h", bucket(g.h)),
+            ("w", bucket(g.w)),
+            ("k", g.k as i64),
+            ("s", g.s as i64),
+            ("p", g.p as i64),
+            ("flag", extra),
+        ],
+    )
+    .source(kernel_source("depthwise").unwrap_or_default())
 }
 
 /// The forced algorithm: the explicit argument, else `NETCL_DWCONV_ALGO`.
@@ -267,7 +271,7 @@ impl ClDevice {
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let gather = if g.s == 2 {
                         // Default (autotuning off): `4x2`, the H200's choice.
-                        autotune::tune(device, "dwconv_bwd_x_s2", &key(g, 0), &GATHER_S2, 2, |v| {
+                        autotune::tune(device, &key("dwconv_bwd_x_s2", g, 0), &GATHER_S2, 2, |v| {
                             events_ms(&[self.dw_gather(v, &plain, g)?])
                         })?
                     } else {
@@ -309,8 +313,7 @@ impl ClDevice {
             DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 => {
                 let unit = autotune::tune(
                     device,
-                    "dwconv_bwd_w_unit",
-                    &key(g, 0),
+                    &key("dwconv_bwd_w_unit", g, 0),
                     &GRAD_W_UNITS,
                     // Default (autotuning off): `col8`, the H200's choice at stride 1 and 2.
                     2,
@@ -470,16 +473,29 @@ impl ClDevice {
         algo: Option<DwAlgo>,
         bench: impl FnMut(&DwAlgo) -> Result<f64>,
     ) -> Result<DwAlgo> {
-        let key = key(g, extra);
+        let key = key(kernel, g, extra);
         if let Some((a, why)) = forced(algo) {
             self.dw_eligible(a, g)?;
-            autotune::record_choice(device, kernel, &key, &a, Source::Forced, why);
+            autotune::record_choice(device, &key, &a, Source::Forced, why);
             return Ok(a);
         }
-        if let Some(a) = autotune::answered(device, kernel, &key) {
+        if let Some(a) = autotune::answered(device, &key) {
             return Ok(a);
         }
-        autotune::tune(device, kernel, &key, &self.dw_candidates(g), 0, bench)
+        let cands = self.dw_candidates(g);
+        // First choice before measurement, from the recorded winners: register blocks along rows on GPUs,
+        // taller blocks on CPU OpenCL, else the row kernel.
+        let prefer = if self.info.kind == "cpu" {
+            DwAlgo::Block8x4
+        } else {
+            DwAlgo::Block1x4
+        };
+        let default = cands
+            .iter()
+            .position(|a| *a == prefer)
+            .or_else(|| cands.iter().position(|a| *a == DwAlgo::Rows))
+            .unwrap_or(0);
+        autotune::tune(device, &key, &cands, default, bench)
     }
 }
 

@@ -2,15 +2,13 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 
 use crate::Device;
-use crate::autotune::{self, bucket, shape_key};
+use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::Event;
-use crate::backend::opencl::program::{Defines, quick_key};
+use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{Arg, events_ms};
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
@@ -24,22 +22,23 @@ fn bias_code(b: BiasMode) -> i32 {
     }
 }
 
-/// The autotune kernel name and shape key `g` is measured under.
-fn tune_key(g: &Gemm) -> (&'static str, Cow<'_, str>) {
-    match &g.tune {
-        GemmTune::Matmul => (
+/// The autotune key `g` is measured under; its candidates run `kernels/gemm.cl`.
+fn tune_key(g: &Gemm) -> TuneKey {
+    let key = match &g.tune {
+        GemmTune::Matmul => TuneKey::new(
             "matmul",
-            Cow::Owned(shape_key(&[
-                bucket(g.m),
-                bucket(g.n),
-                bucket(g.k),
-                bucket(g.batch),
-                g.trans_a as i64,
-                g.trans_b as i64,
-            ])),
+            &[
+                ("m", bucket(g.m)),
+                ("n", bucket(g.n)),
+                ("k", bucket(g.k)),
+                ("batch", bucket(g.batch)),
+                ("trans_a", g.trans_a as i64),
+                ("trans_b", g.trans_b as i64),
+            ],
         ),
-        GemmTune::Named(name, key) => (*name, Cow::Borrowed(key.as_str())),
-    }
+        GemmTune::Named(name, key) => TuneKey::from_shape_key(*name, key.as_str()),
+    };
+    key.source(kernel_source("gemm").unwrap_or_default())
 }
 
 /// One kernel shape of the family.
@@ -556,8 +555,8 @@ impl ClDevice {
         g: &Gemm,
     ) -> Result<GemmCand> {
         // A repeated question is answered before the candidate list is built (most of a call's host time).
-        let (name, key) = tune_key(g);
-        if let Some(c) = autotune::answered(device, name, &key) {
+        let key = tune_key(g);
+        if let Some(c) = autotune::answered(device, &key) {
             return Ok(c);
         }
         let cands = self.gemm_candidates(g);
@@ -573,7 +572,7 @@ impl ClDevice {
                 .flat_map(|c| Self::gemm_programs(g, *c))
                 .collect()
         });
-        autotune::tune(device, name, &key, &cands, default, |cand| {
+        autotune::tune(device, &key, &cands, default, |cand| {
             prebuild();
             events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
         })

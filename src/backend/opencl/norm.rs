@@ -3,8 +3,8 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{Arg, ClDevice, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD};
@@ -326,12 +326,16 @@ impl NormKernels for ClDevice {
     ) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
-        let key = shape_key(&[
-            bucket(v[0]),
-            bucket(v[1]),
-            bucket(v[2]),
-            i64::from(v[2].is_multiple_of(4)),
-        ]);
+        let key = TuneKey::new(
+            "batch_norm2d",
+            &[
+                ("n", bucket(v[0])),
+                ("c", bucket(v[1])),
+                ("hw", bucket(v[2])),
+                ("hw4", i64::from(v[2].is_multiple_of(4))),
+            ],
+        )
+        .source(kernel_source("norm").unwrap_or_default());
         let chosen = match algo {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
@@ -352,7 +356,6 @@ impl NormKernels for ClDevice {
                 }
                 autotune::record_choice(
                     device,
-                    "batch_norm2d",
                     &key,
                     &a,
                     Source::Forced,
@@ -360,11 +363,11 @@ impl NormKernels for ClDevice {
                 );
                 a
             }
-            None => match autotune::answered(device, "batch_norm2d", &key) {
+            None => match autotune::answered(device, &key) {
                 Some(a) => a,
                 None => {
                     let (cands, default) = self.bn_candidates(v);
-                    autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
+                    autotune::tune(device, &key, &cands, default, |a| {
                         events_ms(&self.run_bn(device, bn, *a)?)
                     })?
                 }

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::elementwise::{grid_3d, grid_defines};
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{Arg, ClDevice, events_ms};
 use crate::contract::ReduceKernels;
 use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
@@ -410,16 +410,23 @@ impl ReduceKernels for ClDevice {
         out_off: usize,
         algo: Option<ReduceAlgo>,
     ) -> Result<()> {
-        let key = shape_key(&[
-            bucket(v.o),
-            bucket(v.r),
-            bucket(v.i),
-            // The largest of 32, 8, 4 dividing I: column candidates depend on it.
-            [32i64, 8, 4]
-                .into_iter()
-                .find(|&m| v.i.is_multiple_of(m as usize))
-                .unwrap_or(1),
-        ]);
+        let key = TuneKey::new(
+            "reduce",
+            &[
+                ("o", bucket(v.o)),
+                ("r", bucket(v.r)),
+                ("i", bucket(v.i)),
+                // The largest of 32, 8, 4 dividing I: column candidates depend on it.
+                (
+                    "i_multiple",
+                    [32i64, 8, 4]
+                        .into_iter()
+                        .find(|&m| v.i.is_multiple_of(m as usize))
+                        .unwrap_or(1),
+                ),
+            ],
+        )
+        .source(kernel_source("reduce").unwrap_or_default());
         let (cands, default) = self.reduce_candidates(v);
         let eligible = |a: &ReduceAlgo| match a {
             ReduceAlgo::Col(..) => v.i > 1,
@@ -431,10 +438,9 @@ impl ReduceKernels for ClDevice {
         };
         let chosen = match algo.filter(eligible) {
             Some(a) => {
-                if once_per_key(&format!("reduce|{key}|{a:?}")) {
+                if once_per_key(&format!("reduce|{}|{a:?}", key.shape_key())) {
                     autotune::record_choice(
                         device,
-                        "reduce",
                         &key,
                         &a,
                         Source::Forced,
@@ -444,7 +450,7 @@ impl ReduceKernels for ClDevice {
                 a
             }
             None if v.r <= 1 => cands[default],
-            None => autotune::tune(device, "reduce", &key, &cands, default, |c| {
+            None => autotune::tune(device, &key, &cands, default, |c| {
                 events_ms(&self.run_pass(device, op, first, v, scale, x, out, out_off, *c)?)
             })?,
         };
@@ -486,18 +492,19 @@ impl ReduceKernels for ClDevice {
         let total = out.numel();
         let wg =
             plan.r >= 256 && self.info.max_work_group_size >= 256 && algo != Some(RtsAlgo::Item);
-        let key = shape_key(&[bucket(total), bucket(plan.r)]);
+        let key = TuneKey::new(
+            "reduce_to_shape",
+            &[("total", bucket(total)), ("r", bucket(plan.r))],
+        )
+        .source(kernel_source("reduce").unwrap_or_default());
         if !wg {
-            if once_per_key(&format!("rts|{}|{key}|item", device.info().index)) {
+            if once_per_key(&format!(
+                "rts|{}|{}|item",
+                device.info().index,
+                key.shape_key()
+            )) {
                 let why = "rule: one work-item per output when fewer than 256 elements fold into each (or the device's work-groups are smaller than 256)";
-                autotune::record_choice(
-                    device,
-                    "reduce_to_shape",
-                    &key,
-                    &RtsAlgo::Item,
-                    Source::Only,
-                    why,
-                );
+                autotune::record_choice(device, &key, &RtsAlgo::Item, Source::Only, why);
             }
             let k = self.kernel("reduce", &Defines::new(), "rts_item")?;
             let mut args = vec![Arg::I32(total as i32)];
@@ -512,22 +519,26 @@ impl ReduceKernels for ClDevice {
         }
         let chosen = match algo {
             Some(a) => {
-                if once_per_key(&format!("rts|{}|{key}|{a:?}", device.info().index)) {
+                if once_per_key(&format!(
+                    "rts|{}|{}|{a:?}",
+                    device.info().index,
+                    key.shape_key()
+                )) {
                     let why = "algorithm given by the caller";
-                    autotune::record_choice(
-                        device,
-                        "reduce_to_shape",
-                        &key,
-                        &a,
-                        Source::Forced,
-                        why,
-                    );
+                    autotune::record_choice(device, &key, &a, Source::Forced, why);
                 }
                 a
             }
             None => {
                 let cands = self.rts_candidates(total, plan);
-                autotune::tune(device, "reduce_to_shape", &key, &cands, 0, |a| {
+                // First choice before measurement, from the recorded winners: one work-group per output on
+                // CPU OpenCL, the most flattened slices on GPUs.
+                let default = if self.info.kind == "cpu" {
+                    0
+                } else {
+                    cands.len() - 1
+                };
+                autotune::tune(device, &key, &cands, default, |a| {
                     events_ms(&self.run_rts(device, grad, out, plan, *a)?)
                 })?
             }

@@ -1,7 +1,7 @@
 //! OpenCL softmax and cross-entropy: the row algorithm chosen by measurement, and the `softmax` kernels.
 
-use crate::autotune::{self, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
+use crate::autotune::{self, TuneKey, bucket};
+use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
 use crate::contract::SoftmaxKernels;
 use crate::contract::reduce::Ori;
@@ -72,9 +72,17 @@ impl ClDevice {
             cands.len().saturating_sub(2)
         };
         // The key keeps R's multiple-of-4 bit: rows in registers are a candidate only then.
-        let key = shape_key(&[bucket(v.o), bucket(v.r), i64::from(v.r.is_multiple_of(4))]);
         let kernel = if bwd { "softmax_backward" } else { "softmax" };
-        autotune::tune(device, kernel, &key, &cands, default, |c| bench(*c))
+        let key = TuneKey::new(
+            kernel,
+            &[
+                ("o", bucket(v.o)),
+                ("r", bucket(v.r)),
+                ("r4", i64::from(v.r.is_multiple_of(4))),
+            ],
+        )
+        .source(kernel_source("softmax").unwrap_or_default());
+        autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
     fn run_softmax(

@@ -167,8 +167,13 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
-        let wm = autotune::tune(device, "wino_tile", &key, &WINO_TILES, 0, |&wm| {
+        let key = algo_key(
+            "wino_tile",
+            g,
+            &[("bias", bias.is_some() as i64), ("relu", relu as i64)],
+        );
+        // First choice before measurement: 4×4 output tiles, the winner of every recorded shape.
+        let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
         })?;
         self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
@@ -230,8 +235,8 @@ impl ClDevice {
         g: &ConvGeom,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
-        let key = algo_key(g, &[]);
-        let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
+        let key = algo_key("wino_grad_w_tile", g, &[]);
+        let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
             events_ms(&self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?)
         })?;
@@ -252,8 +257,10 @@ impl ClDevice {
         gw: &Tensor,
         g: &ConvGeom,
     ) -> Result<bool> {
-        let key = algo_key(g, &[wm as i64]);
-        let layout = autotune::tune(device, "wino_grad_w_layout", &key, &["ct", "tc"], 0, |l| {
+        let key = algo_key("wino_grad_w_layout", g, &[("wm", wm as i64)]);
+        // First choice before measurement: `ct` won on the H200, `tc` on PoCL.
+        let default = usize::from(self.info.kind == "cpu");
+        let layout = autotune::tune(device, &key, &["ct", "tc"], default, |l| {
             events_ms(&self.wino_grad_w_tile(device, wm, *l == "tc", x, go, gw, g)?)
         })?;
         Ok(layout == "tc")
