@@ -463,11 +463,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("one_hot", move |labels: Var, classes: INT| -> R<Var> {
         let classes = classes.max(0) as usize;
-        precharge(
-            &c,
-            labels.value().numel().checked_mul(classes),
-            "`one_hot`",
-        )?;
+        precharge(&c, labels.value().numel().checked_mul(classes), "`one_hot`")?;
         track(
             &c,
             ops::one_hot(labels.value(), classes).map_err(engine_err)?,

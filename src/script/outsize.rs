@@ -147,7 +147,10 @@ mod tests {
 
     #[test]
     fn sizes_match_the_ops() {
-        assert_eq!(conv2d(&[2, 3, 8, 8], &[4, 3, 3, 3], 1, 1, 1), Some(2 * 4 * 64));
+        assert_eq!(
+            conv2d(&[2, 3, 8, 8], &[4, 3, 3, 3], 1, 1, 1),
+            Some(2 * 4 * 64)
+        );
         assert_eq!(conv2d(&[1, 3, 8, 8], &[4, 3, 3, 3], 2, 0, 1), Some(4 * 9));
         assert_eq!(conv2d(&[1, 3, 2, 2], &[4, 3, 3, 3], 1, 0, 1), Some(0));
         assert_eq!(conv2d(&[1, 3, 8], &[4, 3, 3, 3], 1, 0, 1), Some(0));

@@ -51,7 +51,10 @@ impl ShapeKernels for CpuDevice {
         idx: &Tensor,
     ) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
-        let (mut vs, mut is) = (crate::tensor::host_vec(vals.numel(), 0f32)?, crate::tensor::host_vec(vals.numel(), 0i32)?);
+        let (mut vs, mut is) = (
+            crate::tensor::host_vec(vals.numel(), 0f32)?,
+            crate::tensor::host_vec(vals.numel(), 0i32)?,
+        );
         for oo in 0..o {
             for ii in 0..i {
                 // The reference sorts the lane.
