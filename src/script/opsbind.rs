@@ -510,7 +510,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 ));
             }
             let f = factor as usize;
-            precharge(&c, outsize::upsample(&s, f), "`upsample`")?;
+            precharge(&c, outsize::upsample(s, f), "`upsample`")?;
             track(
                 &c,
                 ops::upsample(x.value(), (s[2] * f, s[3] * f), m).map_err(engine_err)?,

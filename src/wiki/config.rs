@@ -104,7 +104,7 @@ impl Default for Config {
             playground_trust_forwarded: false,
             playground_limits: Limits::default(),
             playground_worker_command: None,
-            playground_stall_timeout_ms: 10_000,
+            playground_stall_timeout_ms: 3_000,
             playground_worker_address_space_mb: 16 * 1024,
             playground_worker_open_files: 256,
             header_timeout_ms: 15_000,
