@@ -1,22 +1,7 @@
 // Elementwise binary ops with broadcasting. OP(x, y) is defined per build (-D OP=...), on scalars.
 // Shapes and strides travel by value (ints or int8 with the innermost dimension in .s0), never as buffers.
 
-#ifndef GRID_LOOP
-#define GRID_LOOP 0
-#endif
-// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
-// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
-// CPU OpenCL compilers vectorise far better than a loop.
-#if GRID_LOOP
-#define YZ_BEGIN(y, d1, z, d0)                                         \
-    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
-        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
-#else
-#define YZ_BEGIN(y, d1, z, d0)         \
-    const int z = get_global_id(2);    \
-    const int y = get_global_id(1);    \
-    if (y < (d1) && z < (d0)) {
-#endif
+// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
 
 // max and min that keep NaN, as the op vocabulary's `maximum` and `minimum` templates call them.
 static inline float fmaxn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }

@@ -2,22 +2,7 @@
 // x0..x5 (never from user text) with the op vocabulary's templates, NIN is the number of inputs. One work-item
 // per output element.
 
-#ifndef GRID_LOOP
-#define GRID_LOOP 0
-#endif
-// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
-// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
-// CPU OpenCL compilers vectorise far better than a loop.
-#if GRID_LOOP
-#define YZ_BEGIN(y, d1, z, d0)                                         \
-    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
-        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
-#else
-#define YZ_BEGIN(y, d1, z, d0)         \
-    const int z = get_global_id(2);    \
-    const int y = get_global_id(1);    \
-    if (y < (d1) && z < (d0)) {
-#endif
+// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
 
 #ifndef NIN
 #define NIN 1

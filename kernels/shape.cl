@@ -1,22 +1,7 @@
 // Data movement: permute, block copies (narrow, cat, split), index_select, one_hot and pad2d (zero or
 // reflect) with its gather backward. Shapes travel by value; 3-D ranges avoid divisions where they can.
 
-#ifndef GRID_LOOP
-#define GRID_LOOP 0
-#endif
-// The y and z indices of a 3-D kernel. With GRID_LOOP (set when a launch caps the y or z extent at 65535
-// groups, as some drivers require) they stride over the grid; otherwise each work-item has one (y, z), which
-// CPU OpenCL compilers vectorise far better than a loop.
-#if GRID_LOOP
-#define YZ_BEGIN(y, d1, z, d0)                                         \
-    for (int z = get_global_id(2); z < (d0); z += get_global_size(2)) \
-        for (int y = get_global_id(1); y < (d1); y += get_global_size(1)) {
-#else
-#define YZ_BEGIN(y, d1, z, d0)         \
-    const int z = get_global_id(2);    \
-    const int y = get_global_id(1);    \
-    if (y < (d1) && z < (d0)) {
-#endif
+// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
 
 // y[i] = x[Σ c_k·istride_k] where (c_k) is i decomposed over the output shape (innermost in .s0).
 __kernel void permute(const int n, const int rank, const int8 oshape, const int8 istride, __global const float* x,

@@ -62,7 +62,7 @@ pub mod wiki;
 
 pub use device::{Device, DeviceInfo, DeviceType};
 pub use error::{Error, Result};
-pub use select::{list_devices, opencl_available};
+pub use select::{list_devices, opencl_available, resolve_selector};
 pub use tensor::{DType, Tensor};
 
 /// The wiki's Rust code blocks, compiled and run as doctests so the documentation cannot go stale.

@@ -118,6 +118,12 @@ enum TuneAction {
     Clear,
     /// Prints the cache file's path.
     Path,
+    /// Writes the cache's winners for the selected device as a tuning table (the format of `tuning/*.json`).
+    Export {
+        /// The file to write (atomically); standard output when absent.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -180,7 +186,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
         )?)?),
         Command::Tune { action } => {
             quiet_broken_pipe();
-            Ok(tune(action)?)
+            Ok(tune(cli.device.as_deref(), action)?)
         }
         Command::Serve(mut args) => {
             args.device = cli.device;
@@ -342,8 +348,26 @@ fn truncate(s: &str, n: usize) -> String {
     }
 }
 
-fn tune(action: TuneAction) -> netcl::Result<()> {
+fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
     match action {
+        TuneAction::Export { out } => {
+            let table = autotune::export_table(&Device::select(device)?)?;
+            let mut text = serde_json::to_vec_pretty(&table)
+                .map_err(|e| netcl::Error::Invalid(format!("tuning table: {e}")))?;
+            text.push(b'\n');
+            match out {
+                Some(path) => {
+                    netcl::fsio::write_atomic(&path, &text)
+                        .map_err(|e| netcl::Error::io(&path, e))?;
+                    eprintln!(
+                        "wrote {} entries to {}",
+                        table.entries.len(),
+                        path.display()
+                    );
+                }
+                None => print!("{}", String::from_utf8_lossy(&text)),
+            }
+        }
         TuneAction::Path => println!("{}", autotune::cache_path().display()),
         TuneAction::Clear => {
             let path = autotune::cache_path();

@@ -4,5 +4,5 @@
 
 pub use crate::backend::opencl::program::{
     Defines, ProgramStats, binary_cache_dir, build_check, build_ms_total, kernel_families,
-    kernel_source, prebuild, program_stats,
+    kernel_names, kernel_prelude, kernel_source, prebuild, program_stats,
 };

@@ -52,7 +52,8 @@ impl Device {
             .unwrap_or_else(|| "auto".to_owned());
         let cl = opencl::enumerate().unwrap_or_default();
         let builtin_index = cl.len();
-        let index = resolve(&sel, &cl, builtin_index)?;
+        let infos: Vec<DeviceInfo> = cl.iter().map(|(_, info)| info.clone()).collect();
+        let index = resolve(&sel, &infos, builtin_index)?;
         let mut reg = registry()
             .lock()
             .map_err(|_| Error::Device("device registry poisoned".into()))?;
@@ -79,14 +80,20 @@ impl Device {
     }
 }
 
-/// The index in [`list_devices`] that selector `sel` names.
-fn resolve(
-    sel: &str,
-    cl: &[(opencl3::types::cl_device_id, DeviceInfo)],
-    builtin_index: usize,
-) -> Result<usize> {
+/// The index in `devices` (as [`list_devices`] returns them: the OpenCL devices, then the built-in one) that
+/// `selector` names, by the rules of [`Device::select`], without opening a device.
+pub fn resolve_selector(selector: &str, devices: &[DeviceInfo]) -> Result<usize> {
+    let builtin_index = devices
+        .len()
+        .checked_sub(1)
+        .ok_or_else(|| Error::Device("no devices to choose from".into()))?;
+    resolve(selector, &devices[..builtin_index], builtin_index)
+}
+
+/// The index in [`list_devices`] that selector `sel` names; `cl` are the OpenCL devices.
+fn resolve(sel: &str, cl: &[DeviceInfo], builtin_index: usize) -> Result<usize> {
     let s = sel.trim().to_ascii_lowercase();
-    let first = |t: DeviceType| cl.iter().position(|(_, i)| i.kind == t);
+    let first = |t: DeviceType| cl.iter().position(|i| i.kind == t);
     let missing = |what: &str| {
         Error::Device(format!(
             "selector `{sel}`: no OpenCL {what} on this machine ({})",
@@ -110,7 +117,7 @@ fn resolve(
                     )));
                 }
                 i
-            } else if let Some(i) = cl.iter().position(|(_, i)| {
+            } else if let Some(i) = cl.iter().position(|i| {
                 i.name.to_ascii_lowercase().contains(&s)
                     || i.platform.to_ascii_lowercase().contains(&s)
             }) {
@@ -127,13 +134,13 @@ fn resolve(
     })
 }
 
-fn summary(cl: &[(opencl3::types::cl_device_id, DeviceInfo)]) -> String {
+fn summary(cl: &[DeviceInfo]) -> String {
     if cl.is_empty() {
         return "no OpenCL devices found; the built-in device is `builtin`".into();
     }
     let names: Vec<String> = cl
         .iter()
-        .map(|(_, i)| format!("{}: {} [{}]", i.index, i.name, i.kind))
+        .map(|i| format!("{}: {} [{}]", i.index, i.name, i.kind))
         .collect();
     format!("available: {}; {}: built-in", names.join(", "), cl.len())
 }

@@ -80,7 +80,8 @@
     // Shell examples copy without their `$ ` prompts, so they paste as commands.
     var shell = block.getAttribute("data-lang") === "sh";
     button.addEventListener("click", function () {
-      var text = shell ? code.textContent.replace(/^\$ /gm, "") : code.textContent;
+      // Rust blocks copy the whole program (hidden `# ` lines included, in `fn main`) from data-copy.
+      var text = block.getAttribute("data-copy") || (shell ? code.textContent.replace(/^\$ /gm, "") : code.textContent);
       copyText(text, function () {
         button.textContent = "Copied";
         setTimeout(function () { button.textContent = "Copy"; }, 1500);

@@ -1,7 +1,8 @@
 // netcl playground: turns runnable code blocks into editors with Run, Stop, Reset and Share, runs them on the
 // server (POST run-api/stream, server-sent events), and shows the output, tensors, images, a live progress
-// curve, the autotune decisions, kernel launches, timings and the device. Without this script a block shows its
-// code and recorded output.
+// curve, the autotune decisions, kernel launches, timings and the device. A device picker runs a block on any of
+// the server's devices (GET run-api/devices), and "Run on all" runs it on each in turn and shows the results side
+// by side. Without this script a block shows its code and recorded output.
 (function () {
   "use strict";
   var root = document.documentElement;
@@ -379,6 +380,91 @@
     return pump();
   }
 
+  // The server's devices, fetched once for the page: {default, devices: [{index, name, kind, platform}]}, or
+  // null when the server does not say (the picker then stays hidden and runs go to the server's device).
+  var devicesOnce = null;
+  function loadDevices() {
+    if (!devicesOnce) {
+      devicesOnce = fetch(api + "/devices", { headers: { Accept: "application/json" } })
+        .then(function (r) { return r.ok ? r.json() : null; })
+        .then(function (d) { return d && Array.isArray(d.devices) && d.devices.length ? d : null; })
+        .catch(function () { return null; });
+    }
+    return devicesOnce;
+  }
+  function deviceLabel(d) {
+    return d.index + " · " + d.name + " (" + (d.kind === "builtin" ? "built-in reference" : d.kind) + ")";
+  }
+
+  // One run over the event stream. `job` holds the AbortController and receives the run id; `hooks.started` and
+  // `hooks.progress` are called as the events arrive. Resolves with the result, or with an error result in the
+  // same shape for a refusal, a network failure or a stopped run.
+  function streamRun(body, job, hooks) {
+    var result = null;
+    return fetch(api + "/stream", {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
+      body: JSON.stringify(body),
+      signal: job.controller.signal
+    }).then(function (response) {
+      var type = response.headers.get("content-type") || "";
+      if (type.indexOf("text/event-stream") < 0) {
+        return response.json().then(function (b) {
+          var retry = response.headers.get("retry-after");
+          var message = (b.error && b.error.message) || ("HTTP " + response.status);
+          result = { ok: false, error: { kind: (b.error && b.error.kind) || "http", message: message + (retry ? " (retry in " + retry + " s)" : "") } };
+        });
+      }
+      return readEvents(response, function (name, data) {
+        if (name === "queued") { job.id = data.id; }
+        else if (name === "started") { if (hooks.started) { hooks.started(); } }
+        else if (name === "progress") { if (hooks.progress) { hooks.progress(data); } }
+        else if (name === "result") { result = data; }
+      });
+    }).catch(function (e) {
+      if (!result) {
+        var stopped = job.controller.signal.aborted;
+        result = { ok: false, error: { kind: stopped ? "cancelled" : "network", message: stopped ? "the run was stopped" : String(e) } };
+      }
+    }).then(function () {
+      return result || { ok: false, error: { kind: "network", message: "the run ended without an answer" } };
+    });
+  }
+
+  // "Run on all": one column per device (result, time, decisions), filled one device after another so the
+  // timings do not compete, with a summary table above them. Columns stack on a narrow screen.
+  function renderCompare(area, devices) {
+    var box = el("section", "run-compare");
+    box.setAttribute("aria-label", "results on each device");
+    var t = table(["device", "result", "total", "run", "device time", "decisions"], "run-table compare-summary");
+    box.appendChild(t.table);
+    var cols = el("div", "compare-columns");
+    box.appendChild(cols);
+    area.appendChild(box);
+    return devices.map(function (d) {
+      var col = el("div", "compare-col");
+      col.setAttribute("data-device-index", String(d.index));
+      col.appendChild(el("h4", "compare-device", deviceLabel(d)));
+      var colArea = el("div", "compare-result");
+      colArea.setAttribute("data-state", "waiting");
+      colArea.appendChild(el("p", "muted", "waiting…"));
+      col.appendChild(colArea);
+      cols.appendChild(col);
+      var tr = row(t.body, [d.name, "waiting", "–", "–", "–", "–"]);
+      return { device: d, col: col, area: colArea, row: tr, box: box };
+    });
+  }
+  function fillSummary(entry, r) {
+    var t = r.timings || {}, cells = entry.row.children;
+    var distinct = {};
+    (r.decisions || []).forEach(function (d) { distinct[d.kernel + "|" + d.shape_key + "|" + d.winner_label] = 1; });
+    cells[1].textContent = r.ok ? (r.value !== null && r.value !== undefined ? "ok → " + r.value : "ok") : "error: " + ((r.error && r.error.kind) || "?");
+    cells[2].textContent = fmt(t.total_ms);
+    cells[3].textContent = fmt(t.run_ms);
+    cells[4].textContent = fmt(t.device_ms);
+    cells[5].textContent = String(Object.keys(distinct).length);
+  }
+
   function setup(block) {
     var head = block.querySelector(".code-head");
     var area = block.querySelector("[data-run-result]");
@@ -389,8 +475,33 @@
     var stop = el("button", "stop-btn", "Stop");
     var reset = el("button", "reset-btn", "Reset");
     var share = el("button", "share-btn", "Share");
-    [run, stop, reset, share].forEach(function (b) { b.type = "button"; bar.appendChild(b); });
+    var picker = el("select", "device-picker");
+    picker.setAttribute("aria-label", "Device to run on");
+    picker.hidden = true;
+    var runAll = el("button", "run-all-btn", "Run on all");
+    runAll.title = "Run this code on every device of the server and compare";
+    runAll.hidden = true;
+    bar.appendChild(picker);
+    [run, runAll, stop, reset, share].forEach(function (b) { b.type = "button"; bar.appendChild(b); });
     stop.hidden = true;
+    var devices = null;
+    loadDevices().then(function (list) {
+      if (!list) { return; }
+      devices = list;
+      list.devices.forEach(function (d) {
+        var o = el("option", null, deviceLabel(d) + (d["default"] ? " · default" : ""));
+        o.value = String(d.index);
+        if (d["default"]) { o.selected = true; }
+        picker.appendChild(o);
+      });
+      picker.hidden = list.devices.length < 2;
+      runAll.hidden = list.devices.length < 2;
+    });
+    function request(device) {
+      var body = { code: editor.area.value };
+      if (device !== null && device !== undefined && device !== "") { body.device = Number(device); }
+      return body;
+    }
     head.insertBefore(bar, head.querySelector(".copy-btn"));
     var status = el("span", "run-status");
     status.setAttribute("aria-live", "polite");
@@ -399,62 +510,98 @@
 
     function finish() {
       run.disabled = false;
+      runAll.disabled = false;
       stop.hidden = true;
       current = null;
     }
-    function start() {
-      if (current) { return; }
+    function newJob() {
+      var job = { controller: new AbortController(), id: null, done: false, started: performance.now() };
+      current = job;
+      run.disabled = true;
+      runAll.disabled = true;
+      stop.hidden = false;
       editor.clearMark();
       area.hidden = false;
       area.textContent = "";
       area.setAttribute("data-state", "running");
+      return job;
+    }
+    function start() {
+      if (current) { return; }
+      var job = newJob();
       var curve = null;
-      var job = { controller: new AbortController(), id: null, done: false, started: performance.now() };
-      current = job;
-      run.disabled = true;
-      stop.hidden = false;
       status.textContent = "queued…";
-      fetch(api + "/stream", {
-        method: "POST",
-        headers: { "Content-Type": "application/json", Accept: "text/event-stream" },
-        body: JSON.stringify({ code: editor.area.value }),
-        signal: job.controller.signal
-      }).then(function (response) {
-        var type = response.headers.get("content-type") || "";
-        if (type.indexOf("text/event-stream") < 0) {
-          return response.json().then(function (body) {
-            var retry = response.headers.get("retry-after");
-            var message = (body.error && body.error.message) || ("HTTP " + response.status);
-            renderResult(area, { ok: false, error: { kind: (body.error && body.error.kind) || "http", message: message + (retry ? " (retry in " + retry + " s)" : "") } }, editor);
-            status.textContent = "";
-          });
+      streamRun(request(devices ? picker.value : null), job, {
+        started: function () { status.textContent = "running…"; },
+        progress: function (data) {
+          if (!curve) { curve = new Curve(area); }
+          curve.add(data);
         }
-        return readEvents(response, function (name, data) {
-          if (name === "queued") { job.id = data.id; }
-          else if (name === "started") { status.textContent = "running…"; }
-          else if (name === "progress") {
-            if (!curve) { curve = new Curve(area); }
+      }).then(function (data) {
+        job.done = true;
+        var chart = curve && curve.box;
+        area.textContent = "";
+        if (chart) { area.appendChild(chart); }
+        renderResult(area, data, editor);
+        if (area.getBoundingClientRect().top > window.innerHeight) { area.scrollIntoView({ block: "nearest" }); }
+        var ms = performance.now() - job.started;
+        var stopped = data.error && data.error.kind === "cancelled";
+        status.textContent = stopped ? "stopped" : (data.ok ? "done" : "failed") + " in " + Math.round(ms) + " ms";
+        area.setAttribute("data-roundtrip-ms", ms.toFixed(1));
+      }).then(finish);
+    }
+    function startAll() {
+      if (current || !devices) { return; }
+      var job = newJob();
+      var entries = renderCompare(area, devices.devices);
+      var best = null;
+      function next(i) {
+        if (i >= entries.length || job.controller.signal.aborted) { return Promise.resolve(); }
+        var entry = entries[i], curve = null;
+        entry.area.textContent = "";
+        entry.area.setAttribute("data-state", "running");
+        entry.row.children[1].textContent = "running…";
+        status.textContent = "running on " + entry.device.name + " (" + (i + 1) + " of " + entries.length + ")…";
+        job.id = null;
+        return streamRun(request(entry.device.index), job, {
+          progress: function (data) {
+            if (!curve) { curve = new Curve(entry.area); }
             curve.add(data);
-          } else if (name === "result") {
-            job.done = true;
-            var chart = curve && curve.box;
-            area.textContent = "";
-            if (chart) { area.appendChild(chart); }
-            renderResult(area, data, editor);
-            if (area.getBoundingClientRect().top > window.innerHeight) { area.scrollIntoView({ block: "nearest" }); }
-            var ms = performance.now() - job.started;
-            status.textContent = (data.ok ? "done" : "failed") + " in " + Math.round(ms) + " ms";
-            area.setAttribute("data-roundtrip-ms", ms.toFixed(1));
+          }
+        }).then(function (r) {
+          var chart = curve && curve.box;
+          entry.area.textContent = "";
+          if (chart) { entry.area.appendChild(chart); }
+          renderResult(entry.area, r, editor);
+          fillSummary(entry, r);
+          var ms = r.ok && r.timings ? r.timings.run_ms : null;
+          if (typeof ms === "number" && (!best || ms < best.ms)) { best = { ms: ms, entry: entry }; }
+          return next(i + 1);
+        });
+      }
+      next(0).then(function () {
+        job.done = true;
+        entries.forEach(function (e) {
+          if (e.area.getAttribute("data-state") !== "ok" && e.area.getAttribute("data-state") !== "error") {
+            e.area.textContent = "";
+            e.area.setAttribute("data-state", "error");
+            e.area.appendChild(el("p", "muted", "not run: stopped"));
+            e.row.children[1].textContent = "not run";
           }
         });
-      }).catch(function (e) {
-        if (!job.done) {
-          renderResult(area, { ok: false, error: { kind: job.controller.signal.aborted ? "cancelled" : "network", message: job.controller.signal.aborted ? "the run was stopped" : String(e) } }, editor);
-          status.textContent = job.controller.signal.aborted ? "stopped" : "failed";
+        if (best && entries.length > 1) {
+          best.entry.col.classList.add("fastest");
+          best.entry.col.querySelector(".compare-device").appendChild(el("span", "badge fastest-badge", "fastest run"));
         }
+        var failed = entries.filter(function (e) { return e.area.getAttribute("data-state") !== "ok"; }).length;
+        area.setAttribute("data-state", failed ? "error" : "ok");
+        entries[0].box.setAttribute("data-state", "done");
+        var ms = performance.now() - job.started;
+        status.textContent = (job.controller.signal.aborted ? "stopped" : "compared " + entries.length + " devices") + " in " + Math.round(ms) + " ms";
       }).then(finish);
     }
     run.addEventListener("click", start);
+    runAll.addEventListener("click", startAll);
     stop.addEventListener("click", function () {
       var job = current;
       if (!job) { return; }

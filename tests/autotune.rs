@@ -1,16 +1,20 @@
 //! The autotuner: measurement, the persistent cache, re-validation, the off switch, corrupt files, and two
 //! processes writing one cache file at once.
 //!
-//! The cache path and the off switch are environment variables, which are process-wide, so every test here
-//! takes one lock and sets its own cache file.
+//! The cache path and the mode are environment variables, which are process-wide and read once into the
+//! tuner's configuration, so every test here takes one lock, sets its own cache file and reloads the
+//! configuration. Tests of this file run in `sync` mode unless they say otherwise.
 
 mod common;
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
 
-use netcl::autotune::{self, Source};
+use netcl::autotune::{self, Source, TuneKey};
 use netcl::{Device, Tensor, ops};
 
 static ENV: Mutex<()> = Mutex::new(());
@@ -24,10 +28,36 @@ fn fresh_cache(name: &str) -> PathBuf {
     // SAFETY: every test of this file holds ENV while it touches the environment.
     unsafe {
         std::env::set_var("NETCL_AUTOTUNE_CACHE", &path);
-        std::env::remove_var("NETCL_AUTOTUNE");
+        std::env::set_var("NETCL_AUTOTUNE", "sync");
+        std::env::remove_var("NETCL_AUTOTUNE_FORCE");
+        std::env::remove_var("NETCL_TUNING_DIR");
     }
+    autotune::reload_config();
     autotune::clear_memory();
     path
+}
+
+/// Sets (or with `None` removes) an environment variable and reloads the tuner's configuration.
+fn set_env(k: &str, v: Option<&str>) {
+    // SAFETY: every test of this file holds ENV while it touches the environment.
+    unsafe {
+        match v {
+            Some(v) => std::env::set_var(k, v),
+            None => std::env::remove_var(k),
+        }
+    }
+    autotune::reload_config();
+}
+
+/// A test key with one shape field per value.
+fn key(kernel: &str, dims: &[i64]) -> TuneKey {
+    const NAMES: [&str; 4] = ["a", "b", "c", "d"];
+    let fields: Vec<(&'static str, i64)> = dims
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| (NAMES[i], v))
+        .collect();
+    TuneKey::new(kernel, &fields)
 }
 
 fn last_decision(kernel: &str) -> autotune::Decision {
@@ -45,7 +75,7 @@ fn the_fastest_candidate_wins_and_is_cached_with_its_times() {
     let dev = Device::builtin();
     let times = [3.0, 1.0, 2.0];
     let mut calls = 0;
-    let w = autotune::tune(&dev, "t_winner", "(8, 8)", &["a", "b", "c"], 0, |c| {
+    let w = autotune::tune(&dev, &key("t_winner", &[8, 8]), &["a", "b", "c"], 0, |c| {
         calls += 1;
         Ok(times[["a", "b", "c"].iter().position(|x| x == c).expect("known")])
     })
@@ -62,10 +92,16 @@ fn the_fastest_candidate_wins_and_is_cached_with_its_times() {
         d.candidates.iter().map(|c| c.ms).collect::<Vec<_>>(),
         vec![Some(3.0), Some(1.0), Some(2.0)]
     );
-    assert_eq!(d.key, format!("{}::t_winner::(8, 8)", dev.info().tune_id()));
+    assert!(
+        d.key
+            .starts_with(&format!("{}::t_winner@", dev.info().tune_id()))
+            && d.key.ends_with("::(8, 8)"),
+        "netcl's key with the kernel's checksum: {}",
+        d.key
+    );
 
     // The next call is answered from memory without running anything.
-    let w = autotune::tune(&dev, "t_winner", "(8, 8)", &["a", "b", "c"], 0, |_| {
+    let w = autotune::tune(&dev, &key("t_winner", &[8, 8]), &["a", "b", "c"], 0, |_| {
         panic!("must not measure")
     })
     .expect("tune");
@@ -73,7 +109,7 @@ fn the_fastest_candidate_wins_and_is_cached_with_its_times() {
 
     // A new process (simulated by dropping the memo) reads the file, with the recorded times.
     autotune::clear_memory();
-    let w = autotune::tune(&dev, "t_winner", "(8, 8)", &["a", "b", "c"], 0, |_| {
+    let w = autotune::tune(&dev, &key("t_winner", &[8, 8]), &["a", "b", "c"], 0, |_| {
         panic!("must not measure")
     })
     .expect("tune");
@@ -100,14 +136,14 @@ fn a_stale_winner_is_measured_again() {
     let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     fresh_cache("stale");
     let dev = Device::builtin();
-    let w = autotune::tune(&dev, "t_stale", "(1,)", &[16, 32], 0, |c| {
+    let w = autotune::tune(&dev, &key("t_stale", &[1]), &[16, 32], 0, |c| {
         Ok(if *c == 32 { 1.0 } else { 2.0 })
     })
     .expect("tune");
     assert_eq!(w, 32);
     // The candidate set changed (32 is gone): the cached 32 is dropped and the shape re-measured.
     let mut measured = false;
-    let w = autotune::tune(&dev, "t_stale", "(1,)", &[8, 16], 0, |c| {
+    let w = autotune::tune(&dev, &key("t_stale", &[1]), &[8, 16], 0, |c| {
         measured = true;
         Ok(if *c == 8 { 1.0 } else { 2.0 })
     })
@@ -121,7 +157,7 @@ fn failing_candidates_are_disqualified_and_all_failing_uses_the_default() {
     let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let path = fresh_cache("fail");
     let dev = Device::builtin();
-    let w = autotune::tune(&dev, "t_fail", "(2,)", &["x", "y"], 1, |c| {
+    let w = autotune::tune(&dev, &key("t_fail", &[2]), &["x", "y"], 1, |c| {
         if *c == "x" {
             Err(netcl::Error::Invalid("x cannot run".into()))
         } else {
@@ -137,7 +173,7 @@ fn failing_candidates_are_disqualified_and_all_failing_uses_the_default() {
             .as_deref()
             .is_some_and(|e| e.contains("x cannot run"))
     );
-    let w = autotune::tune(&dev, "t_fail_all", "(2,)", &["x", "y"], 1, |_| {
+    let w = autotune::tune(&dev, &key("t_fail_all", &[2]), &["x", "y"], 1, |_| {
         Err(netcl::Error::Invalid("no".into()))
     })
     .expect("tune");
@@ -156,33 +192,30 @@ fn failing_candidates_are_disqualified_and_all_failing_uses_the_default() {
 fn autotune_off_measures_nothing() {
     let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let path = fresh_cache("off");
-    // SAFETY: ENV is held.
-    unsafe { std::env::set_var("NETCL_AUTOTUNE", "0") };
+    set_env("NETCL_AUTOTUNE", Some("0"));
     let dev = Device::builtin();
-    let w = autotune::tune(&dev, "t_off", "(3,)", &["a", "b"], 1, |_| {
+    let w = autotune::tune(&dev, &key("t_off", &[3]), &["a", "b"], 1, |_| {
         panic!("must not measure")
     })
     .expect("tune");
-    // SAFETY: ENV is held.
-    unsafe { std::env::remove_var("NETCL_AUTOTUNE") };
-    assert_eq!((w, last_decision("t_off").source), ("b", Source::Default));
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+    // The op's first choice, from the heuristic.
+    assert_eq!((w, last_decision("t_off").source), ("b", Source::Heuristic));
     assert!(!path.exists(), "no file is written when autotuning is off");
     // Real ops still run with their defaults.
     if let Some(cl) = common::opencl_device() {
-        // SAFETY: ENV is held.
-        unsafe { std::env::set_var("NETCL_AUTOTUNE", "0") };
+        set_env("NETCL_AUTOTUNE", Some("off"));
         let seq = autotune::last_seq();
         let s = Tensor::ones(&cl, &[1000])
             .and_then(|t| ops::sum_all(&t))
             .and_then(|t| t.to_vec::<f32>())
             .expect("sum");
-        // SAFETY: ENV is held.
-        unsafe { std::env::remove_var("NETCL_AUTOTUNE") };
+        set_env("NETCL_AUTOTUNE", Some("sync"));
         assert_eq!(s, vec![1000.0]);
         assert!(
             autotune::decisions_since(seq)
                 .iter()
-                .all(|d| d.source == Source::Default)
+                .all(|d| !matches!(d.source, Source::Measured | Source::Cache))
         );
     }
 }
@@ -196,7 +229,8 @@ fn a_corrupt_cache_file_is_reported_and_rebuilt() {
     assert!(snap.status.starts_with("corrupt"), "{}", snap.status);
     std::fs::write(&path, "{\"truncated\": [1, 2").expect("write garbage again");
     let dev = Device::builtin();
-    let w = autotune::tune(&dev, "t_corrupt", "(4,)", &[1, 2], 0, |c| Ok(*c as f64)).expect("tune");
+    let w =
+        autotune::tune(&dev, &key("t_corrupt", &[4]), &[1, 2], 0, |c| Ok(*c as f64)).expect("tune");
     assert_eq!(w, 1);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("file")).expect("valid again");
@@ -223,8 +257,7 @@ fn cache_writer_child() {
     for i in 0..40 {
         let w = autotune::tune(
             &dev,
-            &format!("t_proc{id}_{i}"),
-            "(1,)",
+            &key(&format!("t_proc{id}_{i}"), &[1]),
             &["p", "q"],
             0,
             |c| Ok(if *c == "q" { 1.0 } else { 2.0 }),
@@ -263,7 +296,7 @@ fn two_processes_write_one_file_at_once() {
     let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
     for id in 0..2 {
         for i in 0..40 {
-            let k = format!("::t_proc{id}_{i}::");
+            let k = format!("::t_proc{id}_{i}@");
             assert!(
                 keys.iter().any(|key| key.contains(&k)),
                 "entry {k} lost: merges under the lock keep both writers' entries"
@@ -314,68 +347,64 @@ fn repeated_answers_follow_every_change() {
     let timed = |times: [f64; 3]| {
         move |c: &&str| Ok(times[["a", "b", "c"].iter().position(|x| x == c).expect("known")])
     };
-    let ask = |d: &Device| autotune::answered::<&str>(d, "t_hot", "(8,)");
+    let hot = key("t_hot", &[8]);
+    let ask = |d: &Device| autotune::answered::<&str>(d, &hot);
     let never = |_: &&str| -> netcl::Result<f64> { panic!("must not measure") };
 
     assert_eq!(ask(&dev), None, "nothing answered yet");
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([3.0, 1.0, 2.0])).expect("tune");
+    let w =
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, timed([3.0, 1.0, 2.0])).expect("tune");
     assert_eq!(w, "b");
     // Logged from the cache once in this scope, then answered from memory.
     for _ in 0..2 {
         assert_eq!(
-            autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+            autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune"),
             "b"
         );
     }
     assert_eq!(ask(&dev), Some("b"));
     let seq = autotune::last_seq();
     assert_eq!(
-        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune"),
         "b"
     );
     assert_eq!(autotune::last_seq(), seq, "a repeated answer logs nothing");
 
     // A forced label and the off switch win over a kept answer.
-    // SAFETY: ENV is held.
-    unsafe { std::env::set_var("NETCL_AUTOTUNE_FORCE", "t_hot=c") };
+    set_env("NETCL_AUTOTUNE_FORCE", Some("t_hot=c"));
     assert_eq!(ask(&dev), None);
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    let w = autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune");
     assert_eq!((w, last_decision("t_hot").source), ("c", Source::Forced));
-    // SAFETY: ENV is held.
-    unsafe {
-        std::env::remove_var("NETCL_AUTOTUNE_FORCE");
-        std::env::set_var("NETCL_AUTOTUNE", "0");
-    }
+    set_env("NETCL_AUTOTUNE_FORCE", None);
+    set_env("NETCL_AUTOTUNE", Some("0"));
     assert_eq!(ask(&dev), None);
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
-    assert_eq!((w, last_decision("t_hot").source), ("a", Source::Default));
-    // SAFETY: ENV is held.
-    unsafe { std::env::remove_var("NETCL_AUTOTUNE") };
+    let w = autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune");
+    assert_eq!((w, last_decision("t_hot").source), ("a", Source::Heuristic));
+    set_env("NETCL_AUTOTUNE", Some("sync"));
 
     // A new scope logs the cached answer again.
     autotune::begin_scope();
     assert_eq!(ask(&dev), None);
     let seq = autotune::last_seq();
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+    let w = autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune");
     assert_eq!((w, last_decision("t_hot").source), ("b", Source::Cache));
     assert!(autotune::last_seq() > seq);
 
     // Another cache file has its own answer.
     for _ in 0..2 {
-        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune");
     }
     assert_eq!(ask(&dev), Some("b"));
     let other = first.with_file_name("other.json");
-    // SAFETY: ENV is held.
-    unsafe { std::env::set_var("NETCL_AUTOTUNE_CACHE", &other) };
+    set_env("NETCL_AUTOTUNE_CACHE", other.to_str());
     assert_eq!(ask(&dev), None);
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([0.5, 1.0, 2.0])).expect("tune");
+    let w =
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, timed([0.5, 1.0, 2.0])).expect("tune");
     assert_eq!((w, last_decision("t_hot").source), ("a", Source::Measured));
-    // SAFETY: ENV is held.
-    unsafe { std::env::set_var("NETCL_AUTOTUNE_CACHE", &first) };
+    set_env("NETCL_AUTOTUNE_CACHE", first.to_str());
     for _ in 0..2 {
         assert_eq!(
-            autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+            autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune"),
             "b"
         );
     }
@@ -386,24 +415,477 @@ fn repeated_answers_follow_every_change() {
         s.spawn(|| {
             autotune::clear_cache().expect("clear");
             let d = Device::builtin();
-            let w = autotune::tune(&d, "t_hot", "(8,)", &cands, 0, timed([3.0, 2.0, 1.0]))
+            let w = autotune::tune(&d, &key("t_hot", &[8]), &cands, 0, timed([3.0, 2.0, 1.0]))
                 .expect("tune");
             assert_eq!(w, "c");
         });
     });
     assert_eq!(ask(&dev), None);
     assert_eq!(
-        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune"),
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune"),
         "c"
     );
 
     // Clearing the cache on this thread makes the next call measure again.
     for _ in 0..2 {
-        autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, never).expect("tune");
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, never).expect("tune");
     }
     assert_eq!(ask(&dev), Some("c"));
     autotune::clear_cache().expect("clear");
     assert_eq!(ask(&dev), None);
-    let w = autotune::tune(&dev, "t_hot", "(8,)", &cands, 0, timed([1.0, 2.0, 3.0])).expect("tune");
+    let w =
+        autotune::tune(&dev, &key("t_hot", &[8]), &cands, 0, timed([1.0, 2.0, 3.0])).expect("tune");
     assert_eq!((w, last_decision("t_hot").source), ("a", Source::Measured));
+}
+
+/// Counts calls of a fake bench and answers fixed times per candidate.
+fn times_of(times: &'static [(&'static str, f64)]) -> impl Fn(&&str) -> netcl::Result<f64> {
+    move |c: &&str| Ok(times.iter().find(|t| t.0 == *c).map(|t| t.1).unwrap_or(9.0))
+}
+
+#[test]
+fn an_edited_kernel_or_a_changed_candidate_set_is_measured_again() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("checksum");
+    let dev = Device::builtin();
+    let bench = times_of(&[("a", 2.0), ("b", 1.0), ("c", 3.0)]);
+    let old = key("t_sum", &[4]).source("kernel void k(global float* x) { x[0] = 1.0f; }");
+    let w = autotune::tune(&dev, &old, &["a", "b"], 0, &bench).expect("tune");
+    assert_eq!((w, last_decision("t_sum").source), ("b", Source::Measured));
+    let w = autotune::tune(&dev, &old, &["a", "b"], 0, |_| panic!("cached")).expect("tune");
+    assert_eq!((w, last_decision("t_sum").source), ("b", Source::Cache));
+
+    // The kernel source changed: the old winner is not reused.
+    let edited = key("t_sum", &[4]).source("kernel void k(global float* x) { x[0] = 2.0f; }");
+    let mut calls = 0;
+    autotune::tune(&dev, &edited, &["a", "b"], 0, |c| {
+        calls += 1;
+        bench(c)
+    })
+    .expect("tune");
+    assert!(calls > 0, "an edited kernel is measured again");
+    assert_eq!(last_decision("t_sum").source, Source::Measured);
+
+    // The candidate list changed (a new candidate, the old winner still in it): measured again, and the
+    // new candidate can win.
+    let w = autotune::tune(&dev, &old, &["a", "b", "c"], 0, |c| {
+        Ok(if *c == "c" { 0.5 } else { bench(c)? })
+    })
+    .expect("tune");
+    assert_eq!((w, last_decision("t_sum").source), ("c", Source::Measured));
+    // Both generations of the key are in the file, each with its own checksum.
+    let snap = autotune::cache_snapshot().expect("snapshot");
+    let keys: HashSet<&str> = snap
+        .entries
+        .iter()
+        .filter(|e| e.kernel == "t_sum")
+        .map(|e| e.key.as_str())
+        .collect();
+    assert_eq!(keys.len(), 3, "{keys:?}");
+}
+
+#[test]
+fn one_key_asked_by_two_threads_is_measured_once() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("threads");
+    let calls = AtomicUsize::new(0);
+    let k = key("t_threads", &[16]);
+    let winners: Vec<(&str, Source)> = std::thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|_| {
+                s.spawn(|| {
+                    let dev = Device::builtin();
+                    let seq = autotune::last_seq();
+                    let w = autotune::tune(&dev, &k, &["a", "b", "c"], 0, |c| {
+                        calls.fetch_add(1, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(2));
+                        Ok(if *c == "c" { 1.0 } else { 2.0 })
+                    })
+                    .expect("tune");
+                    let src = autotune::decisions_since(seq)
+                        .into_iter()
+                        .rev()
+                        .find(|d| d.kernel == "t_threads")
+                        .map(|d| d.source)
+                        .expect("a decision");
+                    (w, src)
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        3 * 6,
+        "measured once, not twice"
+    );
+    assert!(winners.iter().all(|w| w.0 == "c"), "{winners:?}");
+    let sources: Vec<Source> = winners.iter().map(|w| w.1).collect();
+    assert!(
+        sources.contains(&Source::Measured) && sources.contains(&Source::Cache),
+        "one thread measured, the other waited for its answer: {sources:?}"
+    );
+}
+
+#[test]
+fn two_threads_never_time_candidates_at_once_on_one_device() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("exclusive");
+    let busy = AtomicBool::new(false);
+    let overlaps = AtomicUsize::new(0);
+    std::thread::scope(|s| {
+        for t in 0..3 {
+            let (busy, overlaps) = (&busy, &overlaps);
+            s.spawn(move || {
+                let dev = Device::builtin();
+                for i in 0..3 {
+                    autotune::tune(
+                        &dev,
+                        &key(&format!("t_excl{t}_{i}"), &[1]),
+                        &["p", "q"],
+                        0,
+                        |_| {
+                            if busy.swap(true, Ordering::SeqCst) {
+                                overlaps.fetch_add(1, Ordering::SeqCst);
+                            }
+                            std::thread::sleep(Duration::from_micros(300));
+                            busy.store(false, Ordering::SeqCst);
+                            Ok(1.0)
+                        },
+                    )
+                    .expect("tune");
+                }
+            });
+        }
+    });
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "measurements overlapped"
+    );
+}
+
+#[test]
+fn background_mode_answers_at_once_then_switches_to_the_measured_winner() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("background");
+    set_env("NETCL_AUTOTUNE", Some("background"));
+    autotune::begin_scope();
+    let dev = Device::builtin();
+    let k = key("t_bg", &[32]);
+    let cands = ["a", "b", "c"];
+    let calls = AtomicUsize::new(0);
+    let bench = |c: &&str| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(if *c == "c" { 1.0 } else { 2.0 })
+    };
+    // First call: the heuristic choice (the op's default), nothing measured.
+    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 0));
+    let d = last_decision("t_bg");
+    assert_eq!(d.source, Source::Heuristic);
+    // Later calls measure one candidate each and keep answering the first choice meanwhile.
+    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 6));
+    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 12));
+    // The last candidate completes the set: this call switches to the winner.
+    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+    assert_eq!(w, "c");
+    assert_eq!(last_decision("t_bg").source, Source::Measured);
+    assert_eq!(last_decision("t_bg").candidates.len(), 3);
+    let before = calls.load(Ordering::SeqCst);
+    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+    assert_eq!((w, calls.load(Ordering::SeqCst)), ("c", before));
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+}
+
+#[test]
+fn background_measurement_stops_at_the_scope_budget() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("budget");
+    set_env("NETCL_AUTOTUNE", Some("background"));
+    set_env("NETCL_AUTOTUNE_BUDGET_MS", Some("0"));
+    autotune::begin_scope();
+    let dev = Device::builtin();
+    let mut calls = 0;
+    for _ in 0..5 {
+        let w = autotune::tune(&dev, &key("t_budget", &[2]), &["a", "b"], 0, |_| {
+            calls += 1;
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(1.0)
+        })
+        .expect("tune");
+        assert_eq!(w, "a");
+    }
+    // The second call measured one candidate (120 ms); with no budget, the scope's time share (a tenth of its
+    // running time) does not cover another one yet.
+    assert_eq!(calls, 6);
+    assert_eq!(last_decision("t_budget").source, Source::Heuristic);
+    set_env("NETCL_AUTOTUNE_BUDGET_MS", None);
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+}
+
+#[test]
+fn a_bad_mode_is_a_clear_error() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("badmode");
+    set_env("NETCL_AUTOTUNE", Some("sometimes"));
+    let dev = Device::builtin();
+    let e = autotune::tune(&dev, &key("t_bad", &[1]), &["a", "b"], 0, |_| Ok(1.0))
+        .expect_err("an unknown mode is refused");
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+    let msg = e.to_string();
+    assert!(
+        msg.contains("NETCL_AUTOTUNE") && msg.contains("sometimes"),
+        "{msg}"
+    );
+}
+
+/// Runs only as a child of `measurements_survive_a_kill`: measures `t_kill`, and dies (as a run killed at
+/// its time limit) while timing the second candidate.
+#[test]
+#[ignore = "child process of measurements_survive_a_kill"]
+fn killed_measurer_child() {
+    if std::env::var_os("NETCL_TEST_KILL").is_none() {
+        return;
+    }
+    let dev = Device::builtin();
+    let mut timed = 0;
+    let _ = autotune::tune(&dev, &key("t_kill", &[64]), &["a", "b", "c"], 0, |c| {
+        if *c != "a" {
+            timed += 1;
+            if timed == 3 {
+                std::process::exit(9);
+            }
+        }
+        Ok(if *c == "a" { 4.0 } else { 2.0 })
+    });
+}
+
+#[test]
+fn measurements_survive_a_kill() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let path = fresh_cache("kill");
+    let status = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "killed_measurer_child",
+            "--include-ignored",
+            "--test-threads=1",
+        ])
+        .env("NETCL_AUTOTUNE_CACHE", &path)
+        .env("NETCL_TEST_KILL", "1")
+        .stdout(Stdio::null())
+        .status()
+        .expect("run child");
+    assert_eq!(status.code(), Some(9), "the child died mid-measurement");
+    // The first candidate's measurement was written before the child died.
+    let partial = autotune::partial_entries();
+    let (k, times) = partial
+        .iter()
+        .find(|(k, _)| k.contains("::t_kill@"))
+        .expect("a partial entry is kept");
+    assert_eq!(times.len(), 1, "{k}: {times:?}");
+    assert_eq!((times[0].label.as_str(), times[0].ms), ("a", Some(4.0)));
+    // A rerun resumes: only the two remaining candidates are timed.
+    let dev = Device::builtin();
+    let mut timed = Vec::new();
+    let w = autotune::tune(&dev, &key("t_kill", &[64]), &["a", "b", "c"], 0, |c| {
+        timed.push(*c);
+        Ok(if *c == "c" { 1.0 } else { 2.0 })
+    })
+    .expect("tune");
+    assert!(
+        !timed.contains(&"a"),
+        "the kept measurement is reused: {timed:?}"
+    );
+    assert_eq!(w, "c");
+    let d = last_decision("t_kill");
+    assert_eq!((d.source, d.candidates.len()), (Source::Measured, 3));
+    assert!(
+        autotune::partial_entries()
+            .iter()
+            .all(|(k, _)| !k.contains("::t_kill@"))
+    );
+}
+
+#[test]
+fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let path = fresh_cache("export");
+    let dev = Device::builtin();
+    let w = autotune::tune(
+        &dev,
+        &key("t_db", &[7]),
+        &["x", "y", "z"],
+        0,
+        times_of(&[("z", 0.5)]),
+    )
+    .expect("tune");
+    assert_eq!(w, "z");
+    let table = autotune::export_table(&dev).expect("export");
+    assert_eq!(table.device, autotune::DeviceClass::of(dev.info()));
+    assert_eq!(
+        table.entries.get("t_db::(7,)"),
+        Some(&serde_json::json!("z"))
+    );
+
+    // A fresh machine (empty cache) with the table: the first answer comes from it, nothing is measured.
+    let dir = path.parent().expect("dir").join("tables");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = serde_json::to_string(&table).expect("json");
+    std::fs::write(dir.join("mine.json"), &text).expect("write table");
+    autotune::clear_cache().expect("clear");
+    set_env("NETCL_TUNING_DIR", dir.to_str());
+    set_env("NETCL_AUTOTUNE", Some("off"));
+    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
+        panic!("off")
+    })
+    .expect("tune");
+    assert_eq!((w, last_decision("t_db").source), ("z", Source::Database));
+    // Another shape class is not in the table: the heuristic first choice.
+    let w = autotune::tune(&dev, &key("t_db", &[8]), &["x", "y", "z"], 0, |_| {
+        panic!("off")
+    })
+    .expect("tune");
+    assert_eq!((w, last_decision("t_db").source), ("x", Source::Heuristic));
+
+    // A table of another device class of the same type is a heuristic hint, not a database hit.
+    let mut other = table.clone();
+    other.device.compute_units += 1;
+    std::fs::write(
+        dir.join("mine.json"),
+        serde_json::to_string(&other).expect("json"),
+    )
+    .expect("write");
+    set_env("NETCL_TUNING_DIR", None);
+    set_env("NETCL_TUNING_DIR", dir.to_str());
+    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
+        panic!("off")
+    })
+    .expect("tune");
+    let d = last_decision("t_db");
+    assert_eq!((w, d.source), ("z", Source::Heuristic));
+    assert!(
+        d.note
+            .as_deref()
+            .is_some_and(|n| n.contains("another class")),
+        "{:?}",
+        d.note
+    );
+
+    // A table of another device type is not used at all; a winner that is not a candidate neither.
+    other.device.kind = "gpu".into();
+    std::fs::write(
+        dir.join("mine.json"),
+        serde_json::to_string(&other).expect("json"),
+    )
+    .expect("write");
+    set_env("NETCL_TUNING_DIR", None);
+    set_env("NETCL_TUNING_DIR", dir.to_str());
+    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 1, |_| {
+        panic!("off")
+    })
+    .expect("tune");
+    assert_eq!((w, last_decision("t_db").source), ("y", Source::Heuristic));
+    set_env("NETCL_TUNING_DIR", None);
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+}
+
+#[test]
+fn shipped_h200_table_matches_only_an_h200() {
+    use autotune::db::{DeviceClass, Hint, lookup, tables};
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    fresh_cache("shipped");
+    let t = tables();
+    let h200 = t
+        .iter()
+        .find(|t| t.device.name == "NVIDIA H200")
+        .expect("the H200 table ships");
+    let (entry, winner) = h200.entries.iter().next().expect("entries");
+    let (kernel, shape) = entry.split_once("::").expect("kernel::shape");
+    let cands = vec![serde_json::json!("other"), winner.clone()];
+    let hit = lookup(&t, &h200.device, kernel, shape, &cands);
+    assert!(matches!(hit, Some(Hint::Exact { .. })), "{hit:?}");
+    let other_gpu = DeviceClass {
+        name: "Some Other GPU".into(),
+        ..h200.device.clone()
+    };
+    let hint = lookup(&t, &other_gpu, kernel, shape, &cands);
+    assert!(matches!(hint, Some(Hint::SameType { .. })), "{hint:?}");
+    let cpu = DeviceClass {
+        kind: "cpu".into(),
+        ..other_gpu
+    };
+    assert_eq!(lookup(&t, &cpu, "no_such_kernel", shape, &cands), None);
+    // A winner that is not among the candidates is never answered.
+    let none = lookup(
+        &t,
+        &h200.device,
+        kernel,
+        shape,
+        &[serde_json::json!("other")],
+    );
+    assert_eq!(none, None);
+}
+
+/// Runs only as a child of `two_processes_never_measure_one_key_twice`: tunes one shared key, appending a line
+/// to the file `NETCL_TEST_CALLS` for each bench call.
+#[test]
+#[ignore = "child process of two_processes_never_measure_one_key_twice"]
+fn shared_key_child() {
+    let Some(calls) = std::env::var_os("NETCL_TEST_CALLS") else {
+        return;
+    };
+    let dev = Device::builtin();
+    let w = autotune::tune(&dev, &key("t_shared", &[3]), &["p", "q", "r"], 0, |c| {
+        use std::io::Write;
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&calls)
+            .expect("calls file");
+        writeln!(f, "{c}").expect("append");
+        std::thread::sleep(Duration::from_millis(10));
+        Ok(if *c == "q" { 1.0 } else { 2.0 })
+    })
+    .expect("tune");
+    assert_eq!(w, "q");
+}
+
+#[test]
+fn two_processes_never_measure_one_key_twice() {
+    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
+    let path = fresh_cache("shared");
+    let calls = path.with_file_name("calls.txt");
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = (0..2)
+        .map(|_| {
+            Command::new(&exe)
+                .args([
+                    "--exact",
+                    "shared_key_child",
+                    "--include-ignored",
+                    "--test-threads=1",
+                ])
+                .env("NETCL_AUTOTUNE_CACHE", &path)
+                .env("NETCL_TEST_CALLS", &calls)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    for mut c in children {
+        assert!(c.wait().expect("wait").success(), "a child failed");
+    }
+    let n = std::fs::read_to_string(&calls)
+        .expect("calls recorded")
+        .lines()
+        .count();
+    assert_eq!(
+        n,
+        3 * 6,
+        "the key was measured once across both processes (one warm-up and five runs per candidate)"
+    );
 }

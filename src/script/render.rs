@@ -389,7 +389,9 @@ pub fn explain(d: &crate::autotune::Decision) -> DecisionView {
         "cache" => "from the cache".to_owned(),
         "forced" => "forced".to_owned(),
         "only" => "the only eligible candidate".to_owned(),
-        "default" => "the default (nothing measured)".to_owned(),
+        "default" => "the default (every candidate failed)".to_owned(),
+        "database" => "from the tuning database".to_owned(),
+        "heuristic" => "first choice, not measured yet".to_owned(),
         other => other.to_owned(),
     };
     let margin = match (&runner_up, speedup) {

@@ -429,6 +429,88 @@ impl Lexer<'_> {
     }
 }
 
+/// A Rust block split by rustdoc's (and mdBook's) convention: a line that is `#` alone or starts with `# `
+/// (after its indentation) is compiled but not shown; `##` at the start of a line shows (and compiles) as `#`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RustBlock {
+    /// What the page shows.
+    pub shown: String,
+    /// What rustdoc compiles: every line, hidden ones without their `# ` marker.
+    pub compiled: String,
+    /// Whether any line is hidden.
+    pub has_hidden: bool,
+}
+
+/// Splits a Rust block into the code shown and the code compiled (see [`RustBlock`]).
+pub fn rust_block(code: &str) -> RustBlock {
+    let mut shown = Vec::new();
+    let mut compiled = Vec::new();
+    let mut has_hidden = false;
+    for line in code.lines() {
+        let trimmed = line.trim();
+        let indent = &line[..line.len() - line.trim_start().len()];
+        if trimmed.starts_with("##") {
+            let line = line.replacen("##", "#", 1);
+            shown.push(line.clone());
+            compiled.push(line);
+        } else if let Some(rest) = trimmed.strip_prefix("# ") {
+            compiled.push(format!("{indent}{rest}"));
+            has_hidden = true;
+        } else if trimmed == "#" {
+            compiled.push(String::new());
+            has_hidden = true;
+        } else {
+            shown.push(line.to_string());
+            compiled.push(line.to_string());
+        }
+    }
+    let join = |lines: Vec<String>| {
+        let mut text = lines.join("\n");
+        if code.ends_with('\n') {
+            text.push('\n');
+        }
+        text
+    };
+    RustBlock {
+        shown: join(shown),
+        compiled: join(compiled),
+        has_hidden,
+    }
+}
+
+/// The program a reader copies from a Rust block: the compiled lines, wrapped in `fn main` as rustdoc wraps a
+/// doctest that has none (crate attributes and `extern crate` stay outside it; a block ending in `(())` is
+/// the body of a function returning a `Result`, whose error `main` unwraps).
+pub fn rust_program(compiled: &str) -> String {
+    if compiled.contains("fn main(") || compiled.contains("fn main (") {
+        return compiled.to_string();
+    }
+    let mut head = String::new();
+    let mut body = String::new();
+    let mut in_head = true;
+    for line in compiled.lines() {
+        let t = line.trim_start();
+        if in_head && (t.starts_with("#![") || t.starts_with("extern crate") || t.is_empty()) {
+            if !t.is_empty() {
+                head.push_str(line);
+                head.push('\n');
+            }
+            continue;
+        }
+        in_head = false;
+        body.push_str(line);
+        body.push('\n');
+    }
+    let body = body.trim_end();
+    if body.ends_with("(())") {
+        format!(
+            "{head}fn main() {{\n    fn _inner() -> Result<(), impl core::fmt::Debug> {{\n{body}\n    }}\n    _inner().unwrap()\n}}\n"
+        )
+    } else {
+        format!("{head}fn main() {{\n{body}\n}}\n")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -520,5 +602,42 @@ mod tests {
     #[test]
     fn unknown_language_is_only_escaped() {
         assert_eq!(highlight("brainfuck", "<&>"), "&lt;&amp;&gt;");
+    }
+    #[test]
+    fn hidden_rust_lines_follow_rustdoc() {
+        let b = rust_block(
+            "use netcl::Tensor;\n# let dev = netcl::Device::builtin();\n#\n    # let x = 1;\n##[derive(Debug)]\n#[derive(Clone)]\nstruct A;\n",
+        );
+        assert_eq!(
+            b.shown,
+            "use netcl::Tensor;\n#[derive(Debug)]\n#[derive(Clone)]\nstruct A;\n"
+        );
+        assert_eq!(
+            b.compiled,
+            "use netcl::Tensor;\nlet dev = netcl::Device::builtin();\n\n    let x = 1;\n#[derive(Debug)]\n#[derive(Clone)]\nstruct A;\n"
+        );
+        assert!(b.has_hidden);
+        let plain = rust_block("#[test]\nfn t() {}");
+        assert_eq!(plain.shown, plain.compiled);
+        assert!(!plain.has_hidden);
+    }
+
+    #[test]
+    fn copied_rust_is_a_program() {
+        let p = rust_program("#![allow(unused)]\nlet x = 1;\nassert_eq!(x, 1);\n");
+        assert_eq!(
+            p,
+            "#![allow(unused)]\nfn main() {\nlet x = 1;\nassert_eq!(x, 1);\n}\n"
+        );
+        let r = rust_program("let y = f()?;\nOk::<(), netcl::Error>(())\n");
+        assert!(
+            r.starts_with(
+                "fn main() {\n    fn _inner() -> Result<(), impl core::fmt::Debug> {\nlet y"
+            ),
+            "{r}"
+        );
+        assert!(r.ends_with("_inner().unwrap()\n}\n"), "{r}");
+        let whole = "fn main() {\n    println!(\"hi\");\n}\n";
+        assert_eq!(rust_program(whole), whole);
     }
 }

@@ -695,6 +695,9 @@ fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &st
         }
     };
     let runnable = is_runnable(info);
+    // Rust blocks hide rustdoc's `# ` lines; Copy gives the whole program, as rustdoc compiles it.
+    let rust = (lang == "rust").then(|| highlight::rust_block(text));
+    let shown = rust.as_ref().map_or(text, |r| r.shown.as_str());
     let mut out = String::with_capacity(text.len() * 2 + 256);
     out.push_str("<div class=\"code-block");
     if runnable {
@@ -706,6 +709,14 @@ fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &st
     if runnable {
         out.push_str(" data-runnable=\"true\"");
     }
+    if let Some(r) = &rust {
+        out.push_str(" data-copy=\"");
+        escape_into(&mut out, &highlight::rust_program(&r.compiled));
+        out.push('"');
+        if r.has_hidden {
+            out.push_str(" data-hidden-lines=\"true\"");
+        }
+    }
     out.push_str("><div class=\"code-head\"><span class=\"code-lang\">");
     escape_into(&mut out, &label);
     out.push_str("</span>");
@@ -715,7 +726,7 @@ fn code_block(info: &str, text: &str, problems: &mut Vec<String>, page_path: &st
     out.push_str("<button type=\"button\" class=\"copy-btn\" hidden>Copy</button></div><pre><code class=\"language-");
     out.push_str(&lang);
     out.push_str("\">");
-    out.push_str(&highlight::highlight(&lang, text));
+    out.push_str(&highlight::highlight(&lang, shown));
     out.push_str("</code></pre>");
     if runnable {
         out.push_str("<div class=\"run-result\" data-run-result hidden></div>");
@@ -808,6 +819,26 @@ mod tests {
     }
 
     #[test]
+    fn rust_blocks_hide_rustdoc_lines_and_copy_the_program() {
+        let r = render_server(
+            "```rust\n# use netcl::Device;\nlet dev = Device::builtin();\n# Ok::<(), netcl::Error>(())\n```\n",
+        );
+        let shown = r.html.split("<pre>").nth(1).unwrap_or_default();
+        assert!(!shown.contains("Ok::"), "{}", r.html);
+        assert!(!shown.contains("use"), "{}", r.html);
+        assert!(shown.contains("builtin"), "{}", r.html);
+        assert!(r.html.contains("data-hidden-lines=\"true\""), "{}", r.html);
+        assert!(
+            r.html.contains("data-copy=\"fn main() {\n    fn _inner() -&gt; Result&lt;(), impl core::fmt::Debug&gt; {\nuse netcl::Device;\nlet dev = Device::builtin();\nOk::&lt;(), netcl::Error&gt;(())\n"),
+            "{}",
+            r.html
+        );
+        let plain = render_server("```opencl\n# define X 1\n```\n");
+        assert!(!plain.html.contains("data-copy"), "{}", plain.html);
+        assert!(plain.html.contains("define"), "{}", plain.html);
+    }
+
+    #[test]
     fn runnable_blocks_math_svg_and_raw_html() {
         let r = render_server(
             "```rhai,run\nlet x = 1;\n```\n\n```netcl\nprint(1);\n```\n\n```output\n<ok>\n```\n\n$a^2$\n\n```svg\n<svg><script>x</script><circle r=\"1\"/></svg>\n```\n\n<script>alert(1)</script>\n\n| a | b |\n|:--|--:|\n| 1 | 2 |\n",
@@ -832,8 +863,9 @@ mod tests {
             r.html
         );
         assert!(
-            r.html
-                .contains("<figure class=\"diagram\"><svg><circle r=\"1\"/></svg></figure>"),
+            r.html.contains(
+                "<figure class=\"diagram\"><svg xmlns=\"http://www.w3.org/2000/svg\"><circle r=\"1\"/></svg></figure>"
+            ),
             "{}",
             r.html
         );

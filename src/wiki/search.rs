@@ -265,12 +265,18 @@ impl SearchIndex {
         let all = words.len();
         let exact = query.split_whitespace().collect::<Vec<_>>().join(" ");
         let exact_lower = exact.to_lowercase();
+        // Sections whose heading is the query (an item looked up by name) come first, case-exact before
+        // case-insensitive, and among themselves in page order (navigation order: `ops::conv2d` before
+        // `autograd::conv2d`), not by BM25, whose small differences between two descriptions mean nothing here.
+        let mut tier: HashMap<u32, u8> = HashMap::new();
         for (&doc, total) in totals.iter_mut() {
             let heading = &self.docs[doc as usize].heading;
             if *heading == exact {
                 total.0 += 2.0 * EXACT_HEADING_BONUS;
+                tier.insert(doc, 2);
             } else if heading.to_lowercase() == exact_lower {
                 total.0 += EXACT_HEADING_BONUS;
+                tier.insert(doc, 1);
             } else if exact_lower.contains(' ') && heading.to_lowercase().contains(&exact_lower) {
                 total.0 += HEADING_PHRASE_BONUS;
             }
@@ -284,7 +290,17 @@ impl SearchIndex {
         } else {
             totals.iter().map(|(&d, &(s, _))| (d, s)).collect()
         };
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        let tier_of = |d: u32| tier.get(&d).copied().unwrap_or(0);
+        ranked.sort_by(|a, b| {
+            let (ta, tb) = (tier_of(a.0), tier_of(b.0));
+            tb.cmp(&ta).then_with(|| {
+                if ta > 0 {
+                    a.0.cmp(&b.0)
+                } else {
+                    b.1.total_cmp(&a.1).then(a.0.cmp(&b.0))
+                }
+            })
+        });
         ranked
             .into_iter()
             .take(limit)

@@ -31,7 +31,14 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
     let mut problems = content.problems.clone();
     let mut pages = Vec::with_capacity(content.pages.len());
     let mut docs = Vec::new();
-    for page in content.pages.values() {
+    // Pages in navigation order (then any page outside the navigation), so search results that tie, such as an
+    // item documented on two API pages, come in the order a reader meets them.
+    let in_nav = ordered.iter().filter_map(|p| content.pages.get(*p));
+    let outside = content
+        .pages
+        .values()
+        .filter(|p| !ordered.contains(&p.path.as_str()));
+    for page in in_nav.chain(outside) {
         let linker = Linker::new(mode, &page.path);
         let rendered = markdown::render(&page.body, &page.path, content, &linker);
         problems.extend(rendered.problems.iter().cloned());

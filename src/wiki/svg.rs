@@ -58,6 +58,8 @@ fn page_policy(svg: &[u8]) -> Option<String> {
         let event = event.ok()?;
         match &event {
             XmlEvent::StartDocument { .. } | XmlEvent::EndDocument => continue,
+            // Whitespace between elements (svg-hush indents its output) is layout noise inside a page.
+            XmlEvent::Whitespace(_) => continue,
             XmlEvent::ProcessingInstruction { .. } | XmlEvent::Doctype { .. } => continue,
             XmlEvent::StartElement {
                 name,

@@ -1,6 +1,8 @@
 //! Shared helpers of the wiki integration tests: a test engine, scratch directories and request helpers.
 #![allow(dead_code)]
 
+pub mod browser;
+
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -7,10 +7,11 @@ use crate::backend::opencl::Event;
 use serde::Serialize;
 
 use crate::Device;
-use crate::autotune::{self, Source, bucket, shape_key};
+use crate::autotune::{self, Source, TuneKey, bucket, shape_key};
 use crate::backend::opencl::ClDevice;
-use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, events_ms};
+use crate::backend::opencl::abi::conv as abi;
+use crate::backend::opencl::events_ms;
+use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
 use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
 use crate::error::Result;
@@ -46,10 +47,6 @@ enum PwChoice {
     Pointwise,
 }
 
-pub(super) fn i(v: usize) -> Arg<'static> {
-    Arg::I32(v as i32)
-}
-
 /// The two int8 geometry vectors of `kernels/conv.cl`.
 fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
     let a = [g.n, g.c, g.h, g.w, g.f, g.oh, g.ow, g.groups].map(|v| v as i32);
@@ -57,38 +54,58 @@ fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
     (a, b)
 }
 
-/// The geometry key of the general algorithm choices.
-pub(super) fn algo_key(g: &ConvGeom, extra: &[i64]) -> String {
+/// The geometry key of `kernel`, one of the general algorithm choices; their candidates run the conv, GEMM
+/// and Winograd kernels.
+pub(super) fn algo_key(kernel: &str, g: &ConvGeom, extra: &[(&'static str, i64)]) -> TuneKey {
     let mut k = vec![
-        bucket(g.n),
-        g.c as i64,
-        bucket(g.h),
-        bucket(g.w),
-        g.f as i64,
-        g.kh as i64,
-        g.kw as i64,
-        g.sh as i64,
-        g.sw as i64,
-        g.ph as i64,
-        g.pw as i64,
-        g.dh as i64,
-        g.dw as i64,
-        g.groups as i64,
+        ("n", bucket(g.n)),
+        ("c", g.c as i64),
+        ("h", bucket(g.h)),
+        ("w", bucket(g.w)),
+        ("f", g.f as i64),
+        ("kh", g.kh as i64),
+        ("kw", g.kw as i64),
+        ("sh", g.sh as i64),
+        ("sw", g.sw as i64),
+        ("ph", g.ph as i64),
+        ("pw", g.pw as i64),
+        ("dh", g.dh as i64),
+        ("dw", g.dw as i64),
+        ("groups", g.groups as i64),
     ];
     k.extend_from_slice(extra);
-    shape_key(&k)
+    TuneKey::new(kernel, &k)
+        .source(kernel_source("conv").unwrap_or_default())
+        .source(kernel_source("gemm").unwrap_or_default())
+        .source(kernel_source("winograd").unwrap_or_default())
 }
 
 /// netcl's pointwise shape class: (bucket N, C, bucket H·W, F, has_bias, flag).
-fn pointwise_key(g: &ConvGeom, has_bias: bool, flag: bool) -> String {
-    shape_key(&[
-        bucket(g.n),
-        g.c as i64,
-        bucket(g.h * g.w),
-        g.f as i64,
-        has_bias as i64,
-        flag as i64,
-    ])
+fn pointwise_key(kernel: &str, g: &ConvGeom, has_bias: bool, flag: bool) -> TuneKey {
+    TuneKey::new(
+        kernel,
+        &[
+            ("n", bucket(g.n)),
+            ("c", g.c as i64),
+            ("hw", bucket(g.h * g.w)),
+            ("f", g.f as i64),
+            ("bias", has_bias as i64),
+            ("flag", flag as i64),
+        ],
+    )
+    .source(kernel_source("conv").unwrap_or_default())
+    .source(kernel_source("gemm").unwrap_or_default())
+}
+
+/// The first choice among the general algorithms before measurement: Winograd where it is eligible for a
+/// layer of some width (it won every 3×3 layer recorded, on the H200 and on PoCL), else im2col + GEMM.
+fn general_default(cands: &[ConvAlgo], g: &ConvGeom) -> usize {
+    cands
+        .iter()
+        .position(|a| *a == ConvAlgo::Winograd)
+        .filter(|_| g.c >= 16 && g.f >= 16)
+        .or_else(|| cands.iter().position(|a| *a == ConvAlgo::Im2col))
+        .unwrap_or(0)
 }
 
 impl ClDevice {
@@ -129,18 +146,18 @@ impl ClDevice {
         relu: bool,
     ) -> Result<Vec<Event>> {
         let (g0, g1) = cl_args(g);
-        let k = self.kernel("conv", &Defines::new(), "conv_direct_fwd")?;
-        let args = [
-            Arg::I32x8(g0),
-            Arg::I32x8(g1),
-            Arg::Mem(x.storage()),
-            Arg::Mem(w.storage()),
-            Arg::Mem(bias.unwrap_or(w).storage()),
-            Arg::I32(bias.is_some() as i32),
-            Arg::I32(relu as i32),
-            Arg::Mem(out.storage()),
-        ];
-        Ok(vec![self.launch(&k, &args, &[out.numel()], Some(&[64]))?])
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_DIRECT_FWD)?;
+        let args = abi::ConvDirectFwd {
+            g0,
+            g1,
+            x: x.storage(),
+            w: w.storage(),
+            bias: bias.unwrap_or(w).storage(),
+            has_bias: bias.is_some() as i32,
+            relu: relu as i32,
+            out: out.storage(),
+        };
+        Ok(vec![self.run(&k, &args, &[out.numel()], Some(&[64]))?])
     }
 
     fn im2col(
@@ -152,16 +169,16 @@ impl ClDevice {
         nb: usize,
     ) -> Result<Event> {
         let (g0, g1) = cl_args(g);
-        let k = self.kernel("conv", &Defines::new(), "conv_im2col")?;
-        let args = [
-            Arg::I32x8(g0),
-            Arg::I32x8(g1),
-            i(n0),
-            i(nb),
-            Arg::Mem(x.storage()),
-            Arg::Mem(col.storage()),
-        ];
-        self.launch(&k, &args, &[g.c * g.kh * g.kw, nb], None)
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL)?;
+        let args = abi::ConvIm2col {
+            g0,
+            g1,
+            n0: n0 as i32,
+            nb: nb as i32,
+            x: x.storage(),
+            col: col.storage(),
+        };
+        self.run(&k, &args, &[g.c * g.kh * g.kw, nb], None)
     }
 
     fn fwd_im2col(
@@ -225,17 +242,17 @@ impl ClDevice {
         }
         if !fused && (bias.is_some() || relu) {
             // With groups the GEMM sees one group's rows, so the bias and ReLU run as their own pass.
-            let k = self.kernel("conv", &Defines::new(), "conv_bias_act")?;
-            let args = [
-                i(g.f),
-                i(p),
-                i(out.numel()),
-                Arg::Mem(bias.unwrap_or(w).storage()),
-                Arg::I32(bias.is_some() as i32),
-                Arg::I32(relu as i32),
-                Arg::Mem(out.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[out.numel()], None)?);
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_ACT)?;
+            let args = abi::ConvBiasAct {
+                F: g.f as i32,
+                P: p as i32,
+                total: out.numel() as i32,
+                bias: bias.unwrap_or(w).storage(),
+                has_bias: bias.is_some() as i32,
+                relu: relu as i32,
+                out: out.storage(),
+            };
+            ev.push(self.run(&k, &args, &[out.numel()], None)?);
         }
         Ok(ev)
     }
@@ -305,8 +322,13 @@ impl ClDevice {
             .into_iter()
             .filter(|a| g.eligible(*a))
             .collect();
-        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
-        let algo = autotune::tune(device, "conv2d_fwd_algo", &key, &cands, 0, |a| {
+        let key = algo_key(
+            "conv2d_fwd_algo",
+            g,
+            &[("bias", bias.is_some() as i64), ("relu", relu as i64)],
+        );
+        let default = general_default(&cands, g);
+        let algo = autotune::tune(device, &key, &cands, default, |a| {
             events_ms(&self.fwd_algo(device, *a, x, w, bias, out, g, relu)?)
         })?;
         self.fwd_algo(device, algo, x, w, bias, out, g, relu)
@@ -330,32 +352,34 @@ impl ClDevice {
         };
         let run = |c: &str| -> Result<Event> {
             if c == "wg" {
-                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_wg")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                    Arg::Local(64 * 4),
-                ];
-                self.launch(&k, &args, &[g.f * 64], Some(&[64]))
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
+                let args = abi::ConvBiasGradWg {
+                    N: g.n as i32,
+                    F: g.f as i32,
+                    P: p as i32,
+                    go: go.storage(),
+                    gb: gb.storage(),
+                    red: 64 * 4,
+                };
+                self.run(&k, &args, &[g.f * 64], Some(&[64]))
             } else {
-                let k = self.kernel("conv", &Defines::new(), "conv_bias_grad_serial")?;
-                let args = [
-                    i(g.n),
-                    i(g.f),
-                    i(p),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gb.storage()),
-                ];
-                self.launch(&k, &args, &[g.f], None)
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
+                let args = abi::ConvBiasGradSerial {
+                    N: g.n as i32,
+                    F: g.f as i32,
+                    P: p as i32,
+                    go: go.storage(),
+                    gb: gb.storage(),
+                };
+                self.run(&k, &args, &[g.f], None)
             }
         };
-        let key = shape_key(&[bucket(g.n), g.f as i64, bucket(p)]);
-        let c = autotune::tune(device, "conv2d_grad_bias", &key, &cands, 0, |c| {
-            events_ms(&[run(c)?])
-        })?;
+        let key = TuneKey::new(
+            "conv2d_grad_bias",
+            &[("n", bucket(g.n)), ("f", g.f as i64), ("p", bucket(p))],
+        )
+        .source(kernel_source("conv").unwrap_or_default());
+        let c = autotune::tune(device, &key, &cands, 0, |c| events_ms(&[run(c)?]))?;
         ev.push(run(c)?);
         Ok(())
     }
@@ -372,26 +396,26 @@ impl ClDevice {
         let (g0, g1) = cl_args(g);
         let d = Defines::new();
         if let Some(gx) = gr.gx {
-            let k = self.kernel("conv", &d, "conv_direct_bwd_x")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(go.storage()),
-                Arg::Mem(w.storage()),
-                Arg::Mem(gx.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[gx.numel()], Some(&[64]))?);
+            let k = self.kernel(abi::FAMILY, &d, abi::CONV_DIRECT_BWD_X)?;
+            let args = abi::ConvDirectBwdX {
+                g0,
+                g1,
+                go: go.storage(),
+                w: w.storage(),
+                gx: gx.storage(),
+            };
+            ev.push(self.run(&k, &args, &[gx.numel()], Some(&[64]))?);
         }
         if let Some(gw) = gr.gw {
-            let k = self.kernel("conv", &d, "conv_direct_bwd_w")?;
-            let args = [
-                Arg::I32x8(g0),
-                Arg::I32x8(g1),
-                Arg::Mem(x.storage()),
-                Arg::Mem(go.storage()),
-                Arg::Mem(gw.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[gw.numel()], Some(&[64]))?);
+            let k = self.kernel(abi::FAMILY, &d, abi::CONV_DIRECT_BWD_W)?;
+            let args = abi::ConvDirectBwdW {
+                g0,
+                g1,
+                x: x.storage(),
+                go: go.storage(),
+                gw: gw.storage(),
+            };
+            ev.push(self.run(&k, &args, &[gw.numel()], Some(&[64]))?);
         }
         Ok(())
     }
@@ -405,15 +429,15 @@ impl ClDevice {
         count: usize,
         accumulate: bool,
     ) -> Result<Event> {
-        let k = self.kernel("conv", &Defines::new(), "conv_sum_batches")?;
-        let args = [
-            i(len),
-            i(count),
-            Arg::I32(accumulate as i32),
-            Arg::Mem(part.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(&k, &args, &[len], None)
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_SUM_BATCHES)?;
+        let args = abi::ConvSumBatches {
+            len: len as i32,
+            count: count as i32,
+            accumulate: accumulate as i32,
+            part: part.storage(),
+            out: out.storage(),
+        };
+        self.run(&k, &args, &[len], None)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -496,16 +520,16 @@ impl ClDevice {
                     };
                     self.run_gemm(device, w, go, &col, None, &gm, ev)?;
                 }
-                let k = self.kernel("conv", &Defines::new(), "conv_col2im")?;
-                let args = [
-                    Arg::I32x8(g0),
-                    Arg::I32x8(g1),
-                    i(n0),
-                    i(nb),
-                    Arg::Mem(col.storage()),
-                    Arg::Mem(gx.storage()),
-                ];
-                ev.push(self.launch(&k, &args, &[nb * g.c * g.h], None)?);
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
+                let args = abi::ConvCol2im {
+                    g0,
+                    g1,
+                    n0: n0 as i32,
+                    nb: nb as i32,
+                    col: col.storage(),
+                    gx: gx.storage(),
+                };
+                ev.push(self.run(&k, &args, &[nb * g.c * g.h], None)?);
             }
             n0 += nb;
         }
@@ -580,8 +604,7 @@ impl ClDevice {
     fn pointwise_select(
         &self,
         device: &Device,
-        kernel: &str,
-        key: &str,
+        key: &TuneKey,
         run: impl Fn(PwChoice) -> Result<Vec<Event>>,
     ) -> Result<PwChoice> {
         match pointwise_mode() {
@@ -589,7 +612,6 @@ impl ClDevice {
             PointwiseMode::Force => {
                 autotune::record_choice(
                     device,
-                    kernel,
                     key,
                     &PwChoice::Pointwise,
                     Source::Forced,
@@ -597,12 +619,12 @@ impl ClDevice {
                 );
                 Ok(PwChoice::Pointwise)
             }
+            // First choice before measurement: the pointwise GEMM, which won nearly every recorded shape.
             PointwiseMode::Auto => autotune::tune(
                 device,
-                kernel,
                 key,
                 &[PwChoice::Legacy, PwChoice::Pointwise],
-                0,
+                1,
                 |c| events_ms(&run(*c)?),
             ),
         }
@@ -622,14 +644,16 @@ impl ClDevice {
             .filter(|a| g.eligible(*a))
             .collect();
         let key = algo_key(
+            "conv2d_bwd_algo",
             g,
             &[
-                gr.gx.is_some() as i64,
-                gr.gw.is_some() as i64,
-                gr.gb.is_some() as i64,
+                ("gx", gr.gx.is_some() as i64),
+                ("gw", gr.gw.is_some() as i64),
+                ("gb", gr.gb.is_some() as i64),
             ],
         );
-        let algo = autotune::tune(device, "conv2d_bwd_algo", &key, &cands, 0, |a| {
+        let default = general_default(&cands, g);
+        let algo = autotune::tune(device, &key, &cands, default, |a| {
             events_ms(&self.bwd_algo(device, *a, x, w, go, gr, g)?)
         })?;
         self.bwd_algo(device, algo, x, w, go, gr, g)
@@ -651,8 +675,11 @@ impl ConvKernels for ClDevice {
         if let Some(a) = algo {
             autotune::record_choice(
                 device,
-                "conv2d_fwd_algo",
-                &algo_key(g, &[bias.is_some() as i64, relu as i64]),
+                &algo_key(
+                    "conv2d_fwd_algo",
+                    g,
+                    &[("bias", bias.is_some() as i64), ("relu", relu as i64)],
+                ),
                 &a,
                 Source::Forced,
                 "algo option",
@@ -661,12 +688,11 @@ impl ConvKernels for ClDevice {
             return Ok(());
         }
         if g.eligible(ConvAlgo::Pointwise) {
-            let key = pointwise_key(g, bias.is_some(), relu);
-            let choice =
-                self.pointwise_select(device, "conv2d_pointwise_fwd_select", &key, |c| match c {
-                    PwChoice::Legacy => self.fwd_general(device, x, w, bias, out, g, relu),
-                    PwChoice::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
-                })?;
+            let key = pointwise_key("conv2d_pointwise_fwd_select", g, bias.is_some(), relu);
+            let choice = self.pointwise_select(device, &key, |c| match c {
+                PwChoice::Legacy => self.fwd_general(device, x, w, bias, out, g, relu),
+                PwChoice::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
+            })?;
             if choice == PwChoice::Pointwise {
                 self.fwd_pointwise(device, x, w, bias, out, g, relu)?;
                 return Ok(());
@@ -694,15 +720,14 @@ impl ConvKernels for ClDevice {
             return Ok(());
         }
         let flags = [
-            gr.gx.is_some() as i64,
-            gr.gw.is_some() as i64,
-            gr.gb.is_some() as i64,
+            ("gx", gr.gx.is_some() as i64),
+            ("gw", gr.gw.is_some() as i64),
+            ("gb", gr.gb.is_some() as i64),
         ];
         if let Some(a) = algo {
             autotune::record_choice(
                 device,
-                "conv2d_bwd_algo",
-                &algo_key(g, &flags),
+                &algo_key("conv2d_bwd_algo", g, &flags),
                 &a,
                 Source::Forced,
                 "algo option",
@@ -711,14 +736,16 @@ impl ConvKernels for ClDevice {
             return Ok(());
         }
         if g.eligible(ConvAlgo::Pointwise) {
-            let key = pointwise_key(g, gr.gb.is_some(), gr.gx.is_some());
-            let choice =
-                self.pointwise_select(device, "conv2d_pointwise_bwd_select", &key, |c| match c {
-                    PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g),
-                    PwChoice::Pointwise => {
-                        self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)
-                    }
-                })?;
+            let key = pointwise_key(
+                "conv2d_pointwise_bwd_select",
+                g,
+                gr.gb.is_some(),
+                gr.gx.is_some(),
+            );
+            let choice = self.pointwise_select(device, &key, |c| match c {
+                PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g),
+                PwChoice::Pointwise => self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g),
+            })?;
             if choice == PwChoice::Pointwise {
                 self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?;
                 return Ok(());

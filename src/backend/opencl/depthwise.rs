@@ -4,9 +4,10 @@
 #![allow(clippy::too_many_arguments)]
 
 use crate::Device;
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::abi::depthwise as abi;
+use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -32,18 +33,22 @@ fn arg(g: &DwGeom) -> [i32; 8] {
     [g.n, g.c, g.h, g.w, g.oh, g.ow, g.s, g.p].map(|v| v as i32)
 }
 
-/// The autotune shape key of `g`, with one family-specific flag.
-fn key(g: &DwGeom, extra: i64) -> String {
-    shape_key(&[
-        bucket(g.n),
-        g.c as i64,
-        bucket(g.h),
-        bucket(g.w),
-        g.k as i64,
-        g.s as i64,
-        g.p as i64,
-        extra,
-    ])
+/// The autotune key of `kernel` for `g`, with one family-specific flag.
+fn key(kernel: &str, g: &DwGeom, extra: i64) -> TuneKey {
+    TuneKey::new(
+        kernel,
+        &[
+            ("n", bucket(g.n)),
+            ("c", g.c as i64),
+            ("h", bucket(g.h)),
+            ("w", bucket(g.w)),
+            ("k", g.k as i64),
+            ("s", g.s as i64),
+            ("p", g.p as i64),
+            ("flag", extra),
+        ],
+    )
+    .source(kernel_source("depthwise").unwrap_or_default())
 }
 
 /// The forced algorithm: the explicit argument, else `NETCL_DWCONV_ALGO`.
@@ -130,25 +135,25 @@ impl ClDevice {
         let hb = bias.is_some() as i32;
         let b = bias.unwrap_or(w);
         self.dw_eligible(a, g)?;
-        // The block and local kernels take the geometry, the tensors and the bias flag; the others also the
-        // filter size at run time.
-        let args = [
-            Arg::I32x8(arg(g)),
-            Arg::Mem(x.storage()),
-            Arg::Mem(w.storage()),
-            Arg::Mem(b.storage()),
-            Arg::I32(hb),
-            Arg::Mem(out.storage()),
-        ];
-        let args_k = [
-            Arg::I32x8(arg(g)),
-            Arg::I32(g.k as i32),
-            Arg::Mem(x.storage()),
-            Arg::Mem(w.storage()),
-            Arg::Mem(b.storage()),
-            Arg::I32(hb),
-            Arg::Mem(out.storage()),
-        ];
+        // The block and local kernels take the geometry, the tensors and the bias flag (dw_fwd_block has the
+        // parameters of dw_fwd_local); the others also the filter size at run time (those of dw_fwd_rows).
+        let args = abi::DwFwdLocal {
+            g: arg(g),
+            x: x.storage(),
+            w: w.storage(),
+            bias: b.storage(),
+            has_bias: hb,
+            out: out.storage(),
+        };
+        let args_k = abi::DwFwdRows {
+            g: arg(g),
+            K: g.k as i32,
+            x: x.storage(),
+            w: w.storage(),
+            bias: b.storage(),
+            has_bias: hb,
+            out: out.storage(),
+        };
         match a {
             DwAlgo::Block1x4
             | DwAlgo::Block1x8
@@ -157,19 +162,20 @@ impl ClDevice {
             | DwAlgo::Block8x4
             | DwAlgo::Block16x4 => {
                 let (vw, by) = a.block().unwrap_or((1, 4));
-                let kern = self.kernel("depthwise", &Self::block_defines(a, g), "dw_fwd_block")?;
+                let kern =
+                    self.kernel(abi::FAMILY, &Self::block_defines(a, g), abi::DW_FWD_BLOCK)?;
                 // 8- and 16-wide blocks walk whole rows (XLOOP): one work-item per row block.
                 let cols = if a.walks_rows() { 1 } else { g.ow.div_ceil(vw) };
                 let items = g.n * g.c * g.oh.div_ceil(by) * cols;
-                self.launch(&kern, &args, &[items], Some(&[128]))
+                self.run(&kern, &args, &[items], Some(&[128]))
             }
             DwAlgo::Local => {
                 let kern = self.kernel(
-                    "depthwise",
+                    abi::FAMILY,
                     &Defines::new().set("KS", g.k).set("SS", g.s),
-                    "dw_fwd_local",
+                    abi::DW_FWD_LOCAL,
                 )?;
-                self.launch(
+                self.run(
                     &kern,
                     &args,
                     &[g.ow.div_ceil(32) * 32, g.oh.div_ceil(8) * 8, g.n * g.c],
@@ -178,19 +184,19 @@ impl ClDevice {
             }
             DwAlgo::Rows => {
                 let kern = self.kernel(
-                    "depthwise",
+                    abi::FAMILY,
                     &Defines::new().set("RK", g.k).set("RS", g.s),
-                    "dw_fwd_rows",
+                    abi::DW_FWD_ROWS,
                 )?;
-                self.launch(&kern, &args_k, &[g.n * g.c * g.oh], None)
+                self.run(&kern, &args_k, &[g.n * g.c * g.oh], None)
             }
             DwAlgo::Tile => {
-                let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_tile")?;
-                self.launch(&kern, &args_k, &[g.ow, g.oh, g.n * g.c], Some(&[8, 8, 1]))
+                let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_FWD_TILE)?;
+                self.run(&kern, &args_k, &[g.ow, g.oh, g.n * g.c], Some(&[8, 8, 1]))
             }
             DwAlgo::Naive => {
-                let kern = self.kernel("depthwise", &Defines::new(), "dw_fwd_naive")?;
-                self.launch(&kern, &args_k, &[out.numel()], Some(&[64]))
+                let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_FWD_NAIVE)?;
+                self.run(&kern, &args_k, &[out.numel()], Some(&[64]))
             }
         }
     }
@@ -238,27 +244,35 @@ impl ClDevice {
         let mut ev = Vec::new();
         let k = g.k as i32;
         if let Some(gx) = gx {
-            // The grad_x kernels' arguments: geometry, grad_out, filter, grad_x (and K at run time).
-            let plain = [
-                Arg::I32x8(arg(g)),
-                Arg::Mem(go.storage()),
-                Arg::Mem(w.storage()),
-                Arg::Mem(gx.storage()),
-            ];
-            let with_k = [plain[0], Arg::I32(k), plain[1], plain[2], plain[3]];
+            // The grad_x kernels' arguments: geometry, grad_out, filter, grad_x (dw_bwd_x_s2 and
+            // dw_bwd_x_s2_block have the parameters of dw_bwd_x_gather), and K at run time (dw_bwd_x_naive has
+            // those of dw_bwd_x_rows).
+            let plain = abi::DwBwdXGather {
+                g: arg(g),
+                go: go.storage(),
+                w: w.storage(),
+                gx: gx.storage(),
+            };
+            let with_k = abi::DwBwdXRows {
+                g: arg(g),
+                K: k,
+                go: go.storage(),
+                w: w.storage(),
+                gx: gx.storage(),
+            };
             match g.grad_x_geom() {
                 // Stride 1: the forward kernels on grad_out with the flipped filter.
                 Some(gg) if self.dw_eligible(a, &gg).is_ok() => {
                     let wf = Tensor::empty(device, w.shape(), DType::F32)?;
-                    let kern = self.kernel("depthwise", &Defines::new(), "dw_flip")?;
-                    ev.push(self.launch(
+                    let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_FLIP)?;
+                    ev.push(self.run(
                         &kern,
-                        &[
-                            Arg::I32(g.c as i32),
-                            Arg::I32(k),
-                            Arg::Mem(w.storage()),
-                            Arg::Mem(wf.storage()),
-                        ],
+                        &abi::DwFlip {
+                            C: g.c as i32,
+                            K: k,
+                            w: w.storage(),
+                            wf: wf.storage(),
+                        },
                         &[wf.numel()],
                         None,
                     )?);
@@ -267,7 +281,7 @@ impl ClDevice {
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let gather = if g.s == 2 {
                         // Default (autotuning off): `4x2`, the H200's choice.
-                        autotune::tune(device, "dwconv_bwd_x_s2", &key(g, 0), &GATHER_S2, 2, |v| {
+                        autotune::tune(device, &key("dwconv_bwd_x_s2", g, 0), &GATHER_S2, 2, |v| {
                             events_ms(&[self.dw_gather(v, &plain, g)?])
                         })?
                     } else {
@@ -277,40 +291,39 @@ impl ClDevice {
                 }
                 _ if a.walks_rows() && g.s == 2 => {
                     let kern =
-                        self.kernel("depthwise", &Self::block_defines(a, g), "dw_bwd_x_s2")?;
-                    ev.push(self.launch(&kern, &plain, &[g.n * g.c * g.h], None)?);
+                        self.kernel(abi::FAMILY, &Self::block_defines(a, g), abi::DW_BWD_X_S2)?;
+                    ev.push(self.run(&kern, &plain, &[g.n * g.c * g.h], None)?);
                 }
                 _ if matches!(a, DwAlgo::Rows | DwAlgo::Local) || a.walks_rows() => {
                     let kern = self.kernel(
-                        "depthwise",
+                        abi::FAMILY,
                         &Defines::new().set("RK", g.k).set("RS", g.s),
-                        "dw_bwd_x_rows",
+                        abi::DW_BWD_X_ROWS,
                     )?;
-                    ev.push(self.launch(&kern, &with_k, &[g.n * g.c * g.h], None)?);
+                    ev.push(self.run(&kern, &with_k, &[g.n * g.c * g.h], None)?);
                 }
                 _ => {
-                    let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_x_naive")?;
-                    ev.push(self.launch(&kern, &with_k, &[gx.numel()], Some(&[64]))?);
+                    let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_BWD_X_NAIVE)?;
+                    ev.push(self.run(&kern, &with_k, &[gx.numel()], Some(&[64]))?);
                 }
             }
         }
         match a {
             DwAlgo::Naive | DwAlgo::Tile => {
-                let kern = self.kernel("depthwise", &Defines::new(), "dw_bwd_w_naive")?;
-                let args = [
-                    Arg::I32x8(arg(g)),
-                    Arg::I32(k),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(go.storage()),
-                    Arg::Mem(gw.storage()),
-                ];
-                ev.push(self.launch(&kern, &args, &[gw.numel()], None)?);
+                let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_BWD_W_NAIVE)?;
+                let args = abi::DwBwdWNaive {
+                    g: arg(g),
+                    K: k,
+                    x: x.storage(),
+                    go: go.storage(),
+                    gw: gw.storage(),
+                };
+                ev.push(self.run(&kern, &args, &[gw.numel()], None)?);
             }
             DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2 => {
                 let unit = autotune::tune(
                     device,
-                    "dwconv_bwd_w_unit",
-                    &key(g, 0),
+                    &key("dwconv_bwd_w_unit", g, 0),
                     &GRAD_W_UNITS,
                     // Default (autotuning off): `col8`, the H200's choice at stride 1 and 2.
                     2,
@@ -326,39 +339,38 @@ impl ClDevice {
                 let (bands_per, rows) = self.dw_bands(g);
                 let bands = g.n * bands_per;
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
-                let bp = Arg::I32(bands_per as i32);
-                let rw = Arg::I32(rows as i32);
+                let (bands_per, rows) = (bands_per as i32, rows as i32);
                 if a == DwAlgo::Local && self.dw_local_ok(g) {
                     let kern = self.kernel(
-                        "depthwise",
+                        abi::FAMILY,
                         &Defines::new().set("KS", g.k).set("SS", g.s),
-                        "dw_bwd_weight_local",
+                        abi::DW_BWD_WEIGHT_LOCAL,
                     )?;
-                    let args = [
-                        Arg::I32x8(arg(g)),
-                        bp,
-                        rw,
-                        Arg::Mem(x.storage()),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(part.storage()),
-                    ];
-                    ev.push(self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
+                    let args = abi::DwBwdWeightLocal {
+                        g: arg(g),
+                        bands_per,
+                        rows,
+                        x: x.storage(),
+                        go: go.storage(),
+                        part: part.storage(),
+                    };
+                    ev.push(self.run(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 } else {
                     let kern = self.kernel(
-                        "depthwise",
+                        abi::FAMILY,
                         &Defines::new().set("RK", g.k).set("RS", g.s),
-                        "dw_bwd_w_rows",
+                        abi::DW_BWD_W_ROWS,
                     )?;
-                    let args = [
-                        Arg::I32x8(arg(g)),
-                        Arg::I32(k),
-                        bp,
-                        rw,
-                        Arg::Mem(x.storage()),
-                        Arg::Mem(go.storage()),
-                        Arg::Mem(part.storage()),
-                    ];
-                    ev.push(self.launch(&kern, &args, &[g.c, bands], None)?);
+                    let args = abi::DwBwdWRows {
+                        g: arg(g),
+                        K: k,
+                        bands_per,
+                        rows,
+                        x: x.storage(),
+                        go: go.storage(),
+                        part: part.storage(),
+                    };
+                    ev.push(self.run(&kern, &args, &[g.c, bands], None)?);
                 }
                 ev.push(self.dw_reduce(&part, gw, g, bands)?);
             }
@@ -379,7 +391,7 @@ impl ClDevice {
 
     /// One candidate of the grad_x gather at stride 2 (see [`GATHER_S2`]); `args` are the geometry,
     /// grad_out, the filter and grad_x.
-    fn dw_gather(&self, variant: &str, args: &[Arg<'_>], g: &DwGeom) -> Result<Event> {
+    fn dw_gather(&self, variant: &str, args: &abi::DwBwdXGather<'_>, g: &DwGeom) -> Result<Event> {
         match gather_pairs(variant) {
             None => {
                 let defs = Defines::new()
@@ -388,13 +400,13 @@ impl ClDevice {
                     .set("VW", 1)
                     .set("BY", 4)
                     .set("XLOOP", 0);
-                let kern = self.kernel("depthwise", &defs, "dw_bwd_x_gather")?;
+                let kern = self.kernel(abi::FAMILY, &defs, abi::DW_BWD_X_GATHER)?;
                 // Work-groups of 128 as a row strip: the widest of 32, 16, 8 that divides W.
                 let lx = [32, 16, 8]
                     .into_iter()
                     .find(|d| g.w.is_multiple_of(*d))
                     .unwrap_or(32);
-                self.launch(
+                self.run(
                     &kern,
                     args,
                     &[g.w, g.h, g.n * g.c],
@@ -406,11 +418,11 @@ impl ClDevice {
                     .set("GK", g.k)
                     .set("GC", gc)
                     .set("GP", g.p % 2);
-                let kern = self.kernel("depthwise", &defs, "dw_bwd_x_s2_block")?;
+                let kern = self.kernel(abi::FAMILY, &defs, abi::DW_BWD_X_S2_BLOCK)?;
                 // 32 blocks along a row even where that pads the range: the wider strip coalesces
                 // better (measured faster on the H200 than a narrower strip without padding).
                 let range = [g.w.div_ceil(2 * gc), g.h.div_ceil(2), g.n * g.c];
-                self.launch(&kern, args, &range, Some(&[32, 4, 1]))
+                self.run(&kern, args, &range, Some(&[32, 4, 1]))
             }
         }
     }
@@ -434,31 +446,31 @@ impl ClDevice {
             .set("VW", 1)
             .set("BY", by)
             .set("XLOOP", 0);
-        let kern = self.kernel("depthwise", &defs, "dw_bwd_w_block")?;
-        let args = [
-            Arg::I32x8(arg(g)),
-            Arg::I32(per_band as i32),
-            Arg::Mem(x.storage()),
-            Arg::Mem(go.storage()),
-            Arg::Mem(part.storage()),
-        ];
+        let kern = self.kernel(abi::FAMILY, &defs, abi::DW_BWD_W_BLOCK)?;
+        let args = abi::DwBwdWBlock {
+            g: arg(g),
+            per_band: per_band as i32,
+            x: x.storage(),
+            go: go.storage(),
+            part: part.storage(),
+        };
         Ok(vec![
-            self.launch(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?,
+            self.run(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?,
             self.dw_reduce(&part, gw, g, bands)?,
         ])
     }
 
     /// gw[c][t] = the sum of part[c][band][t] over `bands` bands.
     fn dw_reduce(&self, part: &Tensor, gw: &Tensor, g: &DwGeom, bands: usize) -> Result<Event> {
-        let kern = self.kernel("depthwise", &Defines::new(), "dw_reduce_weight")?;
-        let args = [
-            Arg::I32(g.c as i32),
-            Arg::I32((g.k * g.k) as i32),
-            Arg::I32(bands as i32),
-            Arg::Mem(part.storage()),
-            Arg::Mem(gw.storage()),
-        ];
-        self.launch(&kern, &args, &[g.c * g.k * g.k], None)
+        let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::DW_REDUCE_WEIGHT)?;
+        let args = abi::DwReduceWeight {
+            C: g.c as i32,
+            KK: (g.k * g.k) as i32,
+            bands: bands as i32,
+            part: part.storage(),
+            gw: gw.storage(),
+        };
+        self.run(&kern, &args, &[g.c * g.k * g.k], None)
     }
 
     fn dw_choose(
@@ -470,16 +482,29 @@ impl ClDevice {
         algo: Option<DwAlgo>,
         bench: impl FnMut(&DwAlgo) -> Result<f64>,
     ) -> Result<DwAlgo> {
-        let key = key(g, extra);
+        let key = key(kernel, g, extra);
         if let Some((a, why)) = forced(algo) {
             self.dw_eligible(a, g)?;
-            autotune::record_choice(device, kernel, &key, &a, Source::Forced, why);
+            autotune::record_choice(device, &key, &a, Source::Forced, why);
             return Ok(a);
         }
-        if let Some(a) = autotune::answered(device, kernel, &key) {
+        if let Some(a) = autotune::answered(device, &key) {
             return Ok(a);
         }
-        autotune::tune(device, kernel, &key, &self.dw_candidates(g), 0, bench)
+        let cands = self.dw_candidates(g);
+        // First choice before measurement, from the recorded winners: register blocks along rows on GPUs,
+        // taller blocks on CPU OpenCL, else the row kernel.
+        let prefer = if self.info.kind == "cpu" {
+            DwAlgo::Block8x4
+        } else {
+            DwAlgo::Block1x4
+        };
+        let default = cands
+            .iter()
+            .position(|a| *a == prefer)
+            .or_else(|| cands.iter().position(|a| *a == DwAlgo::Rows))
+            .unwrap_or(0);
+        autotune::tune(device, &key, &cands, default, bench)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::elementwise as abi;
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
@@ -83,14 +84,14 @@ fn int8(v: &[usize]) -> [i32; 8] {
 impl BinaryKernels for ClDevice {
     fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
         let n = x.numel();
-        let k = self.kernel("elementwise", &Defines::new(), "copy_f32")?;
-        let args = [
-            Arg::I32(n as i32),
-            Arg::Mem(x.storage()),
-            Arg::Mem(out.storage()),
-        ];
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::COPY_F32)?;
+        let args = abi::CopyF32 {
+            n: n as i32,
+            x: x.storage(),
+            y: out.storage(),
+        };
         let local = 256.min(self.info.max_work_group_size.max(1));
-        self.launch(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
+        self.run(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
         Ok(())
     }
 
@@ -105,14 +106,14 @@ impl BinaryKernels for ClDevice {
         let defines = Defines::new().set("OP(x,y)", cl_expr(op));
         let n = out.numel();
         if plan.same {
-            let k = self.kernel("elementwise", &defines, "binary_same")?;
-            let args = [
-                Arg::I32(n as i32),
-                Arg::Mem(a.storage()),
-                Arg::Mem(b.storage()),
-                Arg::Mem(out.storage()),
-            ];
-            self.launch(
+            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SAME)?;
+            let args = abi::BinarySame {
+                n: n as i32,
+                a: a.storage(),
+                b: b.storage(),
+                out: out.storage(),
+            };
+            self.run(
                 &k,
                 &args,
                 &[n.div_ceil(4)],
@@ -136,33 +137,33 @@ impl BinaryKernels for ClDevice {
                 .set("ALIGN4", u8::from(align));
             let g = [d[2] / vec, d[1], d[0]];
             let (g, local, capped) = grid_3d(self, g);
-            let k = self.kernel("elementwise", &grid_defines(&defines, capped), "binary_3d")?;
-            let args = [
-                Arg::I32(d[0] as i32),
-                Arg::I32(d[1] as i32),
-                Arg::I32(d[2] as i32),
-                Arg::I32(sa[0] as i32),
-                Arg::I32(sa[1] as i32),
-                Arg::I32(sb[0] as i32),
-                Arg::I32(sb[1] as i32),
-                Arg::Mem(a.storage()),
-                Arg::Mem(b.storage()),
-                Arg::Mem(out.storage()),
-            ];
-            self.launch(&k, &args, &g, Some(&local))?;
+            let k = self.kernel(abi::FAMILY, &grid_defines(&defines, capped), abi::BINARY_3D)?;
+            let args = abi::Binary3d {
+                d0: d[0] as i32,
+                d1: d[1] as i32,
+                d2: d[2] as i32,
+                sa0: sa[0] as i32,
+                sa1: sa[1] as i32,
+                sb0: sb[0] as i32,
+                sb1: sb[1] as i32,
+                a: a.storage(),
+                b: b.storage(),
+                out: out.storage(),
+            };
+            self.run(&k, &args, &g, Some(&local))?;
         } else {
-            let k = self.kernel("elementwise", &defines, "binary_bcast")?;
-            let args = [
-                Arg::I32(n as i32),
-                Arg::I32(plan.shape.len() as i32),
-                Arg::I32x8(int8(&plan.shape)),
-                Arg::I32x8(int8(&plan.sa)),
-                Arg::I32x8(int8(&plan.sb)),
-                Arg::Mem(a.storage()),
-                Arg::Mem(b.storage()),
-                Arg::Mem(out.storage()),
-            ];
-            self.launch(
+            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_BCAST)?;
+            let args = abi::BinaryBcast {
+                n: n as i32,
+                rank: plan.shape.len() as i32,
+                shape: int8(&plan.shape),
+                sa: int8(&plan.sa),
+                sb: int8(&plan.sb),
+                a: a.storage(),
+                b: b.storage(),
+                out: out.storage(),
+            };
+            self.run(
                 &k,
                 &args,
                 &[n],
@@ -183,15 +184,15 @@ impl BinaryKernels for ClDevice {
         let defines = Defines::new()
             .set("OP(x,y)", cl_expr(op))
             .set("SWAP", u8::from(swap));
-        let k = self.kernel("elementwise", &defines, "binary_scalar")?;
+        let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SCALAR)?;
         let n = out.numel();
-        let args = [
-            Arg::I32(n as i32),
-            Arg::F32(s),
-            Arg::Mem(a.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(
+        let args = abi::BinaryScalar {
+            n: n as i32,
+            s,
+            a: a.storage(),
+            out: out.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n.div_ceil(4)],

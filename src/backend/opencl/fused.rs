@@ -1,9 +1,10 @@
 //! Fused expressions on OpenCL: `kernels/fused.cl` built with the expression's OpenCL C form, written from the
 //! vocabulary's templates.
 
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::fused as abi;
 use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan, Node};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
@@ -50,16 +51,27 @@ impl FusedKernels for ClDevice {
             .set("NIN", inputs.len())
             .set("EXPR", cl_code(expr));
         let n = out.numel();
-        let bufs: Vec<&crate::memory::Storage> = (0..MAX_INPUTS)
-            .map(|k| inputs.get(k).unwrap_or(&inputs[0]).storage())
-            .collect();
+        // Every input slot gets a buffer; the slots past NIN are never read.
+        let slot = |k: usize| inputs.get(k).unwrap_or(&inputs[0]).storage();
+        let [a0, a1, a2, a3, a4, a5] = [0, 1, 2, 3, 4, 5].map(slot);
+        // Per input slot: its strides, or zeros for the slots past NIN.
+        let strides = |per: &dyn Fn(&[usize]) -> [i32; 8]| -> [[i32; 8]; MAX_INPUTS] {
+            std::array::from_fn(|k| plan.strides.get(k).map_or([0; 8], |s| per(s)))
+        };
         let local = [256.min(self.info.max_work_group_size.max(1))];
         if plan.same {
-            let k = self.kernel("fused", &defines, "fused_same")?;
-            let mut args = vec![Arg::I32(n as i32)];
-            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
-            args.push(Arg::Mem(out.storage()));
-            self.launch(&k, &args, &[n], Some(&local))?;
+            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_SAME)?;
+            let args = abi::FusedSame {
+                n: n as i32,
+                a0,
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                out: out.storage(),
+            };
+            self.run(&k, &args, &[n], Some(&local))?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
             let r = plan.shape.len();
@@ -68,41 +80,59 @@ impl FusedKernels for ClDevice {
             let range = [d[2], d[1], d[0]];
             let (range, local, capped) = grid_3d(self, range);
             let defines = grid_defines(&defines, capped);
-            let k = self.kernel("fused", &defines, "fused_3d")?;
-            let mut args = vec![
-                Arg::I32(d[0] as i32),
-                Arg::I32(d[1] as i32),
-                Arg::I32(d[2] as i32),
-            ];
-            for k in 0..MAX_INPUTS {
+            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_3D)?;
+            let [s0, s1, s2, s3, s4, s5] = strides(&|s| {
                 let mut st = [0i32; 8];
-                if let Some(s) = plan.strides.get(k) {
-                    for (j, v) in s.iter().enumerate() {
-                        st[3 - r + j] = *v as i32;
-                    }
+                for (j, v) in s.iter().enumerate() {
+                    st[3 - r + j] = *v as i32;
                 }
-                args.push(Arg::I32x8(st));
-            }
-            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
-            args.push(Arg::Mem(out.storage()));
-            self.launch(&k, &args, &range, Some(&local))?;
+                st
+            });
+            let args = abi::Fused3d {
+                d0: d[0] as i32,
+                d1: d[1] as i32,
+                d2: d[2] as i32,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                s5,
+                a0,
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                out: out.storage(),
+            };
+            self.run(&k, &args, &range, Some(&local))?;
         } else {
-            let k = self.kernel("fused", &defines, "fused_bcast")?;
+            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_BCAST)?;
             let mut shape = [1i32; 8];
             for (i, d) in plan.shape.iter().rev().enumerate() {
                 shape[i] = *d as i32;
             }
-            let mut args = vec![
-                Arg::I32(n as i32),
-                Arg::I32(plan.shape.len() as i32),
-                Arg::I32x8(shape),
-            ];
-            for k in 0..MAX_INPUTS {
-                args.push(Arg::I32x8(plan.strides.get(k).map_or([0; 8], |s| int8(s))));
-            }
-            args.extend(bufs.iter().map(|b| Arg::Mem(b)));
-            args.push(Arg::Mem(out.storage()));
-            self.launch(&k, &args, &[n], Some(&local))?;
+            let [s0, s1, s2, s3, s4, s5] = strides(&int8);
+            let args = abi::FusedBcast {
+                n: n as i32,
+                rank: plan.shape.len() as i32,
+                shape,
+                s0,
+                s1,
+                s2,
+                s3,
+                s4,
+                s5,
+                a0,
+                a1,
+                a2,
+                a3,
+                a4,
+                a5,
+                out: out.storage(),
+            };
+            self.run(&k, &args, &[n], Some(&local))?;
         }
         Ok(())
     }

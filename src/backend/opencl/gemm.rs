@@ -2,16 +2,15 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use std::borrow::Cow;
-
 use serde::Serialize;
 
 use crate::Device;
-use crate::autotune::{self, bucket, shape_key};
+use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::Event;
-use crate::backend::opencl::program::{Defines, quick_key};
-use crate::backend::opencl::{Arg, events_ms};
+use crate::backend::opencl::abi::gemm as abi;
+use crate::backend::opencl::events_ms;
+use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -24,22 +23,23 @@ fn bias_code(b: BiasMode) -> i32 {
     }
 }
 
-/// The autotune kernel name and shape key `g` is measured under.
-fn tune_key(g: &Gemm) -> (&'static str, Cow<'_, str>) {
-    match &g.tune {
-        GemmTune::Matmul => (
+/// The autotune key `g` is measured under; its candidates run `kernels/gemm.cl`.
+fn tune_key(g: &Gemm) -> TuneKey {
+    let key = match &g.tune {
+        GemmTune::Matmul => TuneKey::new(
             "matmul",
-            Cow::Owned(shape_key(&[
-                bucket(g.m),
-                bucket(g.n),
-                bucket(g.k),
-                bucket(g.batch),
-                g.trans_a as i64,
-                g.trans_b as i64,
-            ])),
+            &[
+                ("m", bucket(g.m)),
+                ("n", bucket(g.n)),
+                ("k", bucket(g.k)),
+                ("batch", bucket(g.batch)),
+                ("trans_a", g.trans_a as i64),
+                ("trans_b", g.trans_b as i64),
+            ],
         ),
-        GemmTune::Named(name, key) => (*name, Cow::Borrowed(key.as_str())),
-    }
+        GemmTune::Named(name, key) => TuneKey::from_shape_key(*name, key.as_str()),
+    };
+    key.source(kernel_source("gemm").unwrap_or_default())
 }
 
 /// One kernel shape of the family.
@@ -366,7 +366,7 @@ impl ClDevice {
         };
         let bias_t = bias.unwrap_or(out);
         let bias_code = if bias.is_some() { bias_code(g.bias) } else { 0 };
-        let i = |v: usize| Arg::I32(v as i32);
+        let i = |v: usize| v as i32;
         let base = || {
             Defines::new()
                 .set("TRANS_A", g.trans_a as i32)
@@ -374,33 +374,31 @@ impl ClDevice {
         };
         let z = g.batch * splits;
         let mut evs = Vec::new();
-        // Every product kernel ends its arguments with the output, the split and the epilogue.
-        let tail = [
-            Arg::Mem(out.storage()),
-            i(off_c),
-            i(ldc),
-            i(s_c),
-            i(splits),
-            i(l),
-            Arg::Mem(bias_t.storage()),
-            Arg::I32(bias_code),
-            Arg::I32(g.relu as i32),
-        ];
-        // The arguments of the kernels that read A and B in place (tiled, register-blocked, small-K).
-        let head = [
-            i(g.m),
-            i(g.n),
-            i(g.k),
-            Arg::Mem(a.storage()),
-            i(g.off_a),
-            i(g.lda),
-            i(g.s_a),
-            Arg::Mem(b.storage()),
-            i(g.off_b),
-            i(g.ldb),
-            i(g.s_b),
-        ];
-        let args = [&head[..], &tail[..]].concat();
+        // The arguments of the kernels that read A and B in place (gemm_smallk and gemm_reg share this
+        // parameter list; gemm_tiled adds the columns of one batch): the operands, then the output, the split
+        // and the epilogue, which every product kernel ends with.
+        let args = abi::GemmSmallk {
+            M: i(g.m),
+            N: i(g.n),
+            K: i(g.k),
+            A: a.storage(),
+            offA: i(g.off_a),
+            lda: i(g.lda),
+            sA: i(g.s_a),
+            B: b.storage(),
+            offB: i(g.off_b),
+            ldb: i(g.ldb),
+            sB: i(g.s_b),
+            C: out.storage(),
+            offC: i(off_c),
+            ldc: i(ldc),
+            sC: i(s_c),
+            S: i(splits),
+            L: i(l),
+            bias: bias_t.storage(),
+            bias_mode: bias_code,
+            relu: g.relu as i32,
+        };
         match cand.algo {
             Algo::Tiled {
                 tm,
@@ -430,7 +428,7 @@ impl ClDevice {
                     aligned as usize,
                     flat as usize,
                 ];
-                let k = self.kernel_by(quick_key("gemm", "gemm_tiled", &key), || {
+                let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_TILED, &key), || {
                     base()
                         .set("TM", tm)
                         .set("TN", tn)
@@ -444,25 +442,43 @@ impl ClDevice {
                 })?;
                 let (wx, wy) = (tn / rn, tm / rm);
                 let (cols, zz) = if flat { (g.n * g.batch, 1) } else { (g.n, z) };
-                let mut args = args.clone();
-                args.push(i(g.n));
-                if flat {
-                    args[1] = i(cols);
-                }
+                let tiled = abi::GemmTiled {
+                    M: args.M,
+                    N: if flat { i(cols) } else { args.N },
+                    K: args.K,
+                    A: args.A,
+                    offA: args.offA,
+                    lda: args.lda,
+                    sA: args.sA,
+                    B: args.B,
+                    offB: args.offB,
+                    ldb: args.ldb,
+                    sB: args.sB,
+                    C: args.C,
+                    offC: args.offC,
+                    ldc: args.ldc,
+                    sC: args.sC,
+                    S: args.S,
+                    L: args.L,
+                    bias: args.bias,
+                    bias_mode: args.bias_mode,
+                    relu: args.relu,
+                    CB: i(g.n),
+                };
                 let global = [cols.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, zz * ks];
-                evs.push(self.launch(&k, &args, &global, Some(&[wx, wy, ks]))?);
+                evs.push(self.run(&k, &tiled, &global, Some(&[wx, wy, ks]))?);
             }
             Algo::SmallK { px, ls } => {
                 let d = base().set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
-                let k = self.kernel("gemm", &d, "gemm_smallk")?;
+                let k = self.kernel(abi::FAMILY, &d, abi::GEMM_SMALLK)?;
                 let global = [g.n.div_ceil(ls * px) * ls, z];
-                evs.push(self.launch(&k, &args, &global, Some(&[ls, 1]))?);
+                evs.push(self.run(&k, &args, &global, Some(&[ls, 1]))?);
             }
             Algo::Packed { mr, vw, nb, ly } => {
                 let nr = vw * nb;
                 let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let kernel = |name| {
-                    self.kernel_by(quick_key("gemm", name, &blocked), || {
+                    self.kernel_by(quick_key(abi::FAMILY, name, &blocked), || {
                         base().set("MR", mr).set("VW", vw).set("NB", nb)
                     })
                 };
@@ -472,42 +488,50 @@ impl ClDevice {
                 let bb = if g.s_b == 0 { 1 } else { g.batch };
                 let ap = Tensor::empty(device, &[ba * pm * kd * mr], DType::F32)?;
                 let bp = Tensor::empty(device, &[bb * pn * kd * nr], DType::F32)?;
-                let ka = kernel("gemm_pack_a")?;
-                let args = [
-                    i(g.m),
-                    i(g.k),
-                    Arg::Mem(a.storage()),
-                    i(g.off_a),
-                    i(g.lda),
-                    i(g.s_a),
-                    Arg::Mem(ap.storage()),
-                ];
-                evs.push(self.launch(&ka, &args, &[g.k.div_ceil(32), pm, ba], None)?);
-                let kb = kernel("gemm_pack_b")?;
-                let args = [
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(b.storage()),
-                    i(g.off_b),
-                    i(g.ldb),
-                    i(g.s_b),
-                    Arg::Mem(bp.storage()),
-                ];
-                evs.push(self.launch(&kb, &args, &[g.k.div_ceil(32), pn, bb], None)?);
+                let ka = kernel(abi::GEMM_PACK_A)?;
+                let pack_a = abi::GemmPackA {
+                    M: args.M,
+                    K: args.K,
+                    A: args.A,
+                    offA: args.offA,
+                    lda: args.lda,
+                    sA: args.sA,
+                    Ap: ap.storage(),
+                };
+                evs.push(self.run(&ka, &pack_a, &[g.k.div_ceil(32), pm, ba], None)?);
+                let kb = kernel(abi::GEMM_PACK_B)?;
+                let pack_b = abi::GemmPackB {
+                    N: args.N,
+                    K: args.K,
+                    B: args.B,
+                    offB: args.offB,
+                    ldb: args.ldb,
+                    sB: args.sB,
+                    Bp: bp.storage(),
+                };
+                evs.push(self.run(&kb, &pack_b, &[g.k.div_ceil(32), pn, bb], None)?);
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
-                let k = kernel("gemm_packed")?;
-                let head = [
-                    i(g.m),
-                    i(g.n),
-                    i(g.k),
-                    Arg::Mem(ap.storage()),
-                    i(s_ap),
-                    Arg::Mem(bp.storage()),
-                    i(s_bp),
-                ];
-                let args = [&head[..], &tail[..]].concat();
-                evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+                let k = kernel(abi::GEMM_PACKED)?;
+                let packed = abi::GemmPacked {
+                    M: args.M,
+                    N: args.N,
+                    K: args.K,
+                    Ap: ap.storage(),
+                    sAp: i(s_ap),
+                    Bp: bp.storage(),
+                    sBp: i(s_bp),
+                    C: args.C,
+                    offC: args.offC,
+                    ldc: args.ldc,
+                    sC: args.sC,
+                    S: args.S,
+                    L: args.L,
+                    bias: args.bias,
+                    bias_mode: args.bias_mode,
+                    relu: args.relu,
+                };
+                evs.push(self.run(&k, &packed, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
             }
             Algo::Reg { mr, vw, nb, ly } => {
                 if g.trans_b {
@@ -518,29 +542,29 @@ impl ClDevice {
                 let nr = vw * nb;
                 let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
-                let k = self.kernel_by(quick_key("gemm", "gemm_reg", &blocked), || {
+                let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_REG, &blocked), || {
                     base().set("MR", mr).set("VW", vw).set("NB", nb)
                 })?;
-                evs.push(self.launch(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+                evs.push(self.run(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
             }
         }
         if let Some(p) = &partial {
-            let k = self.kernel("gemm", &Defines::new(), "gemm_reduce_splits")?;
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::GEMM_REDUCE_SPLITS)?;
             let bias_t = bias.unwrap_or(c);
-            let args = [
-                i(g.m),
-                i(g.n),
-                i(splits),
-                Arg::Mem(p.storage()),
-                Arg::Mem(c.storage()),
-                i(g.off_c),
-                i(g.ldc),
-                i(g.s_c),
-                Arg::Mem(bias_t.storage()),
-                Arg::I32(bias_code),
-                Arg::I32(g.relu as i32),
-            ];
-            evs.push(self.launch(&k, &args, &[g.n, g.m, g.batch], None)?);
+            let args = abi::GemmReduceSplits {
+                M: i(g.m),
+                N: i(g.n),
+                S: i(splits),
+                P: p.storage(),
+                C: c.storage(),
+                offC: i(g.off_c),
+                ldc: i(g.ldc),
+                sC: i(g.s_c),
+                bias: bias_t.storage(),
+                bias_mode: bias_code,
+                relu: g.relu as i32,
+            };
+            evs.push(self.run(&k, &args, &[g.n, g.m, g.batch], None)?);
         }
         Ok(evs)
     }
@@ -556,8 +580,8 @@ impl ClDevice {
         g: &Gemm,
     ) -> Result<GemmCand> {
         // A repeated question is answered before the candidate list is built (most of a call's host time).
-        let (name, key) = tune_key(g);
-        if let Some(c) = autotune::answered(device, name, &key) {
+        let key = tune_key(g);
+        if let Some(c) = autotune::answered(device, &key) {
             return Ok(c);
         }
         let cands = self.gemm_candidates(g);
@@ -573,7 +597,7 @@ impl ClDevice {
                 .flat_map(|c| Self::gemm_programs(g, *c))
                 .collect()
         });
-        autotune::tune(device, name, &key, &cands, default, |cand| {
+        autotune::tune(device, &key, &cands, default, |cand| {
             prebuild();
             events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
         })

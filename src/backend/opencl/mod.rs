@@ -4,6 +4,7 @@
 //! goes through [`ClDevice::launch`], which times it when the thread's timing scope asks
 //! ([`crate::device::timing`]) and records it for the playground.
 
+pub(crate) mod abi;
 mod conv;
 mod depthwise;
 mod dropout;
@@ -44,6 +45,7 @@ use crate::device::timing::{self, LaunchEvent};
 use crate::device::{DeviceInfo, DeviceType};
 use crate::error::{ClContext, Error, Result};
 use crate::memory::{Allocator, DeviceMem, Storage};
+use abi::KernelArgs;
 use program::{ArgBytes, ClKernel, Defines, ProgramCache};
 
 /// Every OpenCL device of every platform, in platform order.
@@ -308,6 +310,26 @@ impl ClDevice {
     ) -> Result<Arc<ClKernel>> {
         self.programs
             .kernel_by(&self.context, self.device.id(), key, defines)
+    }
+
+    /// Enqueues `kernel` with the arguments of its generated struct (see [`abi`]); an error names both kernels
+    /// when `args` belong to another kernel than `kernel`.
+    pub(crate) fn run<'a, A: KernelArgs<'a>>(
+        &self,
+        kernel: &ClKernel,
+        args: &A,
+        global: &[usize],
+        local: Option<&[usize]>,
+    ) -> Result<Event> {
+        if !A::KERNELS.contains(&kernel.name.as_str()) {
+            return Err(Error::Invalid(format!(
+                "kernel `{}` launched with the arguments of {} {:?}",
+                kernel.name,
+                A::FAMILY,
+                A::KERNELS
+            )));
+        }
+        self.launch(kernel, args.list().as_ref(), global, local)
     }
 
     /// Enqueues `kernel` over `global` work-items (rounded up to `local` when given) with `args`.

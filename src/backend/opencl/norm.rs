@@ -3,9 +3,10 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice, events_ms};
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::abi::norm as abi;
+use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD};
 use crate::device::Device;
@@ -24,12 +25,12 @@ fn bn_units(n: usize, p: usize) -> usize {
 
 /// A tag no earlier one-launch batch_norm2d launch used (never 0, the value of zeroed memory): its partials
 /// carry it, so a waiting work-group tells this launch's partials from what a reused buffer still holds.
-fn launch_tag() -> i32 {
+fn launch_tag() -> u32 {
     static NEXT: AtomicU32 = AtomicU32::new(1);
     loop {
         let t = NEXT.fetch_add(1, Ordering::Relaxed);
         if t != 0 {
-            return t as i32;
+            return t;
         }
     }
 }
@@ -157,44 +158,46 @@ impl ClDevice {
             DType::F32,
         )?;
         // An absent γ or β is never read; any buffer stands in for the argument.
-        let stat_args = [
-            Arg::F32(bn.eps),
-            Arg::F32(bn.momentum),
-            Arg::I32(i32::from(bn.gamma.is_some())),
-            Arg::I32(i32::from(bn.beta.is_some())),
-            Arg::Mem(bn.x.storage()),
-            Arg::Mem(part.storage()),
-            Arg::Mem(bn.gamma.unwrap_or(bn.rm).storage()),
-            Arg::Mem(bn.beta.unwrap_or(bn.rm).storage()),
-            Arg::Mem(bn.rm.storage()),
-            Arg::Mem(bn.rv.storage()),
-            Arg::Mem(bn.mean.storage()),
-            Arg::Mem(bn.rstd.storage()),
-            Arg::Mem(bn.stat.storage()),
-            Arg::Mem(bn.rm_out.storage()),
-            Arg::Mem(bn.rv_out.storage()),
-        ];
-        let chunked = |local: usize| {
-            let local = local.min(self.info.max_work_group_size.max(1));
-            let mut args = vec![
-                Arg::I32(n as i32),
-                Arg::I32(c as i32),
-                Arg::I32(p as i32),
-                Arg::I32(units.div_ceil(g).max(1) as i32),
-                Arg::I32(g as i32),
-            ];
-            args.extend(stat_args.iter().cloned());
-            args.push(Arg::Mem(bn.y.storage()));
-            (local, args)
+        let (gamma, beta) = (
+            bn.gamma.unwrap_or(bn.rm).storage(),
+            bn.beta.unwrap_or(bn.rm).storage(),
+        );
+        let (has_gamma, has_beta) = (i32::from(bn.gamma.is_some()), i32::from(bn.beta.is_some()));
+        let (n32, c32, p32, g32) = (n as i32, c as i32, p as i32, g as i32);
+        let rc = units.div_ceil(g).max(1) as i32;
+        // The statistics pass's chunks with the finish and the apply folded in (bn_apply_back, bn_pipe and
+        // bn_hold share these leading parameters).
+        let chunked = || abi::BnApplyBack {
+            N: n32,
+            C: c32,
+            P: p32,
+            rc,
+            G: g32,
+            eps: bn.eps,
+            momentum: bn.momentum,
+            has_gamma,
+            has_beta,
+            x: bn.x.storage(),
+            part: part.storage(),
+            gamma,
+            beta,
+            rm: bn.rm.storage(),
+            rv: bn.rv.storage(),
+            mean_out: bn.mean.storage(),
+            rstd_out: bn.rstd.storage(),
+            stat: bn.stat.storage(),
+            rm_out: bn.rm_out.storage(),
+            rv_out: bn.rv_out.storage(),
+            y: bn.y.storage(),
         };
         // The one-launch kernels: `hold` on C·g groups of chunks held in registers (at most local·u units each),
         // `pipe` on (C + 1)·g groups; both take the counters, local room for g partials and a new launch tag.
         let one = match (algo.apply, algo.stats) {
             (BnApply::Hold, BnStats::Held(local, u)) => {
-                Some((local, d.clone().set("HOLD", u), "bn_hold", c))
+                Some((local, d.clone().set("HOLD", u), abi::BN_HOLD, c))
             }
             (BnApply::Pipe, BnStats::Wide(local, _)) => {
-                Some((local, d.clone().set("UNR", 4), "bn_pipe", c + 1))
+                Some((local, d.clone().set("UNR", 4), abi::BN_PIPE, c + 1))
             }
             (BnApply::Pipe, _) => {
                 return Err(Error::Invalid(
@@ -204,58 +207,80 @@ impl ClDevice {
             _ => None,
         };
         if let Some((local, defines, name, groups)) = one {
-            let (local, mut args) = chunked(local);
+            let local = local.min(self.info.max_work_group_size.max(1));
             let counters = self.counters(c + 2)?;
             let Some((sync, _)) = counters.as_ref() else {
                 return Err(Error::Invalid("batch_norm2d: no counter buffer".into()));
             };
             let lds = local.max(g) * 4;
-            args.extend([
-                Arg::Mem(sync),
-                Arg::Local(lds),
-                Arg::Local(lds),
-                Arg::I32(launch_tag()),
-            ]);
-            let k = self.kernel("norm", &defines.set("POLLS", bn_polls()), name)?;
-            evs.push(self.launch(&k, &args, &[local * g * groups], Some(&[local]))?);
+            let a = chunked();
+            // bn_hold has the parameters of bn_pipe.
+            let args = abi::BnPipe {
+                N: n32,
+                C: c32,
+                P: p32,
+                rc,
+                G: g32,
+                eps: a.eps,
+                momentum: a.momentum,
+                has_gamma,
+                has_beta,
+                x: a.x,
+                part: a.part,
+                gamma,
+                beta,
+                rm: a.rm,
+                rv: a.rv,
+                mean_out: a.mean_out,
+                rstd_out: a.rstd_out,
+                stat: a.stat,
+                rm_out: a.rm_out,
+                rv_out: a.rv_out,
+                y: a.y,
+                sync,
+                ls: lds,
+                lq: lds,
+                tag: launch_tag(),
+            };
+            let k = self.kernel(abi::FAMILY, &defines.set("POLLS", bn_polls()), name)?;
+            evs.push(self.run(&k, &args, &[local * g * groups], Some(&[local]))?);
             return Ok(evs);
         }
         match algo.stats {
             BnStats::Wg(local, _) | BnStats::Wide(local, _) => {
                 let local = local.min(self.info.max_work_group_size.max(1));
-                let rc = units.div_ceil(g).max(1);
                 let unr = if matches!(algo.stats, BnStats::Wide(..)) {
                     4
                 } else {
                     1
                 };
-                let k = self.kernel("norm", &d.clone().set("UNR", unr), "bn_partial_wg")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::I32(c as i32),
-                    Arg::I32(p as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::Mem(bn.x.storage()),
-                    Arg::Mem(part.storage()),
-                    Arg::Local(local * 4),
-                    Arg::Local(local * 4),
-                ];
-                evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+                let k = self.kernel(abi::FAMILY, &d.clone().set("UNR", unr), abi::BN_PARTIAL_WG)?;
+                let args = abi::BnPartialWg {
+                    N: n32,
+                    C: c32,
+                    P: p32,
+                    rc,
+                    G: g32,
+                    x: bn.x.storage(),
+                    part: part.storage(),
+                    ls: local * 4,
+                    lq: local * 4,
+                };
+                evs.push(self.run(&k, &args, &[local * g, c], Some(&[local, 1]))?);
             }
             BnStats::Item(_) => {
                 let rc = (n * p).div_ceil(g).max(1);
-                let k = self.kernel("norm", &Defines::new(), "bn_partial_item")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::I32(c as i32),
-                    Arg::I32(p as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::Mem(bn.x.storage()),
-                    Arg::Mem(part.storage()),
-                ];
-                evs.push(self.launch(&k, &args, &[g, c], None)?);
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::BN_PARTIAL_ITEM)?;
+                let args = abi::BnPartialItem {
+                    N: n32,
+                    C: c32,
+                    P: p32,
+                    rc: rc as i32,
+                    G: g32,
+                    x: bn.x.storage(),
+                    part: part.storage(),
+                };
+                evs.push(self.run(&k, &args, &[g, c], None)?);
             }
             BnStats::Held(..) => {
                 return Err(Error::Invalid(
@@ -269,46 +294,68 @@ impl ClDevice {
                 BnStats::Wg(l, _) | BnStats::Wide(l, _) | BnStats::Held(l, _) => l,
                 BnStats::Item(_) => 256,
             };
-            let (local, args) = chunked(local);
-            let k = self.kernel("norm", &d.clone().set("UNR", 4), "bn_apply_back")?;
-            evs.push(self.launch(&k, &args, &[local * g, c], Some(&[local, 1]))?);
+            let local = local.min(self.info.max_work_group_size.max(1));
+            let k = self.kernel(abi::FAMILY, &d.clone().set("UNR", 4), abi::BN_APPLY_BACK)?;
+            evs.push(self.run(&k, &chunked(), &[local * g, c], Some(&[local, 1]))?);
             return Ok(evs);
         }
-        let k = self.kernel("norm", &Defines::new(), "bn_finish")?;
-        let mut args = vec![
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::I32(p as i32),
-            Arg::I32(g as i32),
-        ];
-        args.extend(stat_args);
-        evs.push(self.launch(
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::BN_FINISH)?;
+        let a = chunked();
+        let args = abi::BnFinish {
+            N: n32,
+            C: c32,
+            P: p32,
+            G: g32,
+            eps: a.eps,
+            momentum: a.momentum,
+            has_gamma,
+            has_beta,
+            x: a.x,
+            part: a.part,
+            gamma,
+            beta,
+            rm: a.rm,
+            rv: a.rv,
+            mean_out: a.mean_out,
+            rstd_out: a.rstd_out,
+            stat: a.stat,
+            rm_out: a.rm_out,
+            rv_out: a.rv_out,
+        };
+        evs.push(self.run(
             &k,
             &args,
             &[c],
             Some(&[64.min(self.info.max_work_group_size.max(1))]),
         )?);
-        let common = |total: usize| {
-            [
-                Arg::I32(total as i32),
-                Arg::I32(c as i32),
-                Arg::I32(p as i32),
-                Arg::Mem(bn.x.storage()),
-                Arg::Mem(bn.mean.storage()),
-                Arg::Mem(bn.stat.storage()),
-                Arg::Mem(bn.y.storage()),
-            ]
-        };
         match algo.apply {
             BnApply::Flat => {
                 let total = if vec4 { n * c * p / 4 } else { n * c * p };
-                let k = self.kernel("norm", &d, "bn_apply_flat")?;
+                let k = self.kernel(abi::FAMILY, &d, abi::BN_APPLY_FLAT)?;
                 let local = 256.min(self.info.max_work_group_size.max(1));
-                evs.push(self.launch(&k, &common(total), &[total], Some(&[local]))?);
+                let args = abi::BnApplyFlat {
+                    total: total as i32,
+                    C: c32,
+                    P: p32,
+                    x: bn.x.storage(),
+                    mean: bn.mean.storage(),
+                    stat: bn.stat.storage(),
+                    y: bn.y.storage(),
+                };
+                evs.push(self.run(&k, &args, &[total], Some(&[local]))?);
             }
             BnApply::Plane => {
-                let k = self.kernel("norm", &Defines::new(), "bn_apply_plane")?;
-                evs.push(self.launch(&k, &common(n * c), &[n * c], None)?);
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::BN_APPLY_PLANE)?;
+                let args = abi::BnApplyPlane {
+                    planes: (n * c) as i32,
+                    C: c32,
+                    P: p32,
+                    x: bn.x.storage(),
+                    mean: bn.mean.storage(),
+                    stat: bn.stat.storage(),
+                    y: bn.y.storage(),
+                };
+                evs.push(self.run(&k, &args, &[n * c], None)?);
             }
             // Launched above, with the finish folded in.
             BnApply::Back | BnApply::Pipe | BnApply::Hold => {}
@@ -326,12 +373,16 @@ impl NormKernels for ClDevice {
     ) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
-        let key = shape_key(&[
-            bucket(v[0]),
-            bucket(v[1]),
-            bucket(v[2]),
-            i64::from(v[2].is_multiple_of(4)),
-        ]);
+        let key = TuneKey::new(
+            "batch_norm2d",
+            &[
+                ("n", bucket(v[0])),
+                ("c", bucket(v[1])),
+                ("hw", bucket(v[2])),
+                ("hw4", i64::from(v[2].is_multiple_of(4))),
+            ],
+        )
+        .source(kernel_source("norm").unwrap_or_default());
         let chosen = match algo {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
@@ -352,7 +403,6 @@ impl NormKernels for ClDevice {
                 }
                 autotune::record_choice(
                     device,
-                    "batch_norm2d",
                     &key,
                     &a,
                     Source::Forced,
@@ -360,11 +410,11 @@ impl NormKernels for ClDevice {
                 );
                 a
             }
-            None => match autotune::answered(device, "batch_norm2d", &key) {
+            None => match autotune::answered(device, &key) {
                 Some(a) => a,
                 None => {
                     let (cands, default) = self.bn_candidates(v);
-                    autotune::tune(device, "batch_norm2d", &key, &cands, default, |a| {
+                    autotune::tune(device, &key, &cands, default, |a| {
                         events_ms(&self.run_bn(device, bn, *a)?)
                     })?
                 }

@@ -1,8 +1,9 @@
 //! OpenCL pooling: the `pool` kernels over a 3-D grid of output (or input) positions and planes.
 
 use super::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::{KernelArgs, pool as abi};
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
@@ -33,89 +34,122 @@ fn geometry(x_shape: &[usize], y_shape: &[usize]) -> [i32; 5] {
 }
 
 impl ClDevice {
-    #[allow(clippy::too_many_arguments)]
-    fn pool_launch(
+    /// Launches pool kernel `name` with `args` over the 3-D `range` (the GRID_LOOP build where the range is
+    /// capped).
+    fn pool_launch<'a, A: KernelArgs<'a>>(
         &self,
         name: &str,
-        geo: [i32; 5],
-        p: &Pool2d,
-        incl: Option<bool>,
-        bufs: &[&Tensor],
+        args: &A,
         range: [usize; 3],
     ) -> Result<()> {
         let (range, local, capped) = grid_3d(self, range);
-        let k = self.kernel("pool", &grid_defines(&Defines::new(), capped), name)?;
-        let mut args: Vec<Arg> = geo
-            .iter()
-            .chain(window_args(p).iter())
-            .map(|&v| Arg::I32(v))
-            .collect();
-        if let Some(i) = incl {
-            args.push(Arg::I32(i32::from(i)));
-        }
-        args.extend(bufs.iter().map(|t| Arg::Mem(t.storage())));
-        self.launch(&k, &args, &range, Some(&local))?;
+        let k = self.kernel(abi::FAMILY, &grid_defines(&Defines::new(), capped), name)?;
+        self.run(&k, args, &range, Some(&local))?;
         Ok(())
     }
 }
 
 impl PoolKernels for ClDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
-        let g = geometry(x.shape(), y.shape());
-        self.pool_launch(
-            "maxpool_fwd",
-            g,
-            p,
-            None,
-            &[x, y, idx],
-            [g[4] as usize, g[3] as usize, g[0] as usize],
-        )
+        let [planes, h, w, oh, ow] = geometry(x.shape(), y.shape());
+        let [kh, kw, sh, sw, ph, pw] = window_args(p);
+        let args = abi::MaxpoolFwd {
+            P: planes,
+            H: h,
+            W: w,
+            OH: oh,
+            OW: ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            x: x.storage(),
+            y: y.storage(),
+            idx: idx.storage(),
+        };
+        let range = [ow, oh, planes].map(|v| v as usize);
+        self.pool_launch(abi::MAXPOOL_FWD, &args, range)
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, p: &Pool2d, gx: &Tensor) -> Result<()> {
-        let geo = geometry(gx.shape(), g.shape());
-        self.pool_launch(
-            "maxpool_bwd",
-            geo,
-            p,
-            None,
-            &[g, idx, gx],
-            [geo[2] as usize, geo[1] as usize, geo[0] as usize],
-        )
+        let [planes, h, w, oh, ow] = geometry(gx.shape(), g.shape());
+        let [kh, kw, sh, sw, ph, pw] = window_args(p);
+        let args = abi::MaxpoolBwd {
+            P: planes,
+            H: h,
+            W: w,
+            OH: oh,
+            OW: ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            g: g.storage(),
+            idx: idx.storage(),
+            gx: gx.storage(),
+        };
+        let range = [w, h, planes].map(|v| v as usize);
+        self.pool_launch(abi::MAXPOOL_BWD, &args, range)
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
-        let g = geometry(x.shape(), y.shape());
-        self.pool_launch(
-            "avgpool_fwd",
-            g,
-            p,
-            Some(incl),
-            &[x, y],
-            [g[4] as usize, g[3] as usize, g[0] as usize],
-        )
+        let [planes, h, w, oh, ow] = geometry(x.shape(), y.shape());
+        let [kh, kw, sh, sw, ph, pw] = window_args(p);
+        let args = abi::AvgpoolFwd {
+            P: planes,
+            H: h,
+            W: w,
+            OH: oh,
+            OW: ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            incl: i32::from(incl),
+            x: x.storage(),
+            y: y.storage(),
+        };
+        let range = [ow, oh, planes].map(|v| v as usize);
+        self.pool_launch(abi::AVGPOOL_FWD, &args, range)
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
-        let geo = geometry(gx.shape(), g.shape());
-        self.pool_launch(
-            "avgpool_bwd",
-            geo,
-            p,
-            Some(incl),
-            &[g, gx],
-            [geo[2] as usize, geo[1] as usize, geo[0] as usize],
-        )
+        let [planes, h, w, oh, ow] = geometry(gx.shape(), g.shape());
+        let [kh, kw, sh, sw, ph, pw] = window_args(p);
+        let args = abi::AvgpoolBwd {
+            P: planes,
+            H: h,
+            W: w,
+            OH: oh,
+            OW: ow,
+            kh,
+            kw,
+            sh,
+            sw,
+            ph,
+            pw,
+            incl: i32::from(incl),
+            g: g.storage(),
+            gx: gx.storage(),
+        };
+        let range = [w, h, planes].map(|v| v as usize);
+        self.pool_launch(abi::AVGPOOL_BWD, &args, range)
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
-        let k = self.kernel("pool", &Defines::new(), "gap_bwd")?;
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::GAP_BWD)?;
         let n = gx.numel();
         let hw = gx.shape()[2] * gx.shape()[3];
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(hw as i32),
-            Arg::F32(1.0 / hw as f32),
-            Arg::Mem(g.storage()),
-            Arg::Mem(gx.storage()),
-        ];
-        self.launch(
+        let args = abi::GapBwd {
+            n: n as i32,
+            HW: hw as i32,
+            inv: 1.0 / hw as f32,
+            g: g.storage(),
+            gx: gx.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n],

@@ -24,12 +24,28 @@ pub use disk::cache_dir as binary_cache_dir;
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
-/// The OpenCL C source of kernel family `name` (a file `kernels/<name>.cl`), if it exists.
+/// The OpenCL C source of kernel family `name` as it is built: the shared prelude, then the file
+/// `kernels/<name>.cl`; `None` if there is no such family.
 pub fn kernel_source(name: &str) -> Option<&'static str> {
     KERNEL_SOURCES
         .iter()
         .find(|(n, _)| *n == name)
         .map(|(_, s)| *s)
+}
+
+/// The shared prelude (`kernels/prelude.cl`) that begins the source of every kernel family.
+pub fn kernel_prelude() -> &'static str {
+    KERNEL_PRELUDE
+}
+
+/// The kernels that family `name` declares, in source order (read from its source when netcl was built);
+/// `None` for an unknown family. Kernels inside `#if` blocks are listed whether or not a given set of defines
+/// compiles them.
+pub fn kernel_names(family: &str) -> Option<&'static [&'static str]> {
+    KERNEL_NAMES
+        .iter()
+        .find(|(n, _)| *n == family)
+        .map(|(_, k)| *k)
 }
 
 /// The names of every embedded kernel family.

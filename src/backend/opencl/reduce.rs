@@ -5,9 +5,10 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 
 use super::elementwise::{grid_3d, grid_defines};
-use crate::autotune::{self, Source, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice, events_ms};
+use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::backend::opencl::abi::reduce as abi;
+use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
 use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
 use crate::device::Device;
@@ -202,6 +203,18 @@ impl ClDevice {
     ) -> Result<crate::backend::opencl::Event> {
         let rc = v.r.div_ceil(g).max(1);
         let defines = reduce_defines(op, first);
+        // The column kernels (red_col, red_col_blk, red_col_stream) share one parameter list.
+        let col = abi::RedCol {
+            O: v.o as i32,
+            R: v.r as i32,
+            I: v.i as i32,
+            rc: rc as i32,
+            G: g as i32,
+            scale,
+            x: x.storage(),
+            out: out.storage(),
+            out_off: out_off as i32,
+        };
         match algo {
             ReduceAlgo::Wg(local, _) if v.i == 1 => {
                 let local = local.min(self.info.max_work_group_size.max(1));
@@ -209,50 +222,39 @@ impl ClDevice {
                 let align = v.r.is_multiple_of(4);
                 let rc = if align { rc.next_multiple_of(4) } else { rc };
                 let defines = defines.set("ALIGN4", u8::from(align));
-                let k = self.kernel("reduce", &defines, "red_row_wg")?;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::F32(scale),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(out.storage()),
-                    Arg::I32(out_off as i32),
-                    Arg::Local(local * 4),
-                ];
-                self.launch(&k, &args, &[local * g, v.o.min(65535)], Some(&[local, 1]))
+                let k = self.kernel(abi::FAMILY, &defines, abi::RED_ROW_WG)?;
+                let args = abi::RedRowWg {
+                    O: v.o as i32,
+                    R: v.r as i32,
+                    rc: rc as i32,
+                    G: g as i32,
+                    scale,
+                    x: x.storage(),
+                    out: out.storage(),
+                    out_off: out_off as i32,
+                    sc: local * 4,
+                };
+                self.run(&k, &args, &[local * g, v.o.min(65535)], Some(&[local, 1]))
             }
             ReduceAlgo::Chunk(_) if v.i == 1 => {
-                let k = self.kernel("reduce", &defines, "red_row_chunk")?;
+                let k = self.kernel(abi::FAMILY, &defines, abi::RED_ROW_CHUNK)?;
                 let total = v.o * g;
-                let args = [
-                    Arg::I32(v.r as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::I32(total as i32),
-                    Arg::F32(scale),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(out.storage()),
-                    Arg::I32(out_off as i32),
-                ];
-                self.launch(&k, &args, &[total], None)
+                let args = abi::RedRowChunk {
+                    R: v.r as i32,
+                    rc: rc as i32,
+                    G: g as i32,
+                    total: total as i32,
+                    scale,
+                    x: x.storage(),
+                    out: out.storage(),
+                    out_off: out_off as i32,
+                };
+                self.run(&k, &args, &[total], None)
             }
             ReduceAlgo::Stream(_) if v.i > 1 && v.i.is_multiple_of(8) => {
-                let k = self.kernel("reduce", &defines, "red_col_stream")?;
+                let k = self.kernel(abi::FAMILY, &defines, abi::RED_COL_STREAM)?;
                 let total = v.o * g;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::I32(v.i as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::F32(scale),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(out.storage()),
-                    Arg::I32(out_off as i32),
-                ];
-                self.launch(&k, &args, &[total], None)
+                self.run(&k, &col, &[total], None)
             }
             ReduceAlgo::ColBlk(cols, _)
                 if v.i > 1 && (cols == 8 || cols == 32) && v.i.is_multiple_of(cols) =>
@@ -260,19 +262,8 @@ impl ClDevice {
                 let gr = [v.i / cols, g, v.o];
                 let (gr, local, capped) = grid_3d(self, gr);
                 let d = grid_defines(&defines.set("NB", cols / 8), capped);
-                let k = self.kernel("reduce", &d, "red_col_blk")?;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::I32(v.i as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::F32(scale),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(out.storage()),
-                    Arg::I32(out_off as i32),
-                ];
-                self.launch(&k, &args, &gr, Some(&local))
+                let k = self.kernel(abi::FAMILY, &d, abi::RED_COL_BLK)?;
+                self.run(&k, &col, &gr, Some(&local))
             }
             _ => {
                 let vec = match algo {
@@ -282,36 +273,24 @@ impl ClDevice {
                 let gr = [v.i / vec, g, v.o];
                 let (gr, local, capped) = grid_3d(self, gr);
                 let d = grid_defines(&defines.set("V", vec), capped);
-                let k = self.kernel("reduce", &d, "red_col")?;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::I32(v.i as i32),
-                    Arg::I32(rc as i32),
-                    Arg::I32(g as i32),
-                    Arg::F32(scale),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(out.storage()),
-                    Arg::I32(out_off as i32),
-                ];
-                self.launch(&k, &args, &gr, Some(&local))
+                let k = self.kernel(abi::FAMILY, &d, abi::RED_COL)?;
+                self.run(&k, &col, &gr, Some(&local))
             }
         }
     }
 }
 
-fn rts_args<'a>(plan: &RtsPlan, grad: &'a Tensor, out: &'a Tensor) -> [Arg<'a>; 9] {
-    [
-        Arg::I32(plan.kshape.len() as i32),
-        Arg::I32x8(int8(&plan.kshape)),
-        Arg::I32x8(int8(&plan.kstride)),
-        Arg::I32(plan.rshape.len() as i32),
-        Arg::I32x8(int8(&plan.rshape)),
-        Arg::I32x8(int8(&plan.rstride)),
-        Arg::I32(plan.r as i32),
-        Arg::Mem(grad.storage()),
-        Arg::Mem(out.storage()),
-    ]
+/// The kept and reduced axes of a `reduce_to_shape` plan as its kernels take them: (nk, kshape, kstride, nr,
+/// rshape, rstride).
+fn rts_axes(plan: &RtsPlan) -> (i32, [i32; 8], [i32; 8], i32, [i32; 8], [i32; 8]) {
+    (
+        plan.kshape.len() as i32,
+        int8(&plan.kshape),
+        int8(&plan.kstride),
+        plan.rshape.len() as i32,
+        int8(&plan.rshape),
+        int8(&plan.rstride),
+    )
 }
 
 impl ClDevice {
@@ -364,29 +343,61 @@ impl ClDevice {
             && plan.rstride.iter().skip(1).all(|s| s.is_multiple_of(4))
             && plan.kstride.iter().all(|s| s.is_multiple_of(4));
         let d = Defines::new().set("RTS_V4", u8::from(v4));
-        let k = self.kernel("reduce", &d, if flat { "rts_flat" } else { "rts_wg" })?;
         let partial = if g > 1 {
             Some(Tensor::empty(device, &[total * g], DType::F32)?)
         } else {
             None
         };
         let dst = partial.as_ref().unwrap_or(out);
-        let mut args: Vec<Arg<'_>> = rts_args(plan, grad, dst).into();
-        args.insert(7, Arg::I32(g as i32));
-        if flat {
+        let (nk, kshape, kstride, nr, rshape, rstride) = rts_axes(plan);
+        let (r, groups) = (plan.r as i32, g as i32);
+        let (grad, global) = (grad.storage(), [total * g * 256]);
+        let first = if flat {
+            let k = self.kernel(abi::FAMILY, &d, abi::RTS_FLAT)?;
             let units = if v4 { plan.r / 4 } else { plan.r };
-            args.insert(8, Arg::I32(units.div_ceil(g) as i32));
-        }
-        let mut evs = vec![self.launch(&k, &args, &[total * g * 256], Some(&[256]))?];
+            let rc = units.div_ceil(g) as i32;
+            let out = dst.storage();
+            let args = abi::RtsFlat {
+                nk,
+                kshape,
+                kstride,
+                nr,
+                rshape,
+                rstride,
+                R: r,
+                G: groups,
+                rc,
+                grad,
+                out,
+            };
+            self.run(&k, &args, &global, Some(&[256]))?
+        } else {
+            let k = self.kernel(abi::FAMILY, &d, abi::RTS_WG)?;
+            let out = dst.storage();
+            let args = abi::RtsWg {
+                nk,
+                kshape,
+                kstride,
+                nr,
+                rshape,
+                rstride,
+                R: r,
+                G: groups,
+                grad,
+                out,
+            };
+            self.run(&k, &args, &global, Some(&[256]))?
+        };
+        let mut evs = vec![first];
         if let Some(p) = &partial {
-            let k = self.kernel("reduce", &Defines::new(), "rts_fold")?;
-            let args = [
-                Arg::I32(total as i32),
-                Arg::I32(g as i32),
-                Arg::Mem(p.storage()),
-                Arg::Mem(out.storage()),
-            ];
-            evs.push(self.launch(
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::RTS_FOLD)?;
+            let args = abi::RtsFold {
+                total: total as i32,
+                G: g as i32,
+                part: p.storage(),
+                out: out.storage(),
+            };
+            evs.push(self.run(
                 &k,
                 &args,
                 &[total],
@@ -410,16 +421,23 @@ impl ReduceKernels for ClDevice {
         out_off: usize,
         algo: Option<ReduceAlgo>,
     ) -> Result<()> {
-        let key = shape_key(&[
-            bucket(v.o),
-            bucket(v.r),
-            bucket(v.i),
-            // The largest of 32, 8, 4 dividing I: column candidates depend on it.
-            [32i64, 8, 4]
-                .into_iter()
-                .find(|&m| v.i.is_multiple_of(m as usize))
-                .unwrap_or(1),
-        ]);
+        let key = TuneKey::new(
+            "reduce",
+            &[
+                ("o", bucket(v.o)),
+                ("r", bucket(v.r)),
+                ("i", bucket(v.i)),
+                // The largest of 32, 8, 4 dividing I: column candidates depend on it.
+                (
+                    "i_multiple",
+                    [32i64, 8, 4]
+                        .into_iter()
+                        .find(|&m| v.i.is_multiple_of(m as usize))
+                        .unwrap_or(1),
+                ),
+            ],
+        )
+        .source(kernel_source("reduce").unwrap_or_default());
         let (cands, default) = self.reduce_candidates(v);
         let eligible = |a: &ReduceAlgo| match a {
             ReduceAlgo::Col(..) => v.i > 1,
@@ -431,10 +449,9 @@ impl ReduceKernels for ClDevice {
         };
         let chosen = match algo.filter(eligible) {
             Some(a) => {
-                if once_per_key(&format!("reduce|{key}|{a:?}")) {
+                if once_per_key(&format!("reduce|{}|{a:?}", key.shape_key())) {
                     autotune::record_choice(
                         device,
-                        "reduce",
                         &key,
                         &a,
                         Source::Forced,
@@ -444,7 +461,7 @@ impl ReduceKernels for ClDevice {
                 a
             }
             None if v.r <= 1 => cands[default],
-            None => autotune::tune(device, "reduce", &key, &cands, default, |c| {
+            None => autotune::tune(device, &key, &cands, default, |c| {
                 events_ms(&self.run_pass(device, op, first, v, scale, x, out, out_off, *c)?)
             })?,
         };
@@ -453,20 +470,22 @@ impl ReduceKernels for ClDevice {
     }
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel(
-            "reduce",
-            &Defines::new(),
-            if max { "argmax_col" } else { "argmin_col" },
-        )?;
+        let name = if max {
+            abi::ARGMAX_COL
+        } else {
+            abi::ARGMIN_COL
+        };
+        let k = self.kernel(abi::FAMILY, &Defines::new(), name)?;
         let total = v.o * v.i;
-        let args = [
-            Arg::I32(v.o as i32),
-            Arg::I32(v.r as i32),
-            Arg::I32(v.i as i32),
-            Arg::Mem(x.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(
+        // argmin_col has the parameters of argmax_col.
+        let args = abi::ArgmaxCol {
+            O: v.o as i32,
+            R: v.r as i32,
+            I: v.i as i32,
+            x: x.storage(),
+            out: out.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[total],
@@ -486,23 +505,35 @@ impl ReduceKernels for ClDevice {
         let total = out.numel();
         let wg =
             plan.r >= 256 && self.info.max_work_group_size >= 256 && algo != Some(RtsAlgo::Item);
-        let key = shape_key(&[bucket(total), bucket(plan.r)]);
+        let key = TuneKey::new(
+            "reduce_to_shape",
+            &[("total", bucket(total)), ("r", bucket(plan.r))],
+        )
+        .source(kernel_source("reduce").unwrap_or_default());
         if !wg {
-            if once_per_key(&format!("rts|{}|{key}|item", device.info().index)) {
+            if once_per_key(&format!(
+                "rts|{}|{}|item",
+                device.info().index,
+                key.shape_key()
+            )) {
                 let why = "rule: one work-item per output when fewer than 256 elements fold into each (or the device's work-groups are smaller than 256)";
-                autotune::record_choice(
-                    device,
-                    "reduce_to_shape",
-                    &key,
-                    &RtsAlgo::Item,
-                    Source::Only,
-                    why,
-                );
+                autotune::record_choice(device, &key, &RtsAlgo::Item, Source::Only, why);
             }
-            let k = self.kernel("reduce", &Defines::new(), "rts_item")?;
-            let mut args = vec![Arg::I32(total as i32)];
-            args.extend(rts_args(plan, grad, out));
-            self.launch(
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::RTS_ITEM)?;
+            let (nk, kshape, kstride, nr, rshape, rstride) = rts_axes(plan);
+            let args = abi::RtsItem {
+                total: total as i32,
+                nk,
+                kshape,
+                kstride,
+                nr,
+                rshape,
+                rstride,
+                R: plan.r as i32,
+                grad: grad.storage(),
+                out: out.storage(),
+            };
+            self.run(
                 &k,
                 &args,
                 &[total],
@@ -512,22 +543,26 @@ impl ReduceKernels for ClDevice {
         }
         let chosen = match algo {
             Some(a) => {
-                if once_per_key(&format!("rts|{}|{key}|{a:?}", device.info().index)) {
+                if once_per_key(&format!(
+                    "rts|{}|{}|{a:?}",
+                    device.info().index,
+                    key.shape_key()
+                )) {
                     let why = "algorithm given by the caller";
-                    autotune::record_choice(
-                        device,
-                        "reduce_to_shape",
-                        &key,
-                        &a,
-                        Source::Forced,
-                        why,
-                    );
+                    autotune::record_choice(device, &key, &a, Source::Forced, why);
                 }
                 a
             }
             None => {
                 let cands = self.rts_candidates(total, plan);
-                autotune::tune(device, "reduce_to_shape", &key, &cands, 0, |a| {
+                // First choice before measurement, from the recorded winners: one work-group per output on
+                // CPU OpenCL, the most flattened slices on GPUs.
+                let default = if self.info.kind == "cpu" {
+                    0
+                } else {
+                    cands.len() - 1
+                };
+                autotune::tune(device, &key, &cands, default, |a| {
                     events_ms(&self.run_rts(device, grad, out, plan, *a)?)
                 })?
             }
@@ -537,13 +572,13 @@ impl ReduceKernels for ClDevice {
     }
 
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("reduce", &Defines::new(), "sqrt_sum")?;
-        let args = [
-            Arg::I32(parts.numel() as i32),
-            Arg::Mem(parts.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(&k, &args, &[1], Some(&[1]))?;
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::SQRT_SUM)?;
+        let args = abi::SqrtSum {
+            n: parts.numel() as i32,
+            x: parts.storage(),
+            out: out.storage(),
+        };
+        self.run(&k, &args, &[1], Some(&[1]))?;
         Ok(())
     }
 }

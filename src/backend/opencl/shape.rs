@@ -1,8 +1,9 @@
 //! OpenCL data movement: the `shape` kernels (permute, block copies, gathers, one-hot, padding, top-k).
 
 use super::elementwise::{grid_3d, grid_defines};
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::shape as abi;
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::ShapeKernels;
 use crate::contract::shape::Block;
 use crate::error::Result;
@@ -28,15 +29,18 @@ impl ShapeKernels for ClDevice {
         vals: &Tensor,
         idx: &Tensor,
     ) -> Result<()> {
-        let kern = self.kernel("shape", &Defines::new(), "topk")?;
-        let mut args: Vec<Arg> = [o, r, i, k].iter().map(|&v| Arg::I32(v as i32)).collect();
-        args.push(Arg::I32(i32::from(largest)));
-        args.extend([
-            Arg::Mem(x.storage()),
-            Arg::Mem(vals.storage()),
-            Arg::Mem(idx.storage()),
-        ]);
-        self.launch(
+        let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::TOPK)?;
+        let args = abi::Topk {
+            O: o as i32,
+            R: r as i32,
+            I: i as i32,
+            k: k as i32,
+            largest: i32::from(largest),
+            x: x.storage(),
+            vals: vals.storage(),
+            idx: idx.storage(),
+        };
+        self.run(
             &kern,
             &args,
             &[o * i],
@@ -46,17 +50,17 @@ impl ShapeKernels for ClDevice {
     }
 
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
-        let k = self.kernel("shape", &Defines::new(), "permute")?;
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::PERMUTE)?;
         let n = y.numel();
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(oshape.len() as i32),
-            Arg::I32x8(int8(oshape)),
-            Arg::I32x8(int8(istride)),
-            Arg::Mem(x.storage()),
-            Arg::Mem(y.storage()),
-        ];
-        self.launch(
+        let args = abi::Permute {
+            n: n as i32,
+            rank: oshape.len() as i32,
+            oshape: int8(oshape),
+            istride: int8(istride),
+            x: x.storage(),
+            y: y.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n],
@@ -66,19 +70,25 @@ impl ShapeKernels for ClDevice {
     }
 
     fn block_copy(&self, x: &Tensor, y: &Tensor, b: Block) -> Result<()> {
-        let k = self.kernel("shape", &Defines::new(), "block_copy")?;
-        let args = [b.o, b.len, b.i, b.sa, b.soff, b.da, b.doff].map(|v| Arg::I32(v as i32));
-        let mut args: Vec<Arg> = args.into_iter().collect();
-        args.push(Arg::Mem(x.storage()));
-        args.push(Arg::Mem(y.storage()));
+        let args = abi::BlockCopy {
+            O: b.o as i32,
+            len: b.len as i32,
+            I: b.i as i32,
+            sA: b.sa as i32,
+            soff: b.soff as i32,
+            dA: b.da as i32,
+            doff: b.doff as i32,
+            x: x.storage(),
+            y: y.storage(),
+        };
         let range = [b.i, b.len, b.o];
         let (range, local, capped) = grid_3d(self, range);
-        let k = if capped {
-            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
-        } else {
-            k
-        };
-        self.launch(&k, &args, &range, Some(&local))?;
+        let k = self.kernel(
+            abi::FAMILY,
+            &grid_defines(&Defines::new(), capped),
+            abi::BLOCK_COPY,
+        )?;
+        self.run(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
@@ -91,41 +101,40 @@ impl ShapeKernels for ClDevice {
         i: usize,
         y: &Tensor,
     ) -> Result<()> {
-        let k = self.kernel("shape", &Defines::new(), "index_select")?;
         let kk = idx.numel();
-        let args = [
-            Arg::I32(o as i32),
-            Arg::I32(kk as i32),
-            Arg::I32(a as i32),
-            Arg::I32(i as i32),
-            Arg::Mem(x.storage()),
-            Arg::Mem(idx.storage()),
-            Arg::Mem(y.storage()),
-        ];
+        let args = abi::IndexSelect {
+            O: o as i32,
+            K: kk as i32,
+            A: a as i32,
+            I: i as i32,
+            x: x.storage(),
+            idx: idx.storage(),
+            y: y.storage(),
+        };
         let range = [i, kk, o];
         let (range, local, capped) = grid_3d(self, range);
-        let k = if capped {
-            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
-        } else {
-            k
-        };
-        self.launch(&k, &args, &range, Some(&local))?;
+        let k = self.kernel(
+            abi::FAMILY,
+            &grid_defines(&Defines::new(), capped),
+            abi::INDEX_SELECT,
+        )?;
+        self.run(&k, &args, &range, Some(&local))?;
         Ok(())
     }
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
-        let k = self.kernel("shape", &Defines::new(), "one_hot")?;
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::ONE_HOT)?;
         let (n, c) = (y.shape()[0], y.shape()[1]);
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::Mem(labels.storage()),
-            Arg::Mem(y.storage()),
-        ];
+        let args = abi::OneHot {
+            N: n as i32,
+            C: c as i32,
+            labels: labels.storage(),
+            y: y.storage(),
+        };
         let range = [c, n, 1];
         // one_hot strides over rows itself, so it needs no GRID_LOOP build.
         let (range, l, _) = grid_3d(self, range);
-        self.launch(&k, &args, &range[..2], Some(&l[..2]))?;
+        self.run(&k, &args, &range[..2], Some(&l[..2]))?;
         Ok(())
     }
 
@@ -140,30 +149,47 @@ impl ShapeKernels for ClDevice {
     ) -> Result<()> {
         let (x, y) = if back { (dst, src) } else { (src, dst) };
         let (xs, ys) = (x.shape(), y.shape());
-        let k = self.kernel(
-            "shape",
-            &Defines::new(),
-            if back { "pad2d_bwd" } else { "pad2d" },
-        )?;
-        let mut args: Vec<Arg> = [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], top, left]
-            .iter()
-            .map(|&v| Arg::I32(v as i32))
-            .collect();
-        args.push(Arg::I32(i32::from(reflect)));
-        args.push(Arg::Mem(src.storage()));
-        args.push(Arg::Mem(dst.storage()));
+        let [p, h, w, oh, ow, pt, pl] =
+            [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], top, left].map(|v| v as i32);
+        let reflect = i32::from(reflect);
         let range = if back {
             [xs[3], xs[2], xs[0] * xs[1]]
         } else {
             [ys[3], ys[2], ys[0] * ys[1]]
         };
         let (range, local, capped) = grid_3d(self, range);
-        let k = if capped {
-            self.kernel("shape", &grid_defines(&Defines::new(), true), &k.name)?
+        let d = grid_defines(&Defines::new(), capped);
+        if back {
+            let k = self.kernel(abi::FAMILY, &d, abi::PAD2D_BWD)?;
+            let args = abi::Pad2dBwd {
+                P: p,
+                H: h,
+                W: w,
+                OH: oh,
+                OW: ow,
+                pt,
+                pl,
+                reflect,
+                g: src.storage(),
+                gx: dst.storage(),
+            };
+            self.run(&k, &args, &range, Some(&local))?;
         } else {
-            k
-        };
-        self.launch(&k, &args, &range, Some(&local))?;
+            let k = self.kernel(abi::FAMILY, &d, abi::PAD2D)?;
+            let args = abi::Pad2d {
+                P: p,
+                H: h,
+                W: w,
+                OH: oh,
+                OW: ow,
+                pt,
+                pl,
+                reflect,
+                x: src.storage(),
+                y: dst.storage(),
+            };
+            self.run(&k, &args, &range, Some(&local))?;
+        }
         Ok(())
     }
 }

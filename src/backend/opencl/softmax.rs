@@ -1,8 +1,9 @@
 //! OpenCL softmax and cross-entropy: the row algorithm chosen by measurement, and the `softmax` kernels.
 
-use crate::autotune::{self, bucket, shape_key};
-use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
+use crate::autotune::{self, TuneKey, bucket};
+use crate::backend::opencl::abi::softmax as abi;
+use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::SoftmaxKernels;
 use crate::contract::reduce::Ori;
 use crate::contract::softmax::SoftmaxAlgo;
@@ -72,9 +73,17 @@ impl ClDevice {
             cands.len().saturating_sub(2)
         };
         // The key keeps R's multiple-of-4 bit: rows in registers are a candidate only then.
-        let key = shape_key(&[bucket(v.o), bucket(v.r), i64::from(v.r.is_multiple_of(4))]);
         let kernel = if bwd { "softmax_backward" } else { "softmax" };
-        autotune::tune(device, kernel, &key, &cands, default, |c| bench(*c))
+        let key = TuneKey::new(
+            kernel,
+            &[
+                ("o", bucket(v.o)),
+                ("r", bucket(v.r)),
+                ("r4", i64::from(v.r.is_multiple_of(4))),
+            ],
+        )
+        .source(kernel_source("softmax").unwrap_or_default());
+        autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
     fn run_softmax(
@@ -87,15 +96,15 @@ impl ClDevice {
     ) -> Result<Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
-            let k = self.kernel("softmax", &d, "sm_col")?;
-            let args = [
-                Arg::I32(v.o as i32),
-                Arg::I32(v.r as i32),
-                Arg::I32(v.i as i32),
-                Arg::Mem(x.storage()),
-                Arg::Mem(y.storage()),
-            ];
-            return self.launch(
+            let k = self.kernel(abi::FAMILY, &d, abi::SM_COL)?;
+            let args = abi::SmCol {
+                O: v.o as i32,
+                R: v.r as i32,
+                I: v.i as i32,
+                x: x.storage(),
+                y: y.storage(),
+            };
+            return self.run(
                 &k,
                 &args,
                 &[v.o * v.i],
@@ -106,27 +115,28 @@ impl ClDevice {
             SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
                 let k = match algo {
                     SoftmaxAlgo::Reg(_, kk) => {
-                        self.kernel("softmax", &d.set("SM_K", kk), "sm_row_reg")?
+                        self.kernel(abi::FAMILY, &d.set("SM_K", kk), abi::SM_ROW_REG)?
                     }
-                    _ => self.kernel("softmax", &d, "sm_row_wg")?,
+                    _ => self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?,
                 };
-                let args = [
-                    Arg::I32(v.r as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(y.storage()),
-                    Arg::Local(l * 4),
-                ];
-                self.launch(&k, &args, &[l * v.o], Some(&[l]))
+                // sm_row_reg has the parameters of sm_row_wg.
+                let args = abi::SmRowWg {
+                    R: v.r as i32,
+                    x: x.storage(),
+                    y: y.storage(),
+                    sc: l * 4,
+                };
+                self.run(&k, &args, &[l * v.o], Some(&[l]))
             }
             SoftmaxAlgo::Serial => {
-                let k = self.kernel("softmax", &d, "sm_row_serial")?;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::Mem(x.storage()),
-                    Arg::Mem(y.storage()),
-                ];
-                self.launch(&k, &args, &[v.o], None)
+                let k = self.kernel(abi::FAMILY, &d, abi::SM_ROW_SERIAL)?;
+                let args = abi::SmRowSerial {
+                    O: v.o as i32,
+                    R: v.r as i32,
+                    x: x.storage(),
+                    y: y.storage(),
+                };
+                self.run(&k, &args, &[v.o], None)
             }
         }
     }
@@ -142,16 +152,16 @@ impl ClDevice {
     ) -> Result<Event> {
         let d = Defines::new().set("LOG", u8::from(log));
         if v.i > 1 {
-            let k = self.kernel("softmax", &d, "smb_col")?;
-            let args = [
-                Arg::I32(v.o as i32),
-                Arg::I32(v.r as i32),
-                Arg::I32(v.i as i32),
-                Arg::Mem(y.storage()),
-                Arg::Mem(g.storage()),
-                Arg::Mem(gx.storage()),
-            ];
-            return self.launch(
+            let k = self.kernel(abi::FAMILY, &d, abi::SMB_COL)?;
+            let args = abi::SmbCol {
+                O: v.o as i32,
+                R: v.r as i32,
+                I: v.i as i32,
+                y: y.storage(),
+                g: g.storage(),
+                gx: gx.storage(),
+            };
+            return self.run(
                 &k,
                 &args,
                 &[v.o * v.i],
@@ -160,26 +170,26 @@ impl ClDevice {
         }
         match algo {
             SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
-                let k = self.kernel("softmax", &d, "smb_row_wg")?;
-                let args = [
-                    Arg::I32(v.r as i32),
-                    Arg::Mem(y.storage()),
-                    Arg::Mem(g.storage()),
-                    Arg::Mem(gx.storage()),
-                    Arg::Local(l * 4),
-                ];
-                self.launch(&k, &args, &[l * v.o], Some(&[l]))
+                let k = self.kernel(abi::FAMILY, &d, abi::SMB_ROW_WG)?;
+                let args = abi::SmbRowWg {
+                    R: v.r as i32,
+                    y: y.storage(),
+                    g: g.storage(),
+                    gx: gx.storage(),
+                    sc: l * 4,
+                };
+                self.run(&k, &args, &[l * v.o], Some(&[l]))
             }
             SoftmaxAlgo::Serial => {
-                let k = self.kernel("softmax", &d, "smb_row_serial")?;
-                let args = [
-                    Arg::I32(v.o as i32),
-                    Arg::I32(v.r as i32),
-                    Arg::Mem(y.storage()),
-                    Arg::Mem(g.storage()),
-                    Arg::Mem(gx.storage()),
-                ];
-                self.launch(&k, &args, &[v.o], None)
+                let k = self.kernel(abi::FAMILY, &d, abi::SMB_ROW_SERIAL)?;
+                let args = abi::SmbRowSerial {
+                    O: v.o as i32,
+                    R: v.r as i32,
+                    y: y.storage(),
+                    g: g.storage(),
+                    gx: gx.storage(),
+                };
+                self.run(&k, &args, &[v.o], None)
             }
         }
     }
@@ -232,17 +242,17 @@ impl SoftmaxKernels for ClDevice {
         let valid = Tensor::empty(dev, &[n.max(1)], DType::I32)?;
         let d = Defines::new();
         if n > 0 {
-            let k = self.kernel("softmax", &d, "ce_rows")?;
-            let args = [
-                Arg::I32(n as i32),
-                Arg::I32(c as i32),
-                Arg::I32(ignore),
-                Arg::Mem(logits.storage()),
-                Arg::Mem(labels.storage()),
-                Arg::Mem(loss.storage()),
-                Arg::Mem(valid.storage()),
-            ];
-            self.launch(
+            let k = self.kernel(abi::FAMILY, &d, abi::CE_ROWS)?;
+            let args = abi::CeRows {
+                N: n as i32,
+                C: c as i32,
+                ignore,
+                x: logits.storage(),
+                labels: labels.storage(),
+                loss: loss.storage(),
+                valid: valid.storage(),
+            };
+            self.run(
                 &k,
                 &args,
                 &[n],
@@ -252,17 +262,17 @@ impl SoftmaxKernels for ClDevice {
         // The largest power of two up to 256 that the device allows in a group.
         let max = self.info.max_work_group_size.clamp(1, 256);
         let l = 1usize << (usize::BITS - 1 - max.leading_zeros());
-        let k = self.kernel("softmax", &d, "ce_finish")?;
-        let args = [
-            Arg::I32(n as i32),
-            Arg::Mem(loss.storage()),
-            Arg::Mem(valid.storage()),
-            Arg::Mem(stats.storage()),
-            Arg::Local(l * 4),
-            Arg::Local(l * 4),
-            Arg::Local(l * 4),
-        ];
-        self.launch(&k, &args, &[l], Some(&[l]))?;
+        let k = self.kernel(abi::FAMILY, &d, abi::CE_FINISH)?;
+        let args = abi::CeFinish {
+            N: n as i32,
+            loss: loss.storage(),
+            valid: valid.storage(),
+            stats: stats.storage(),
+            sl: l * 4,
+            sc: l * 4,
+            sb: l * 4,
+        };
+        self.run(&k, &args, &[l], Some(&[l]))?;
         Ok(())
     }
 
@@ -276,18 +286,18 @@ impl SoftmaxKernels for ClDevice {
         gx: &Tensor,
     ) -> Result<()> {
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
-        let k = self.kernel("softmax", &Defines::new(), "ce_bwd")?;
-        let args = [
-            Arg::I32(n as i32),
-            Arg::I32(c as i32),
-            Arg::I32(ignore),
-            Arg::Mem(logits.storage()),
-            Arg::Mem(labels.storage()),
-            Arg::Mem(stats.storage()),
-            Arg::Mem(gout.storage()),
-            Arg::Mem(gx.storage()),
-        ];
-        self.launch(
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CE_BWD)?;
+        let args = abi::CeBwd {
+            N: n as i32,
+            C: c as i32,
+            ignore,
+            x: logits.storage(),
+            labels: labels.storage(),
+            stats: stats.storage(),
+            gout: gout.storage(),
+            gx: gx.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n],

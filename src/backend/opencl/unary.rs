@@ -1,7 +1,8 @@
 //! The unary family on OpenCL: `kernels/unary.cl` built with the op's forward and backward expressions.
 
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::unary as abi;
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::unary::{UnaryKernels, UnaryOp};
 use crate::contract::vocab::instantiate;
 use crate::error::{Error, Result};
@@ -31,17 +32,17 @@ impl ClDevice {
 
 impl UnaryKernels for ClDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("unary", &ClDevice::unary_defines(op)?, "unary_fwd")?;
+        let k = self.kernel(abi::FAMILY, &ClDevice::unary_defines(op)?, abi::UNARY_FWD)?;
         let (p0, p1) = op.params();
         let n = x.numel();
-        let args = [
-            Arg::I32(n as i32),
-            Arg::F32(p0),
-            Arg::F32(p1),
-            Arg::Mem(x.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(
+        let args = abi::UnaryFwd {
+            n: n as i32,
+            p0,
+            p1,
+            x: x.storage(),
+            out: out.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n.div_ceil(4)],
@@ -51,18 +52,18 @@ impl UnaryKernels for ClDevice {
     }
 
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel("unary", &ClDevice::unary_defines(op)?, "unary_bwd")?;
+        let k = self.kernel(abi::FAMILY, &ClDevice::unary_defines(op)?, abi::UNARY_BWD)?;
         let (p0, p1) = op.params();
         let n = x.numel();
-        let args = [
-            Arg::I32(n as i32),
-            Arg::F32(p0),
-            Arg::F32(p1),
-            Arg::Mem(x.storage()),
-            Arg::Mem(g.storage()),
-            Arg::Mem(out.storage()),
-        ];
-        self.launch(
+        let args = abi::UnaryBwd {
+            n: n as i32,
+            p0,
+            p1,
+            x: x.storage(),
+            g: g.storage(),
+            out: out.storage(),
+        };
+        self.run(
             &k,
             &args,
             &[n.div_ceil(4)],

@@ -1,7 +1,8 @@
 //! In-place updates on OpenCL: the kernels of `kernels/update.cl`, every hyper-parameter an argument.
 
+use crate::backend::opencl::ClDevice;
+use crate::backend::opencl::abi::update as abi;
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice};
 use crate::contract::update::{Step, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -17,18 +18,18 @@ impl UpdateKernels for ClDevice {
                 momentum,
                 nesterov,
             } => {
-                let k = self.kernel("update", &d, "sgd_step")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::F32(lr),
-                    Arg::F32(wd),
-                    Arg::F32(momentum),
-                    Arg::I32(nesterov as i32),
-                    Arg::Mem(p.storage()),
-                    Arg::Mem(g.storage()),
-                    Arg::Mem(state[0].storage()),
-                ];
-                self.launch(&k, &args, &[n], None)?;
+                let k = self.kernel(abi::FAMILY, &d, abi::SGD_STEP)?;
+                let args = abi::SgdStep {
+                    n: n as i32,
+                    lr,
+                    wd,
+                    mu: momentum,
+                    nesterov: nesterov as i32,
+                    p: p.storage(),
+                    g: g.storage(),
+                    v: state[0].storage(),
+                };
+                self.run(&k, &args, &[n], None)?;
             }
             Step::Adam {
                 lr,
@@ -40,23 +41,23 @@ impl UpdateKernels for ClDevice {
                 bc1,
                 bc2,
             } => {
-                let k = self.kernel("update", &d, "adam_step")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::F32(lr),
-                    Arg::F32(b1),
-                    Arg::F32(b2),
-                    Arg::F32(eps),
-                    Arg::F32(wd),
-                    Arg::I32(decoupled as i32),
-                    Arg::F32(bc1),
-                    Arg::F32(bc2),
-                    Arg::Mem(p.storage()),
-                    Arg::Mem(g.storage()),
-                    Arg::Mem(state[0].storage()),
-                    Arg::Mem(state[1].storage()),
-                ];
-                self.launch(&k, &args, &[n], None)?;
+                let k = self.kernel(abi::FAMILY, &d, abi::ADAM_STEP)?;
+                let args = abi::AdamStep {
+                    n: n as i32,
+                    lr,
+                    b1,
+                    b2,
+                    eps,
+                    wd,
+                    decoupled: decoupled as i32,
+                    bc1,
+                    bc2,
+                    p: p.storage(),
+                    g: g.storage(),
+                    m: state[0].storage(),
+                    v: state[1].storage(),
+                };
+                self.run(&k, &args, &[n], None)?;
             }
             Step::RmsProp {
                 lr,
@@ -65,20 +66,20 @@ impl UpdateKernels for ClDevice {
                 wd,
                 momentum,
             } => {
-                let k = self.kernel("update", &d, "rmsprop_step")?;
-                let args = [
-                    Arg::I32(n as i32),
-                    Arg::F32(lr),
-                    Arg::F32(alpha),
-                    Arg::F32(eps),
-                    Arg::F32(wd),
-                    Arg::F32(momentum),
-                    Arg::Mem(p.storage()),
-                    Arg::Mem(g.storage()),
-                    Arg::Mem(state[0].storage()),
-                    Arg::Mem(state[1].storage()),
-                ];
-                self.launch(&k, &args, &[n], None)?;
+                let k = self.kernel(abi::FAMILY, &d, abi::RMSPROP_STEP)?;
+                let args = abi::RmspropStep {
+                    n: n as i32,
+                    lr,
+                    alpha,
+                    eps,
+                    wd,
+                    mu: momentum,
+                    p: p.storage(),
+                    g: g.storage(),
+                    s: state[0].storage(),
+                    b: state[1].storage(),
+                };
+                self.run(&k, &args, &[n], None)?;
             }
         }
         Ok(())
@@ -86,23 +87,27 @@ impl UpdateKernels for ClDevice {
 
     fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()> {
         let n = p.numel();
-        let k = self.kernel("update", &Defines::new(), "ema_step")?;
-        let args = [
-            Arg::I32(n as i32),
-            Arg::F32(d),
-            Arg::Mem(shadow.storage()),
-            Arg::Mem(p.storage()),
-        ];
-        self.launch(&k, &args, &[n], None)?;
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::EMA_STEP)?;
+        let args = abi::EmaStep {
+            n: n as i32,
+            d,
+            shadow: shadow.storage(),
+            p: p.storage(),
+        };
+        self.run(&k, &args, &[n], None)?;
         Ok(())
     }
 
     fn scale_inplace(&self, s: f32, x: &Tensor) -> Result<()> {
         let n = x.numel();
-        let k = self.kernel("update", &Defines::new(), "scale_inplace")?;
-        self.launch(
+        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::SCALE_INPLACE)?;
+        self.run(
             &k,
-            &[Arg::I32(n as i32), Arg::F32(s), Arg::Mem(x.storage())],
+            &abi::ScaleInplace {
+                n: n as i32,
+                s,
+                x: x.storage(),
+            },
             &[n],
             None,
         )?;

@@ -3,14 +3,15 @@
 
 use crate::Device;
 use crate::autotune::{self, bucket, shape_key};
+use crate::backend::opencl::abi::{conv as conv_abi, winograd as abi};
 use crate::backend::opencl::program::Defines;
-use crate::backend::opencl::{Arg, ClDevice, Event, events_ms};
+use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::conv::{ConvGeom, ConvGrads};
 use crate::contract::gemm::{Gemm, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
-use super::conv::{algo_key, i};
+use super::conv::algo_key;
 
 /// The Winograd output tile sizes, chosen by measurement: F(2×2, 3×3) and F(4×4, 3×3).
 const WINO_TILES: [usize; 2] = [2, 4];
@@ -37,9 +38,10 @@ impl WinoTiles {
         }
     }
 
-    /// The leading arguments of the kernels that walk output tiles (`wino_output`, `wino_grad_out`).
-    fn out_args(&self, g: &ConvGeom) -> [Arg<'static>; 6] {
-        [g.n, g.f, g.oh, g.ow, self.th, self.tw].map(|v| Arg::I32(v as i32))
+    /// The leading arguments of the kernels that walk output tiles (`wino_output`, `wino_grad_out`): N, F, OH,
+    /// OW, TH, TW.
+    fn out_dims(&self, g: &ConvGeom) -> [i32; 6] {
+        [g.n, g.f, g.oh, g.ow, self.th, self.tw].map(|v| v as i32)
     }
 
     /// The tuning key of the pass's batched products.
@@ -61,7 +63,7 @@ impl ClDevice {
         wm: usize,
         name: &str,
     ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
-        self.kernel("winograd", &Defines::new().set("WM", wm), name)
+        self.kernel(abi::FAMILY, &Defines::new().set("WM", wm), name)
     }
 
     /// The input transform writing V transposed: the one kernel built with `VT` (every other build of the
@@ -71,9 +73,9 @@ impl ClDevice {
         wm: usize,
     ) -> Result<std::sync::Arc<crate::backend::opencl::program::ClKernel>> {
         self.kernel(
-            "winograd",
+            abi::FAMILY,
             &Defines::new().set("WM", wm).set("VT", 1),
-            "wino_input",
+            abi::WINO_INPUT,
         )
     }
 
@@ -91,22 +93,22 @@ impl ClDevice {
         let k = if vt {
             self.wino_input_vt_kernel(tl.wm)?
         } else {
-            self.wino_kernel(tl.wm, "wino_input")?
+            self.wino_kernel(tl.wm, abi::WINO_INPUT)?
         };
-        let args = [
-            i(g.n),
-            i(g.c),
-            i(g.h),
-            i(g.w),
-            i(g.ph),
-            i(g.pw),
-            i(tl.th),
-            i(tl.tw),
-            Arg::Mem(x.storage()),
-            Arg::Mem(v.storage()),
-        ];
+        let args = abi::WinoInput {
+            N: g.n as i32,
+            C: g.c as i32,
+            H: g.h as i32,
+            W: g.w as i32,
+            PH: g.ph as i32,
+            PW: g.pw as i32,
+            TH: tl.th as i32,
+            TW: tl.tw as i32,
+            x: x.storage(),
+            V: v.storage(),
+        };
         let grid = if vt { [g.c, tl.nt] } else { [tl.nt, g.c] };
-        let ev = self.launch(&k, &args, &grid, None)?;
+        let ev = self.run(&k, &args, &grid, None)?;
         Ok((v, ev))
     }
 
@@ -128,10 +130,15 @@ impl ClDevice {
         let (al2, nt) = (tl.al2, tl.nt);
         let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
         let m = Tensor::empty(device, &[al2, g.f, nt], DType::F32)?;
-        let k = self.wino_kernel(wm, "wino_filter")?;
-        let mut ev = vec![self.launch(
+        let k = self.wino_kernel(wm, abi::WINO_FILTER)?;
+        let mut ev = vec![self.run(
             &k,
-            &[i(g.f), i(g.c), Arg::Mem(w.storage()), Arg::Mem(u.storage())],
+            &abi::WinoFilter {
+                F: g.f as i32,
+                C: g.c as i32,
+                w: w.storage(),
+                U: u.storage(),
+            },
             &[g.f * g.c],
             None,
         )?];
@@ -142,16 +149,22 @@ impl ClDevice {
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
         self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
-        let k = self.wino_kernel(wm, "wino_output")?;
-        let rest = [
-            Arg::Mem(m.storage()),
-            Arg::Mem(bias.unwrap_or(w).storage()),
-            Arg::I32(bias.is_some() as i32),
-            Arg::I32(relu as i32),
-            Arg::Mem(out.storage()),
-        ];
-        let args = [&tl.out_args(g)[..], &rest[..]].concat();
-        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        let k = self.wino_kernel(wm, abi::WINO_OUTPUT)?;
+        let [n, f, oh, ow, th, tw] = tl.out_dims(g);
+        let args = abi::WinoOutput {
+            N: n,
+            F: f,
+            OH: oh,
+            OW: ow,
+            TH: th,
+            TW: tw,
+            Mt: m.storage(),
+            bias: bias.unwrap_or(w).storage(),
+            has_bias: bias.is_some() as i32,
+            relu: relu as i32,
+            out: out.storage(),
+        };
+        ev.push(self.run(&k, &args, &[nt, g.f], None)?);
         Ok(ev)
     }
 
@@ -167,8 +180,13 @@ impl ClDevice {
         g: &ConvGeom,
         relu: bool,
     ) -> Result<Vec<Event>> {
-        let key = algo_key(g, &[bias.is_some() as i64, relu as i64]);
-        let wm = autotune::tune(device, "wino_tile", &key, &WINO_TILES, 0, |&wm| {
+        let key = algo_key(
+            "wino_tile",
+            g,
+            &[("bias", bias.is_some() as i64), ("relu", relu as i64)],
+        );
+        // First choice before measurement: 4×4 output tiles, the winner of every recorded shape.
+        let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
         })?;
         self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
@@ -196,10 +214,19 @@ impl ClDevice {
         let mw = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
         let (v, e) = self.wino_input(device, &tl, x, g, vt)?;
         let mut ev = vec![e];
-        let k = self.wino_kernel(wm, "wino_grad_out")?;
-        let rest = [Arg::Mem(go.storage()), Arg::Mem(dm.storage())];
-        let args = [&tl.out_args(g)[..], &rest[..]].concat();
-        ev.push(self.launch(&k, &args, &[nt, g.f], None)?);
+        let k = self.wino_kernel(wm, abi::WINO_GRAD_OUT)?;
+        let [n, f, oh, ow, th, tw] = tl.out_dims(g);
+        let args = abi::WinoGradOut {
+            N: n,
+            F: f,
+            OH: oh,
+            OW: ow,
+            TH: th,
+            TW: tw,
+            go: go.storage(),
+            D: dm.storage(),
+        };
+        ev.push(self.run(&k, &args, &[nt, g.f], None)?);
         let mut tune_key = tl.gemm_key(g);
         if vt {
             tune_key.insert_str(tune_key.len() - 1, ", 1");
@@ -209,14 +236,14 @@ impl ClDevice {
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
         self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
-        let k = self.wino_kernel(wm, "wino_grad_filter")?;
-        let args = [
-            i(g.f),
-            i(g.c),
-            Arg::Mem(mw.storage()),
-            Arg::Mem(gw.storage()),
-        ];
-        ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+        let k = self.wino_kernel(wm, abi::WINO_GRAD_FILTER)?;
+        let args = abi::WinoGradFilter {
+            F: g.f as i32,
+            C: g.c as i32,
+            Mw: mw.storage(),
+            gw: gw.storage(),
+        };
+        ev.push(self.run(&k, &args, &[g.f * g.c], None)?);
         Ok(ev)
     }
 
@@ -230,8 +257,8 @@ impl ClDevice {
         g: &ConvGeom,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
-        let key = algo_key(g, &[]);
-        let wm = autotune::tune(device, "wino_grad_w_tile", &key, &WINO_TILES, 0, |&wm| {
+        let key = algo_key("wino_grad_w_tile", g, &[]);
+        let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
             events_ms(&self.wino_grad_w_tile(device, wm, vt, x, go, gw, g)?)
         })?;
@@ -252,8 +279,10 @@ impl ClDevice {
         gw: &Tensor,
         g: &ConvGeom,
     ) -> Result<bool> {
-        let key = algo_key(g, &[wm as i64]);
-        let layout = autotune::tune(device, "wino_grad_w_layout", &key, &["ct", "tc"], 0, |l| {
+        let key = algo_key("wino_grad_w_layout", g, &[("wm", wm as i64)]);
+        // First choice before measurement: `ct` won on the H200, `tc` on PoCL.
+        let default = usize::from(self.info.kind == "cpu");
+        let layout = autotune::tune(device, &key, &["ct", "tc"], default, |l| {
             events_ms(&self.wino_grad_w_tile(device, wm, *l == "tc", x, go, gw, g)?)
         })?;
         Ok(layout == "tc")
@@ -272,16 +301,20 @@ impl ClDevice {
     ) -> Result<()> {
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
-            let k = self.kernel("conv", &Defines::new(), "conv_flip_weights")?;
-            let args = [
-                i(g.f),
-                i(g.c),
-                i(g.kh),
-                i(g.kw),
-                Arg::Mem(w.storage()),
-                Arg::Mem(wr.storage()),
-            ];
-            ev.push(self.launch(&k, &args, &[g.f * g.c], None)?);
+            let k = self.kernel(
+                conv_abi::FAMILY,
+                &Defines::new(),
+                conv_abi::CONV_FLIP_WEIGHTS,
+            )?;
+            let args = conv_abi::ConvFlipWeights {
+                F: g.f as i32,
+                C: g.c as i32,
+                KH: g.kh as i32,
+                KW: g.kw as i32,
+                w: w.storage(),
+                wr: wr.storage(),
+            };
+            ev.push(self.run(&k, &args, &[g.f * g.c], None)?);
             ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
         }
         if let Some(gw) = gr.gw {

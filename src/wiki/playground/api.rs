@@ -28,6 +28,8 @@ pub enum RunRoute {
     Stream,
     /// `/api/run/{id}/cancel`.
     Cancel(String),
+    /// `/api/run/devices` (GET): the devices a run may name.
+    Devices,
 }
 
 impl RunRoute {
@@ -36,6 +38,7 @@ impl RunRoute {
         match path {
             "/api/run" => Some(RunRoute::Run),
             "/api/run/stream" => Some(RunRoute::Stream),
+            "/api/run/devices" => Some(RunRoute::Devices),
             _ => {
                 let id = path.strip_prefix("/api/run/")?.strip_suffix("/cancel")?;
                 (!id.is_empty() && id.len() <= 64 && id.bytes().all(|b| b.is_ascii_alphanumeric()))
@@ -55,12 +58,22 @@ struct RequestLimits {
     max_output_bytes: Option<usize>,
 }
 
+/// The device a run asks for: an index or a selector, as `netcl devices` prints them.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum DeviceField {
+    Index(u64),
+    Selector(String),
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RunRequest {
     code: String,
     #[serde(default)]
     limits: Option<RequestLimits>,
+    #[serde(default)]
+    device: Option<DeviceField>,
 }
 
 fn json_answer(status: StatusCode, value: &Value) -> Response<Body> {
@@ -107,6 +120,9 @@ pub async fn handle(
     body: Body,
     max_body: usize,
 ) -> Response<Body> {
+    if route == RunRoute::Devices {
+        return devices(playground, parts).await;
+    }
     if parts.method != Method::POST {
         let mut r = refuse(
             StatusCode::METHOD_NOT_ALLOWED,
@@ -155,6 +171,13 @@ pub async fn handle(
     if let Some(r) = authorise(playground, parts) {
         return r;
     }
+    let lane = match request.device {
+        Some(device) => match lane(playground, device).await {
+            Ok(lane) => lane,
+            Err(response) => return response,
+        },
+        None => None,
+    };
     let client = client(playground, parts);
     let Some(open) = playground.open.open(&client) else {
         return with_retry_after(
@@ -179,7 +202,7 @@ pub async fn handle(
             wait.as_secs_f64().ceil() as u64,
         );
     }
-    let ticket = match playground.pool.submit(request.code, limits) {
+    let ticket = match playground.pool.submit_to(request.code, limits, lane) {
         Ok(t) => t,
         Err(Refusal::Busy) => {
             let workers = playground.pool.settings().workers.max(1);
@@ -239,9 +262,58 @@ async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Respons
         refuse(
             StatusCode::BAD_REQUEST,
             "bad_request",
-            &format!("expected {{\"code\": \"…\", \"limits\"?: {{…}}}}: {e}"),
+            &format!(
+                "expected {{\"code\": \"…\", \"limits\"?: {{…}}, \"device\"?: index or selector}}: {e}"
+            ),
         )
     })
+}
+
+/// `GET /api/run/devices`: the devices a run may name and the one it gets when it names none.
+async fn devices(playground: &Playground, parts: &Parts) -> Response<Body> {
+    if parts.method != Method::GET && parts.method != Method::HEAD {
+        let mut r = refuse(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method_not_allowed",
+            "use GET",
+        );
+        r.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return r;
+    }
+    match playground.devices().await {
+        Ok(d) => json_answer(StatusCode::OK, &d.to_json()),
+        Err(e) => refuse(StatusCode::SERVICE_UNAVAILABLE, "devices_unavailable", &e),
+    }
+}
+
+/// The pool lane of the device a run names: `None` for the server's own device, or a 4xx naming the choices.
+async fn lane(
+    playground: &Playground,
+    device: DeviceField,
+) -> Result<Option<usize>, Response<Body>> {
+    let devices = playground
+        .devices()
+        .await
+        .map_err(|e| refuse(StatusCode::SERVICE_UNAVAILABLE, "devices_unavailable", &e))?;
+    let selector = match device {
+        DeviceField::Index(i) => i.to_string(),
+        DeviceField::Selector(s) => s,
+    };
+    match devices.resolve(&selector) {
+        Ok(index) if devices.is_default(index) => Ok(None),
+        Ok(index) => Ok(Some(index)),
+        Err(message) => Err(json_answer(
+            StatusCode::BAD_REQUEST,
+            &json!({"ok": false, "error": {
+                "kind": "unknown_device",
+                "message": message,
+                "line": null,
+                "column": null,
+                "choices": devices.choices(),
+            }}),
+        )),
+    }
 }
 
 fn merge(server: &Limits, asked: RequestLimits) -> Limits {
@@ -407,6 +479,7 @@ mod tests {
     fn routes_parse() {
         assert_eq!(RunRoute::parse("/api/run"), Some(RunRoute::Run));
         assert_eq!(RunRoute::parse("/api/run/stream"), Some(RunRoute::Stream));
+        assert_eq!(RunRoute::parse("/api/run/devices"), Some(RunRoute::Devices));
         assert_eq!(
             RunRoute::parse("/api/run/ab12/cancel"),
             Some(RunRoute::Cancel("ab12".into()))

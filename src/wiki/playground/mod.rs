@@ -4,13 +4,19 @@
 //! A request passes, in order: validation (JSON body, code size) → auth (a bearer token, where configured) →
 //! the client's rate limit → admission to the bounded queue → a supervised worker ([`pool`]). Every answer is
 //! JSON with a structured error; runs that started answer 200 with `ok` and `error` in the result.
+//!
+//! A run may name a device (`"device": 1` or `"device": "builtin"`); `GET /api/run/devices` lists the choices.
+//! The pool runs it on a worker of that device ([`pool`]'s lanes).
 
 pub mod api;
+pub mod devices;
 pub mod pool;
 pub mod rate;
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use devices::PlaygroundDevices;
 use pool::{Pool, PoolSettings};
 use rate::{OpenRuns, RateLimiter};
 
@@ -27,6 +33,10 @@ pub struct Playground {
     token: Option<String>,
     limits: Limits,
     trust_forwarded: bool,
+    /// The server's `--device`, which the default lane's workers get.
+    selection: Option<String>,
+    /// Listed with the first request that needs them: listing touches the OpenCL driver.
+    devices: tokio::sync::OnceCell<std::result::Result<Arc<PlaygroundDevices>, String>>,
 }
 
 impl Playground {
@@ -60,7 +70,23 @@ impl Playground {
             token: config.playground_token.clone().filter(|t| !t.is_empty()),
             limits: config.playground_limits.clone(),
             trust_forwarded: config.playground_trust_forwarded,
+            selection: config.device.clone(),
+            devices: tokio::sync::OnceCell::new(),
         })
+    }
+
+    /// The devices runs may name, listed once (devices do not come and go while the server runs).
+    pub async fn devices(&self) -> std::result::Result<Arc<PlaygroundDevices>, String> {
+        self.devices
+            .get_or_init(|| async {
+                let selection = self.selection.clone();
+                tokio::task::spawn_blocking(move || PlaygroundDevices::load(selection.as_deref()))
+                    .await
+                    .map_err(|e| format!("listing the devices failed: {e}"))?
+                    .map(Arc::new)
+            })
+            .await
+            .clone()
     }
 
     /// The worker pool.

@@ -9,6 +9,11 @@
 //! so a worker slot never waits on a client. Workers start with a cleared environment and OS limits (address
 //! space, open files; the worker itself adds no-new-processes and a CPU budget per job), and a worker found
 //! dead while idle is replaced before the next run is given to it.
+//!
+//! Runs go to lanes, one per device: the default lane (the server's device, [`PoolSettings::workers`] workers)
+//! and, for a run that names another device, that device's lane of [`DEVICE_LANE_WORKERS`] worker, started with
+//! its first run and kept for the next. The caller resolves device names to indices, so there are at most as
+//! many lanes as the server has devices, and every lane shares the one admission limit (workers + queue).
 
 use std::collections::HashMap;
 use std::process::Stdio;
@@ -28,6 +33,8 @@ use crate::wiki::error::{Result, WikiError};
 
 /// Extra time the worker's own script limit gets over the server's wall time, so the server's kill decides.
 const WORKER_GRACE_MS: u64 = 2_000;
+/// Workers of a lane for a device other than the server's own.
+pub const DEVICE_LANE_WORKERS: usize = 1;
 /// Events buffered for a slow reader; past them progress is coalesced to the newest.
 const EVENT_BUFFER: usize = 32;
 /// Environment variables a worker keeps (all others are cleared): what the device drivers and the engine read.
@@ -56,7 +63,7 @@ pub struct PoolSettings {
     pub timeout: Duration,
     /// Program and arguments of a worker.
     pub command: Vec<String>,
-    /// `NETCL_DEVICE` for the workers.
+    /// `NETCL_DEVICE` for the default lane's workers.
     pub device: Option<String>,
     /// Start the workers with the pool rather than with the first run, so the first reader does not wait
     /// for a device to open.
@@ -147,16 +154,36 @@ struct Job {
 struct Shared {
     settings: PoolSettings,
     admission: Arc<Semaphore>,
-    queue: tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>,
     cancels: Mutex<HashMap<String, Arc<Control>>>,
     pids: Mutex<HashMap<usize, u32>>,
     restarts: AtomicU64,
 }
 
+/// The runs for one device and the workers that take them.
+#[derive(Debug)]
+struct Lane {
+    /// `NETCL_DEVICE` for its workers (`None`: the environment's).
+    device: Option<String>,
+    /// Start its workers before their first run.
+    eager: bool,
+    queue: tokio::sync::Mutex<mpsc::UnboundedReceiver<Job>>,
+}
+
+/// A worker slot the supervisor is to start.
+struct SlotStart {
+    slot: usize,
+    lane: Arc<Lane>,
+}
+
+/// The lanes' senders, by device index (`None`: the default lane); gone once the pool shuts down.
+type Senders = HashMap<Option<usize>, mpsc::UnboundedSender<Job>>;
+
 /// The worker pool. Dropping it (or [`Pool::shutdown`]) stops every worker.
 pub struct Pool {
     shared: Arc<Shared>,
-    sender: Mutex<Option<mpsc::UnboundedSender<Job>>>,
+    senders: Mutex<Option<Senders>>,
+    starts: mpsc::UnboundedSender<SlotStart>,
+    next_slot: AtomicU64,
     stop: watch::Sender<bool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     ids: IdSource,
@@ -174,14 +201,25 @@ impl Pool {
     /// Starts the supervisor thread; workers start with the first run and stay up between runs.
     pub fn start(settings: PoolSettings) -> Result<Pool> {
         let (sender, receiver) = mpsc::unbounded_channel();
+        let default_lane = Arc::new(Lane {
+            device: settings.device.clone(),
+            eager: settings.eager,
+            queue: tokio::sync::Mutex::new(receiver),
+        });
+        let workers = settings.workers;
         let shared = Arc::new(Shared {
             admission: Arc::new(Semaphore::new(settings.workers + settings.queue)),
             settings,
-            queue: tokio::sync::Mutex::new(receiver),
             cancels: Mutex::new(HashMap::new()),
             pids: Mutex::new(HashMap::new()),
             restarts: AtomicU64::new(0),
         });
+        let (starts, mut start_rx) = mpsc::unbounded_channel::<SlotStart>();
+        for slot in 0..workers {
+            let lane = Arc::clone(&default_lane);
+            // The receiver is held below, so this cannot fail.
+            let _ = starts.send(SlotStart { slot, lane });
+        }
         let (stop, stop_rx) = watch::channel(false);
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -195,8 +233,19 @@ impl Pool {
             .spawn(move || {
                 runtime.block_on(async move {
                     let mut slots = tokio::task::JoinSet::new();
-                    for slot in 0..supervised.settings.workers {
-                        slots.spawn(run_slot(slot, Arc::clone(&supervised), stop_rx.clone()));
+                    let mut stopping = stop_rx.clone();
+                    loop {
+                        tokio::select! {
+                            start = start_rx.recv() => match start {
+                                Some(SlotStart { slot, lane }) => {
+                                    slots.spawn(run_slot(slot, Arc::clone(&supervised), lane, stop_rx.clone()));
+                                }
+                                None => break,
+                            },
+                            _ = stopping.changed() => break,
+                            // Reap finished slots so the set does not grow.
+                            Some(_) = slots.join_next(), if !slots.is_empty() => {}
+                        }
                     }
                     while slots.join_next().await.is_some() {}
                 });
@@ -204,15 +253,28 @@ impl Pool {
             .map_err(|e| WikiError::Site(format!("starting the playground thread: {e}")))?;
         Ok(Pool {
             shared,
-            sender: Mutex::new(Some(sender)),
+            senders: Mutex::new(Some(HashMap::from([(None, sender)]))),
+            starts,
+            next_slot: AtomicU64::new(workers as u64),
             stop,
             thread: Mutex::new(Some(thread)),
             ids: IdSource::default(),
         })
     }
 
-    /// Admits a run, or says why not. The run starts as soon as a worker is free.
+    /// Admits a run for the default device, or says why not. The run starts as soon as a worker is free.
     pub fn submit(&self, code: String, limits: Limits) -> std::result::Result<Ticket, Refusal> {
+        self.submit_to(code, limits, None)
+    }
+
+    /// Admits a run for the device at `device` (an index into the server's device list, already checked by
+    /// the caller; `None`: the default lane). A device's lane and its worker start with its first run.
+    pub fn submit_to(
+        &self,
+        code: String,
+        limits: Limits,
+        device: Option<usize>,
+    ) -> std::result::Result<Ticket, Refusal> {
         let permit = Arc::clone(&self.shared.admission)
             .try_acquire_owned()
             .map_err(|_| Refusal::Busy)?;
@@ -240,8 +302,13 @@ impl Pool {
             limits,
             control,
         };
-        let sent = match self.sender.lock() {
-            Ok(sender) => sender.as_ref().is_some_and(|s| s.send(job).is_ok()),
+        let sent = match self.senders.lock() {
+            Ok(mut senders) => match senders.as_mut() {
+                Some(senders) => self
+                    .lane_sender(senders, device)
+                    .is_some_and(|s| s.send(job).is_ok()),
+                None => false,
+            },
             Err(_) => false,
         };
         if sent {
@@ -249,6 +316,42 @@ impl Pool {
         } else {
             Err(Refusal::Closed)
         }
+    }
+
+    /// The sender of `device`'s lane, starting the lane when this is its first run.
+    fn lane_sender<'s>(
+        &self,
+        senders: &'s mut Senders,
+        device: Option<usize>,
+    ) -> Option<&'s mpsc::UnboundedSender<Job>> {
+        use std::collections::hash_map::Entry;
+        match senders.entry(device) {
+            Entry::Occupied(e) => Some(e.into_mut()),
+            Entry::Vacant(e) => {
+                let (sender, receiver) = mpsc::unbounded_channel();
+                let lane = Arc::new(Lane {
+                    device: device.map(|d| d.to_string()),
+                    eager: false,
+                    queue: tokio::sync::Mutex::new(receiver),
+                });
+                for _ in 0..DEVICE_LANE_WORKERS {
+                    let slot = self.next_slot.fetch_add(1, Ordering::Relaxed) as usize;
+                    let lane = Arc::clone(&lane);
+                    self.starts.send(SlotStart { slot, lane }).ok()?;
+                }
+                Some(e.insert(sender))
+            }
+        }
+    }
+
+    /// Device indices whose own lane has started (the default lane is not among them).
+    pub fn device_lanes(&self) -> Vec<usize> {
+        let mut lanes: Vec<usize> = match self.senders.lock() {
+            Ok(s) => s.iter().flat_map(|s| s.keys().flatten().copied()).collect(),
+            Err(_) => Vec::new(),
+        };
+        lanes.sort_unstable();
+        lanes
     }
 
     /// Cancels the run `id`; false when no such run is pending. A queued run is answered at once and gives
@@ -304,8 +407,8 @@ impl Pool {
 
     /// Stops every worker and waits for the supervisor to finish.
     pub fn shutdown(&self) {
-        if let Ok(mut sender) = self.sender.lock() {
-            sender.take();
+        if let Ok(mut senders) = self.senders.lock() {
+            senders.take();
         }
         let _ = self.stop.send(true);
         let handle = self.thread.lock().ok().and_then(|mut t| t.take());
@@ -319,8 +422,8 @@ impl Drop for Pool {
     fn drop(&mut self) {
         // No join here: a pool may be dropped on an async thread. The supervisor kills its workers on the signal.
         let _ = self.stop.send(true);
-        if let Ok(mut sender) = self.sender.lock() {
-            sender.take();
+        if let Ok(mut senders) = self.senders.lock() {
+            senders.take();
         }
     }
 }
@@ -360,7 +463,7 @@ fn kept_env(name: &str) -> bool {
 }
 
 impl Worker {
-    fn spawn(settings: &PoolSettings) -> std::io::Result<Worker> {
+    fn spawn(settings: &PoolSettings, device: Option<&str>) -> std::io::Result<Worker> {
         let (program, args) = settings
             .command
             .split_first()
@@ -374,7 +477,7 @@ impl Worker {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .kill_on_drop(true);
-        if let Some(device) = &settings.device {
+        if let Some(device) = device {
             command.env("NETCL_DEVICE", device);
         }
         #[cfg(target_os = "linux")]
@@ -452,15 +555,20 @@ enum Outcome {
     Shutdown,
 }
 
-async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bool>) {
-    let mut worker = if shared.settings.eager {
-        start(slot, &shared).ok()
+async fn run_slot(
+    slot: usize,
+    shared: Arc<Shared>,
+    lane: Arc<Lane>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut worker = if lane.eager {
+        start(slot, &shared, &lane).ok()
     } else {
         None
     };
     loop {
         let job = tokio::select! {
-            job = async { shared.queue.lock().await.recv().await } => job,
+            job = async { lane.queue.lock().await.recv().await } => job,
             _ = stop.changed() => None,
         };
         let Some(job) = job else { break };
@@ -520,7 +628,7 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                         forget_pid(&shared, slot);
                         shared.restarts.fetch_add(1, Ordering::Relaxed);
                     }
-                    match start(slot, &shared) {
+                    match start(slot, &shared, &lane) {
                         Ok(w) => w,
                         Err(e) => {
                             outcome =
@@ -633,7 +741,7 @@ async fn run_slot(slot: usize, shared: Arc<Shared>, mut stop: watch::Receiver<bo
                 permit.take();
                 shared.restarts.fetch_add(1, Ordering::Relaxed);
                 // Start the replacement now, so the next run finds the device open.
-                worker = start(slot, &shared).ok();
+                worker = start(slot, &shared, &lane).ok();
                 deliver(
                     events,
                     error_result(&job.id, queue_ms, kind, &message, true),
@@ -668,8 +776,8 @@ fn deliver(
     });
 }
 
-fn start(slot: usize, shared: &Shared) -> std::io::Result<Worker> {
-    let w = Worker::spawn(&shared.settings)?;
+fn start(slot: usize, shared: &Shared, lane: &Lane) -> std::io::Result<Worker> {
+    let w = Worker::spawn(&shared.settings, lane.device.as_deref())?;
     if let (Some(pid), Ok(mut pids)) = (w.child.id(), shared.pids.lock()) {
         pids.insert(slot, pid);
     }

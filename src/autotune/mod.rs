@@ -1,0 +1,677 @@
+//! The autotuner: measured selection between kernel candidates, a persistent per-device cache, a shipped
+//! tuning database, and the decision log.
+//!
+//! An op asks [`tune`] with a typed [`TuneKey`] (its name, its shape class as named fields, and a checksum of
+//! the kernel sources its candidates run), its candidates and a bench closure that runs one candidate once and
+//! returns its time. The answer comes, in order, from: a forced label (`NETCL_AUTOTUNE_FORCE`); the only
+//! eligible candidate; the cache of earlier measurements (memory, then the JSON file); otherwise, by the mode
+//! of [`TuneConfig`] (read once, see [`config`]):
+//! - `sync`: every candidate is measured now (one warm-up, then the minimum of `NETCL_AUTOTUNE_REPS` runs)
+//!   and the fastest is stored;
+//! - `background` (the default): the first call answers at once with the tuning database's winner for this
+//!   device class or the heuristic first choice; later calls of the same shape measure one candidate each,
+//!   within a time budget per logging scope, and switch to the winner once every candidate is timed;
+//! - `off`: the database or heuristic choice, never measured.
+//!
+//! The persistent key contains the kernel sources' and the candidate set's checksum, so an edited kernel or a
+//! changed candidate list is measured again. Measurement is exclusive per device across threads and
+//! processes ([`gate`]), and every measured candidate is written as soon as it is measured, so a killed run
+//! keeps its measurements and the next one resumes.
+
+mod cache;
+pub mod config;
+pub mod db;
+mod gate;
+pub mod key;
+mod log;
+
+use std::any::Any;
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+pub use cache::META_KEY;
+pub use config::{Mode, TuneConfig, config, prefer_mode, reload_config};
+pub use db::{DeviceClass, TuningTable};
+pub use key::{TuneKey, bucket, shape_key};
+pub use log::{CandidateTime, Decision, Source, decisions_since, label, last_seq, record};
+
+use crate::device::{Device, timing};
+use crate::error::{Error, Result};
+
+/// A cache entry as listed by `netcl tune list` and the wiki.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct CacheEntry {
+    /// The full key.
+    pub key: String,
+    /// The device part (`name|driver`).
+    pub device: String,
+    /// The kernel part.
+    pub kernel: String,
+    /// The shape part.
+    pub shape_key: String,
+    /// The cached winner.
+    pub winner: Value,
+    /// Candidate times, where they were recorded.
+    pub candidates: Option<Vec<CandidateTime>>,
+}
+
+/// The cache file as read now.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheSnapshot {
+    /// The file path.
+    pub path: PathBuf,
+    /// `ok`, `missing`, or a description of what was wrong with the file.
+    pub status: String,
+    /// Every entry, sorted by key.
+    pub entries: Vec<CacheEntry>,
+}
+
+/// Whether autotuning measures at all (mode `sync` or `background`).
+pub fn is_enabled() -> bool {
+    config().mode != Mode::Off
+}
+
+/// Whether this thread is measuring autotune candidates now (device launches then keep their events).
+pub fn measuring() -> bool {
+    timing::measuring()
+}
+
+/// The cache file path in use now (from the configuration).
+pub fn cache_path() -> PathBuf {
+    config().cache_path.clone()
+}
+
+/// A candidate whose first timed run exceeds this multiple of the best minimum measured before it is timed only
+/// once: noise does not make a kernel three times faster, and slow candidates dominate the cost of tuning.
+const SLOW_CUTOFF: f64 = 3.0;
+
+thread_local! {
+    /// Keys whose answer this thread has logged in the current scope; see [`begin_scope`].
+    static LOGGED: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
+    /// Answers this thread has already verified and logged in the current scope; see [`answered`].
+    static HOT: RefCell<Hot> = RefCell::new(Hot::default());
+    /// Scratch space for building a key without allocating.
+    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
+    /// Milliseconds of background measurement spent in the current scope.
+    static BG_SPENT: Cell<f64> = const { Cell::new(0.0) };
+    /// When the current scope began (the thread's first question when no scope was begun).
+    static SCOPE_START: Cell<Option<Instant>> = const { Cell::new(None) };
+}
+
+/// The share of a scope's running time that background measurement may take beyond the budget, so a long
+/// training loop keeps tuning while a short snippet pays at most the budget.
+const BACKGROUND_SHARE: f64 = 0.1;
+
+/// Whether background measurement may go on in this thread's scope: the time spent so far is below the
+/// budget plus [`BACKGROUND_SHARE`] of the scope's running time.
+fn background_allowed(budget_ms: f64) -> bool {
+    let start = SCOPE_START.with(|s| {
+        let v = s.get().unwrap_or_else(Instant::now);
+        s.set(Some(v));
+        v
+    });
+    let allowed = budget_ms + BACKGROUND_SHARE * start.elapsed().as_secs_f64() * 1e3;
+    BG_SPENT.with(Cell::get) < allowed
+}
+
+/// Bumped whenever a process memo drops or replaces a winner, which makes every thread's [`HOT`] answers stale.
+static GENERATION: AtomicU64 = AtomicU64::new(0);
+
+fn invalidate_hot() {
+    GENERATION.fetch_add(1, Ordering::SeqCst);
+}
+
+/// Persistent keys this process has answered at least once (background mode measures from the second call).
+fn seen() -> &'static Mutex<HashSet<String>> {
+    static S: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashSet::new()))
+}
+
+/// Per-thread answers to repeated questions, kept as the caller's type, so an op asking the same question
+/// again (every step of a training loop) neither builds its candidate list nor serialises the winner.
+#[derive(Default)]
+struct Hot {
+    /// [`GENERATION`] and the configuration's generation when these answers were kept.
+    generation: (u64, u64),
+    answers: HashMap<String, Box<dyn Any>>,
+}
+
+impl Hot {
+    /// Drops every answer unless they were kept at `generation`; true when they were.
+    fn still_valid(&mut self, generation: (u64, u64)) -> bool {
+        if self.generation == generation {
+            return true;
+        }
+        self.answers.clear();
+        self.generation = generation;
+        false
+    }
+}
+
+fn generations() -> (u64, u64) {
+    (GENERATION.load(Ordering::SeqCst), config::generation())
+}
+
+/// Starts a new logging scope on this thread: each cached decision is logged once per scope, not on every call
+/// (a training loop asks the same questions thousands of times). A playground run is one scope; the background
+/// measurement budget is per scope too.
+pub fn begin_scope() {
+    LOGGED.with(|l| l.borrow_mut().clear());
+    HOT.with(|h| h.borrow_mut().answers.clear());
+    BG_SPENT.with(|b| b.set(0.0));
+    SCOPE_START.with(|s| s.set(Some(Instant::now())));
+}
+
+/// The answer this thread got for (`device`, `key`) earlier in this logging scope, when nothing can have
+/// changed it since: no forced label, measurement on, the same configuration, and no winner of the process
+/// memo replaced or dropped. Without allocating on a hit.
+///
+/// Callers whose candidate list is costly to build ask this first and build the list only when it answers
+/// `None`; [`tune`] asks it too.
+pub fn answered<C: Clone + 'static>(device: &Device, key: &TuneKey) -> Option<C> {
+    let cfg = config();
+    if cfg.mode == Mode::Off || cfg.problem.is_some() || cfg.forced_label(key.kernel()).is_some() {
+        return None;
+    }
+    let generation = generations();
+    HOT.with(|h| {
+        let mut h = h.borrow_mut();
+        if !h.still_valid(generation) {
+            return None;
+        }
+        KEY.with(|k| {
+            let mut k = k.borrow_mut();
+            k.clear();
+            key.push_memory_key(&mut k, device.tune_id());
+            h.answers.get(k.as_str())?.downcast_ref::<C>().cloned()
+        })
+    })
+}
+
+/// Keeps `answer` for [`answered`]; `generation` is as it was before the answer was verified.
+fn keep_answer<C: Clone + 'static>(
+    device: &Device,
+    key: &TuneKey,
+    answer: &C,
+    generation: (u64, u64),
+) {
+    let mut k = String::new();
+    key.push_memory_key(&mut k, device.tune_id());
+    HOT.with(|h| {
+        let mut h = h.borrow_mut();
+        h.still_valid(generation);
+        h.answers.insert(k, Box::new(answer.clone()));
+    });
+}
+
+/// Records a choice that was not made by [`tune`] (forced by a switch or an argument, or the only eligible
+/// candidate).
+pub fn record_choice<C: Serialize>(
+    device: &Device,
+    key: &TuneKey,
+    winner: &C,
+    source: Source,
+    note: &str,
+) {
+    let w = serde_json::to_value(winner).unwrap_or(Value::Null);
+    record(Decision {
+        seq: 0,
+        kernel: key.kernel().to_owned(),
+        key: key.persistent(device.tune_id(), 0),
+        device: device.name().to_owned(),
+        shape_key: key.shape_key().to_owned(),
+        candidates: Vec::new(),
+        winner_label: label(&w),
+        winner: w,
+        source,
+        tune_ms: 0.0,
+        note: Some(note.to_owned()),
+        depth: timing::measuring_depth(),
+    });
+}
+
+/// Logs `d` unless this thread logged the same key from the same source in this scope; true when it did.
+fn record_once(d: Decision) -> bool {
+    let tag = format!("{:?}|{}", d.source, d.key);
+    let new = LOGGED.with(|l| l.borrow_mut().insert(tag));
+    if new {
+        record(d);
+    }
+    new
+}
+
+/// The first choice without measurement: the database's winner for this device class, another device's
+/// winner of the same type, or the op's own default for this device type and shape class.
+fn first_choice(
+    device: &Device,
+    key: &TuneKey,
+    values: &[Value],
+    default_idx: usize,
+) -> (usize, Source, String) {
+    let class = DeviceClass::of(device.info());
+    let hint = db::lookup(&db::tables(), &class, key.kernel(), key.shape_key(), values);
+    let at = |w: &Value| values.iter().position(|v| v == w).unwrap_or(default_idx);
+    match hint {
+        Some(db::Hint::Exact { winner, table }) => (
+            at(&winner),
+            Source::Database,
+            format!("tuning table of {table}"),
+        ),
+        Some(db::Hint::SameType { winner, table }) => (
+            at(&winner),
+            Source::Heuristic,
+            format!("the winner on {table}, a {} of another class", class.kind),
+        ),
+        None => (
+            default_idx,
+            Source::Heuristic,
+            format!("the op's first choice on a {} device", class.kind),
+        ),
+    }
+}
+
+/// How far a measurement got.
+enum Outcome {
+    /// Every candidate is timed (now or by an earlier holder of the gate): the winner's index and the times.
+    Done {
+        win: usize,
+        times: Vec<CandidateTime>,
+        fresh: bool,
+    },
+    /// Some candidates are still to be timed.
+    Partial { done: usize },
+    /// Every candidate failed.
+    Failed { times: Vec<CandidateTime> },
+    /// Another thread or process is measuring on this device (background mode does not wait).
+    Busy,
+}
+
+/// Chooses among `candidates` for (`device`, `key`), by measurement, the cache, the database or the heuristic
+/// according to the configuration (see the module docs).
+///
+/// `bench` runs one candidate once and returns its time in milliseconds (device time from profiling events
+/// on OpenCL). An error disqualifies the candidate. `default` indexes the op's first choice for this device
+/// type and shape class, used when nothing better is known and when every candidate fails.
+pub fn tune<C: Serialize + Clone + 'static>(
+    device: &Device,
+    key: &TuneKey,
+    candidates: &[C],
+    default: usize,
+    mut bench: impl FnMut(&C) -> Result<f64>,
+) -> Result<C> {
+    let cfg = config();
+    if let Some(p) = &cfg.problem {
+        return Err(Error::Invalid(p.clone()));
+    }
+    let kernel = key.kernel();
+    if candidates.is_empty() {
+        return Err(Error::Invalid(format!(
+            "autotune `{kernel}`: no candidates"
+        )));
+    }
+    if candidates.len() > 1
+        && let Some(c) = answered::<C>(device, key)
+    {
+        return Ok(c);
+    }
+    let generation = generations();
+    let started = Instant::now();
+    let values: Vec<Value> = candidates
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap_or(Value::Null))
+        .collect();
+    let pkey = key.persistent(device.tune_id(), key::candidates_checksum(&values));
+    let decision =
+        |winner: usize, source: Source, cands: Vec<CandidateTime>, note: Option<String>| Decision {
+            seq: 0,
+            kernel: kernel.to_owned(),
+            key: pkey.clone(),
+            device: device.name().to_owned(),
+            shape_key: key.shape_key().to_owned(),
+            candidates: cands,
+            winner: values[winner].clone(),
+            winner_label: label(&values[winner]),
+            source,
+            tune_ms: started.elapsed().as_secs_f64() * 1e3,
+            note,
+            depth: timing::measuring_depth(),
+        };
+    let default_idx = if default < candidates.len() {
+        default
+    } else {
+        0
+    };
+    if let Some(want) = cfg.forced_label(kernel) {
+        let labels: Vec<String> = values.iter().map(label).collect();
+        let Some(idx) = labels.iter().position(|l| l == want) else {
+            return Err(Error::Invalid(format!(
+                "NETCL_AUTOTUNE_FORCE names `{want}` for `{kernel}`, which is not a candidate for shape {}; the candidates are {labels:?}",
+                key.shape_key()
+            )));
+        };
+        record(decision(
+            idx,
+            Source::Forced,
+            Vec::new(),
+            Some("NETCL_AUTOTUNE_FORCE".into()),
+        ));
+        return Ok(candidates[idx].clone());
+    }
+    if candidates.len() == 1 {
+        record(decision(
+            0,
+            Source::Only,
+            Vec::new(),
+            Some("one eligible candidate".into()),
+        ));
+        return Ok(candidates[0].clone());
+    }
+    let path = &cfg.cache_path;
+    if cfg.mode != Mode::Off {
+        let (cached, times) = cache::lookup(path, &pkey);
+        if let Some(w) = cached {
+            match values.iter().position(|v| *v == w) {
+                Some(idx) => {
+                    // Logged once per scope; from the next call on, answered without a lookup.
+                    if !record_once(decision(idx, Source::Cache, times, None)) {
+                        keep_answer(device, key, &candidates[idx], generation);
+                    }
+                    return Ok(candidates[idx].clone());
+                }
+                None => {
+                    tracing::info!(
+                        "autotune: cached winner {w} for {pkey} is no longer a candidate; measuring again"
+                    );
+                    cache::forget(path, &pkey);
+                    invalidate_hot();
+                }
+            }
+        }
+    }
+    let (first, first_source, first_note) = first_choice(device, key, &values, default_idx);
+    let provisional = |note: String| {
+        let _ = record_once(decision(first, first_source, Vec::new(), Some(note)));
+        Ok(candidates[first].clone())
+    };
+    let limit = match cfg.mode {
+        Mode::Off => return provisional(format!("{first_note}; NETCL_AUTOTUNE=off")),
+        Mode::Sync => None,
+        // Inside another decision's measurement the nested choice is measured fully, so the outer candidate's
+        // time is that of its best configuration.
+        Mode::Background if timing::measuring() => None,
+        Mode::Background => {
+            let first_sight = seen()
+                .lock()
+                .map(|mut s| s.insert(pkey.clone()))
+                .unwrap_or(false);
+            if first_sight || !background_allowed(cfg.budget_ms) {
+                return provisional(format!("{first_note}; measured on later calls"));
+            }
+            Some(1)
+        }
+    };
+    let outcome = measure(
+        device, &cfg, &pkey, &values, candidates, first, limit, &mut bench,
+    );
+    if limit.is_some() {
+        BG_SPENT.with(|b| b.set(b.get() + started.elapsed().as_secs_f64() * 1e3));
+    }
+    match outcome {
+        Outcome::Done { win, times, fresh } => {
+            let source = if fresh {
+                Source::Measured
+            } else {
+                Source::Cache
+            };
+            let note = (!fresh).then(|| "measured by another thread or process".to_owned());
+            if fresh {
+                record(decision(win, source, times, note));
+            } else {
+                record_once(decision(win, source, times, note));
+            }
+            Ok(candidates[win].clone())
+        }
+        Outcome::Partial { done } => provisional(format!(
+            "{first_note}; {done} of {} candidates measured so far",
+            candidates.len()
+        )),
+        Outcome::Busy => provisional(format!(
+            "{first_note}; the device is measuring another shape"
+        )),
+        Outcome::Failed { times } => {
+            record(decision(
+                default_idx,
+                Source::Default,
+                times,
+                Some("every candidate failed; default used, nothing cached".into()),
+            ));
+            Ok(candidates[default_idx].clone())
+        }
+    }
+}
+
+/// Times the candidates of `pkey` not timed yet (at most `limit` of them), the first choice first, holding
+/// the device's gate; resumes from partial times in the cache and stores each time as soon as it is taken.
+#[allow(clippy::too_many_arguments)]
+fn measure<C>(
+    device: &Device,
+    cfg: &TuneConfig,
+    pkey: &str,
+    values: &[Value],
+    candidates: &[C],
+    first: usize,
+    limit: Option<usize>,
+    bench: &mut impl FnMut(&C) -> Result<f64>,
+) -> Outcome {
+    let path = &cfg.cache_path;
+    let Some(gate) = gate::enter(device.tune_id(), path, limit.is_none()) else {
+        return Outcome::Busy;
+    };
+    if gate.waited {
+        cache::refresh(path, pkey);
+    }
+    let (cached, earlier) = cache::lookup(path, pkey);
+    if let Some(w) = cached
+        && let Some(win) = values.iter().position(|v| *v == w)
+    {
+        return Outcome::Done {
+            win,
+            times: earlier,
+            fresh: false,
+        };
+    }
+    let mut slots: Vec<Option<CandidateTime>> = values
+        .iter()
+        .map(|v| earlier.iter().find(|t| t.candidate == *v).cloned())
+        .collect();
+    let n = cfg.reps;
+    let span = timing::Measuring::start();
+    let order = std::iter::once(first).chain((0..candidates.len()).filter(|&i| i != first));
+    let mut taken = 0;
+    for i in order {
+        if slots[i].is_some() {
+            continue;
+        }
+        if limit.is_some_and(|l| taken >= l) {
+            break;
+        }
+        taken += 1;
+        let (c, v) = (&candidates[i], &values[i]);
+        let best = slots.iter().flatten().filter_map(|t| t.ms).reduce(f64::min);
+        let mut run = || -> Result<(f64, f64)> {
+            bench(c)?;
+            let first = bench(c)?;
+            // A candidate whose first timed run is more than SLOW_CUTOFF times the best minimum so far cannot
+            // win: it is not timed again (its one time is its minimum and median).
+            if best.is_some_and(|b| first > SLOW_CUTOFF * b) {
+                return Ok((first, first));
+            }
+            let mut t = vec![first];
+            for _ in 1..n {
+                t.push(bench(c)?);
+            }
+            t.sort_by(f64::total_cmp);
+            Ok((t[0], t[t.len() / 2]))
+        };
+        let t = match run() {
+            Ok((min, med)) => CandidateTime {
+                candidate: v.clone(),
+                label: label(v),
+                ms: Some(min),
+                median_ms: Some(med),
+                error: None,
+            },
+            Err(e) => CandidateTime {
+                candidate: v.clone(),
+                label: label(v),
+                ms: None,
+                median_ms: None,
+                error: Some(e.to_string()),
+            },
+        };
+        cache::store_candidate(path, pkey, &t);
+        slots[i] = Some(t);
+    }
+    drop(span);
+    let done = slots.iter().flatten().count();
+    if done < candidates.len() {
+        return Outcome::Partial { done };
+    }
+    let times: Vec<CandidateTime> = slots.into_iter().flatten().collect();
+    let best = times
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| t.ms.map(|m| (i, m)))
+        .fold(None, |acc: Option<(usize, f64)>, (i, m)| match acc {
+            Some((_, bm)) if bm <= m => acc,
+            _ => Some((i, m)),
+        });
+    let Some((win, _)) = best else {
+        cache::drop_key(path, pkey);
+        return Outcome::Failed { times };
+    };
+    cache::store_winner(path, pkey, &values[win], &times);
+    invalidate_hot();
+    drop(gate);
+    Outcome::Done {
+        win,
+        times,
+        fresh: true,
+    }
+}
+
+/// The cache file as it is now (re-read from disk, not the process memo).
+pub fn cache_snapshot() -> Result<CacheSnapshot> {
+    let path = cache_path();
+    let (fc, status) = cache::read_file(&path);
+    let entries = fc
+        .winners
+        .iter()
+        .map(|(k, v)| {
+            let (device, kernel, _, shape_key) = key::split_key(k);
+            CacheEntry {
+                key: k.clone(),
+                device: device.to_owned(),
+                kernel: kernel.to_owned(),
+                shape_key: shape_key.to_owned(),
+                winner: v.clone(),
+                candidates: fc.meta.get(k).map(|m| m.candidates.clone()),
+            }
+        })
+        .collect();
+    Ok(CacheSnapshot {
+        path,
+        status,
+        entries,
+    })
+}
+
+/// The keys of the cache file with some candidates measured and no winner yet (a run stopped mid-tuning),
+/// each with the candidates measured so far.
+pub fn partial_entries() -> Vec<(String, Vec<CandidateTime>)> {
+    let (fc, _) = cache::read_file(&cache_path());
+    fc.meta
+        .into_iter()
+        .filter(|(k, _)| !fc.winners.contains_key(k))
+        .map(|(k, m)| (k, m.candidates))
+        .collect()
+}
+
+/// The local cache's winners for `device` as a tuning table (`netcl tune export`): the newest winner of each
+/// kernel and shape key.
+pub fn export_table(device: &Device) -> Result<TuningTable> {
+    let path = cache_path();
+    let (fc, status) = cache::read_file(&path);
+    if status != "ok" {
+        return Err(Error::Invalid(format!(
+            "the autotune cache {} cannot be exported: {status}",
+            path.display()
+        )));
+    }
+    let mut newest: HashMap<String, (u64, Value)> = HashMap::new();
+    for (k, w) in &fc.winners {
+        let (dev, kernel, _, shape) = key::split_key(k);
+        if dev != device.tune_id() {
+            continue;
+        }
+        let at = fc.meta.get(k).map(|m| m.measured_at).unwrap_or(0);
+        let e = format!("{kernel}::{shape}");
+        if newest.get(&e).is_none_or(|(t, _)| at >= *t) {
+            newest.insert(e, (at, w.clone()));
+        }
+    }
+    if newest.is_empty() {
+        return Err(Error::Invalid(format!(
+            "the autotune cache {} has no winners for {}; run some ops on it first (NETCL_AUTOTUNE=sync measures at once)",
+            path.display(),
+            device.name()
+        )));
+    }
+    Ok(TuningTable {
+        format: db::FORMAT.to_owned(),
+        device: DeviceClass::of(device.info()),
+        measured: format!(
+            "netcl tune export of {} (driver {}), {} entries",
+            device.name(),
+            device.info().driver,
+            newest.len()
+        ),
+        entries: newest.into_iter().map(|(k, (_, w))| (k, w)).collect(),
+    })
+}
+
+/// Deletes the cache file and forgets every cached decision of this process.
+pub fn clear_cache() -> Result<()> {
+    let path = cache_path();
+    if let Ok(mut m) = cache::memo().lock() {
+        m.remove(&path);
+    }
+    if let Ok(mut s) = seen().lock() {
+        s.clear();
+    }
+    invalidate_hot();
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(path, e)),
+    }
+}
+
+/// Forgets this process's in-memory cache and first sightings (the file is kept and read again on the next
+/// lookup), as a new process would start.
+pub fn clear_memory() {
+    if let Ok(mut m) = cache::memo().lock() {
+        m.clear();
+    }
+    if let Ok(mut s) = seen().lock() {
+        s.clear();
+    }
+    invalidate_hot();
+}
