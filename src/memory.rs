@@ -109,7 +109,8 @@ pub fn size_class(bytes: usize) -> usize {
     if c >= bytes {
         c
     } else {
-        bytes.next_power_of_two()
+        // Past 2^63 no power of two fits: the request itself (which no allocator grants) is the class.
+        bytes.checked_next_power_of_two().unwrap_or(bytes)
     }
 }
 

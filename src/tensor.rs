@@ -74,6 +74,20 @@ pub fn numel(shape: &[usize]) -> Result<usize> {
         })
 }
 
+/// A host vector of `n` copies of `fill`; `Error::Limit` when the host cannot allocate it, where `vec!` would
+/// abort the process.
+pub(crate) fn host_vec<T: Clone>(n: usize, fill: T) -> Result<Vec<T>> {
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|_| {
+        Error::Limit(format!(
+            "the host could not allocate {n} elements of {} bytes",
+            std::mem::size_of::<T>()
+        ))
+    })?;
+    v.resize(n, fill);
+    Ok(v)
+}
+
 /// Row-major strides of `shape`, in elements.
 pub fn strides(shape: &[usize]) -> Vec<usize> {
     let mut s = vec![1usize; shape.len()];
@@ -191,8 +205,21 @@ impl Tensor {
             )));
         }
         let n = ((end - start) / step).ceil().max(0.0) as usize;
-        let v: Vec<f32> = (0..n).map(|i| start + i as f32 * step).collect();
-        Tensor::from_slice(device, &v, &[n])
+        Tensor::from_fn(device, &[n], |i| start + i as f32 * step)
+    }
+
+    /// An f32 tensor whose element `i` is `f(i)`, computed on the host. The device memory is taken first and
+    /// the host buffer with `try_reserve`, so a size no memory holds is `Error::Limit`, never an abort.
+    fn from_fn(device: &Device, shape: &[usize], f: impl Fn(usize) -> f32) -> Result<Tensor> {
+        let t = Tensor::empty(device, shape, DType::F32)?;
+        let mut v = host_vec(t.numel, 0f32)?;
+        for (i, x) in v.iter_mut().enumerate() {
+            *x = f(i);
+        }
+        device
+            .backend()
+            .write(t.storage(), 0, bytemuck::cast_slice(&v))?;
+        Ok(t)
     }
 
     /// Normally distributed values with `mean` and `std`, from a counter-based generator seeded by `seed`.
@@ -210,11 +237,9 @@ impl Tensor {
                 "randn: mean {mean} and std {std} must be finite, std ≥ 0"
             )));
         }
-        let n = numel(shape)?;
-        let v: Vec<f32> = (0..n)
-            .map(|i| mean + std * crate::rng::normal(seed, i as u64))
-            .collect();
-        Tensor::from_slice(device, &v, shape)
+        Tensor::from_fn(device, shape, |i| {
+            mean + std * crate::rng::normal(seed, i as u64)
+        })
     }
 
     /// Uniform values in `[low, high)`, from a counter-based generator seeded by `seed`.
@@ -230,11 +255,9 @@ impl Tensor {
                 "rand_uniform: bounds [{low}, {high}) must be finite with low ≤ high"
             )));
         }
-        let n = numel(shape)?;
-        let v: Vec<f32> = (0..n)
-            .map(|i| low + (high - low) * crate::rng::uniform(seed, i as u64))
-            .collect();
-        Tensor::from_slice(device, &v, shape)
+        Tensor::from_fn(device, shape, |i| {
+            low + (high - low) * crate::rng::uniform(seed, i as u64)
+        })
     }
 
     /// The shape.
@@ -280,7 +303,7 @@ impl Tensor {
                 got: self.dtype.name(),
             });
         }
-        let mut out = vec![T::zeroed(); self.numel];
+        let mut out = host_vec(self.numel, T::zeroed())?;
         self.device
             .backend()
             .read(self.storage(), 0, bytemuck::cast_slice_mut(&mut out))?;
@@ -297,7 +320,7 @@ impl Tensor {
                 .map(|v| v as f32)
                 .collect()),
             DType::F16 => {
-                let mut raw = vec![0u16; self.numel];
+                let mut raw = host_vec(self.numel, 0u16)?;
                 self.device.backend().read(
                     self.storage(),
                     0,
@@ -325,7 +348,7 @@ impl Tensor {
             return Ok(self.clone());
         }
         let bytes = self.numel * self.dtype.size();
-        let mut host = vec![0u8; bytes.div_ceil(4) * 4];
+        let mut host = host_vec(bytes.div_ceil(4) * 4, 0u8)?;
         self.device
             .backend()
             .read(self.storage(), 0, &mut host[..bytes])?;
@@ -366,7 +389,7 @@ impl Tensor {
                 .backend()
                 .copy(src.storage(), self.storage(), bytes);
         }
-        let mut host = vec![0u8; bytes];
+        let mut host = host_vec(bytes, 0u8)?;
         src.device.backend().read(src.storage(), 0, &mut host)?;
         self.device.backend().write(self.storage(), 0, &host)
     }

@@ -72,6 +72,8 @@ fn op_outputs_are_charged_before_they_are_computed() {
     let (kind, message) = error_kind("ones([16384, 1]) + ones([1, 16384])");
     assert_eq!(kind, "limit", "{message}");
     assert!(message.contains("max_tensor_elements"), "{message}");
+    // Refused by the check made before the op ("would make"), not by counting the gigabyte it had made.
+    assert!(message.contains("would make"), "{message}");
     let tight = Limits {
         max_run_elements: 1000,
         ..Limits::default()
@@ -83,6 +85,7 @@ fn op_outputs_are_charged_before_they_are_computed() {
     );
     let e = r.error.expect("over the run's budget");
     assert_eq!(e.kind, "limit", "{}", e.message);
+    assert!(e.message.contains("would make"), "{}", e.message);
     assert!(started.elapsed() < Duration::from_secs(10));
 }
 

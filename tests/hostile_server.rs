@@ -184,6 +184,56 @@ fn a_stream_client_that_stops_reading_blocks_no_other_run() {
 }
 
 #[test]
+fn one_client_holds_at_most_its_share_of_runs() {
+    let server = Server::start(|c| {
+        c.playground_workers = 2;
+        c.playground_queue = 8;
+        c.playground_max_runs_per_client = 1;
+        c.playground_limits.max_operations = u64::MAX;
+    });
+    // A stream that never ends holds the client's one open run.
+    let code = r#"loop { progress(1); sum_all(ones([256, 256])); }"#;
+    let body = json!({ "code": code }).to_string();
+    let mut first = server.connect();
+    write!(
+        first,
+        "POST /api/run/stream HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut head = String::new();
+    BufReader::new(first.try_clone().unwrap())
+        .read_line(&mut head)
+        .unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    // A second run of the same client is refused at once with a structured 429, not queued.
+    let started = Instant::now();
+    let (status, answer) = server.request("POST", "/api/run", Some(r#"{"code": "1 + 2"}"#));
+    assert_eq!(status, 429, "{answer}");
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["ok"], false);
+    assert_eq!(answer["error"]["kind"], "too_many_runs", "{answer}");
+    assert!(started.elapsed() < Duration::from_secs(2));
+    // Once the first run's client goes away its place is given back.
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, answer) = server.request("POST", "/api/run", Some(r#"{"code": "1 + 2"}"#));
+        if status == 200 {
+            let answer: Value = serde_json::from_str(&answer).unwrap();
+            assert_eq!(answer["value"], "3", "{answer}");
+            break;
+        }
+        assert_eq!(status, 429, "{answer}");
+        assert!(
+            Instant::now() < deadline,
+            "the client's run place was not given back"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
 fn slow_and_idle_connections_are_closed() {
     let server = Server::start(|c| {
         c.header_timeout_ms = 500;

@@ -59,6 +59,7 @@ fn fifty_concurrent_runs_get_a_result_or_busy_and_pages_keep_answering() {
                 playground_queue: 8,
                 playground_burst: 1000,
                 playground_rate_per_minute: 60_000,
+                playground_max_runs_per_client: 1000,
                 playground_worker_command: Some(vec![
                     env!("CARGO_BIN_EXE_netcl").into(),
                     "worker".into(),

@@ -215,7 +215,8 @@ pub(crate) fn broadcast_elements(a: &[usize], b: &[usize]) -> Option<usize> {
     Some(n)
 }
 
-/// Checks a shape against the per-tensor limit before anything is allocated.
+/// Checks a new tensor's shape against the per-tensor limit and the run's remaining budget before anything is
+/// allocated.
 pub(crate) fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
     if shape.contains(&usize::MAX) {
         return Err(script_err(
@@ -235,7 +236,7 @@ pub(crate) fn precheck(ctx: &Shared, shape: &[usize]) -> R<()> {
         .filter(|&&d| d != usize::MAX)
         .try_fold(1usize, |a, &d| a.checked_mul(d));
     match n {
-        Some(n) if n <= max => Ok(()),
+        Some(n) if n <= max => precharge(ctx, Some(n), &format!("a new tensor of shape {shape:?}")),
         _ => Err(script_err(
             "limit",
             format!("shape {shape:?} exceeds max_tensor_elements ({max})"),
@@ -316,18 +317,22 @@ macro_rules! binary {
         });
         let c = $ctx.clone();
         $engine.register_fn($name, move |a: Var, b: FLOAT| -> R<Var> {
+            precharge(&c, Some(a.value().numel()), concat!("`", $name, "`"))?;
             track_var(&c, bin($op, &a, &scalar(&a, b)?)?)
         });
         let c = $ctx.clone();
         $engine.register_fn($name, move |a: Var, b: INT| -> R<Var> {
+            precharge(&c, Some(a.value().numel()), concat!("`", $name, "`"))?;
             track_var(&c, bin($op, &a, &scalar(&a, b as f64)?)?)
         });
         let c = $ctx.clone();
         $engine.register_fn($name, move |a: FLOAT, b: Var| -> R<Var> {
+            precharge(&c, Some(b.value().numel()), concat!("`", $name, "`"))?;
             track_var(&c, bin($op, &scalar(&b, a)?, &b)?)
         });
         let c = $ctx.clone();
         $engine.register_fn($name, move |a: INT, b: Var| -> R<Var> {
+            precharge(&c, Some(b.value().numel()), concat!("`", $name, "`"))?;
             track_var(&c, bin($op, &scalar(&b, a as f64)?, &b)?)
         });
     }};
@@ -616,10 +621,12 @@ fn register_tensor_methods(engine: &mut Engine, ctx: &Shared) {
                 ));
             }
         };
+        precharge(&c, Some(t.value().numel()), "`cast`")?;
         track(&c, t.value().cast(d).map_err(engine_err)?)
     });
     let c = ctx.clone();
     engine.register_fn("to_device", move |t: &mut Var, selector: &str| -> R<Var> {
+        precharge(&c, Some(t.value().numel()), "`to_device`")?;
         let d = crate::Device::select(Some(selector)).map_err(engine_err)?;
         track(&c, t.value().to_device(&d).map_err(engine_err)?)
     });

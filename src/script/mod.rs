@@ -9,6 +9,7 @@
 mod bindings;
 mod nnbind;
 mod opsbind;
+mod outsize;
 pub mod render;
 pub mod worker;
 

@@ -5,6 +5,7 @@
 use rhai::{Array, Dynamic, Engine, INT, Map};
 
 use super::bindings::{R, float_arg, precharge, shape_arg, track, track_var};
+use super::outsize;
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, ops as ag};
 use crate::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, Pool2d, UnaryOp};
@@ -99,10 +100,16 @@ fn forward_only(x: &Var, op: &str) -> R<()> {
     Ok(())
 }
 
+/// Charges an op whose output has as many elements as `x`, before it runs.
+fn same(c: &Shared, x: &Var, op: &str) -> R<()> {
+    precharge(c, Some(x.value().numel()), &format!("`{op}`"))
+}
+
 macro_rules! unary_fn {
     ($engine:expr, $ctx:expr, $name:literal, $op:expr) => {{
         let c = $ctx.clone();
         $engine.register_fn($name, move |x: Var| -> R<Var> {
+            same(&c, &x, $name)?;
             track_var(&c, ag::unary($op, &x).map_err(engine_err)?)
         });
     }};
@@ -125,6 +132,11 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn("bmm", move |a: Var, b: Var| -> R<Var> {
         forward_only(&a, "bmm")?;
         forward_only(&b, "bmm")?;
+        precharge(
+            &c,
+            outsize::bmm(a.value().shape(), b.value().shape()),
+            "`bmm`",
+        )?;
         track(
             &c,
             ops::bmm(a.value(), b.value(), false, false).map_err(engine_err)?,
@@ -132,6 +144,11 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     });
     let c = ctx.clone();
     engine.register_fn("conv2d", move |x: Var, w: Var| -> R<Var> {
+        precharge(
+            &c,
+            outsize::conv2d(x.value().shape(), w.value().shape(), 1, 0, 1),
+            "`conv2d`",
+        )?;
         track_var(
             &c,
             ag::conv2d(&x, &w, None, &Conv2dOptions::default()).map_err(engine_err)?,
@@ -140,6 +157,14 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("conv2d", move |x: Var, w: Var, o: Map| -> R<Var> {
         let (opts, bias) = conv_opts(&o)?;
+        let n = outsize::conv2d(
+            x.value().shape(),
+            w.value().shape(),
+            opts.stride[0],
+            opts.padding[0],
+            opts.dilation[0],
+        );
+        precharge(&c, n, "`conv2d`")?;
         track_var(
             &c,
             ag::conv2d(&x, &w, bias.as_ref(), &opts).map_err(engine_err)?,
@@ -157,6 +182,13 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             let bias = o
                 .get("bias")
                 .and_then(|b| b.read_lock::<Var>().map(|v| v.clone()));
+            let n = outsize::depthwise(
+                x.value().shape(),
+                w.value().shape(),
+                opt_usize(&o, "stride", 1)?,
+                opt_usize(&o, "padding", 0)?,
+            );
+            precharge(&c, n, "`depthwise_conv2d`")?;
             if let Some(a) = o.get("algo") {
                 // A forced algorithm runs the forward op alone (no gradient), as the Rust API's `_algo` form does.
                 let algo = match a.to_string().as_str() {
@@ -215,6 +247,14 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 },
                 output_padding: [opt_usize(&o, "output_padding", 0)?; 2],
             };
+            let n = outsize::conv_transpose2d(
+                x.value().shape(),
+                w.value().shape(),
+                opts.conv.stride[0],
+                opts.conv.padding[0],
+                opts.output_padding[0],
+            );
+            precharge(&c, n, "`conv_transpose2d`")?;
             track_var(
                 &c,
                 ag::conv_transpose2d(&x, &w, bias.as_ref(), &opts).map_err(engine_err)?,
@@ -240,6 +280,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("leaky_relu", move |x: Var, slope: Dynamic| -> R<Var> {
         let slope = float_arg(&slope, "leaky_relu's slope")?;
+        same(&c, &x, "leaky_relu")?;
         track_var(
             &c,
             ag::unary(UnaryOp::LeakyRelu(slope as f32), &x).map_err(engine_err)?,
@@ -248,6 +289,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("elu", move |x: Var, alpha: Dynamic| -> R<Var> {
         let alpha = float_arg(&alpha, "elu's alpha")?;
+        same(&c, &x, "elu")?;
         track_var(
             &c,
             ag::unary(UnaryOp::Elu(alpha as f32), &x).map_err(engine_err)?,
@@ -256,6 +298,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("clamp", move |x: Var, lo: Dynamic, hi: Dynamic| -> R<Var> {
         let (lo, hi) = (float_arg(&lo, "clamp's lo")?, float_arg(&hi, "clamp's hi")?);
+        same(&c, &x, "clamp")?;
         track_var(
             &c,
             ag::unary(UnaryOp::Clamp(lo as f32, hi as f32), &x).map_err(engine_err)?,
@@ -313,6 +356,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("layer_norm", move |x: Var, dims: INT| -> R<Var> {
         forward_only(&x, "layer_norm")?;
+        same(&c, &x, "layer_norm")?;
         let n = usize::try_from(dims).map_err(|_| {
             script_err(
                 "invalid",
@@ -335,10 +379,12 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     });
     let c = ctx.clone();
     engine.register_fn("softmax", move |x: Var, axis: INT| -> R<Var> {
+        same(&c, &x, "softmax")?;
         track_var(&c, ag::softmax(&x, axis as isize).map_err(engine_err)?)
     });
     let c = ctx.clone();
     engine.register_fn("log_softmax", move |x: Var, axis: INT| -> R<Var> {
+        same(&c, &x, "log_softmax")?;
         track_var(&c, ag::log_softmax(&x, axis as isize).map_err(engine_err)?)
     });
     let c = ctx.clone();
@@ -357,27 +403,29 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
         track_var(&c, ag::l1_loss(&p, &t).map_err(engine_err)?)
     });
 
-    let pool = |o: &Map, op: &str| -> R<Pool2d> {
+    let pool = |c: &Shared, x: &Var, o: &Map, op: &str| -> R<Pool2d> {
         known(o, &["kernel", "stride", "padding"], op)?;
         let k = opt_usize(o, "kernel", 2)?;
-        Ok(Pool2d::square(
-            k,
-            opt_usize(o, "stride", k)?,
-            opt_usize(o, "padding", 0)?,
-        ))
+        let (s, p) = (opt_usize(o, "stride", k)?, opt_usize(o, "padding", 0)?);
+        precharge(
+            c,
+            outsize::pool2d(x.value().shape(), k, s, p),
+            &format!("`{op}`"),
+        )?;
+        Ok(Pool2d::square(k, s, p))
     };
     let c = ctx.clone();
     engine.register_fn("max_pool2d", move |x: Var, o: Map| -> R<Var> {
         track_var(
             &c,
-            ag::max_pool2d(&x, pool(&o, "max_pool2d")?).map_err(engine_err)?,
+            ag::max_pool2d(&x, pool(&c, &x, &o, "max_pool2d")?).map_err(engine_err)?,
         )
     });
     let c = ctx.clone();
     engine.register_fn("avg_pool2d", move |x: Var, o: Map| -> R<Var> {
         track_var(
             &c,
-            ag::avg_pool2d(&x, pool(&o, "avg_pool2d")?, true).map_err(engine_err)?,
+            ag::avg_pool2d(&x, pool(&c, &x, &o, "avg_pool2d")?, true).map_err(engine_err)?,
         )
     });
     let c = ctx.clone();
@@ -387,6 +435,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("dropout", move |x: Var, p: Dynamic, seed: INT| -> R<Var> {
         let p = float_arg(&p, "dropout's p")?;
+        same(&c, &x, "dropout")?;
         track_var(
             &c,
             ag::dropout(&x, p as f32, seed.max(0) as u64).map_err(engine_err)?,
@@ -399,6 +448,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("permute", move |x: Var, dims: Array| -> R<Var> {
         forward_only(&x, "permute")?;
+        same(&c, &x, "permute")?;
         track(
             &c,
             ops::permute(x.value(), &shape_arg(&dims)?).map_err(engine_err)?,
@@ -407,13 +457,16 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn("transpose", move |x: Var| -> R<Var> {
         forward_only(&x, "transpose")?;
+        same(&c, &x, "transpose")?;
         track(&c, ops::transpose(x.value(), -2, -1).map_err(engine_err)?)
     });
     let c = ctx.clone();
     engine.register_fn("one_hot", move |labels: Var, classes: INT| -> R<Var> {
+        let classes = classes.max(0) as usize;
+        precharge(&c, labels.value().numel().checked_mul(classes), "`one_hot`")?;
         track(
             &c,
-            ops::one_hot(labels.value(), classes.max(0) as usize).map_err(engine_err)?,
+            ops::one_hot(labels.value(), classes).map_err(engine_err)?,
         )
     });
     let c = ctx.clone();
@@ -428,6 +481,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             .collect::<R<_>>()?;
         vars.iter().try_for_each(|v| forward_only(v, "cat"))?;
         let refs: Vec<&crate::tensor::Tensor> = vars.iter().map(Var::value).collect();
+        let shapes: Vec<&[usize]> = refs.iter().map(|t| t.shape()).collect();
+        precharge(&c, outsize::cat(&shapes, axis), "`cat`")?;
         track(&c, ops::cat(&refs, axis as isize).map_err(engine_err)?)
     });
     let c = ctx.clone();
@@ -455,6 +510,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 ));
             }
             let f = factor as usize;
+            precharge(&c, outsize::upsample(s, f), "`upsample`")?;
             track(
                 &c,
                 ops::upsample(x.value(), (s[2] * f, s[3] * f), m).map_err(engine_err)?,
@@ -473,6 +529,8 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             .collect::<R<_>>()?;
         vars.iter().try_for_each(|v| forward_only(v, "fused"))?;
         let refs: Vec<&crate::tensor::Tensor> = vars.iter().map(Var::value).collect();
+        let shapes: Vec<&[usize]> = refs.iter().map(|t| t.shape()).collect();
+        precharge(&c, outsize::broadcast(&shapes), "`fused`")?;
         track(&c, ops::fused(expr, &refs).map_err(engine_err)?)
     });
 }

@@ -44,6 +44,9 @@ pub struct Config {
     pub playground_rate_per_minute: u32,
     /// Runs one client may start at once before the rate applies.
     pub playground_burst: u32,
+    /// Runs one client may have open at once (queued, running, or with an answer it has not read yet); past
+    /// them its runs are answered 429 `too_many_runs`.
+    pub playground_max_runs_per_client: usize,
     /// Take the client address from `X-Forwarded-For` (only behind a proxy that sets it).
     pub playground_trust_forwarded: bool,
     /// The most a run may use; a request may ask for less.
@@ -97,10 +100,11 @@ impl Default for Config {
             playground_token: None,
             playground_rate_per_minute: 60,
             playground_burst: 10,
+            playground_max_runs_per_client: 2,
             playground_trust_forwarded: false,
             playground_limits: Limits::default(),
             playground_worker_command: None,
-            playground_stall_timeout_ms: 10_000,
+            playground_stall_timeout_ms: 3_000,
             playground_worker_address_space_mb: 16 * 1024,
             playground_worker_open_files: 256,
             header_timeout_ms: 15_000,
@@ -151,9 +155,10 @@ impl Config {
             || self.playground_timeout_ms == 0
             || self.playground_rate_per_minute == 0
             || self.playground_burst == 0
+            || self.playground_max_runs_per_client == 0
         {
             return Err(WikiError::Site(
-                "playground_workers, playground_timeout_ms, playground_rate_per_minute and playground_burst must be positive".into(),
+                "playground_workers, playground_timeout_ms, playground_rate_per_minute, playground_burst and playground_max_runs_per_client must be positive".into(),
             ));
         }
         if self.playground_stall_timeout_ms == 0

@@ -66,7 +66,7 @@ impl ConvKernels for CpuDevice {
     ) -> Result<()> {
         let (xv, wv) = (host(x)?, host(w)?);
         let cg = g.c / g.groups;
-        let mut acc = vec![0f64; g.n * g.f * g.p()];
+        let mut acc = crate::tensor::host_vec(g.n * g.f * g.p(), 0f64)?;
         for_each_tap(g, |n, f, c, oh, ow, y, xx, kh, kw| {
             let cl = c % cg;
             acc[((n * g.f + f) * g.oh + oh) * g.ow + ow] += xv[((n * g.c + c) * g.h + y) * g.w + xx]
@@ -106,7 +106,7 @@ impl ConvKernels for CpuDevice {
         };
         if let Some(gx) = grads.gx {
             let wv = host(w)?;
-            let mut acc = vec![0f64; g.n * g.c * g.h * g.w];
+            let mut acc = crate::tensor::host_vec(g.n * g.c * g.h * g.w, 0f64)?;
             for_each_tap(g, |n, f, c, oh, ow, y, xx, kh, kw| {
                 acc[((n * g.c + c) * g.h + y) * g.w + xx] +=
                     goi(n, f, oh, ow) * wv[((f * cg + c % cg) * g.kh + kh) * g.kw + kw] as f64;

@@ -52,7 +52,7 @@ impl DepthwiseKernels for CpuDevice {
         _algo: Option<DwAlgo>,
     ) -> Result<()> {
         let (xv, wv) = (host(x)?, host(w)?);
-        let mut acc = vec![0f64; g.n * g.c * g.oh * g.ow];
+        let mut acc = crate::tensor::host_vec(g.n * g.c * g.oh * g.ow, 0f64)?;
         if let Some(b) = bias {
             let bv = host(b)?;
             for (i, a) in acc.iter_mut().enumerate() {
@@ -79,7 +79,7 @@ impl DepthwiseKernels for CpuDevice {
     ) -> Result<()> {
         let (xv, wv, gov) = (host(x)?, host(w)?, host(go)?);
         if let Some(gx) = gx {
-            let mut acc = vec![0f64; g.n * g.c * g.h * g.w];
+            let mut acc = crate::tensor::host_vec(g.n * g.c * g.h * g.w, 0f64)?;
             taps(g, |nc, c, oh, ow, y, xx, t| {
                 acc[(nc * g.h + y) * g.w + xx] +=
                     gov[(nc * g.oh + oh) * g.ow + ow] as f64 * wv[c * g.k * g.k + t] as f64;

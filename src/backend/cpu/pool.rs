@@ -54,8 +54,8 @@ fn window_counts(x_shape: &[usize], y_shape: &[usize], p: &Pool2d, incl: bool) -
 impl PoolKernels for CpuDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
-        let mut best = vec![f32::NEG_INFINITY; y.numel()];
-        let mut bi = vec![-1i32; y.numel()];
+        let mut best = crate::tensor::host_vec(y.numel(), f32::NEG_INFINITY)?;
+        let mut bi = crate::tensor::host_vec(y.numel(), -1i32)?;
         windows(x.shape(), y.shape(), p, |o, base, k| {
             let v = xs[base + k];
             if bi[o] < 0 || v > best[o] || (v.is_nan() && !best[o].is_nan()) {
@@ -74,7 +74,7 @@ impl PoolKernels for CpuDevice {
         let (gs, is) = (g.to_vec::<f32>()?, idx.to_vec::<i32>()?);
         let s = gx.shape();
         let (hw, ohw) = (s[2] * s[3], g.shape()[2] * g.shape()[3]);
-        let mut out = vec![0f32; gx.numel()];
+        let mut out = crate::tensor::host_vec(gx.numel(), 0f32)?;
         for (o, (&gv, &i)) in gs.iter().zip(&is).enumerate() {
             if i >= 0 {
                 out[(o / ohw) * hw + i as usize] += gv;
@@ -86,7 +86,7 @@ impl PoolKernels for CpuDevice {
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
-        let mut acc = vec![0f64; y.numel()];
+        let mut acc = crate::tensor::host_vec(y.numel(), 0f64)?;
         windows(x.shape(), y.shape(), p, |o, base, k| {
             acc[o] += xs[base + k] as f64
         });
@@ -103,7 +103,7 @@ impl PoolKernels for CpuDevice {
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
         let gs = g.to_vec::<f32>()?;
         let cnt = window_counts(gx.shape(), g.shape(), p, incl);
-        let mut out = vec![0f64; gx.numel()];
+        let mut out = crate::tensor::host_vec(gx.numel(), 0f64)?;
         windows(gx.shape(), g.shape(), p, |o, base, k| {
             out[base + k] += gs[o] as f64 / cnt[o] as f64
         });

@@ -70,7 +70,7 @@ impl ReduceKernels for CpuDevice {
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
-        let mut res = vec![0i32; v.o * v.i];
+        let mut res = crate::tensor::host_vec(v.o * v.i, 0i32)?;
         for o in 0..v.o {
             for i in 0..v.i {
                 let mut best = xs[o * v.r * v.i + i];

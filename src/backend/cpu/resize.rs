@@ -39,7 +39,7 @@ impl ResizeKernels for CpuDevice {
     ) -> Result<()> {
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
-        let mut d = vec![0f64; dst.numel()];
+        let mut d = crate::tensor::host_vec(dst.numel(), 0f64)?;
         for p in 0..planes {
             for a in 0..oh {
                 for b in 0..ow {

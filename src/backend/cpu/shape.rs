@@ -51,7 +51,10 @@ impl ShapeKernels for CpuDevice {
         idx: &Tensor,
     ) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
-        let (mut vs, mut is) = (vec![0f32; vals.numel()], vec![0i32; vals.numel()]);
+        let (mut vs, mut is) = (
+            crate::tensor::host_vec(vals.numel(), 0f32)?,
+            crate::tensor::host_vec(vals.numel(), 0i32)?,
+        );
         for oo in 0..o {
             for ii in 0..i {
                 // The reference sorts the lane.
@@ -129,7 +132,7 @@ impl ShapeKernels for CpuDevice {
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
         let c = y.shape()[1];
-        let mut ys = vec![0f32; y.numel()];
+        let mut ys = crate::tensor::host_vec(y.numel(), 0f32)?;
         for (n, &l) in labels.to_vec::<i32>()?.iter().enumerate() {
             ys[n * c + l as usize] = 1.0;
         }
@@ -151,7 +154,7 @@ impl ShapeKernels for CpuDevice {
         let (xs, ys) = (x.shape().to_vec(), y.shape().to_vec());
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
-        let mut d = vec![0f32; dst.numel()];
+        let mut d = crate::tensor::host_vec(dst.numel(), 0f32)?;
         for p in 0..planes {
             for a in 0..oh {
                 for b in 0..ow {

@@ -16,6 +16,7 @@ use tokio::sync::mpsc;
 
 use super::Playground;
 use super::pool::{Refusal, RunEvent, Ticket};
+use super::rate::OpenRun;
 use crate::script::Limits;
 
 /// Which run route a path names.
@@ -177,7 +178,21 @@ pub async fn handle(
         },
         None => None,
     };
-    if let Err(wait) = playground.rate.check(&client(playground, parts)) {
+    let client = client(playground, parts);
+    let Some(open) = playground.open.open(&client) else {
+        return with_retry_after(
+            refuse(
+                StatusCode::TOO_MANY_REQUESTS,
+                "too_many_runs",
+                &format!(
+                    "this client already has {} runs open (playground_max_runs_per_client); wait for one to finish",
+                    playground.open.max()
+                ),
+            ),
+            1,
+        );
+    };
+    if let Err(wait) = playground.rate.check(&client) {
         return with_retry_after(
             refuse(
                 StatusCode::TOO_MANY_REQUESTS,
@@ -210,9 +225,11 @@ pub async fn handle(
         }
     };
     if stream {
-        return event_stream(ticket);
+        return event_stream(ticket, open);
     }
-    one_answer(ticket).await
+    let answer = one_answer(ticket).await;
+    drop(open);
+    answer
 }
 
 async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Response<Body>> {
@@ -384,12 +401,13 @@ async fn one_answer(mut ticket: Ticket) -> Response<Body> {
 }
 
 /// Server-sent events: `queued` (with the run id), `started`, `progress`…, then `result`.
-fn event_stream(ticket: Ticket) -> Response<Body> {
+fn event_stream(ticket: Ticket, open: OpenRun) -> Response<Body> {
     let id = ticket.id.clone();
     let stream = Events {
         first: Some(sse("queued", &json!({"id": id}))),
         ticket,
         done: false,
+        open: Some(open),
     };
     let mut response = Response::new(Body::from_stream(stream));
     let h = response.headers_mut();
@@ -410,10 +428,12 @@ fn sse(event: &str, data: &Value) -> Bytes {
 }
 
 /// The event stream of one run; dropping it (the client went away) drops the ticket, which stops the run.
+/// The client's open run is given back once the result is handed over, or with the stream.
 struct Events {
     first: Option<Bytes>,
     ticket: Ticket,
     done: bool,
+    open: Option<OpenRun>,
 }
 
 impl futures_core::Stream for Events {
@@ -436,12 +456,16 @@ impl futures_core::Stream for Events {
                     RunEvent::Progress(data) => sse("progress", &data),
                     RunEvent::Result(result) => {
                         self.done = true;
+                        self.open.take();
                         sse("result", &result)
                     }
                 };
                 Poll::Ready(Some(Ok(bytes)))
             }
-            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Ready(None) => {
+                self.open.take();
+                Poll::Ready(None)
+            }
             Poll::Pending => Poll::Pending,
         }
     }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use devices::PlaygroundDevices;
 use pool::{Pool, PoolSettings};
-use rate::RateLimiter;
+use rate::{OpenRuns, RateLimiter};
 
 use super::config::Config;
 use crate::script::Limits;
@@ -29,6 +29,7 @@ use crate::wiki::error::{Result, WikiError};
 pub struct Playground {
     pool: Pool,
     rate: RateLimiter,
+    open: OpenRuns,
     token: Option<String>,
     limits: Limits,
     trust_forwarded: bool,
@@ -65,6 +66,7 @@ impl Playground {
         Ok(Playground {
             pool,
             rate: RateLimiter::new(config.playground_rate_per_minute, config.playground_burst),
+            open: OpenRuns::new(config.playground_max_runs_per_client),
             token: config.playground_token.clone().filter(|t| !t.is_empty()),
             limits: config.playground_limits.clone(),
             trust_forwarded: config.playground_trust_forwarded,

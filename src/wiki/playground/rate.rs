@@ -1,7 +1,9 @@
-//! Per-client rate limiting: a token bucket per client address, so a few busy clients cannot take every run.
+//! Per-client limits: a token bucket per client address (how often a client may start runs) and a count of
+//! the runs each client has open (how many it may hold at once), so a few busy or hostile clients cannot take
+//! every worker and queue place.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Clients remembered before full buckets are forgotten.
@@ -61,9 +63,102 @@ impl RateLimiter {
     }
 }
 
+/// The runs each client has open: queued, running, or with an answer it has not read yet. A client at its
+/// limit is refused until one of them ends.
+#[derive(Debug)]
+pub struct OpenRuns {
+    max: usize,
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One open run of a client; dropping it (the answer was read, or the client went away) gives it back.
+#[derive(Debug)]
+pub struct OpenRun {
+    client: String,
+    counts: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+impl OpenRuns {
+    /// At most `max` open runs per client (at least one).
+    pub fn new(max: usize) -> OpenRuns {
+        OpenRuns {
+            max: max.max(1),
+            counts: Arc::new(Mutex::new(HashMap::new())),
+        }
+    }
+
+    /// The most runs one client may have open.
+    pub fn max(&self) -> usize {
+        self.max
+    }
+
+    /// Opens a run for `client`, or `None` when it already has `max` open.
+    pub fn open(&self, client: &str) -> Option<OpenRun> {
+        let mut counts = match self.counts.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let n = counts.entry(client.to_string()).or_insert(0);
+        if *n >= self.max {
+            return None;
+        }
+        *n += 1;
+        Some(OpenRun {
+            client: client.to_string(),
+            counts: Arc::clone(&self.counts),
+        })
+    }
+
+    /// The runs `client` has open now.
+    pub fn count(&self, client: &str) -> usize {
+        match self.counts.lock() {
+            Ok(c) => c.get(client).copied().unwrap_or(0),
+            Err(poisoned) => poisoned.into_inner().get(client).copied().unwrap_or(0),
+        }
+    }
+}
+
+impl Drop for OpenRun {
+    fn drop(&mut self) {
+        let mut counts = match self.counts.lock() {
+            Ok(c) => c,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        if let Some(n) = counts.get_mut(&self.client) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                // Clients with nothing open are forgotten, so the map holds only clients with open runs.
+                counts.remove(&self.client);
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_runs_per_client() {
+        let r = OpenRuns::new(2);
+        let a1 = r.open("a").expect("first");
+        let a2 = r.open("a").expect("second");
+        assert!(
+            r.open("a").is_none(),
+            "a third run of one client is refused"
+        );
+        assert!(r.open("b").is_some(), "clients are counted apart");
+        assert_eq!(r.count("a"), 2);
+        drop(a1);
+        assert_eq!(r.count("a"), 1);
+        let a3 = r.open("a").expect("a run ended, so another may start");
+        drop((a2, a3));
+        assert_eq!(r.count("a"), 0);
+        assert!(
+            r.counts.lock().unwrap().is_empty(),
+            "idle clients are forgotten"
+        );
+    }
 
     #[test]
     fn burst_then_refusal_per_client() {
