@@ -455,7 +455,23 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
     let progress: Box<dyn FnMut(&serde_json::Value)> = if json {
         Box::new(|_| {})
     } else {
-        Box::new(|v| eprintln!("progress: {v}"))
+        // The engine's own activity (kernels built, candidates measured) is a status, shown on a terminal only.
+        let terminal = std::io::IsTerminal::is_terminal(&std::io::stderr());
+        Box::new(move |v| match v.get("netcl").and_then(|k| k.as_str()) {
+            Some("building") if terminal => eprintln!(
+                "building kernel {} ({} so far)",
+                v["kernel"].as_str().unwrap_or("?"),
+                v["built"]
+            ),
+            Some("measuring") if terminal => eprintln!(
+                "measuring {} candidate {}/{}",
+                v["op"].as_str().unwrap_or("?"),
+                v["index"],
+                v["of"]
+            ),
+            Some(_) => {}
+            None => eprintln!("progress: {v}"),
+        })
     };
     let r = run_with_progress(&device, &code, &limits, progress);
     watchdog.disarm();

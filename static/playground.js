@@ -397,6 +397,19 @@
   }
 
   // One run over the event stream. `job` holds the AbortController and receives the run id; `hooks.started` and
+  // The engine's own work during a first run (progress values with a `netcl` field): kernels being built,
+  // candidates being measured. Shown in the status line, not drawn; true when `data` was such a value.
+  function engineStatus(data, line) {
+    if (!data || typeof data.netcl !== "string") { return false; }
+    if (data.netcl === "building") {
+      line.textContent = "building kernels " + data.built + (data.batch > 1 ? " (" + data.batch + " at once)" : "") +
+        ": " + data.kernel + "…";
+    } else if (data.netcl === "measuring") {
+      line.textContent = "measuring candidates " + data.index + "/" + data.of + " for " + data.op + "…";
+    }
+    return true;
+  }
+
   // `hooks.progress` are called as the events arrive. Resolves with the result, or with an error result in the
   // same shape for a refusal, a network failure or a stopped run.
   function streamRun(body, job, hooks) {
@@ -534,6 +547,7 @@
       streamRun(request(devices ? picker.value : null), job, {
         started: function () { status.textContent = "running…"; },
         progress: function (data) {
+          if (engineStatus(data, status)) { return; }
           if (!curve) { curve = new Curve(area); }
           curve.add(data);
         }
@@ -565,6 +579,7 @@
         job.id = null;
         return streamRun(request(entry.device.index), job, {
           progress: function (data) {
+            if (engineStatus(data, entry.row.children[1])) { return; }
             if (!curve) { curve = new Curve(entry.area); }
             curve.add(data);
           }

@@ -42,6 +42,7 @@ pub use db::{DeviceClass, TuningTable};
 pub use key::{TuneKey, bucket, shape_key};
 pub use log::{CandidateTime, Decision, Source, decisions_since, label, last_seq, record};
 
+use crate::device::activity::{self, Activity};
 use crate::device::{Device, timing};
 use crate::error::{Error, Result};
 
@@ -418,7 +419,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
         }
     };
     let outcome = measure(
-        device, &cfg, &pkey, &values, candidates, first, limit, &mut bench,
+        device, &cfg, kernel, &pkey, &values, candidates, first, limit, &mut bench,
     );
     if limit.is_some() {
         BG_SPENT.with(|b| b.set(b.get() + started.elapsed().as_secs_f64() * 1e3));
@@ -463,6 +464,7 @@ pub fn tune<C: Serialize + Clone + 'static>(
 fn measure<C>(
     device: &Device,
     cfg: &TuneConfig,
+    op: &str,
     pkey: &str,
     values: &[Value],
     candidates: &[C],
@@ -504,6 +506,12 @@ fn measure<C>(
         }
         taken += 1;
         let (c, v) = (&candidates[i], &values[i]);
+        activity::report(&Activity::Measuring {
+            op,
+            candidate: &label(v),
+            index: slots.iter().flatten().count() + 1,
+            of: candidates.len(),
+        });
         let best = slots.iter().flatten().filter_map(|t| t.ms).reduce(f64::min);
         let mut run = || -> Result<(f64, f64)> {
             bench(c)?;

@@ -5,6 +5,7 @@
 //! of device selection ([`Device::select`], in `select.rs`), the only code that names a concrete backend; here
 //! a backend is the [`Backend`] contract and nothing more.
 
+pub mod activity;
 pub mod timing;
 
 use std::fmt;

@@ -699,7 +699,10 @@ pub(crate) fn register_output(engine: &mut Engine, ctx: &Shared) {
     engine.register_fn("progress", move |v: Dynamic| -> R<()> {
         let json = rhai::serde::from_dynamic::<serde_json::Value>(&v)
             .unwrap_or_else(|_| serde_json::Value::String(v.to_string()));
-        (c.borrow_mut().progress)(&json);
+        let sink = c.borrow().progress.clone();
+        if let Ok(mut f) = sink.try_borrow_mut() {
+            f(&json);
+        }
         Ok(())
     });
     engine.register_fn("build_ms", || -> FLOAT {

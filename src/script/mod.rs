@@ -21,6 +21,7 @@ use rhai::{Dynamic, Engine, EvalAltResult, Position};
 use serde::{Deserialize, Serialize};
 
 use crate::autotune::{self, Decision};
+use crate::device::activity::{self, Activity};
 use crate::device::{Device, Launch};
 use crate::error::Error;
 pub use render::{Output, TensorSummary};
@@ -33,6 +34,10 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     nnbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
+
+/// Where a run's progress values go (shared, so the engine's own activity reaches it while an op holds the
+/// run's context).
+pub(crate) type Progress = Rc<RefCell<Box<dyn FnMut(&serde_json::Value)>>>;
 
 /// Bounds on one run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -143,7 +148,7 @@ pub(crate) struct Ctx {
     pub(crate) output_bytes: usize,
     pub(crate) truncated: bool,
     pub(crate) elements: usize,
-    pub(crate) progress: Box<dyn FnMut(&serde_json::Value)>,
+    pub(crate) progress: Progress,
     /// The decision log's sequence number when the run started.
     pub(crate) seq0: u64,
 }
@@ -285,7 +290,7 @@ pub fn function_signatures() -> Vec<String> {
         output_bytes: 0,
         truncated: false,
         elements: 0,
-        progress: Box::new(|_| {}),
+        progress: Rc::new(RefCell::new(Box::new(|_| {}))),
         seq0: 0,
     }));
     let mut engine = Engine::new_raw();
@@ -344,9 +349,10 @@ pub fn run_with_progress(
         output_bytes: 0,
         truncated: false,
         elements: 0,
-        progress,
+        progress: Rc::new(RefCell::new(progress)),
         seq0: seq,
     }));
+    let _engine_activity = report_activity(ctx.borrow().progress.clone());
     let mut engine = Engine::new();
     configure(&mut engine, limits, started);
     register_all(&mut engine, &ctx);
@@ -408,6 +414,34 @@ pub fn run_with_progress(
         error,
         truncated: c.truncated,
     }
+}
+
+/// Passes the engine's own work (programs built, candidates measured) to `sink` as progress values with a
+/// `netcl` field, which the playground shows as a status line ("building kernels", "measuring candidates")
+/// rather than as a value of the script's.
+fn report_activity(sink: Progress) -> activity::ObserverGuard {
+    let mut built = 0usize;
+    activity::observe(move |a| {
+        let v = match *a {
+            Activity::Building {
+                family,
+                kernel,
+                batch,
+            } => {
+                built += batch;
+                serde_json::json!({"netcl": "building", "family": family, "kernel": kernel, "built": built, "batch": batch})
+            }
+            Activity::Measuring {
+                op,
+                candidate,
+                index,
+                of,
+            } => serde_json::json!({"netcl": "measuring", "op": op, "candidate": candidate, "index": index, "of": of}),
+        };
+        if let Ok(mut f) = sink.try_borrow_mut() {
+            f(&v);
+        }
+    })
 }
 
 fn configure(engine: &mut Engine, limits: &Limits, started: Instant) {

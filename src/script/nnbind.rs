@@ -392,7 +392,10 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             let cc = c.clone();
             let mut on_event = move |e: &FitEvent| {
                 let v = serde_json::to_value(e).unwrap_or(serde_json::Value::Null);
-                (cc.borrow_mut().progress)(&v);
+                let sink = cc.borrow().progress.clone();
+                if let Ok(mut f) = sink.try_borrow_mut() {
+                    f(&v);
+                }
             };
             let history = fit(
                 &mut m.0.borrow_mut(),

@@ -10,7 +10,7 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::Event;
 use crate::backend::opencl::abi::gemm as abi;
 use crate::backend::opencl::events_ms;
-use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
+use crate::backend::opencl::program::{Defines, ProgramSpec, kernel_source, quick_key};
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -286,15 +286,15 @@ impl ClDevice {
     /// The programs (family, defines) candidate `cand` launches for `g`: the defines [`ClDevice::gemm_with`]
     /// builds, so that they can be built ahead of timing (`tests/program_cache_prebuild.rs` checks that timing
     /// then builds nothing more).
-    pub(crate) fn gemm_programs(g: &Gemm, cand: GemmCand) -> Vec<(&'static str, Defines)> {
+    pub(crate) fn gemm_programs(g: &Gemm, cand: GemmCand) -> Vec<ProgramSpec> {
         let base = Defines::new()
             .set("TRANS_A", g.trans_a as i32)
             .set("TRANS_B", g.trans_b as i32);
         let kd = g.k.max(1);
         let l = kd.div_ceil(cand.splits.clamp(1, kd)).div_ceil(16) * 16;
         let splits = kd.div_ceil(l);
-        let mut v = Vec::with_capacity(2);
-        v.push(match cand.algo {
+        let mut v: Vec<ProgramSpec> = Vec::with_capacity(4);
+        let defines = match cand.algo {
             Algo::Tiled {
                 tm,
                 tn,
@@ -329,11 +329,20 @@ impl ClDevice {
             Algo::Packed { mr, vw, nb, .. } | Algo::Reg { mr, vw, nb, .. } => {
                 base.set("MR", mr).set("VW", vw).set("NB", nb)
             }
-        });
-        if splits > 1 {
-            v.push(Defines::new());
+        };
+        let kernels: &[&'static str] = match cand.algo {
+            Algo::Tiled { .. } => &[abi::GEMM_TILED],
+            Algo::SmallK { .. } => &[abi::GEMM_SMALLK],
+            Algo::Packed { .. } => &[abi::GEMM_PACK_A, abi::GEMM_PACK_B, abi::GEMM_PACKED],
+            Algo::Reg { .. } => &[abi::GEMM_REG],
+        };
+        for k in kernels {
+            v.push((abi::FAMILY, k, defines.clone()));
         }
-        v.into_iter().map(|d| ("gemm", d)).collect()
+        if splits > 1 {
+            v.push((abi::FAMILY, abi::GEMM_REDUCE_SPLITS, Defines::new()));
+        }
+        v
     }
 
     /// Runs `g` with candidate `c`; returns the events of every launch, in order.

@@ -1,4 +1,7 @@
-//! Kernel sources from `kernels/`, built once per (context, source, defines) and kept.
+//! Kernel sources from `kernels/`, built once per (context, family, defines, kernel) and kept.
+//!
+//! A program holds one kernel: the family's source with the other kernels taken out ([`prune`]), because
+//! compilers build every kernel of a program and an op launches one or a few of a family.
 //!
 //! Built programs are also kept on disk as the driver's binaries ([`disk`]), so another process loads them
 //! instead of compiling; [`ProgramCache::prebuild`] builds the programs of many tuning candidates on several
@@ -16,9 +19,11 @@ use opencl3::kernel::Kernel;
 use opencl3::program::Program;
 use opencl3::types::cl_device_id;
 
+use crate::device::activity::{self, Activity};
 use crate::error::{ClContext, Error, Result};
 
 mod disk;
+mod prune;
 
 pub use disk::cache_dir as binary_cache_dir;
 
@@ -143,6 +148,8 @@ pub(crate) struct ProgramCache {
     quick: Mutex<HashMap<QuickKey, Arc<ClKernel>>>,
     /// The device's part of the on-disk key ([`disk::device_tag`]), asked of the driver once.
     device_tag: OnceLock<String>,
+    /// Whether this device's programs are kept on disk ([`disk::keep_for`]).
+    keep_binaries: OnceLock<bool>,
 }
 
 /// A kernel named by its family, its name and up to 12 integers that determine its defines, so that a hot
@@ -159,8 +166,11 @@ pub(crate) fn quick_key(family: &'static str, name: &'static str, parts: &[usize
     (family, name, k)
 }
 
-/// One built program with the (family, defines) pair it was built for.
-type BuiltEntry = (String, Defines, Arc<Built>);
+/// One built program with the (family, defines, kernel) it was built for.
+type BuiltEntry = (&'static str, Defines, &'static str, Arc<Built>);
+
+/// A program to build: (kernel family, the one kernel it holds, defines).
+pub type ProgramSpec = (&'static str, &'static str, Defines);
 
 impl ProgramCache {
     pub(crate) fn kernel(
@@ -171,18 +181,27 @@ impl ProgramCache {
         defines: &Defines,
         name: &str,
     ) -> Result<Arc<ClKernel>> {
-        let hash = program_hash(source, defines);
+        let hash = program_hash(source, defines, name);
         let built = {
             let mut map = self
                 .built
                 .lock()
                 .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
             let same = map.entry(hash).or_default();
-            match same.iter().find(|(s, d, _)| s == source && d == defines) {
-                Some((_, _, b)) => b.clone(),
+            match same
+                .iter()
+                .find(|(s, d, k, _)| *s == source && d == defines && *k == name)
+            {
+                Some((_, _, _, b)) => b.clone(),
                 None => {
-                    let b = Arc::new(self.build(context, device, source, &defines.options())?);
-                    same.push((source.to_owned(), defines.clone(), b.clone()));
+                    let (family, kernel) = declared(source, name)?;
+                    activity::report(&Activity::Building {
+                        family,
+                        kernel,
+                        batch: 1,
+                    });
+                    let b = Arc::new(self.build(context, device, family, kernel, &defines.options())?);
+                    same.push((family, defines.clone(), kernel, b.clone()));
                     b
                 }
             }
@@ -233,7 +252,7 @@ impl ProgramCache {
         Ok(k)
     }
 
-    /// Builds every program of `programs` (kernel family, defines) not built yet, on up to as many threads as
+    /// Builds every program of `programs` (kernel family, kernel, defines) not built yet, on up to as many threads as
     /// the machine has cores, and keeps them; returns how many were built or loaded. Programs are independent
     /// and OpenCL builds are thread-safe, so the candidates a tuner is about to time are compiled at once rather
     /// than one after another. A program that fails to build is left out: its candidate meets the same error,
@@ -242,9 +261,9 @@ impl ProgramCache {
         &self,
         context: &Context,
         device: cl_device_id,
-        programs: &[(&'static str, Defines)],
+        programs: &[ProgramSpec],
     ) -> Result<usize> {
-        let missing: Vec<&(&'static str, Defines)> = {
+        let missing: Vec<&ProgramSpec> = {
             let map = self
                 .built
                 .lock()
@@ -252,17 +271,23 @@ impl ProgramCache {
             let mut seen = std::collections::HashSet::new();
             programs
                 .iter()
-                .filter(|(s, d)| {
-                    let present = map
-                        .get(&program_hash(s, d))
-                        .is_some_and(|v| v.iter().any(|(vs, vd, _)| vs == s && vd == d));
-                    !present && seen.insert((*s, d))
+                .filter(|(s, k, d)| {
+                    let present = map.get(&program_hash(s, d, k)).is_some_and(|v| {
+                        v.iter()
+                            .any(|(vs, vd, vk, _)| vs == s && vd == d && vk == k)
+                    });
+                    !present && seen.insert((*s, *k, d))
                 })
                 .collect()
         };
         if missing.is_empty() {
             return Ok(0);
         }
+        activity::report(&Activity::Building {
+            family: missing[0].0,
+            kernel: missing[0].1,
+            batch: missing.len(),
+        });
         let threads = std::thread::available_parallelism()
             .map_or(1, |n| n.get())
             .min(missing.len());
@@ -274,10 +299,10 @@ impl ProgramCache {
             let mut done = Vec::new();
             loop {
                 let i = next.fetch_add(1, Ordering::Relaxed);
-                let Some((source, defines)) = missing.get(i) else {
+                let Some((source, kernel, defines)) = missing.get(i) else {
                     return done;
                 };
-                if let Ok(b) = self.build(context, device, source, &defines.options()) {
+                if let Ok(b) = self.build(context, device, source, kernel, &defines.options()) {
                     done.push((i, b));
                 }
             }
@@ -299,31 +324,38 @@ impl ProgramCache {
             .lock()
             .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
         for (i, b) in built {
-            let (source, defines) = missing[i];
-            let same = map.entry(program_hash(source, defines)).or_default();
-            if !same.iter().any(|(s, d, _)| s == source && d == defines) {
-                same.push(((*source).to_owned(), defines.clone(), Arc::new(b)));
+            let (source, kernel, defines) = missing[i];
+            let same = map.entry(program_hash(source, defines, kernel)).or_default();
+            if !same
+                .iter()
+                .any(|(s, d, k, _)| s == source && d == defines && k == kernel)
+            {
+                same.push((source, defines.clone(), kernel, Arc::new(b)));
             }
         }
         Ok(count)
     }
 
-    /// Builds kernel family `source` with `options`: loaded from the on-disk binary cache when it holds this
-    /// program for this device, else compiled from source and stored there.
+    /// Builds kernel `kernel` of family `source` with `options`: loaded from the on-disk binary cache when it
+    /// holds this program for this device, else compiled from source and stored there.
     fn build(
         &self,
         context: &Context,
         device: cl_device_id,
         source: &str,
+        kernel: &str,
         options: &str,
     ) -> Result<Built> {
-        let src = kernel_source(source)
+        let full = kernel_source(source)
             .ok_or_else(|| Error::Invalid(format!("no kernel family `{source}` under kernels/")))?;
-        let Some(dir) = disk::cache_dir() else {
-            return build_source(context, device, source, src, options);
+        let declared = kernel_names(source).unwrap_or_default();
+        let src = prune::keep_only(full, declared, kernel);
+        let keep = *self.keep_binaries.get_or_init(|| disk::keep_for(device));
+        let Some(dir) = disk::cache_dir().filter(|_| keep) else {
+            return build_pruned(context, device, source, &src, full, options);
         };
         let tag = self.device_tag.get_or_init(|| disk::device_tag(device));
-        let entry = disk::Entry::new(&dir, tag, source, src, options);
+        let entry = disk::Entry::new(&dir, tag, source, &src, options);
         let started = std::time::Instant::now();
         match entry.read() {
             Ok(Some(binary)) => match build_binary(context, device, &binary, options) {
@@ -350,7 +382,7 @@ impl ProgramCache {
                 );
             }
         }
-        let built = build_source(context, device, source, src, options)?;
+        let built = build_pruned(context, device, source, &src, full, options)?;
         match built.program.get_binaries() {
             Ok(bins) if bins.first().is_some_and(|b| !b.is_empty()) => {
                 match entry.write(&bins[0]) {
@@ -372,11 +404,51 @@ impl ProgramCache {
     }
 }
 
-/// The program map's key: a hash of (family, defines).
-fn program_hash(source: &str, defines: &Defines) -> u64 {
+/// The program map's key: a hash of (family, defines, kernel).
+fn program_hash(source: &str, defines: &Defines, kernel: &str) -> u64 {
     let mut h = Fnv(0xcbf2_9ce4_8422_2325);
-    (source, defines).hash(&mut h);
+    (source, defines, kernel).hash(&mut h);
     h.finish()
+}
+
+/// The family and kernel names as the embedded tables hold them (`'static`), or an error naming what is
+/// not there.
+fn declared(family: &str, kernel: &str) -> Result<(&'static str, &'static str)> {
+    let Some(&(f, names)) = KERNEL_NAMES.iter().find(|(n, _)| *n == family) else {
+        return Err(Error::Invalid(format!(
+            "no kernel family `{family}` under kernels/"
+        )));
+    };
+    match names.iter().find(|n| **n == kernel) {
+        Some(k) => Ok((f, k)),
+        None => Err(Error::Invalid(format!(
+            "kernel family `{family}` declares no kernel `{kernel}`; it declares {names:?}"
+        ))),
+    }
+}
+
+/// Builds one kernel's program text `src` (the family `full` with the other kernels taken out). Should the
+/// reduced text fail where the whole family builds, the family is used and the difference reported: a kernel
+/// that cannot stand alone costs build time, never a failure.
+fn build_pruned(
+    context: &Context,
+    device: cl_device_id,
+    family: &str,
+    src: &str,
+    full: &str,
+    options: &str,
+) -> Result<Built> {
+    match build_source(context, device, family, src, options) {
+        Err(e) if src.len() != full.len() => match build_source(context, device, family, full, options) {
+            Ok(b) => {
+                STATS.prune_fallbacks.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!("a kernel of `{family}` does not build alone ({e}); built with its family");
+                Ok(b)
+            }
+            Err(_) => Err(e),
+        },
+        r => r,
+    }
 }
 
 /// A program created from a binary this device produced earlier and built with the same options (OpenCL
@@ -412,6 +484,7 @@ struct Stats {
     binary_stored: AtomicU64,
     prebuilt: AtomicU64,
     load_us: AtomicU64,
+    prune_fallbacks: AtomicU64,
 }
 
 static STATS: Stats = Stats {
@@ -421,6 +494,7 @@ static STATS: Stats = Stats {
     binary_stored: AtomicU64::new(0),
     prebuilt: AtomicU64::new(0),
     load_us: AtomicU64::new(0),
+    prune_fallbacks: AtomicU64::new(0),
 };
 
 /// How this process got its OpenCL programs so far (running totals: take differences).
@@ -440,6 +514,10 @@ pub struct ProgramStats {
     pub build_ms: f64,
     /// Milliseconds spent loading binaries, summed over threads.
     pub load_ms: f64,
+    /// Kernels that did not build on their own and were built with their whole family (zero unless a kernel
+    /// depends on another kernel's definition).
+    #[serde(default)]
+    pub prune_fallbacks: u64,
 }
 
 /// This process's [`ProgramStats`].
@@ -452,20 +530,17 @@ pub fn program_stats() -> ProgramStats {
         prebuilt: STATS.prebuilt.load(Ordering::Relaxed),
         build_ms: BUILD_US.load(Ordering::Relaxed) as f64 / 1e3,
         load_ms: STATS.load_us.load(Ordering::Relaxed) as f64 / 1e3,
+        prune_fallbacks: STATS.prune_fallbacks.load(Ordering::Relaxed),
     }
 }
 
-/// Builds the programs `programs` (kernel family, defines) on `device` on several threads, or loads them from
-/// the binary cache, so that their first launch finds them ready; returns how many were built or loaded now.
-/// Families that do not exist or fail to build are reported by their first launch, not here. A device that is
-/// not OpenCL has nothing to build.
-pub fn prebuild(device: &crate::Device, programs: &[(&'static str, Defines)]) -> Result<usize> {
-    for (family, _) in programs {
-        if kernel_source(family).is_none() {
-            return Err(Error::Invalid(format!(
-                "no kernel family `{family}` under kernels/"
-            )));
-        }
+/// Builds the programs `programs` (kernel family, kernel, defines) on `device` on several threads, or loads
+/// them from the binary cache, so that their first launch finds them ready; returns how many were built or
+/// loaded now. An unknown family or kernel is an error; a program that fails to build is reported by its first
+/// launch, not here. A device that is not OpenCL has nothing to build.
+pub fn prebuild(device: &crate::Device, programs: &[ProgramSpec]) -> Result<usize> {
+    for (family, kernel, _) in programs {
+        declared(family, kernel)?;
     }
     match device.backend().as_any().downcast_ref::<super::ClDevice>() {
         Some(cl) => cl.prebuild(programs),
@@ -475,7 +550,7 @@ pub fn prebuild(device: &crate::Device, programs: &[(&'static str, Defines)]) ->
 
 impl super::ClDevice {
     /// See [`ProgramCache::prebuild`].
-    pub(crate) fn prebuild(&self, programs: &[(&'static str, Defines)]) -> Result<usize> {
+    pub(crate) fn prebuild(&self, programs: &[ProgramSpec]) -> Result<usize> {
         let n = self
             .programs
             .prebuild(&self.context, self.device.id(), programs)?;
@@ -488,7 +563,7 @@ impl super::ClDevice {
     /// measures, so an answer from a cache builds nothing more than its winner.
     pub(crate) fn prebuild_once<'a>(
         &'a self,
-        programs: impl FnOnce() -> Vec<(&'static str, Defines)> + 'a,
+        programs: impl FnOnce() -> Vec<ProgramSpec> + 'a,
     ) -> impl FnMut() + 'a {
         let mut pending = Some(programs);
         move || {

@@ -548,7 +548,8 @@ enum Outcome {
     Done(Value, Option<Value>),
     /// The request could not be written: the worker was gone before it saw the run.
     Undelivered(String),
-    TimedOut,
+    /// Over the time limit; the engine's last reported activity (building kernels, measuring), if any.
+    TimedOut(Option<Value>),
     Cancelled,
     Stalled,
     Crashed(String),
@@ -711,12 +712,9 @@ async fn run_slot(
                 };
                 forget_pid(&shared, slot);
                 let (kind, message) = match other {
-                    Outcome::TimedOut => (
+                    Outcome::TimedOut(busy) => (
                         "timeout",
-                        format!(
-                            "the run exceeded its wall-time limit of {} ms; its worker was stopped and restarted",
-                            shared.settings.timeout.as_millis()
-                        ),
+                        timeout_message(shared.settings.timeout.as_millis(), busy.as_ref()),
                     ),
                     Outcome::Cancelled => (
                         "cancelled",
@@ -820,6 +818,8 @@ async fn run_job(
     // The newest progress event that did not fit the client's buffer, and since when the buffer is full.
     let mut pending: Option<Value> = None;
     let mut stalled_since: Option<tokio::time::Instant> = None;
+    // The engine's newest activity report (a progress value with a `netcl` field), for the timeout message.
+    let mut busy: Option<Value> = None;
     loop {
         let stall_deadline = stalled_since.map(|t| t + settings.stall_timeout);
         tokio::select! {
@@ -828,6 +828,9 @@ async fn run_job(
                     let Ok(reply) = serde_json::from_str::<WorkerReply>(&line) else { continue };
                     match reply {
                         WorkerReply::Progress { id, data } if id.as_str() == Some(job.id.as_str()) => {
+                            if data.get("netcl").is_some() {
+                                busy = Some(data.clone());
+                            }
                             if pending.is_some() {
                                 pending = Some(data);
                                 continue;
@@ -861,7 +864,7 @@ async fn run_job(
                 Err(_) => return Outcome::Cancelled,
             },
             _ = sleep_until_opt(stall_deadline), if stall_deadline.is_some() => return Outcome::Stalled,
-            _ = tokio::time::sleep_until(deadline) => return Outcome::TimedOut,
+            _ = tokio::time::sleep_until(deadline) => return Outcome::TimedOut(busy),
             _ = events.closed() => return Outcome::Cancelled,
             changed = cancel.changed() => {
                 if changed.is_err() || *cancel.borrow() {
@@ -880,6 +883,35 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
+/// The message of a run stopped at its time limit: what the engine was doing when it was stopped, and that
+/// its work is kept (programs built stay in the driver's and netcl's caches; each measured candidate is
+/// written as it is measured), so running it again goes further.
+fn timeout_message(limit_ms: u128, busy: Option<&Value>) -> String {
+    let doing = busy.and_then(|b| match b.get("netcl").and_then(Value::as_str) {
+        Some("building") => Some(format!(
+            "while building kernels for its first run ({} built, the last `{}`)",
+            b["built"],
+            b["kernel"].as_str().unwrap_or("?")
+        )),
+        Some("measuring") => Some(format!(
+            "while measuring tuning candidates ({} of {} for `{}`)",
+            b["index"],
+            b["of"],
+            b["op"].as_str().unwrap_or("?")
+        )),
+        _ => None,
+    });
+    match doing {
+        Some(d) => format!(
+            "the run exceeded its wall-time limit of {limit_ms} ms {d}; its worker was stopped and restarted. \
+             What it built and measured is kept, so running it again continues from there"
+        ),
+        None => format!(
+            "the run exceeded its wall-time limit of {limit_ms} ms; its worker was stopped and restarted"
+        ),
+    }
+}
+
 /// A run result that holds only an error.
 pub fn error_result(id: &str, queue_ms: f64, kind: &str, message: &str, restarted: bool) -> Value {
     json!({
@@ -895,4 +927,23 @@ pub fn error_result(id: &str, queue_ms: f64, kind: &str, message: &str, restarte
         "truncated": false,
         "worker_restarted": restarted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::timeout_message;
+    use serde_json::json;
+
+    #[test]
+    fn a_timeout_says_what_the_engine_was_doing_and_that_its_work_is_kept() {
+        let b = json!({"netcl": "building", "family": "gemm", "kernel": "gemm_packed", "built": 4, "batch": 1});
+        let m = timeout_message(10_000, Some(&b));
+        assert!(m.contains("10000 ms while building kernels"), "{m}");
+        assert!(m.contains("4 built, the last `gemm_packed`"), "{m}");
+        assert!(m.contains("running it again continues"), "{m}");
+        let t = json!({"netcl": "measuring", "op": "reduce", "candidate": "col", "index": 2, "of": 6});
+        assert!(timeout_message(500, Some(&t)).contains("measuring tuning candidates (2 of 6 for `reduce`)"));
+        let plain = timeout_message(500, None);
+        assert!(plain.contains("500 ms;") && !plain.contains("continues"), "{plain}");
+    }
 }
