@@ -118,6 +118,18 @@ enum TuneAction {
     Clear,
     /// Prints the cache file's path.
     Path,
+    /// Measures every tuning candidate of the given snippets (or of every runnable block of the documentation)
+    /// now, so later runs here and in the wiki's workers answer from the cache.
+    Warm {
+        /// Snippet files to run; every runnable block of the content when none is given.
+        files: Vec<std::path::PathBuf>,
+        /// The documentation's content directory (when no files are given).
+        #[arg(long)]
+        content: Option<std::path::PathBuf>,
+        /// Wall-time limit of each snippet, in seconds.
+        #[arg(long, default_value_t = 600)]
+        timeout: u64,
+    },
     /// Writes the cache's winners for the selected device as a tuning table (the format of `tuning/*.json`).
     Export {
         /// The file to write (atomically); standard output when absent.
@@ -350,6 +362,61 @@ fn truncate(s: &str, n: usize) -> String {
 
 fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
     match action {
+        TuneAction::Warm {
+            files,
+            content,
+            timeout,
+        } => {
+            let snippets: Vec<(String, String)> = if files.is_empty() {
+                let dir = match content {
+                    Some(d) => d,
+                    None => netcl::wiki::cli::default_content_dir()
+                        .map_err(|e| netcl::Error::Invalid(e.to_string()))?,
+                };
+                netcl::wiki::warm::content_blocks(&dir)
+                    .map_err(|e| netcl::Error::Invalid(e.to_string()))?
+            } else {
+                files
+                    .iter()
+                    .map(|f| {
+                        std::fs::read_to_string(f)
+                            .map(|code| (f.display().to_string(), code))
+                            .map_err(|e| netcl::Error::io(f, e))
+                    })
+                    .collect::<netcl::Result<_>>()?
+            };
+            let dev = Device::select(device)?;
+            let n = snippets.len();
+            eprintln!(
+                "tune warm: {n} snippets on {}, every candidate measured (cache {})",
+                dev.name(),
+                autotune::cache_path().display()
+            );
+            let done = netcl::wiki::warm::tune_warm(&dev, &snippets, timeout * 1000, |i, w| {
+                match &w.error {
+                    None => eprintln!(
+                        "{}/{n} {}: ok in {:.0} ms ({} measured, {} answered)",
+                        i + 1,
+                        w.source,
+                        w.ms,
+                        w.measured,
+                        w.answered
+                    ),
+                    Some(e) => eprintln!("{}/{n} {}: failed after {:.0} ms: {e}", i + 1, w.source, w.ms),
+                }
+            });
+            let failed = done.iter().filter(|w| !w.ok).count();
+            let measured: usize = done.iter().map(|w| w.measured).sum();
+            eprintln!(
+                "tune warm: {} of {n} ok, {measured} decisions measured",
+                n - failed
+            );
+            if failed > 0 {
+                return Err(netcl::Error::Invalid(format!(
+                    "{failed} of {n} snippets failed"
+                )));
+            }
+        }
         TuneAction::Export { out } => {
             let table = autotune::export_table(&Device::select(device)?)?;
             let mut text = serde_json::to_vec_pretty(&table)

@@ -1,6 +1,7 @@
 //! The command line as a user meets it: an unknown device is an error, listings end quietly when their reader
 //! goes away, `export` finds the documentation from any working directory, and `train` reports progress and
-//! its throughput after warm-up when its output is not a terminal.
+//! its throughput after warm-up when its output is not a terminal, and `tune warm` measures once and then answers
+//! from the cache.
 
 use std::process::{Command, Stdio};
 
@@ -95,4 +96,51 @@ fn train_reports_progress_and_throughput_after_warm_up() {
         .find(|l| l.starts_with("epoch 1:"))
         .unwrap_or_else(|| panic!("{stdout}"));
     assert!(line.contains("samples/s after warm-up"), "{line}");
+}
+
+#[test]
+fn tune_warm_measures_every_candidate_once_and_later_runs_answer_from_the_cache() {
+    if std::env::var("CI").is_err() && !netcl::opencl_available() {
+        eprintln!("SKIPPED: no OpenCL device");
+        return;
+    }
+    let dir = scratch("tune-warm");
+    let snippet = dir.join("snippet.rhai");
+    std::fs::write(&snippet, "let x = randn([2, 24, 40], 3);\nprint(sum(x, [1]).shape);\n").expect("snippet");
+    let warm = |what: &str| {
+        let out = netcl()
+            .args(["--device", "cpu", "tune", "warm"])
+            .arg(&snippet)
+            .env("NETCL_AUTOTUNE_CACHE", dir.join("autotune.json"))
+            .env_remove("NETCL_AUTOTUNE")
+            .env("NETCL_AUTOTUNE_REPS", "1")
+            .output()
+            .expect("run netcl tune warm");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(out.status.success(), "{what}: {err}");
+        err
+    };
+    let first = warm("first");
+    let measured = |text: &str| -> usize {
+        let line = text
+            .lines()
+            .find(|l| l.contains("decisions measured"))
+            .unwrap_or_else(|| panic!("no summary in:\n{text}"));
+        line.split(", ")
+            .nth(1)
+            .and_then(|w| w.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no count in {line}"))
+    };
+    assert!(measured(&first) >= 1, "the first warm-up measured nothing:\n{first}");
+    assert!(first.contains("1/1") && first.contains(": ok in"), "{first}");
+    let second = warm("second");
+    assert_eq!(measured(&second), 0, "the second warm-up measured again:\n{second}");
+    let bad = netcl()
+        .args(["tune", "warm", "/no/such/snippet.rhai"])
+        .output()
+        .expect("run");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("/no/such/snippet.rhai"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

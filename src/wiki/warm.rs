@@ -56,6 +56,81 @@ pub fn blocks(site: &Site) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Every distinct runnable block of the content under `dir`, with the page it is on, in navigation order
+/// (`netcl tune warm` without files).
+pub fn content_blocks(dir: &std::path::Path) -> Result<Vec<(String, String)>, super::error::WikiError> {
+    let content = super::content::Content::load(dir)?;
+    let mut seen = std::collections::HashSet::new();
+    Ok(content
+        .ordered()
+        .iter()
+        .filter_map(|path| content.pages.get(*path))
+        .flat_map(|page| {
+            super::markdown::runnable_blocks(&page.body)
+                .into_iter()
+                .map(|code| (page.path.clone(), code))
+        })
+        .filter(|(_, code)| seen.insert(code.clone()))
+        .collect())
+}
+
+/// What `netcl tune warm` did with one snippet.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TuneWarmed {
+    /// The page or file the snippet came from.
+    pub source: String,
+    /// Whether it ran clean.
+    pub ok: bool,
+    /// Its error, when it did not.
+    pub error: Option<String>,
+    /// Wall time of the run, in milliseconds.
+    pub ms: f64,
+    /// Decisions measured during the run (candidates timed now).
+    pub measured: usize,
+    /// Decisions answered from the cache or the tuning table.
+    pub answered: usize,
+}
+
+/// Runs each snippet of `snippets` (source, code) on `device` in this process with the autotuner measuring
+/// every candidate at once (mode `sync`), so that later runs of the same shapes, here or in a server's
+/// workers, answer from the cache: `netcl tune warm`. The limits are the playground's, with `timeout_ms` as
+/// the wall-time limit of each snippet. `each` is called after every snippet.
+pub fn tune_warm(
+    device: &crate::Device,
+    snippets: &[(String, String)],
+    timeout_ms: u64,
+    mut each: impl FnMut(usize, &TuneWarmed),
+) -> Vec<TuneWarmed> {
+    use crate::autotune::{self, Mode, Source};
+    let before = autotune::config().mode;
+    autotune::prefer_mode(Mode::Sync);
+    let forced_elsewhere = autotune::config().mode != Mode::Sync;
+    let limits = crate::script::Limits {
+        timeout_ms,
+        ..crate::script::Limits::default()
+    };
+    let mut out = Vec::with_capacity(snippets.len());
+    for (i, (source, code)) in snippets.iter().enumerate() {
+        let t = Instant::now();
+        let r = crate::script::run(device, code, &limits);
+        let count = |s: Source| r.decisions.iter().filter(|d| d.source == s).count();
+        let w = TuneWarmed {
+            source: source.clone(),
+            ok: r.ok,
+            error: r.error.as_ref().map(|e| format!("{}: {}", e.kind, e.message)),
+            ms: t.elapsed().as_secs_f64() * 1e3,
+            measured: count(Source::Measured),
+            answered: count(Source::Cache) + count(Source::Database),
+        };
+        each(i, &w);
+        out.push(w);
+    }
+    if !forced_elsewhere {
+        autotune::prefer_mode(before);
+    }
+    out
+}
+
 /// Starts the warm-up of `site` on a background thread; its handle gives the report when it ends.
 pub fn spawn(
     playground: Arc<Playground>,
