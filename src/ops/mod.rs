@@ -2,6 +2,7 @@
 //! its primitive trait, which every device kind implements (OpenCL kernels, or plain Rust on the built-in
 //! device). Op code never matches on the device kind.
 
+pub mod attention;
 pub mod conv;
 pub mod depthwise;
 pub mod dropout;
@@ -14,6 +15,7 @@ pub mod reduce;
 pub mod resize;
 pub mod shape;
 pub mod softmax;
+pub mod transformer;
 pub mod unary;
 pub mod update;
 
@@ -64,3 +66,11 @@ pub use unary::{
     sigmoid,
 };
 pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
+pub use attention::{
+    AttentionGrads, AttentionOut, AttnAlgo, DecodeAlgo, MAX_HEAD_DIM, attention_decode,
+    attention_decode_with, flash_attention, flash_attention_backward,
+    flash_attention_backward_with, flash_attention_with,
+};
+pub use transformer::{
+    causal_mask, embedding, embedding_backward, masked_fill, masked_fill_backward, rope,
+};
