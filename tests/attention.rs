@@ -30,7 +30,14 @@ fn every_layout_matches_the_reference_at_d64() {
     for (i, algo) in layouts.into_iter().enumerate() {
         for causal in [false, true] {
             check(&dev, [2, 1, 33, 64], causal, None, algo, 10 + i as u64);
-            check(&dev, [1, 2, 100, 64], causal, Some(0.2), algo, 20 + i as u64);
+            check(
+                &dev,
+                [1, 2, 100, 64],
+                causal,
+                Some(0.2),
+                algo,
+                20 + i as u64,
+            );
         }
         check(&dev, [1, 1, 1, 64], true, None, algo, 30 + i as u64);
         check(&dev, [1, 1, 7, 64], false, None, algo, 40 + i as u64);
@@ -58,7 +65,13 @@ fn decode_matches_the_reference_and_the_last_causal_row() {
             }
             let got = ops::attention_decode_with(&qd, &kd, &vd, len, None, algo).unwrap();
             assert_eq!(got.shape(), &[b, h, 1, d]);
-            assert_close(&v(&got), &want, 2e-5, 1e-4, &format!("decode len {len} {algo:?}"));
+            assert_close(
+                &v(&got),
+                &want,
+                2e-5,
+                1e-4,
+                &format!("decode len {len} {algo:?}"),
+            );
         }
     }
     // Decoding the last position against the first S cached keys is the last row of causal attention.
@@ -82,7 +95,11 @@ fn weighted(q: &Tensor, k: &Tensor, vv: &Tensor, w: &[f32], causal: bool) -> f64
 #[test]
 fn reference_backward_matches_finite_differences() {
     let c = cpu();
-    for (shape, causal) in [([1, 2, 7, 40], true), ([1, 1, 5, 64], false), ([1, 1, 3, 256], true)] {
+    for (shape, causal) in [
+        ([1, 2, 7, 40], true),
+        ([1, 1, 5, 64], false),
+        ([1, 1, 3, 256], true),
+    ] {
         let q = Tensor::randn(&c, &shape, 0.0, 1.0, 50).unwrap();
         let k = Tensor::randn(&c, &shape, 0.0, 1.0, 51).unwrap();
         let vv = Tensor::randn(&c, &shape, 0.0, 1.0, 52).unwrap();
@@ -105,7 +122,13 @@ fn reference_backward_matches_finite_differences() {
                 };
                 let h = 1e-2f32;
                 let fd = ((bump(h) - bump(-h)) / (2.0 * h as f64)) as f32;
-                assert_close(&[an[idx]], &[fd], 2e-3, 2e-2, &format!("{shape:?} input {which} [{idx}]"));
+                assert_close(
+                    &[an[idx]],
+                    &[fd],
+                    2e-3,
+                    2e-2,
+                    &format!("{shape:?} input {which} [{idx}]"),
+                );
             }
         }
     }
@@ -118,14 +141,22 @@ fn autograd_flash_attention_gives_the_backward_op() {
     let (_, q) = pair(&dev, &shape, 60);
     let (_, k) = pair(&dev, &shape, 61);
     let (_, vv) = pair(&dev, &shape, 62);
-    let (qv, kv, vvv) = (Var::param(q.clone()), Var::param(k.clone()), Var::param(vv.clone()));
+    let (qv, kv, vvv) = (
+        Var::param(q.clone()),
+        Var::param(k.clone()),
+        Var::param(vv.clone()),
+    );
     let y = autograd::attention::flash_attention(&qv, &kv, &vvv, true, None).unwrap();
     let loss = autograd::ops::sum_all(&y).unwrap();
     loss.backward().unwrap();
     let fwd = ops::flash_attention(&q, &k, &vv, true, None).unwrap();
     let ones = Tensor::full(&dev, &shape, 1.0).unwrap();
     let gr = ops::flash_attention_backward(&q, &k, &vv, &fwd, &ones, true, None).unwrap();
-    for (var, want, n) in [(&qv, &gr.dq, "dq"), (&kv, &gr.dk, "dk"), (&vvv, &gr.dv, "dv")] {
+    for (var, want, n) in [
+        (&qv, &gr.dq, "dq"),
+        (&kv, &gr.dk, "dk"),
+        (&vvv, &gr.dv, "dv"),
+    ] {
         let got = var.grad().expect("a gradient");
         assert_close(&v(&got), &v(want), 1e-6, 1e-5, n);
     }
@@ -141,9 +172,24 @@ fn bad_input_is_a_clear_error() {
     let t = |shape: &[usize]| Tensor::zeros(&dev, shape).unwrap();
     let q = t(&[1, 2, 8, 64]);
     let msg = |r: netcl::Result<ops::AttentionOut>| r.unwrap_err().to_string();
-    let e = msg(ops::flash_attention(&q, &t(&[1, 2, 9, 64]), &q, false, None));
-    assert!(e.contains("[1, 2, 9, 64]") && e.contains("[1, 2, 8, 64]"), "{e}");
-    let e = msg(ops::flash_attention(&t(&[2, 8, 64]), &t(&[2, 8, 64]), &t(&[2, 8, 64]), false, None));
+    let e = msg(ops::flash_attention(
+        &q,
+        &t(&[1, 2, 9, 64]),
+        &q,
+        false,
+        None,
+    ));
+    assert!(
+        e.contains("[1, 2, 9, 64]") && e.contains("[1, 2, 8, 64]"),
+        "{e}"
+    );
+    let e = msg(ops::flash_attention(
+        &t(&[2, 8, 64]),
+        &t(&[2, 8, 64]),
+        &t(&[2, 8, 64]),
+        false,
+        None,
+    ));
     assert!(e.contains("[B, H, S, D]"), "{e}");
     let big = t(&[1, 1, 4, 300]);
     let e = msg(ops::flash_attention(&big, &big, &big, false, None));
@@ -153,17 +199,32 @@ fn bad_input_is_a_clear_error() {
     assert!(matches!(e, Error::DTypeMismatch { .. }), "{e}");
     let e = msg(ops::flash_attention(&q, &q, &q, false, Some(f32::NAN)));
     assert!(e.contains("scale"), "{e}");
-    let e = msg(ops::flash_attention_with(&q, &q, &q, false, None, Some(AttnAlgo::Tile(16, 16, 3))));
+    let e = msg(ops::flash_attention_with(
+        &q,
+        &q,
+        &q,
+        false,
+        None,
+        Some(AttnAlgo::Tile(16, 16, 3)),
+    ));
     assert!(e.contains("does not fit"), "{e}");
     let cache = t(&[1, 2, 16, 64]);
     let q1 = t(&[1, 2, 1, 64]);
-    let e = ops::attention_decode(&q1, &cache, &cache, 17, None).unwrap_err().to_string();
+    let e = ops::attention_decode(&q1, &cache, &cache, 17, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("17") && e.contains("16"), "{e}");
-    let e = ops::attention_decode(&q1, &cache, &cache, 0, None).unwrap_err().to_string();
+    let e = ops::attention_decode(&q1, &cache, &cache, 0, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("len 0"), "{e}");
-    let e = ops::attention_decode(&q, &cache, &cache, 4, None).unwrap_err().to_string();
+    let e = ops::attention_decode(&q, &cache, &cache, 4, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[B, H, 1, D]"), "{e}");
-    let e = ops::attention_decode(&q1, &t(&[1, 2, 16, 32]), &cache, 4, None).unwrap_err().to_string();
+    let e = ops::attention_decode(&q1, &t(&[1, 2, 16, 32]), &cache, 4, None)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("k_cache"), "{e}");
     let fwd = ops::flash_attention(&q, &q, &q, true, None).unwrap();
     let e = ops::flash_attention_backward(&q, &q, &q, &fwd, &t(&[1, 2, 8, 32]), true, None)

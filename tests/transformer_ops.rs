@@ -21,15 +21,32 @@ fn v(t: &Tensor) -> Vec<f32> {
 #[test]
 fn rope_matches_the_reference_and_its_layout() {
     let Some(dev) = opencl_device() else { return };
-    for (shape, seed) in [(vec![1, 1, 1, 40], 1u64), (vec![2, 3, 7, 64], 2), (vec![33, 128], 3), (vec![1, 100, 256], 4)] {
+    for (shape, seed) in [
+        (vec![1, 1, 1, 40], 1u64),
+        (vec![2, 3, 7, 64], 2),
+        (vec![33, 128], 3),
+        (vec![1, 100, 256], 4),
+    ] {
         let (xc, xd) = pair(&dev, &shape, seed);
         for inverse in [false, true] {
             let yc = ops::rope(&xc, None, 10000.0, inverse).unwrap();
             let yd = ops::rope(&xd, None, 10000.0, inverse).unwrap();
-            assert_close(&v(&yd), &v(&yc), 1e-5, 1e-5, &format!("rope {shape:?} inverse {inverse}"));
+            assert_close(
+                &v(&yd),
+                &v(&yc),
+                1e-5,
+                1e-5,
+                &format!("rope {shape:?} inverse {inverse}"),
+            );
         }
         // The inverse undoes the rotation.
-        let back = ops::rope(&ops::rope(&xd, None, 10000.0, false).unwrap(), None, 10000.0, true).unwrap();
+        let back = ops::rope(
+            &ops::rope(&xd, None, 10000.0, false).unwrap(),
+            None,
+            10000.0,
+            true,
+        )
+        .unwrap();
         assert_close(&v(&back), &v(&xd), 1e-5, 1e-5, "rope then inverse");
     }
     // netcl's layout: pair (2t, 2t+1) at position p turns by p·base^(−2t/D).
@@ -38,7 +55,13 @@ fn rope_matches_the_reference_and_its_layout() {
     let pos = Tensor::from_slice(&c, &[3i32], &[1]).unwrap();
     let y = v(&ops::rope(&x, Some(&pos), 100.0, false).unwrap());
     let (a0, a1) = (3.0f32, 3.0f32 * 100f32.powf(-0.5));
-    assert_close(&y, &[a0.cos(), a0.sin(), a1.cos(), a1.sin()], 1e-6, 1e-6, "rope layout");
+    assert_close(
+        &y,
+        &[a0.cos(), a0.sin(), a1.cos(), a1.sin()],
+        1e-6,
+        1e-6,
+        "rope layout",
+    );
     // Given positions on the device.
     let (xc, xd) = pair(&dev, &[2, 5, 8], 5);
     let p: Vec<i32> = vec![4, 0, 9, 2, 7];
@@ -62,10 +85,17 @@ fn rope_gradient_is_the_adjoint() {
     let xv = Var::param(x.clone());
     let y = autograd::attention::rope(&xv, None, 10000.0).unwrap();
     let w = Var::constant(g.clone());
-    autograd::ops::sum_all(&autograd::ops::mul(&y, &w).unwrap()).unwrap().backward().unwrap();
+    autograd::ops::sum_all(&autograd::ops::mul(&y, &w).unwrap())
+        .unwrap()
+        .backward()
+        .unwrap();
     let grad = v(&xv.grad().unwrap());
     // <rope(x), g> = <x, grad> for a linear map and its adjoint.
-    let lhs: f64 = v(&y.value().clone()).iter().zip(v(&g)).map(|(a, b)| (*a * b) as f64).sum();
+    let lhs: f64 = v(&y.value().clone())
+        .iter()
+        .zip(v(&g))
+        .map(|(a, b)| (*a * b) as f64)
+        .sum();
     let rhs: f64 = v(&x).iter().zip(&grad).map(|(a, b)| (*a * *b) as f64).sum();
     assert!((lhs - rhs).abs() < 1e-3, "{lhs} vs {rhs}");
 }
@@ -76,10 +106,15 @@ fn masked_fill_and_causal_mask_compose_causal_attention() {
     let m = ops::causal_mask(&dev, 4).unwrap();
     assert_eq!(
         v(&m),
-        vec![0., 1., 1., 1., 0., 0., 1., 1., 0., 0., 0., 1., 0., 0., 0., 0.]
+        vec![
+            0., 1., 1., 1., 0., 0., 1., 1., 0., 0., 0., 1., 0., 0., 0., 0.
+        ]
     );
     let (xc, xd) = pair(&dev, &[2, 3, 7, 7], 21);
-    let mc = ops::causal_mask(&cpu(), 7).unwrap().reshape(&[1, 1, 7, 7]).unwrap();
+    let mc = ops::causal_mask(&cpu(), 7)
+        .unwrap()
+        .reshape(&[1, 1, 7, 7])
+        .unwrap();
     let md = ops::causal_mask(&dev, 7).unwrap();
     let yc = ops::masked_fill(&xc, &mc, -1e9).unwrap();
     let yd = ops::masked_fill(&xd, &md, -1e9).unwrap();
@@ -93,8 +128,16 @@ fn masked_fill_and_causal_mask_compose_causal_attention() {
     let (_, q) = pair(&dev, &[1, 2, 7, 40], 22);
     let (_, k) = pair(&dev, &[1, 2, 7, 40], 23);
     let (_, vv) = pair(&dev, &[1, 2, 7, 40], 24);
-    let (q3, k3, v3) = (q.reshape(&[2, 7, 40]).unwrap(), k.reshape(&[2, 7, 40]).unwrap(), vv.reshape(&[2, 7, 40]).unwrap());
-    let s = ops::mul_scalar(&ops::bmm(&q3, &k3, false, true).unwrap(), 1.0 / 40f32.sqrt()).unwrap();
+    let (q3, k3, v3) = (
+        q.reshape(&[2, 7, 40]).unwrap(),
+        k.reshape(&[2, 7, 40]).unwrap(),
+        vv.reshape(&[2, 7, 40]).unwrap(),
+    );
+    let s = ops::mul_scalar(
+        &ops::bmm(&q3, &k3, false, true).unwrap(),
+        1.0 / 40f32.sqrt(),
+    )
+    .unwrap();
     let p = ops::softmax(&ops::masked_fill(&s, &md, f32::NEG_INFINITY).unwrap(), -1).unwrap();
     let o = ops::bmm(&p, &v3, false, false).unwrap();
     let f = ops::flash_attention(&q, &k, &vv, true, None).unwrap();
@@ -117,7 +160,10 @@ fn embedding_and_its_gradient_with_repeated_indices() {
     assert_close(&v(&dwd), &v(&dwc), 1e-5, 1e-5, "embedding gradient");
     // Row 3 gathers six gradient rows, rows never indexed stay zero.
     let g = v(&gc);
-    let want3: f32 = [0usize, 2, 4, 7, 8, 11].iter().map(|&n| g[n * 40 + 5]).sum();
+    let want3: f32 = [0usize, 2, 4, 7, 8, 11]
+        .iter()
+        .map(|&n| g[n * 40 + 5])
+        .sum();
     let dw = v(&dwd);
     assert!((dw[3 * 40 + 5] - want3).abs() < 1e-5);
     assert!(dw[2 * 40..3 * 40].iter().all(|&x| x == 0.0));
@@ -126,7 +172,11 @@ fn embedding_and_its_gradient_with_repeated_indices() {
     let same = Tensor::from_slice(&dev, &vec![5i32; n], &[n]).unwrap();
     let ones = Tensor::full(&dev, &[n, 40], 0.5).unwrap();
     let dw = v(&ops::embedding_backward(&same, &ones, 8).unwrap());
-    assert!(dw[5 * 40..6 * 40].iter().all(|&x| x == 2048.0), "{:?}", &dw[200..204]);
+    assert!(
+        dw[5 * 40..6 * 40].iter().all(|&x| x == 2048.0),
+        "{:?}",
+        &dw[200..204]
+    );
     // Through autograd.
     let wv = Var::param(wd.clone());
     let y = autograd::attention::embedding(&wv, &id).unwrap();
@@ -134,7 +184,13 @@ fn embedding_and_its_gradient_with_repeated_indices() {
         .unwrap()
         .backward()
         .unwrap();
-    assert_close(&v(&wv.grad().unwrap()), &v(&dwc), 1e-5, 1e-5, "autograd embedding");
+    assert_close(
+        &v(&wv.grad().unwrap()),
+        &v(&dwc),
+        1e-5,
+        1e-5,
+        "autograd embedding",
+    );
 }
 
 #[test]
@@ -183,11 +239,15 @@ fn bad_input_is_a_clear_error() {
     assert!(e.contains("even") && e.contains('5'), "{e}");
     let x = Tensor::zeros(&dev, &[2, 7, 8]).unwrap();
     let p = Tensor::from_slice(&dev, &[0i32, 1, 2], &[3]).unwrap();
-    let e = ops::rope(&x, Some(&p), 10000.0, false).unwrap_err().to_string();
+    let e = ops::rope(&x, Some(&p), 10000.0, false)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[7]") && e.contains("[3]"), "{e}");
     let pf = Tensor::zeros(&dev, &[7]).unwrap();
     assert!(ops::rope(&x, Some(&pf), 10000.0, false).is_err());
-    let e = ops::masked_fill(&x, &Tensor::zeros(&dev, &[7, 7]).unwrap(), 0.0).unwrap_err().to_string();
+    let e = ops::masked_fill(&x, &Tensor::zeros(&dev, &[7, 7]).unwrap(), 0.0)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("[7, 7]") && e.contains("[2, 7, 8]"), "{e}");
     let w = Tensor::zeros(&dev, &[4, 3]).unwrap();
     let bad = Tensor::from_slice(&dev, &[1i32, 4], &[2]).unwrap();

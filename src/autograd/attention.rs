@@ -7,13 +7,7 @@ use crate::ops::{self, AttentionOut};
 use crate::tensor::Tensor;
 
 /// `softmax(q·kᵀ·scale [+ causal mask])·v` over [B, H, S, D] with gradients for q, k and v.
-pub fn flash_attention(
-    q: &Var,
-    k: &Var,
-    v: &Var,
-    causal: bool,
-    scale: Option<f32>,
-) -> Result<Var> {
+pub fn flash_attention(q: &Var, k: &Var, v: &Var, causal: bool, scale: Option<f32>) -> Result<Var> {
     let fwd = ops::flash_attention(q.value(), k.value(), v.value(), causal, scale)?;
     let (tq, tk, tv) = (q.value().clone(), k.value().clone(), v.value().clone());
     let saved = AttentionOut {

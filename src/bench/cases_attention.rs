@@ -16,7 +16,11 @@ type Dev = crate::Device;
 type R<T> = crate::Result<T>;
 
 fn bhsd(small: bool) -> [usize; 4] {
-    if small { [1, 4, 256, 64] } else { [8, 12, 1024, 64] }
+    if small {
+        [1, 4, 256, 64]
+    } else {
+        [8, 12, 1024, 64]
+    }
 }
 
 fn fwd_flops(small: bool, causal: bool) -> f64 {
@@ -53,7 +57,11 @@ fn attn_fwd_bwd(dev: &Dev, small: bool, causal: bool) -> R<Runner> {
 }
 
 fn decode_shape(small: bool) -> [usize; 4] {
-    if small { [1, 4, 1024, 64] } else { [8, 12, 4096, 64] }
+    if small {
+        [1, 4, 1024, 64]
+    } else {
+        [8, 12, 4096, 64]
+    }
 }
 
 fn decode(dev: &Dev, small: bool) -> R<Runner> {
@@ -80,7 +88,11 @@ fn rms(dev: &Dev, small: bool) -> R<Runner> {
 
 /// (indices, vocabulary, embedding width).
 fn emb_shape(small: bool) -> (usize, usize, usize) {
-    if small { (1024, 1000, 256) } else { (8192, 50257, 768) }
+    if small {
+        (1024, 1000, 256)
+    } else {
+        (8192, 50257, 768)
+    }
 }
 
 fn emb_bwd(dev: &Dev, small: bool) -> R<Runner> {

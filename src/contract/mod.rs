@@ -36,13 +36,13 @@ pub(crate) mod shape;
 pub(crate) mod softmax;
 pub(crate) mod transformer;
 
+pub(crate) use attention::AttentionKernels;
 pub(crate) use norm::NormKernels;
 pub(crate) use pool::PoolKernels;
 pub(crate) use reduce::ReduceKernels;
 pub(crate) use shape::ShapeKernels;
 pub(crate) use softmax::SoftmaxKernels;
 pub(crate) use transformer::TransformerKernels;
-pub(crate) use attention::AttentionKernels;
 
 pub(crate) use conv::ConvKernels;
 pub(crate) use depthwise::DepthwiseKernels;

@@ -19,6 +19,11 @@ pub mod transformer;
 pub mod unary;
 pub mod update;
 
+pub use attention::{
+    AttentionGrads, AttentionOut, AttnAlgo, DecodeAlgo, MAX_HEAD_DIM, attention_decode,
+    attention_decode_with, flash_attention, flash_attention_backward,
+    flash_attention_backward_with, flash_attention_with,
+};
 pub use conv::{
     Conv2dGrads, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, conv_transpose2d,
     conv_transpose2d_backward, conv2d, conv2d_backward,
@@ -60,17 +65,12 @@ pub use softmax::{
     SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax,
 };
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
+pub use transformer::{
+    causal_mask, embedding, embedding_backward, masked_fill, masked_fill_backward, rope,
+};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{
     abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu,
     sigmoid,
 };
 pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
-pub use attention::{
-    AttentionGrads, AttentionOut, AttnAlgo, DecodeAlgo, MAX_HEAD_DIM, attention_decode,
-    attention_decode_with, flash_attention, flash_attention_backward,
-    flash_attention_backward_with, flash_attention_with,
-};
-pub use transformer::{
-    causal_mask, embedding, embedding_backward, masked_fill, masked_fill_backward, rope,
-};

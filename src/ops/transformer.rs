@@ -168,7 +168,11 @@ pub fn embedding(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
 
 /// The weight gradient of [`embedding`]: [V, E] zeros with each row `grad[n]` added at `indices[n]`
 /// (repeated indices add up), computed on the device.
-pub fn embedding_backward(indices: &Tensor, grad: &Tensor, num_embeddings: usize) -> Result<Tensor> {
+pub fn embedding_backward(
+    indices: &Tensor,
+    grad: &Tensor,
+    num_embeddings: usize,
+) -> Result<Tensor> {
     let op = "embedding_backward";
     indices.same_device(&[grad], op)?;
     grad.expect_dtype(DType::F32, &format!("{op} gradient"))?;
@@ -187,7 +191,9 @@ pub fn embedding_backward(indices: &Tensor, grad: &Tensor, num_embeddings: usize
     limit(&dw, op)?;
     limit(grad, op)?;
     if n > 0 && e > 0 {
-        grad.device().backend().embedding_grad(indices, grad, e, &dw)?;
+        grad.device()
+            .backend()
+            .embedding_grad(indices, grad, e, &dw)?;
     }
     Ok(dw)
 }

@@ -76,7 +76,10 @@ impl AttentionKernels for CpuDevice {
         host::map_f32(&[t.q, t.k, t.v, t.g], t.dq, |ins, out| {
             let (q, k, v, g) = (ins[0], ins[1], ins[2], ins[3]);
             let row = |x: &[f32], bh: usize, i: usize| -> Vec<f64> {
-                x[(bh * s + i) * d..][..d].iter().map(|&a| a as f64).collect()
+                x[(bh * s + i) * d..][..d]
+                    .iter()
+                    .map(|&a| a as f64)
+                    .collect()
             };
             for bh in 0..p.bh {
                 for i in 0..s {

@@ -410,11 +410,7 @@ impl AttentionKernels for ClDevice {
     ) -> Result<()> {
         let rows = p.bh * p.s;
         let delta = Tensor::empty(device, &[rows], DType::F32)?;
-        let kern = self.kernel(
-            abi::FAMILY,
-            &Defines::new().set("HD", p.d),
-            abi::ATTN_DELTA,
-        )?;
+        let kern = self.kernel(abi::FAMILY, &Defines::new().set("HD", p.d), abi::ATTN_DELTA)?;
         let args = abi::AttnDelta {
             N: rows as i32,
             o: t.o.storage(),
