@@ -7,6 +7,7 @@
 //! [`Var::zero_grad`]; intermediate gradients are dropped once propagated unless [`Var::retain_grad`] was
 //! called. Inside [`no_grad`] no graph is recorded.
 
+pub mod attention;
 pub mod ops;
 
 use std::cell::Cell;

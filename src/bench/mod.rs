@@ -13,6 +13,7 @@
 //! overhead, bounds them; `copy_large` measures the device's copy bandwidth as the yardstick for them. Their
 //! reference check is skipped at full size (the built-in device is single-threaded) and said so in `note`.
 
+mod cases_attention;
 mod cases_conv;
 mod cases_core;
 mod cases_reduce;
@@ -100,6 +101,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(cases_core::cases());
     v.extend(cases_conv::cases());
     v.extend(cases_reduce::cases());
+    v.extend(cases_attention::cases());
     v
 }
 
@@ -207,7 +209,8 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
 
 /// Whether `name` is one of the large-tensor cases.
 fn is_large(name: &str) -> bool {
-    name.ends_with("_large")
+    // Full-size attention is tens of GFLOP, minutes in the reference's f64 loops.
+    name.ends_with("_large") || name.starts_with("attention_fwd")
 }
 
 fn round1(x: f64) -> f64 {

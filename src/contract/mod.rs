@@ -5,6 +5,7 @@
 //! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
+pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod depthwise;
 pub(crate) mod gemm;
@@ -33,12 +34,15 @@ pub(crate) mod pool;
 pub(crate) mod reduce;
 pub(crate) mod shape;
 pub(crate) mod softmax;
+pub(crate) mod transformer;
 
+pub(crate) use attention::AttentionKernels;
 pub(crate) use norm::NormKernels;
 pub(crate) use pool::PoolKernels;
 pub(crate) use reduce::ReduceKernels;
 pub(crate) use shape::ShapeKernels;
 pub(crate) use softmax::SoftmaxKernels;
+pub(crate) use transformer::TransformerKernels;
 
 pub(crate) use conv::ConvKernels;
 pub(crate) use depthwise::DepthwiseKernels;
@@ -63,6 +67,8 @@ pub(crate) trait Backend:
     + GemmKernels
     + ConvKernels
     + DepthwiseKernels
+    + AttentionKernels
+    + TransformerKernels
 {
     /// Copies `data` into `dst` at byte `offset`; returns when the host memory may be reused.
     fn write(&self, dst: &Storage, offset: usize, data: &[u8]) -> Result<()>;

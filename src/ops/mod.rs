@@ -2,6 +2,7 @@
 //! its primitive trait, which every device kind implements (OpenCL kernels, or plain Rust on the built-in
 //! device). Op code never matches on the device kind.
 
+pub mod attention;
 pub mod conv;
 pub mod depthwise;
 pub mod dropout;
@@ -14,9 +15,15 @@ pub mod reduce;
 pub mod resize;
 pub mod shape;
 pub mod softmax;
+pub mod transformer;
 pub mod unary;
 pub mod update;
 
+pub use attention::{
+    AttentionGrads, AttentionOut, AttnAlgo, DecodeAlgo, MAX_HEAD_DIM, attention_decode,
+    attention_decode_with, flash_attention, flash_attention_backward,
+    flash_attention_backward_with, flash_attention_with,
+};
 pub use conv::{
     Conv2dGrads, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions, conv_transpose2d,
     conv_transpose2d_backward, conv2d, conv2d_backward,
@@ -58,6 +65,9 @@ pub use softmax::{
     SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax,
 };
 pub use softmax::{softmax_backward, softmax_backward_with, softmax_with};
+pub use transformer::{
+    causal_mask, embedding, embedding_backward, masked_fill, masked_fill_backward, rope,
+};
 pub use unary::{UnaryOp, unary, unary_backward};
 pub use unary::{
     abs, clamp, elu, exp, gelu, hard_sigmoid, hard_swish, hard_tanh, leaky_relu, log, neg, relu,

@@ -6,6 +6,7 @@
 //! and images in order, the autotune decisions and kernel launches the run caused, timings, the device, or a
 //! structured error with its line and column.
 
+mod attnbind;
 mod bindings;
 mod nnbind;
 mod opsbind;
@@ -31,6 +32,7 @@ pub use render::{Output, TensorSummary};
 fn register_all(engine: &mut Engine, ctx: &Shared) {
     bindings::register_core(engine, ctx);
     opsbind::register(engine, ctx);
+    attnbind::register(engine, ctx);
     nnbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }

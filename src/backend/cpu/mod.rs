@@ -1,5 +1,6 @@
 //! The built-in CPU backend: plain Rust on host memory, the reference implementation of every op.
 
+mod attention;
 mod conv;
 mod depthwise;
 mod dropout;

@@ -5,6 +5,7 @@
 //! ([`crate::device::timing`]) and records it for the playground.
 
 pub(crate) mod abi;
+mod attention;
 mod conv;
 mod depthwise;
 mod dropout;

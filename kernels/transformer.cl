@@ -1,0 +1,58 @@
+// The small ops of a transformer layer: rotary position embedding, masked fill, and the embedding gradient
+// (an index-add of output-gradient rows into the weight's rows).
+
+// RoPE on [rows, HDIM] with rows = lead·S: pair (2t, 2t+1) of row r at position pos[r mod S] is rotated by
+// pos·base^(−2t/HDIM), the angle negated when sgn < 0 (the inverse rotation, which is also the gradient).
+__kernel void rope_pairs(const int rows, const int S, const int HDIM, const float base, const float sgn,
+                         __global const float* x, __global const int* pos, __global float* y) {
+    const int gid = get_global_id(0);
+    const int pairs = HDIM / 2;
+    if (gid >= rows * pairs) return;
+    const int row = gid / pairs;
+    const int t = gid - row * pairs;
+    const int s = row % S;
+    const float theta = pow(base, -2.0f * (float)t / (float)HDIM);
+    const float ang = (float)pos[s] * theta;
+    const float c = cos(ang);
+    const float sn = sin(ang) * sgn;
+    const size_t off = (size_t)row * HDIM + 2 * t;
+    const float a = x[off];
+    const float b = x[off + 1];
+    y[off] = a * c - b * sn;
+    y[off + 1] = a * sn + b * c;
+}
+
+// y[i] = value where mask[i mod M] ≠ 0, else x[i]; the mask tiles over x's leading dimensions.
+__kernel void masked_fill(const int N, const int M, const float value, __global const float* x,
+                          __global const float* mask, __global float* y) {
+    const int i = get_global_id(0);
+    if (i >= N) return;
+    y[i] = mask[i % M] != 0.0f ? value : x[i];
+}
+
+// Adds `v` to *p atomically: OpenCL 1.2 has no float atomics, so a compare-and-swap loop on the bits.
+static inline void atomic_add_float(volatile __global float* p, const float v) {
+    union {
+        unsigned int u;
+        float f;
+    } old, want;
+    volatile __global unsigned int* pu = (volatile __global unsigned int*)p;
+    old.u = *pu;
+    for (;;) {
+        want.f = old.f + v;
+        const unsigned int seen = atomic_cmpxchg(pu, old.u, want.u);
+        if (seen == old.u) break;
+        old.u = seen;
+    }
+}
+
+// dw[idx[n], :] += g[n, :] for n < N over a zeroed dw of [V, E]; one work-item per (n, column). Repeated
+// indices meet in the atomic add.
+__kernel void embedding_grad(const int N, const int E, __global const int* idx, __global const float* g,
+                             __global float* dw) {
+    const int gid = get_global_id(0);
+    if (gid >= N * E) return;
+    const int n = gid / E;
+    const int e = gid - n * E;
+    atomic_add_float(dw + (size_t)idx[n] * E + e, g[gid]);
+}

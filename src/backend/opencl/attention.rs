@@ -1,0 +1,495 @@
+//! OpenCL attention (forward, backward, decode) and the transformer ops (rope, masked fill, embedding
+//! gradient): the kernel layouts offered to the tuner, checked against the device's work-group and local
+//! memory limits, and their launches.
+
+use crate::autotune::{self, TuneKey, bucket};
+use crate::backend::opencl::abi::{attention as abi, transformer as tabi};
+use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::{ClDevice, Event, events_ms};
+use crate::contract::attention::{AttnAlgo, AttnGrads, AttnShape, DecodeAlgo, DecodeShape};
+use crate::contract::transformer::RopePlan;
+use crate::contract::{AttentionKernels, TransformerKernels};
+use crate::device::{Device, DeviceType};
+use crate::error::{Error, Result};
+use crate::tensor::{DType, Tensor};
+
+/// Which pass a tile layout is checked for: the local memory each needs differs.
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Forward,
+    Backward,
+}
+
+/// Floats of local memory a tile layout needs for head dimension `d` (rows padded to d + 1).
+fn tile_local_floats(pass: Pass, d: usize, bq: usize, bk: usize) -> usize {
+    let ld = d + 1;
+    match pass {
+        Pass::Forward => (bq + bk) * ld + bq * (bk + 1),
+        // dq: q, dO (bq rows), k, v (bk rows), ds; dkv: k, v (bq rows), q, dO (bk rows), p, ds.
+        Pass::Backward => (2 * bq + 2 * bk) * ld + 2 * bq * (bk + 1),
+    }
+}
+
+/// The tile layouts offered (bq, bk, tpr).
+const TILES: &[(usize, usize, usize)] = &[
+    (16, 16, 4),
+    (16, 32, 8),
+    (32, 32, 4),
+    (32, 32, 8),
+    (64, 32, 4),
+    (64, 64, 8),
+    (8, 16, 16),
+    (16, 16, 16),
+];
+
+impl ClDevice {
+    fn tile_fits(&self, pass: Pass, d: usize, (bq, bk, tpr): (usize, usize, usize)) -> bool {
+        let regs = d.div_ceil(tpr) * if pass == Pass::Backward { 2 } else { 1 };
+        tpr > 0
+            && bq > 0
+            && bk >= tpr
+            && bk.is_multiple_of(tpr)
+            && bq * tpr <= self.info.max_work_group_size
+            && regs <= 128
+            && (tile_local_floats(pass, d, bq, bk) * 4) as u64 <= self.info.local_mem_bytes
+    }
+
+    fn attn_algo(
+        &self,
+        device: &Device,
+        p: AttnShape,
+        pass: Pass,
+        forced: Option<AttnAlgo>,
+        mut bench: impl FnMut(AttnAlgo) -> Result<f64>,
+    ) -> Result<AttnAlgo> {
+        if let Some(a) = forced {
+            let ok = match a {
+                AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
+                AttnAlgo::Rows(r) => (1..=8).contains(&r),
+            };
+            if !ok {
+                return Err(Error::Invalid(format!(
+                    "attention: layout {a:?} does not fit head dimension {} on this device (tile needs bk a multiple of tpr, bq·tpr ≤ {} items and its tiles in {} bytes of local memory; rows needs 1 ≤ rq ≤ 8)",
+                    p.d, self.info.max_work_group_size, self.info.local_mem_bytes
+                )));
+            }
+            return Ok(a);
+        }
+        let mut cands: Vec<AttnAlgo> = TILES
+            .iter()
+            .filter(|&&t| self.tile_fits(pass, p.d, t))
+            .map(|&(a, b, c)| AttnAlgo::Tile(a, b, c))
+            .collect();
+        let rows_from = cands.len();
+        let widest = if p.d <= 64 { 4 } else { 2 };
+        cands.extend(
+            [1usize, 2, 4]
+                .into_iter()
+                .filter(|&r| r <= widest)
+                .map(AttnAlgo::Rows),
+        );
+        let default = if self.info.kind == DeviceType::Cpu || rows_from == 0 {
+            rows_from + usize::from(widest > 1)
+        } else {
+            cands
+                .iter()
+                .position(|a| matches!(a, AttnAlgo::Tile(32, 32, 8)))
+                .unwrap_or(0)
+        };
+        let kernel = match pass {
+            Pass::Forward => "attention_fwd",
+            Pass::Backward => "attention_bwd",
+        };
+        let key = TuneKey::new(
+            kernel,
+            &[
+                ("bh", bucket(p.bh)),
+                ("s", bucket(p.s)),
+                ("d", p.d as i64),
+                ("causal", i64::from(p.causal)),
+            ],
+        )
+        .source(kernel_source("attention").unwrap_or_default());
+        autotune::tune(device, &key, &cands, default, |c| bench(*c))
+    }
+
+    fn attn_defines(p: &AttnShape, algo: AttnAlgo) -> Defines {
+        let d = Defines::new().set("HD", p.d);
+        match algo {
+            AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
+            AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_attn_fwd(
+        &self,
+        p: &AttnShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        algo: AttnAlgo,
+    ) -> Result<Event> {
+        let defs = Self::attn_defines(p, algo);
+        let causal = i32::from(p.causal);
+        match algo {
+            AttnAlgo::Tile(bq, bk, t) => {
+                let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_TILE)?;
+                let ld = p.d + 1;
+                let args = abi::AttnFwdTile {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    o: o.storage(),
+                    lse: lse.storage(),
+                    qs: bq * ld * 4,
+                    kv: bk * ld * 4,
+                    ss: bq * (bk + 1) * 4,
+                };
+                let groups = p.bh * p.s.div_ceil(bq);
+                self.run(&kern, &args, &[groups * bq * t], Some(&[bq * t]))
+            }
+            AttnAlgo::Rows(r) => {
+                let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_ROWS)?;
+                let args = abi::AttnFwdRows {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    o: o.storage(),
+                    lse: lse.storage(),
+                };
+                self.run(&kern, &args, &[p.bh * p.s.div_ceil(r)], None)
+            }
+        }
+    }
+
+    /// The dq and dk/dv launches (the row terms `delta` already computed).
+    fn run_attn_bwd(
+        &self,
+        p: &AttnShape,
+        t: &AttnGrads<'_>,
+        delta: &Tensor,
+        algo: AttnAlgo,
+    ) -> Result<[Event; 2]> {
+        let defs = Self::attn_defines(p, algo);
+        let causal = i32::from(p.causal);
+        match algo {
+            AttnAlgo::Tile(bq, bk, tpr) => {
+                let ld = p.d + 1;
+                let groups = p.bh * p.s.div_ceil(bq);
+                let kq = self.kernel(abi::FAMILY, &defs, abi::ATTN_DQ_TILE)?;
+                let a = abi::AttnDqTile {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dq: t.dq.storage(),
+                    qs: bq * ld * 4,
+                    gs: bq * ld * 4,
+                    ks: bk * ld * 4,
+                    vs: bk * ld * 4,
+                    ss: bq * (bk + 1) * 4,
+                };
+                let e1 = self.run(&kq, &a, &[groups * bq * tpr], Some(&[bq * tpr]))?;
+                let kk = self.kernel(abi::FAMILY, &defs, abi::ATTN_DKV_TILE)?;
+                let b = abi::AttnDkvTile {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dk: t.dk.storage(),
+                    dv: t.dv.storage(),
+                    ks: bq * ld * 4,
+                    vs: bq * ld * 4,
+                    qs: bk * ld * 4,
+                    gs: bk * ld * 4,
+                    ps: bq * (bk + 1) * 4,
+                    ds: bq * (bk + 1) * 4,
+                };
+                let e2 = self.run(&kk, &b, &[groups * bq * tpr], Some(&[bq * tpr]))?;
+                Ok([e1, e2])
+            }
+            AttnAlgo::Rows(r) => {
+                let items = p.bh * p.s.div_ceil(r);
+                let kq = self.kernel(abi::FAMILY, &defs, abi::ATTN_DQ_ROWS)?;
+                let a = abi::AttnDqRows {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dq: t.dq.storage(),
+                };
+                let e1 = self.run(&kq, &a, &[items], None)?;
+                let kk = self.kernel(abi::FAMILY, &defs, abi::ATTN_DKV_ROWS)?;
+                let b = abi::AttnDkvRows {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dk: t.dk.storage(),
+                    dv: t.dv.storage(),
+                };
+                let e2 = self.run(&kk, &b, &[items], None)?;
+                Ok([e1, e2])
+            }
+        }
+    }
+
+    fn decode_algo(
+        &self,
+        device: &Device,
+        p: DecodeShape,
+        forced: Option<DecodeAlgo>,
+        mut bench: impl FnMut(DecodeAlgo) -> Result<f64>,
+    ) -> Result<DecodeAlgo> {
+        let max_wg = self.info.max_work_group_size;
+        let fits_wg = |l: usize| {
+            (32..=max_wg).contains(&l) && ((p.d + l + 2) * 4) as u64 <= self.info.local_mem_bytes
+        };
+        if let Some(a) = forced {
+            let ok = match a {
+                DecodeAlgo::Wg(l, c) => fits_wg(l) && (1..=p.len).contains(&c),
+                DecodeAlgo::Item(c) => (1..=p.len).contains(&c),
+            };
+            if !ok {
+                return Err(Error::Invalid(format!(
+                    "attention_decode: layout {a:?} does not fit {} cached positions on this device (wg needs 32 ≤ local ≤ {max_wg}; chunks between 1 and the length)",
+                    p.len
+                )));
+            }
+            return Ok(a);
+        }
+        let chunks: Vec<usize> = [1usize, 4, 16, 64]
+            .into_iter()
+            .filter(|&c| c <= p.len)
+            .collect();
+        let mut cands: Vec<DecodeAlgo> = Vec::new();
+        for l in [64usize, 128, 256] {
+            if fits_wg(l) {
+                cands.extend(chunks.iter().map(|&c| DecodeAlgo::Wg(l, c)));
+            }
+        }
+        let items_from = cands.len();
+        cands.extend(chunks.iter().map(|&c| DecodeAlgo::Item(c)));
+        let default = if self.info.kind == DeviceType::Cpu || items_from == 0 {
+            cands.len() - 1
+        } else {
+            cands
+                .iter()
+                .position(|a| *a == DecodeAlgo::Wg(128, 16))
+                .unwrap_or(0)
+        };
+        let key = TuneKey::new(
+            "attention_decode",
+            &[
+                ("bh", bucket(p.bh)),
+                ("len", bucket(p.len)),
+                ("d", p.d as i64),
+            ],
+        )
+        .source(kernel_source("attention").unwrap_or_default());
+        autotune::tune(device, &key, &cands, default, |c| bench(*c))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn run_decode(
+        &self,
+        p: &DecodeShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        part: &Tensor,
+        algo: DecodeAlgo,
+    ) -> Result<[Event; 2]> {
+        let defs = Defines::new().set("HD", p.d);
+        let nc = match algo {
+            DecodeAlgo::Wg(_, c) | DecodeAlgo::Item(c) => c,
+        };
+        let e1 = match algo {
+            DecodeAlgo::Wg(l, c) => {
+                let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_DECODE_WG)?;
+                let args = abi::AttnDecodeWg {
+                    C: p.cap as i32,
+                    L: p.len as i32,
+                    NC: c as i32,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    part: part.storage(),
+                    qs: p.d * 4,
+                    ss: l * 4,
+                };
+                self.run(&kern, &args, &[p.bh * c * l], Some(&[l]))?
+            }
+            DecodeAlgo::Item(c) => {
+                let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_DECODE_ITEM)?;
+                let args = abi::AttnDecodeItem {
+                    BH: p.bh as i32,
+                    C: p.cap as i32,
+                    L: p.len as i32,
+                    NC: c as i32,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    part: part.storage(),
+                };
+                self.run(&kern, &args, &[p.bh * c], None)?
+            }
+        };
+        let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_DECODE_COMBINE)?;
+        let args = abi::AttnDecodeCombine {
+            BH: p.bh as i32,
+            NC: nc as i32,
+            part: part.storage(),
+            o: o.storage(),
+        };
+        let e2 = self.run(&kern, &args, &[p.bh * p.d], None)?;
+        Ok([e1, e2])
+    }
+}
+
+impl AttentionKernels for ClDevice {
+    fn attention_forward(
+        &self,
+        device: &Device,
+        p: AttnShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        algo: Option<AttnAlgo>,
+    ) -> Result<()> {
+        let a = self.attn_algo(device, p, Pass::Forward, algo, |c| {
+            events_ms(&[self.run_attn_fwd(&p, q, k, v, o, lse, c)?])
+        })?;
+        self.run_attn_fwd(&p, q, k, v, o, lse, a)?;
+        Ok(())
+    }
+
+    fn attention_backward(
+        &self,
+        device: &Device,
+        p: AttnShape,
+        t: &AttnGrads<'_>,
+        algo: Option<AttnAlgo>,
+    ) -> Result<()> {
+        let rows = p.bh * p.s;
+        let delta = Tensor::empty(device, &[rows], DType::F32)?;
+        let kern = self.kernel(abi::FAMILY, &Defines::new().set("HD", p.d), abi::ATTN_DELTA)?;
+        let args = abi::AttnDelta {
+            N: rows as i32,
+            o: t.o.storage(),
+            g: t.g.storage(),
+            delta: delta.storage(),
+        };
+        self.run(&kern, &args, &[rows], None)?;
+        let a = self.attn_algo(device, p, Pass::Backward, algo, |c| {
+            events_ms(&self.run_attn_bwd(&p, t, &delta, c)?)
+        })?;
+        self.run_attn_bwd(&p, t, &delta, a)?;
+        Ok(())
+    }
+
+    fn attention_decode(
+        &self,
+        device: &Device,
+        p: DecodeShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        algo: Option<DecodeAlgo>,
+    ) -> Result<()> {
+        // Room for the partial results of the most chunks any candidate uses.
+        let part = Tensor::empty(device, &[p.bh * 64.min(p.len) * (p.d + 2)], DType::F32)?;
+        let a = self.decode_algo(device, p, algo, |c| {
+            events_ms(&self.run_decode(&p, q, k, v, o, &part, c)?)
+        })?;
+        self.run_decode(&p, q, k, v, o, &part, a)?;
+        Ok(())
+    }
+}
+
+impl TransformerKernels for ClDevice {
+    fn rope(&self, p: RopePlan, x: &Tensor, pos: &Tensor, y: &Tensor) -> Result<()> {
+        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::ROPE_PAIRS)?;
+        let args = tabi::RopePairs {
+            rows: p.rows as i32,
+            S: p.s as i32,
+            HDIM: p.d as i32,
+            base: p.base,
+            sgn: if p.inverse { -1.0 } else { 1.0 },
+            x: x.storage(),
+            pos: pos.storage(),
+            y: y.storage(),
+        };
+        let local = 64.min(self.info.max_work_group_size.max(1));
+        self.run(&kern, &args, &[p.rows * (p.d / 2)], Some(&[local]))?;
+        Ok(())
+    }
+
+    fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f32, y: &Tensor) -> Result<()> {
+        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::MASKED_FILL)?;
+        let args = tabi::MaskedFill {
+            N: x.numel() as i32,
+            M: mask.numel() as i32,
+            value,
+            x: x.storage(),
+            mask: mask.storage(),
+            y: y.storage(),
+        };
+        let local = 64.min(self.info.max_work_group_size.max(1));
+        self.run(&kern, &args, &[x.numel()], Some(&[local]))?;
+        Ok(())
+    }
+
+    fn embedding_grad(&self, idx: &Tensor, g: &Tensor, e: usize, dw: &Tensor) -> Result<()> {
+        let n = idx.numel();
+        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::EMBEDDING_GRAD)?;
+        let args = tabi::EmbeddingGrad {
+            N: n as i32,
+            E: e as i32,
+            idx: idx.storage(),
+            g: g.storage(),
+            dw: dw.storage(),
+        };
+        let local = 64.min(self.info.max_work_group_size.max(1));
+        self.run(&kern, &args, &[n * e], Some(&[local]))?;
+        Ok(())
+    }
+}

@@ -1,0 +1,130 @@
+//! The attention family's contract: the problem shapes, the kernel layouts the tuner chooses between, and the
+//! device primitives of scaled dot-product attention (forward, backward, decode against a KV cache).
+
+use serde::Serialize;
+
+use crate::device::Device;
+use crate::error::Result;
+use crate::tensor::Tensor;
+
+/// The largest head dimension the kernels take (their accumulators are sized by it at compile time).
+pub const MAX_HEAD_DIM: usize = 256;
+
+/// One attention problem over contiguous [B, H, S, D] tensors, B·H flattened.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnShape {
+    /// B·H.
+    pub bh: usize,
+    /// The sequence length (queries and keys).
+    pub s: usize,
+    /// The head dimension.
+    pub d: usize,
+    /// Whether query i sees only keys j ≤ i.
+    pub causal: bool,
+    /// The factor of q·k (1/√D by default).
+    pub scale: f32,
+}
+
+/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]` or `["rows", rq]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AttnAlgo {
+    /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
+    /// through local memory in tiles of `bk` rows (GPUs).
+    Tile(usize, usize, usize),
+    /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
+    Rows(usize),
+}
+
+impl Serialize for AttnAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            AttnAlgo::Tile(bq, bk, t) => ("tile", bq, bk, t).serialize(s),
+            AttnAlgo::Rows(r) => ("rows", r).serialize(s),
+        }
+    }
+}
+
+/// One decode step: a query per (b, h) against the first `len` of `cap` cached positions.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodeShape {
+    /// B·H.
+    pub bh: usize,
+    /// The cache capacity (its third dimension).
+    pub cap: usize,
+    /// The number of valid cached positions, 1 ≤ len ≤ cap.
+    pub len: usize,
+    /// The head dimension.
+    pub d: usize,
+    /// The factor of q·k.
+    pub scale: f32,
+}
+
+/// How a decode step splits its keys; the cache form is `["wg", local, chunks]` or `["item", chunks]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodeAlgo {
+    /// One work-group of `local` items per (b·h, chunk) of the cache (GPUs).
+    Wg(usize, usize),
+    /// One work-item per (b·h, chunk) (CPU OpenCL).
+    Item(usize),
+}
+
+impl Serialize for DecodeAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            DecodeAlgo::Wg(l, c) => ("wg", l, c).serialize(s),
+            DecodeAlgo::Item(c) => ("item", c).serialize(s),
+        }
+    }
+}
+
+/// The tensors of one attention backward call.
+pub(crate) struct AttnGrads<'a> {
+    pub q: &'a Tensor,
+    pub k: &'a Tensor,
+    pub v: &'a Tensor,
+    /// The forward output and its row log-sum-exp [B, H, S].
+    pub o: &'a Tensor,
+    pub lse: &'a Tensor,
+    /// The output gradient.
+    pub g: &'a Tensor,
+    pub dq: &'a Tensor,
+    pub dk: &'a Tensor,
+    pub dv: &'a Tensor,
+}
+
+/// Device primitives of scaled dot-product attention.
+pub(crate) trait AttentionKernels {
+    /// `o = softmax(q·kᵀ·scale [+ causal mask])·v` and `lse` = the log-sum-exp of each score row.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_forward(
+        &self,
+        device: &Device,
+        p: AttnShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        lse: &Tensor,
+        algo: Option<AttnAlgo>,
+    ) -> Result<()>;
+    /// dq, dk and dv from the forward's inputs, output, lse and the output gradient.
+    fn attention_backward(
+        &self,
+        device: &Device,
+        p: AttnShape,
+        t: &AttnGrads<'_>,
+        algo: Option<AttnAlgo>,
+    ) -> Result<()>;
+    /// One decode step: `o[b, h, 0] = softmax(q·k[:len]ᵀ·scale)·v[:len]`.
+    #[allow(clippy::too_many_arguments)]
+    fn attention_decode(
+        &self,
+        device: &Device,
+        p: DecodeShape,
+        q: &Tensor,
+        k: &Tensor,
+        v: &Tensor,
+        o: &Tensor,
+        algo: Option<DecodeAlgo>,
+    ) -> Result<()>;
+}
