@@ -191,3 +191,59 @@ fn readyz_names_the_reason_when_no_worker_can_start_and_probes_skip_the_host_che
     assert!(status.success(), "{status:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The image and the unit run as a user other than root, for whom `RLIMIT_NPROC` counts threads and is not
+/// waived: a worker must start and run a product there (as the image's CPU flavour sets it up). Needs root to
+/// switch users; skipped otherwise.
+#[test]
+fn a_worker_runs_as_a_user_other_than_root() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::getuid() } != 0 {
+        eprintln!("\n!!!!!!!! SKIPPED: switching to another user needs root !!!!!!!!\n");
+        return;
+    }
+    let Some(setpriv) = hosting_support::tool("setpriv", "apt-get install -y util-linux") else {
+        return;
+    };
+    let dir = scratch("nonroot");
+    let cache = dir.join("cache");
+    std::fs::create_dir_all(&cache).unwrap();
+    let _ = std::process::Command::new("chmod")
+        .args(["-R", "a+rwX"])
+        .arg(&dir)
+        .status();
+    let job = r#"{"id": 1, "code": "let c = matmul(randn([24, 16], 1), randn([16, 20], 2)); sum_all(ones([16])).item()"}"#;
+    for device in ["builtin", "auto"] {
+        let mut child = std::process::Command::new(&setpriv)
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_netcl"))
+            .args(["--device", device, "worker"])
+            .env("HOME", &cache)
+            .env("XDG_CACHE_HOME", &cache)
+            .env("POCL_CACHE_DIR", cache.join("pocl"))
+            .env("NETCL_PROGRAM_CACHE", cache.join("programs"))
+            .env("NETCL_AUTOTUNE", "off")
+            .env("NETCL_WORKER_ALLOW_FORK", "1")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(job.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        let reply: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+            panic!(
+                "{device}: no reply: {text}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        assert_eq!(reply["result"]["ok"], true, "{device}: {reply}");
+        assert_eq!(reply["result"]["value"], "16.0", "{device}: {reply}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
