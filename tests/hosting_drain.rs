@@ -212,7 +212,11 @@ fn a_worker_runs_as_a_user_other_than_root() {
         .args(["-R", "a+rwX"])
         .arg(&dir)
         .status();
-    let job = r#"{"id": 1, "code": "let c = matmul(randn([24, 16], 1), randn([16, 20], 2)); sum_all(ones([16])).item()"}"#;
+    // A cold PoCL builds several kernels first: the job gets a minute.
+    let job = r#"{"id": 1, "code": "let c = matmul(randn([24, 16], 1), randn([16, 20], 2)); sum_all(ones([16])).item()",
+        "limits": {"max_code_bytes": 65536, "max_operations": 50000000, "max_tensor_elements": 16777216,
+                   "max_run_elements": 134217728, "max_output_bytes": 524288, "timeout_ms": 60000}}"#
+        .replace('\n', " ");
     for device in ["builtin", "auto"] {
         let mut child = std::process::Command::new(&setpriv)
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
