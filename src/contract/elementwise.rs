@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::contract::vocab::{self, OpDef};
 use crate::error::{Error, Result};
-use crate::tensor::{Tensor, strides};
+use crate::tensor::Tensor;
 
 /// A binary elementwise operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -95,17 +95,29 @@ pub const MAX_BROADCAST_RANK: usize = 8;
 impl BroadcastPlan {
     pub(crate) fn new(a: &[usize], b: &[usize], out: &[usize]) -> Result<Self> {
         let same = a == out && b == out;
+        if same {
+            // One contiguous run: the common case of a hot loop, planned without the general merge below.
+            let n: usize = out.iter().product();
+            let shape = if n == 1 { Vec::new() } else { vec![n] };
+            let unit = if n == 1 { Vec::new() } else { vec![1] };
+            return Ok(BroadcastPlan {
+                shape,
+                sa: unit.clone(),
+                sb: unit,
+                same,
+            });
+        }
+        // Row-major strides of `s` aligned to `out` on the right, 0 where `s` is broadcast.
         let aligned = |s: &[usize]| -> Vec<usize> {
             let pad = out.len() - s.len();
-            let full: Vec<usize> = std::iter::repeat_n(1, pad)
-                .chain(s.iter().copied())
-                .collect();
-            let st = strides(&full);
-            full.iter()
-                .zip(st)
-                .zip(out)
-                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
-                .collect()
+            let mut st = vec![0; out.len()];
+            let mut step = 1;
+            for i in (0..out.len()).rev() {
+                let d = if i < pad { 1 } else { s[i - pad] };
+                st[i] = if d == 1 && out[i] != 1 { 0 } else { step };
+                step *= d;
+            }
+            st
         };
         let (sa, sb) = (aligned(a), aligned(b));
         // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.

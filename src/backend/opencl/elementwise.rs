@@ -2,7 +2,7 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::elementwise as abi;
-use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::program::{Defines, quick_key};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
@@ -103,10 +103,11 @@ impl BinaryKernels for ClDevice {
         out: &Tensor,
         plan: &BroadcastPlan,
     ) -> Result<()> {
-        let defines = Defines::new().set("OP(x,y)", cl_expr(op));
+        // Kernels are found by a compact key: a hot loop neither writes the op's expression nor the defines.
+        let defines = || Defines::new().set("OP(x,y)", cl_expr(op));
         let n = out.numel();
         if plan.same {
-            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SAME)?;
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::BINARY_SAME, &[op as usize]), defines)?;
             let args = abi::BinarySame {
                 n: n as i32,
                 a: a.storage(),
@@ -130,14 +131,24 @@ impl BinaryKernels for ClDevice {
             let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
             let vec = if d[2] % 4 == 0 { 4 } else { 1 };
             let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
-            let defines = defines
-                .set("VEC", vec)
-                .set("A_INNER", sa[2].min(1))
-                .set("B_INNER", sb[2].min(1))
-                .set("ALIGN4", u8::from(align));
             let g = [d[2] / vec, d[1], d[0]];
             let (g, local, capped) = grid_3d(self, g);
-            let k = self.kernel(abi::FAMILY, &grid_defines(&defines, capped), abi::BINARY_3D)?;
+            let parts = [
+                op as usize,
+                vec,
+                sa[2].min(1),
+                sb[2].min(1),
+                usize::from(align),
+                usize::from(capped),
+            ];
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::BINARY_3D, &parts), || {
+                let d = defines()
+                    .set("VEC", vec)
+                    .set("A_INNER", sa[2].min(1))
+                    .set("B_INNER", sb[2].min(1))
+                    .set("ALIGN4", u8::from(align));
+                grid_defines(&d, capped)
+            })?;
             let args = abi::Binary3d {
                 d0: d[0] as i32,
                 d1: d[1] as i32,
@@ -152,7 +163,7 @@ impl BinaryKernels for ClDevice {
             };
             self.run(&k, &args, &g, Some(&local))?;
         } else {
-            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_BCAST)?;
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::BINARY_BCAST, &[op as usize]), defines)?;
             let args = abi::BinaryBcast {
                 n: n as i32,
                 rank: plan.shape.len() as i32,
@@ -181,10 +192,14 @@ impl BinaryKernels for ClDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        let defines = Defines::new()
-            .set("OP(x,y)", cl_expr(op))
-            .set("SWAP", u8::from(swap));
-        let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SCALAR)?;
+        let k = self.kernel_by(
+            quick_key(abi::FAMILY, abi::BINARY_SCALAR, &[op as usize, usize::from(swap)]),
+            || {
+                Defines::new()
+                    .set("OP(x,y)", cl_expr(op))
+                    .set("SWAP", u8::from(swap))
+            },
+        )?;
         let n = out.numel();
         let args = abi::BinaryScalar {
             n: n as i32,
