@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use netcl::wiki::listen::{self, ConnLimits};
 use netcl::wiki::server::AppState;
 use serde_json::{Value, json};
-use wiki_support::{TestEngine, app_with};
+use wiki_support::{Served, TestEngine, app_with};
 
 /// The address the hostile clients connect from: one attacker, apart from the readers and the runner.
 const HOSTILE_FROM: [u8; 4] = [127, 0, 0, 2];
@@ -95,11 +95,13 @@ struct Load {
 }
 
 /// A server on 127.0.0.1 with two playground workers, on a runtime of two threads of its own.
-struct Server {
-    addr: SocketAddr,
-    state: Arc<AppState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+struct Server(Served);
+
+impl std::ops::Deref for Server {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
 }
 
 impl Server {
@@ -115,41 +117,11 @@ impl Server {
             c.playground_max_runs_per_client = max_runs_per_client;
             c.playground_limits.max_operations = u64::MAX;
         });
-        let listener = listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let limits = ConnLimits::from_config(state.config());
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                listener.set_nonblocking(true).unwrap();
-                let l = tokio::net::TcpListener::from_std(listener).unwrap();
-                let conns = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-                listen::serve_listener(l, app, limits, conns, async move {
-                    let _ = stop_rx.await;
-                })
-                .await;
-            });
-        });
-        Server {
-            addr,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        Server(Served::start(app, state))
     }
 
     fn stop(mut self) -> u64 {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.stop();
         let restarts = self.state.playground().unwrap().pool().restarts();
         self.state.playground().unwrap().shutdown();
         restarts

@@ -89,25 +89,28 @@ pub(crate) struct BroadcastPlan {
     pub same: bool,
 }
 
+/// The element strides of an input of shape `s` read as the (broadcast) shape `out`: its shape aligned on the
+/// right, with stride 0 along every dimension it repeats.
+pub(crate) fn broadcast_strides(s: &[usize], out: &[usize]) -> Vec<usize> {
+    let pad = out.len() - s.len();
+    let full: Vec<usize> = std::iter::repeat_n(1, pad)
+        .chain(s.iter().copied())
+        .collect();
+    let st = strides(&full);
+    full.iter()
+        .zip(st)
+        .zip(out)
+        .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
+        .collect()
+}
+
 /// The most dimensions a collapsed broadcast may have.
 pub const MAX_BROADCAST_RANK: usize = 8;
 
 impl BroadcastPlan {
     pub(crate) fn new(a: &[usize], b: &[usize], out: &[usize]) -> Result<Self> {
         let same = a == out && b == out;
-        let aligned = |s: &[usize]| -> Vec<usize> {
-            let pad = out.len() - s.len();
-            let full: Vec<usize> = std::iter::repeat_n(1, pad)
-                .chain(s.iter().copied())
-                .collect();
-            let st = strides(&full);
-            full.iter()
-                .zip(st)
-                .zip(out)
-                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
-                .collect()
-        };
-        let (sa, sb) = (aligned(a), aligned(b));
+        let (sa, sb) = (broadcast_strides(a, out), broadcast_strides(b, out));
         // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.
         let mut shape: Vec<usize> = Vec::new();
         let mut ca: Vec<usize> = Vec::new();

@@ -1,6 +1,7 @@
 //! 2-D max, average and global-average pooling of N×C×H×W with any kernel, stride and padding, forward and
 //! backward. Max pooling keeps the index of each window's maximum for its backward.
 
+use super::limit;
 pub use crate::contract::pool::Pool2d;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -18,17 +19,22 @@ pub struct MaxPoolOut {
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
     x.expect_dtype(DType::F32, op)?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, op)?;
     match *x.shape() {
         [n, c, h, w] => Ok([n, c, h, w]),
         _ => Err(Error::Shape(format!(
             "{op}: expected an N×C×H×W input, got {:?}",
             x.shape()
+        ))),
+    }
+}
+
+/// The N×C×H×W extents of a backward's `input_shape`.
+fn input_nchw(input_shape: &[usize], op: &str) -> Result<[usize; 4]> {
+    match *input_shape {
+        [n, c, h, w] => Ok([n, c, h, w]),
+        _ => Err(Error::Shape(format!(
+            "{op}: input shape {input_shape:?} is not N×C×H×W"
         ))),
     }
 }
@@ -52,14 +58,7 @@ pub fn max_pool2d_backward(
     input_shape: &[usize],
     p: Pool2d,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = match *input_shape {
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Shape(format!(
-                "max_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
-            )));
-        }
-    };
+    let [n, c, h, w] = input_nchw(input_shape, "max_pool2d_backward")?;
     let (oh, ow) = p.out_hw(h, w, "max_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] || out.indices.shape() != grad.shape() {
         return Err(Error::shape_mismatch(
@@ -96,14 +95,7 @@ pub fn avg_pool2d_backward(
     p: Pool2d,
     count_include_pad: bool,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = match *input_shape {
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Shape(format!(
-                "avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
-            )));
-        }
-    };
+    let [n, c, h, w] = input_nchw(input_shape, "avg_pool2d_backward")?;
     let (oh, ow) = p.out_hw(h, w, "avg_pool2d_backward")?;
     if grad.shape() != [n, c, oh, ow] {
         return Err(Error::shape_mismatch(
