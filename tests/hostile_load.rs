@@ -95,17 +95,10 @@ struct Load {
 }
 
 /// A server on 127.0.0.1 with two playground workers, on a runtime of two threads of its own.
-struct Server(Served);
-
-impl std::ops::Deref for Server {
-    type Target = Served;
-    fn deref(&self) -> &Served {
-        &self.0
-    }
-}
+struct Server;
 
 impl Server {
-    fn start(max_runs_per_client: usize) -> Server {
+    fn start(max_runs_per_client: usize) -> Served {
         let (app, state) = app_with(Arc::new(TestEngine), |c| {
             c.playground_worker_command =
                 Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
@@ -117,13 +110,14 @@ impl Server {
             c.playground_max_runs_per_client = max_runs_per_client;
             c.playground_limits.max_operations = u64::MAX;
         });
-        Server(Served::start(app, state))
+        Served::start(app, state)
     }
 
-    fn stop(mut self) -> u64 {
-        self.0.stop();
-        let restarts = self.state.playground().unwrap().pool().restarts();
-        self.state.playground().unwrap().shutdown();
+    /// Stops `served` and its workers; how many times a worker was restarted.
+    fn stop(mut served: Served) -> u64 {
+        served.stop();
+        let restarts = served.state.playground().unwrap().pool().restarts();
+        served.state.playground().unwrap().shutdown();
         restarts
     }
 }
@@ -352,7 +346,7 @@ fn pages_stay_fast_under_hostile_clients() {
     let server_cpu = cpu_secs(me) - server_cpu0;
     let out = generator.wait_with_output().unwrap();
     let rss_end = rss_kib(me);
-    let restarts = server.stop();
+    let restarts = Server::stop(server);
     let text = String::from_utf8_lossy(&out.stdout);
     let report: Value = text
         .lines()
@@ -404,7 +398,7 @@ fn a_short_load_keeps_pages_and_runs_answered() {
         pace: Duration::from_millis(20),
     };
     let report = clients(server.addr, load);
-    server.stop();
+    Server::stop(server);
     let r = |k: &str| report[k].as_f64().unwrap_or(f64::NAN);
     assert_eq!(r("errors"), 0.0, "{report}");
     assert!(r("pages") > 0.0, "{report}");

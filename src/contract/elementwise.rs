@@ -107,6 +107,17 @@ pub(crate) fn broadcast_strides(s: &[usize], out: &[usize]) -> Vec<usize> {
 /// The most dimensions a collapsed broadcast may have.
 pub const MAX_BROADCAST_RANK: usize = 8;
 
+/// Refuses a collapsed broadcast of more than [`MAX_BROADCAST_RANK`] dimensions; `what` names the shapes.
+pub(crate) fn broadcast_rank(rank: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if rank > MAX_BROADCAST_RANK {
+        return Err(Error::Shape(format!(
+            "broadcasting {} needs {rank} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
+            what()
+        )));
+    }
+    Ok(())
+}
+
 impl BroadcastPlan {
     pub(crate) fn new(a: &[usize], b: &[usize], out: &[usize]) -> Result<Self> {
         let same = a == out && b == out;
@@ -133,12 +144,7 @@ impl BroadcastPlan {
             ca.push(sa[i]);
             cb.push(sb[i]);
         }
-        if shape.len() > MAX_BROADCAST_RANK {
-            return Err(Error::Shape(format!(
-                "broadcasting {a:?} with {b:?} needs {} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
-                shape.len()
-            )));
-        }
+        broadcast_rank(shape.len(), || format!("{a:?} with {b:?}"))?;
         Ok(BroadcastPlan {
             shape,
             sa: ca,

@@ -3,7 +3,7 @@
 //! plan, and the primitive a backend provides. Backends turn the tree into their own code (the OpenCL backend
 //! writes it from the vocabulary's templates).
 
-use crate::contract::elementwise::{MAX_BROADCAST_RANK, broadcast_strides};
+use crate::contract::elementwise::{broadcast_rank, broadcast_strides};
 use crate::contract::vocab::{self, OPS, OpDef};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -347,12 +347,7 @@ pub(crate) fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
             }
         }
     }
-    if shape.len() > MAX_BROADCAST_RANK {
-        return Err(Error::Shape(format!(
-            "broadcasting {shapes:?} needs {} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
-            shape.len()
-        )));
-    }
+    broadcast_rank(shape.len(), || format!("{shapes:?}"))?;
     Ok(MultiPlan {
         shape,
         strides: cs,

@@ -103,6 +103,11 @@ fn le<T, const N: usize>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
+/// The little-endian bytes of `v`, each value encoded by `f` (`f32::to_le_bytes`, …).
+fn to_le<T: Copy, const N: usize>(v: &[T], f: fn(T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(|x| f(*x)).collect()
+}
+
 /// Reads every member of an `.npz` file; member names lose their `.npy` suffix.
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, NpyArray>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -283,22 +288,10 @@ fn dict_shape(h: &str) -> Option<Vec<usize>> {
 /// Serialises one array as npy 1.0.
 pub fn npy_bytes(a: &NpyArray) -> Vec<u8> {
     let (descr, body): (String, Vec<u8>) = match &a.data {
-        NpyData::F32(v) => (
-            "<f4".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::F64(v) => (
-            "<f8".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::I32(v) => (
-            "<i4".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::I64(v) => (
-            "<i8".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
+        NpyData::F32(v) => ("<f4".into(), to_le(v, f32::to_le_bytes)),
+        NpyData::F64(v) => ("<f8".into(), to_le(v, f64::to_le_bytes)),
+        NpyData::I32(v) => ("<i4".into(), to_le(v, i32::to_le_bytes)),
+        NpyData::I64(v) => ("<i8".into(), to_le(v, i64::to_le_bytes)),
         NpyData::U8(v) => ("|u1".into(), v.clone()),
         NpyData::Str(v) => {
             let w = v

@@ -29,14 +29,33 @@ fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
     }
 }
 
-/// The N×C×H×W extents of a backward's `input_shape`.
-fn input_nchw(input_shape: &[usize], op: &str) -> Result<[usize; 4]> {
-    match *input_shape {
-        [n, c, h, w] => Ok([n, c, h, w]),
-        _ => Err(Error::Shape(format!(
-            "{op}: input shape {input_shape:?} is not N×C×H×W"
-        ))),
+/// A pooling backward's input gradient, allocated once `grad` (and the forward's `indices`, where given) are
+/// checked against the output shape `p` gives `input_shape`.
+fn backward_out(
+    grad: &Tensor,
+    indices: Option<&Tensor>,
+    input_shape: &[usize],
+    p: Pool2d,
+    op: &str,
+) -> Result<Tensor> {
+    let [n, c, h, w] = match *input_shape {
+        [n, c, h, w] => [n, c, h, w],
+        _ => {
+            return Err(Error::Shape(format!(
+                "{op}: input shape {input_shape:?} is not N×C×H×W"
+            )));
+        }
+    };
+    let (oh, ow) = p.out_hw(h, w, op)?;
+    if grad.shape() != [n, c, oh, ow] || indices.is_some_and(|i| i.shape() != grad.shape()) {
+        return Err(Error::shape_mismatch(
+            format!("{op} gradient"),
+            &[n, c, oh, ow],
+            grad.shape(),
+        ));
     }
+    grad.expect_dtype(DType::F32, op)?;
+    Tensor::empty(grad.device(), input_shape, DType::F32)
 }
 
 /// Max pooling; the indices feed [`max_pool2d_backward`].
@@ -58,17 +77,13 @@ pub fn max_pool2d_backward(
     input_shape: &[usize],
     p: Pool2d,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = input_nchw(input_shape, "max_pool2d_backward")?;
-    let (oh, ow) = p.out_hw(h, w, "max_pool2d_backward")?;
-    if grad.shape() != [n, c, oh, ow] || out.indices.shape() != grad.shape() {
-        return Err(Error::shape_mismatch(
-            "max_pool2d_backward gradient",
-            &[n, c, oh, ow],
-            grad.shape(),
-        ));
-    }
-    grad.expect_dtype(DType::F32, "max_pool2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = backward_out(
+        grad,
+        Some(&out.indices),
+        input_shape,
+        p,
+        "max_pool2d_backward",
+    )?;
     if gx.numel() > 0 {
         grad.device()
             .backend()
@@ -95,17 +110,7 @@ pub fn avg_pool2d_backward(
     p: Pool2d,
     count_include_pad: bool,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = input_nchw(input_shape, "avg_pool2d_backward")?;
-    let (oh, ow) = p.out_hw(h, w, "avg_pool2d_backward")?;
-    if grad.shape() != [n, c, oh, ow] {
-        return Err(Error::shape_mismatch(
-            "avg_pool2d_backward gradient",
-            &[n, c, oh, ow],
-            grad.shape(),
-        ));
-    }
-    grad.expect_dtype(DType::F32, "avg_pool2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = backward_out(grad, None, input_shape, p, "avg_pool2d_backward")?;
     if gx.numel() > 0 {
         grad.device()
             .backend()
