@@ -6,7 +6,7 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close, assert_tensors_close};
+use common::{Lcg, assert_tensors_close};
 use opsutil::{assert_conv_grads_close, cpu, opencl_device, pair};
 
 use netcl::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions};

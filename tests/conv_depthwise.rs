@@ -6,14 +6,10 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close, assert_tensors_close};
+use common::{Lcg, assert_tensors_close};
 use netcl::ops::{self, DwAlgo};
 use netcl::{Device, Error, Tensor};
 use opsutil::{assert_conv_grads_close, cpu, opencl_device, pair};
-
-fn v(t: &Tensor) -> Vec<f32> {
-    t.to_vec::<f32>().unwrap()
-}
 
 fn check(
     dev: &Device,

@@ -21,8 +21,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use netcl::wiki::listen::{self, ConnLimits};
-use netcl::wiki::server::AppState;
 use serde_json::{Value, json};
 use wiki_support::{Served, TestEngine, app_with};
 

@@ -14,8 +14,6 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::config::Config;
-use netcl::wiki::listen::{self, ConnLimits};
-use netcl::wiki::server::AppState;
 use serde_json::{Value, json};
 use wiki_support::{Served, TestEngine, app_with, send};
 

@@ -14,7 +14,7 @@ use opsutil::{cpu, opencl_device, pair};
 
 fn close(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
-    assert_tensors_close(&a, &b, 1e-4, 1e-4, what);
+    assert_tensors_close(a, b, 1e-4, 1e-4, what);
 }
 
 /// Training batch_norm2d (momentum 0.1, ε 1e-5) with its kernels forced to `algo`.

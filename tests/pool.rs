@@ -7,7 +7,7 @@
 mod common;
 mod opsutil;
 
-use common::{assert_close, assert_tensors_close};
+use common::assert_tensors_close;
 use netcl::Tensor;
 use netcl::ops::{self, Pool2d};
 use opsutil::{cpu, opencl_device, pair, with_specials};

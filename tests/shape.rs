@@ -4,14 +4,14 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close, assert_tensors_close};
+use common::{Lcg, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, PadMode};
 use opsutil::{cpu, opencl_device, pair, with_specials};
 
 fn same(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
-    assert_tensors_close(&a, &b, 0.0, 0.0, what);
+    assert_tensors_close(a, b, 0.0, 0.0, what);
 }
 
 #[test]
