@@ -181,7 +181,9 @@ impl ProgramCache {
         defines: &Defines,
         name: &str,
     ) -> Result<Arc<ClKernel>> {
-        let hash = program_hash(source, defines, name);
+        // Kernels launched together share a program, named by the first of them.
+        let held = prune::program_kernel(name);
+        let hash = program_hash(source, defines, held);
         let built = {
             let mut map = self
                 .built
@@ -190,7 +192,7 @@ impl ProgramCache {
             let same = map.entry(hash).or_default();
             match same
                 .iter()
-                .find(|(s, d, k, _)| *s == source && d == defines && *k == name)
+                .find(|(s, d, k, _)| *s == source && d == defines && *k == held)
             {
                 Some((_, _, _, b)) => b.clone(),
                 None => {
@@ -200,6 +202,7 @@ impl ProgramCache {
                         kernel,
                         batch: 1,
                     });
+                    let kernel = prune::program_kernel(kernel);
                     let b = Arc::new(self.build(
                         context,
                         device,
@@ -269,7 +272,7 @@ impl ProgramCache {
         device: cl_device_id,
         programs: &[ProgramSpec],
     ) -> Result<usize> {
-        let missing: Vec<&ProgramSpec> = {
+        let missing: Vec<(&'static str, &'static str, &Defines)> = {
             let map = self
                 .built
                 .lock()
@@ -277,12 +280,13 @@ impl ProgramCache {
             let mut seen = std::collections::HashSet::new();
             programs
                 .iter()
+                .map(|(s, k, d)| (*s, prune::program_kernel(k), d))
                 .filter(|(s, k, d)| {
                     let present = map.get(&program_hash(s, d, k)).is_some_and(|v| {
                         v.iter()
-                            .any(|(vs, vd, vk, _)| vs == s && vd == d && vk == k)
+                            .any(|(vs, vd, vk, _)| vs == s && vd == *d && vk == k)
                     });
-                    !present && seen.insert((*s, *k, d))
+                    !present && seen.insert((*s, *k, *d))
                 })
                 .collect()
         };
@@ -336,7 +340,7 @@ impl ProgramCache {
                 .or_default();
             if !same
                 .iter()
-                .any(|(s, d, k, _)| s == source && d == defines && k == kernel)
+                .any(|(s, d, k, _)| *s == source && d == defines && *k == kernel)
             {
                 same.push((source, defines.clone(), kernel, Arc::new(b)));
             }

@@ -25,13 +25,15 @@ pub(crate) struct KernelSpan {
 /// text is returned unchanged (borrowed) when `keep` is not found at the top level, so the build reports the
 /// missing kernel as it would for the whole family.
 pub(crate) fn keep_only<'a>(src: &'a str, declared: &[&str], keep: &str) -> Cow<'a, str> {
+    let group = group_of(keep);
+    let kept = |name: &str| name == keep || group.contains(&name);
     let spans = kernel_spans(src, declared);
     if !spans.iter().any(|s| s.name == keep) {
         return Cow::Borrowed(src);
     }
     let mut out = String::with_capacity(src.len());
     let mut at = 0;
-    for s in spans.iter().filter(|s| s.name != keep) {
+    for s in spans.iter().filter(|s| !kept(&s.name)) {
         out.push_str(&src[at..s.span.start]);
         let lines = src[s.span.clone()].bytes().filter(|&b| b == b'\n').count();
         out.extend(std::iter::repeat_n('\n', lines));
@@ -39,6 +41,28 @@ pub(crate) fn keep_only<'a>(src: &'a str, declared: &[&str], keep: &str) -> Cow<
     }
     out.push_str(&src[at..]);
     Cow::Owned(out)
+}
+
+/// Kernels that ops launch together, with the same defines: one program holds each group, so a first call
+/// pays one build for them (on PoCL each build has a fixed cost of a few hundred milliseconds: the OpenCL C
+/// header is parsed and the kernel library linked again).
+const GROUPS: &[&[&str]] = &[
+    &["gemm_pack_a", "gemm_pack_b", "gemm_packed"],
+    &["wino_filter", "wino_input", "wino_output"],
+];
+
+/// The kernels built together with `kernel` (empty when it is built alone).
+pub(crate) fn group_of(kernel: &str) -> &'static [&'static str] {
+    GROUPS
+        .iter()
+        .find(|g| g.contains(&kernel))
+        .copied()
+        .unwrap_or(&[])
+}
+
+/// The kernel that names `kernel`'s program: the first of its group, or itself.
+pub(crate) fn program_kernel(kernel: &str) -> &str {
+    group_of(kernel).first().copied().unwrap_or(kernel)
 }
 
 /// Every kernel definition at the top level of `src`, in source order: `__kernel` functions (from the start
@@ -277,6 +301,28 @@ mod tests {
         __kernel void fourth(__global float* x) { x[0] = ADD(1, 2); }\n";
 
     #[test]
+    fn kernels_launched_together_share_one_program() {
+        let src = kernel_source("gemm").expect("gemm");
+        let declared = kernel_names("gemm").expect("names");
+        for g in GROUPS {
+            for k in *g {
+                assert_eq!(program_kernel(k), g[0]);
+            }
+        }
+        let kept = keep_only(src, declared, "gemm_pack_b");
+        let left: Vec<String> = kernel_spans(&kept, declared).into_iter().map(|s| s.name).collect();
+        assert_eq!(left, ["gemm_pack_a", "gemm_pack_b", "gemm_packed"]);
+        assert_eq!(program_kernel("gemm_reg"), "gemm_reg");
+        for g in GROUPS {
+            let family = kernel_families()
+                .find(|f| kernel_names(f).is_some_and(|n| n.contains(&g[0])))
+                .expect("a family declares the group");
+            let names = kernel_names(family).expect("names");
+            assert!(g.iter().all(|k| names.contains(k)), "{g:?} in {family}");
+        }
+    }
+
+    #[test]
     fn finds_functions_macro_kernels_and_nothing_in_comments_or_directives() {
         let names = ["first", "second", "third", "fourth"];
         let spans = kernel_spans(SRC, &names);
@@ -339,6 +385,7 @@ mod tests {
                 );
             }
             for k in declared {
+                let group = group_of(k);
                 let kept = keep_only(src, declared, k);
                 assert_eq!(kept.lines().count(), src.lines().count(), "{family}::{k}");
                 let left: Vec<String> = kernel_spans(&kept, declared)
@@ -346,7 +393,8 @@ mod tests {
                     .map(|s| s.name)
                     .collect();
                 assert!(
-                    left.iter().all(|n| n == k) && !left.is_empty(),
+                    left.iter().all(|n| n == k || group.contains(&n.as_str()))
+                        && left.iter().any(|n| n == k),
                     "{family}::{k} keeps {left:?}"
                 );
             }
