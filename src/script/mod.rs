@@ -7,6 +7,7 @@
 //! structured error with its line and column.
 
 mod attnbind;
+mod layerbind;
 mod bindings;
 mod nnbind;
 mod opsbind;
@@ -33,6 +34,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     bindings::register_core(engine, ctx);
     opsbind::register(engine, ctx);
     attnbind::register(engine, ctx);
+    layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
