@@ -68,7 +68,7 @@ fn cases(dev: &Device) -> Vec<(Vec<LayerConfig>, Tensor, Vec<usize>)> {
                 cfg("MultiheadAttention", json!({"embed_dim": 8, "num_heads": 2})),
                 cfg("CausalSelfAttention", json!({"embed_dim": 8, "num_heads": 4})),
                 cfg("TransformerEncoderLayer", json!({"d_model": 8, "nhead": 2, "dim_feedforward": 12})),
-                cfg("TransformerBlock", json!({"d_model": 8, "num_heads": 2, "activation": "relu"})),
+                cfg("TransformerBlock", json!({"d_model": 8, "num_heads": 2, "activation": "silu"})),
             ],
             x3(2),
             vec![2, 5, 8],
@@ -78,7 +78,6 @@ fn cases(dev: &Device) -> Vec<(Vec<LayerConfig>, Tensor, Vec<usize>)> {
                 cfg("RotaryAttention", json!({"dim": 8, "n_head": 2})),
                 cfg("SwiGLU", json!({"dim": 8, "hidden": 12, "bias": true})),
                 cfg("DecoderBlock", json!({"dim": 8, "n_head": 2, "hidden": 16})),
-                cfg("ModuleList", json!({"modules": [{"type": "Linear", "args": {"in_features": 8, "out_features": 8}}]})),
                 cfg("Linear", json!({"in_features": 8, "out_features": 3})),
             ],
             x3(3),
@@ -131,7 +130,7 @@ fn check_grad(model: &mut dyn Module, x: &Var, p: &Var, what: &str) {
     let base = vals(p.value());
     let n = base.len();
     for idx in [0, n / 3, n / 2, n - 1] {
-        let h = 1e-2f32;
+        let h = 5e-4f32;
         let mut at = |d: f32| {
             let mut v = base.clone();
             v[idx] += d;
@@ -146,7 +145,7 @@ fn check_grad(model: &mut dyn Module, x: &Var, p: &Var, what: &str) {
             .assign(&Tensor::from_slice(&dev, &base, p.shape()).expect("t"))
             .expect("restore");
         assert!(
-            (fd - g[idx]).abs() <= 3e-3 + 3e-2 * fd.abs().max(g[idx].abs()),
+            (fd - g[idx]).abs() <= 1e-2 + 3e-2 * fd.abs().max(g[idx].abs()),
             "{what}[{idx}]: finite difference {fd}, gradient {}",
             g[idx]
         );
@@ -158,7 +157,7 @@ fn gradients_of_every_layer_match_finite_differences() {
     let dev = Device::builtin();
     for (k, (config, x, _)) in cases(&dev).into_iter().enumerate() {
         for (i, c) in config.iter().enumerate() {
-            if c.kind == "TiedLinear" || c.kind == "ModuleList" {
+            if c.kind == "TiedLinear" {
                 continue;
             }
             let mut m = build_sequential(&dev, &config[..=i], 11).expect("build");
@@ -168,7 +167,9 @@ fn gradients_of_every_layer_match_finite_differences() {
             } else {
                 Var::constant(x.clone())
             };
-            for (j, p) in m.parameters().iter().enumerate() {
+            // The last layer's parameters (earlier layers were checked as the last of a shorter stack).
+            let before = m.layers()[..i].iter().map(|l| l.parameters().len()).sum::<usize>();
+            for (j, p) in m.parameters().iter().enumerate().skip(before) {
                 check_grad(&mut m, &xin, p, &format!("case {k} {} parameter {j}", c.kind));
             }
             if xin.requires_grad() {
@@ -185,8 +186,8 @@ fn decoding_with_the_kv_cache_equals_the_full_forward() {
     block.set_training(false);
     let x = Tensor::randn(&dev, &[1, 7, 16], 0.0, 1.0, 4).expect("x");
     let full = vals(block.forward(&Var::constant(x.clone())).expect("full").value());
-    let mut cache = KVCache::new(&dev, 1, 1, 2, 8, 8).expect("cache");
-    assert_eq!(cache.bytes(), 2 * 2 * 8 * 8 * 4);
+    let mut cache = KVCache::new(&dev, 1, 1, 2, 8, 10).expect("cache");
+    assert_eq!(cache.bytes(), 2 * 2 * 10 * 8 * 4);
     let prefill = netcl::ops::narrow(&x, 1, 0, 3).expect("n");
     let mut got = vals(block.forward_cached(&Var::constant(prefill), &mut cache, 0).expect("p").value());
     cache.advance(3).expect("adv");
@@ -202,9 +203,34 @@ fn decoding_with_the_kv_cache_equals_the_full_forward() {
     let one = Var::constant(Tensor::zeros(&dev, &[1, 2, 16]).expect("z"));
     let e = block.forward_cached(&one, &mut cache, 0).err().expect("refused");
     assert!(e.to_string().contains("prefill"), "{e}");
-    cache.advance(1).expect("fills the cache");
+    cache.advance(3).expect("fills the cache");
     let e = block.forward_cached(&one, &mut cache, 0).err().expect("full");
     assert!(e.to_string().contains("capacity"), "{e}");
+}
+
+#[test]
+fn module_lists_and_dicts_share_parameters_and_state_but_are_not_callable() {
+    let dev = Device::builtin();
+    let lin = json!({"type": "Linear", "args": {"in_features": 3, "out_features": 2}});
+    let norm = json!({"type": "RMSNorm", "args": {"dim": 2}});
+    let mut list = netcl::nn::build_layer(&dev, &cfg("ModuleList", json!({"modules": [lin, norm]})), 1)
+        .expect("list");
+    let names: Vec<String> = list.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["0.weight", "0.bias", "1.gamma"]);
+    assert_eq!(list.parameters().len(), 3);
+    let e = list.forward(&Var::constant(Tensor::zeros(&dev, &[1, 3]).expect("z"))).err().expect("not callable");
+    assert!(e.to_string().contains("not callable"), "{e}");
+    let dict = netcl::nn::build_layer(
+        &dev,
+        &cfg("ModuleDict", json!({"modules": {"head": lin, "norm": norm}})),
+        1,
+    )
+    .expect("dict");
+    let names: Vec<String> = dict.state_dict().into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, ["head.weight", "head.bias", "norm.gamma"]);
+    // Configs written back rebuild the same containers.
+    let again = netcl::nn::build_layer(&dev, &dict.config(), 2).expect("rebuilt");
+    assert_eq!(again.state_dict().len(), 3);
 }
 
 #[test]
@@ -251,13 +277,13 @@ fn attention_dropout_acts_in_training_only() {
     let c = [cfg("CausalSelfAttention", json!({"embed_dim": 8, "num_heads": 2, "dropout": 0.5}))];
     let mut m = build_sequential(&dev, &c, 1).expect("m");
     let x = Var::constant(Tensor::randn(&dev, &[2, 4, 8], 0.0, 1.0, 9).expect("x"));
-    let eval1 = vals(m.predict(x.value()).expect("e"));
+    let eval1 = vals(&m.predict(x.value()).expect("e"));
     m.set_training(true);
     let t1 = vals(m.forward(&x).expect("t1").value());
     let t2 = vals(m.forward(&x).expect("t2").value());
     assert_ne!(t1, eval1);
     assert_ne!(t1, t2, "a new mask per call");
-    assert_eq!(vals(m.predict(x.value()).expect("e")), eval1);
+    assert_eq!(vals(&m.predict(x.value()).expect("e")), eval1);
 }
 
 #[test]
