@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what netcl needs on Debian/Ubuntu and is missing: the OpenCL ICD loader, PoCL when no OpenCL
-# platform exists (CPU OpenCL), and, with --test, the browser the wiki's end-to-end tests drive.
+# platform exists (CPU OpenCL), and, with --test, the browser the wiki's end-to-end tests drive and the proxies
+# the hosting tests put in front of the wiki (nginx, Caddy, openssl for a test certificate).
 # Idempotent: installs nothing when everything is present. Run as root (or with sudo available).
 set -euo pipefail
 
@@ -22,6 +23,9 @@ fi
 if [ "$want_test" = 1 ]; then
   have_pkg chromium || pkgs+=(chromium)
   have_pkg chromium-driver || pkgs+=(chromium-driver)
+  have_pkg nginx || pkgs+=(nginx)
+  have_pkg caddy || pkgs+=(caddy)
+  have_pkg openssl || pkgs+=(openssl)
 fi
 
 if [ "${#pkgs[@]}" -gt 0 ]; then

@@ -36,30 +36,28 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub struct FileLock(File);
 
 impl FileLock {
-    /// Blocks until the lock on `lock_path` is held, creating the file (and its directory) if needed.
-    pub fn acquire(lock_path: &Path) -> std::io::Result<FileLock> {
+    /// The lock file at `lock_path`, created (with its directory) if needed; its contents are never touched.
+    fn open(lock_path: &Path) -> std::io::Result<File> {
         if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
             fs::create_dir_all(dir)?;
         }
-        let f = OpenOptions::new()
+        OpenOptions::new()
             .create(true)
             .truncate(false)
             .write(true)
-            .open(lock_path)?;
+            .open(lock_path)
+    }
+
+    /// Blocks until the lock on `lock_path` is held, creating the file (and its directory) if needed.
+    pub fn acquire(lock_path: &Path) -> std::io::Result<FileLock> {
+        let f = FileLock::open(lock_path)?;
         f.lock()?;
         Ok(FileLock(f))
     }
 
     /// Takes the lock if no other holder has it, without waiting.
     pub fn try_acquire(lock_path: &Path) -> std::io::Result<Option<FileLock>> {
-        if let Some(dir) = lock_path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            fs::create_dir_all(dir)?;
-        }
-        let f = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(lock_path)?;
+        let f = FileLock::open(lock_path)?;
         match f.try_lock() {
             Ok(()) => Ok(Some(FileLock(f))),
             Err(std::fs::TryLockError::WouldBlock) => Ok(None),

@@ -392,19 +392,25 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
                 dev.name(),
                 autotune::cache_path().display()
             );
-            let done = netcl::wiki::warm::tune_warm(&dev, &snippets, timeout * 1000, |i, w| {
-                match &w.error {
-                    None => eprintln!(
-                        "{}/{n} {}: ok in {:.0} ms ({} measured, {} answered)",
-                        i + 1,
-                        w.source,
-                        w.ms,
-                        w.measured,
-                        w.answered
-                    ),
-                    Some(e) => eprintln!("{}/{n} {}: failed after {:.0} ms: {e}", i + 1, w.source, w.ms),
-                }
-            });
+            let done =
+                netcl::wiki::warm::tune_warm(&dev, &snippets, timeout * 1000, |i, w| {
+                    match &w.error {
+                        None => eprintln!(
+                            "{}/{n} {}: ok in {:.0} ms ({} measured, {} answered)",
+                            i + 1,
+                            w.source,
+                            w.ms,
+                            w.measured,
+                            w.answered
+                        ),
+                        Some(e) => eprintln!(
+                            "{}/{n} {}: failed after {:.0} ms: {e}",
+                            i + 1,
+                            w.source,
+                            w.ms
+                        ),
+                    }
+                });
             let failed = done.iter().filter(|w| !w.ok).count();
             let measured: usize = done.iter().map(|w| w.measured).sum();
             eprintln!(

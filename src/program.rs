@@ -3,6 +3,6 @@
 //! The program cache itself belongs to the OpenCL backend; this module is its public face.
 
 pub use crate::backend::opencl::program::{
-    Defines, ProgramSpec, ProgramStats, binary_cache_dir, build_check, build_ms_total, kernel_families,
-    kernel_names, kernel_prelude, kernel_source, prebuild, program_stats,
+    Defines, ProgramSpec, ProgramStats, binary_cache_dir, build_check, build_ms_total,
+    kernel_families, kernel_names, kernel_prelude, kernel_source, prebuild, program_stats,
 };

@@ -106,7 +106,11 @@ fn tune_warm_measures_every_candidate_once_and_later_runs_answer_from_the_cache(
     }
     let dir = scratch("tune-warm");
     let snippet = dir.join("snippet.rhai");
-    std::fs::write(&snippet, "let x = randn([2, 24, 40], 3);\nprint(sum(x, [1]).shape);\n").expect("snippet");
+    std::fs::write(
+        &snippet,
+        "let x = randn([2, 24, 40], 3);\nprint(sum(x, [1]).shape);\n",
+    )
+    .expect("snippet");
     let warm = |what: &str| {
         let out = netcl()
             .args(["--device", "cpu", "tune", "warm"])
@@ -132,10 +136,20 @@ fn tune_warm_measures_every_candidate_once_and_later_runs_answer_from_the_cache(
             .and_then(|n| n.parse().ok())
             .unwrap_or_else(|| panic!("no count in {line}"))
     };
-    assert!(measured(&first) >= 1, "the first warm-up measured nothing:\n{first}");
-    assert!(first.contains("1/1") && first.contains(": ok in"), "{first}");
+    assert!(
+        measured(&first) >= 1,
+        "the first warm-up measured nothing:\n{first}"
+    );
+    assert!(
+        first.contains("1/1") && first.contains(": ok in"),
+        "{first}"
+    );
     let second = warm("second");
-    assert_eq!(measured(&second), 0, "the second warm-up measured again:\n{second}");
+    assert_eq!(
+        measured(&second),
+        0,
+        "the second warm-up measured again:\n{second}"
+    );
     let bad = netcl()
         .args(["tune", "warm", "/no/such/snippet.rhai"])
         .output()

@@ -4,31 +4,11 @@
 //! hundred terms (f32 kernels against an f64 reference; Winograd adds O(1e-6) relative transform error).
 
 mod common;
+mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_tensors_close};
+use opsutil::{assert_conv_grads_close, cpu, opencl_device, pair};
 
-/// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
-/// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
-fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
-    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
-        std::sync::OnceLock::new();
-    DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
-}
-
-fn opencl_device() -> Option<netcl::Device> {
-    devices().0.clone()
-}
-
-fn cpu() -> netcl::Device {
-    devices().1.clone()
-}
-
-/// The same random tensor on the built-in device and on `dev`.
-fn pair(dev: &netcl::Device, shape: &[usize], seed: u64) -> (netcl::Tensor, netcl::Tensor) {
-    let c = netcl::Tensor::randn(&cpu(), shape, 0.0, 1.0, seed).unwrap();
-    let d = c.to_device(dev).unwrap();
-    (c, d)
-}
 use netcl::ops::{self, Conv2dOptions, ConvAlgo, ConvTranspose2dOptions};
 use netcl::{Device, Error, Tensor};
 
@@ -48,32 +28,12 @@ fn check(dev: &Device, x: [usize; 4], f: usize, k: [usize; 2], o: &Conv2dOptions
     let want = ops::conv2d(&xc, &wc, Some(&bc), o).unwrap();
     let got = ops::conv2d(&xd, &wd, Some(&bd), o).unwrap();
     assert_eq!(got.shape(), want.shape(), "{what}");
-    assert_close(&v(&got), &v(&want), ATOL, RTOL, &format!("forward {what}"));
+    assert_tensors_close(&got, &want, ATOL, RTOL, &format!("forward {what}"));
     let (gc, gd) = pair(dev, want.shape(), seed + 3);
     let want = ops::conv2d_backward(&xc, &wc, &gc, true, true, o).unwrap();
     let got = ops::conv2d_backward(&xd, &wd, &gd, true, true, o).unwrap();
-    assert_close(
-        &v(got.grad_x.as_ref().unwrap()),
-        &v(want.grad_x.as_ref().unwrap()),
-        ATOL,
-        RTOL,
-        &format!("grad_x {what}"),
-    );
     // grad_w and grad_b sum over N·OH·OW (up to ~600 terms): a looser absolute bound.
-    assert_close(
-        &v(&got.grad_w),
-        &v(&want.grad_w),
-        1e-3,
-        RTOL,
-        &format!("grad_w {what}"),
-    );
-    assert_close(
-        &v(got.grad_b.as_ref().unwrap()),
-        &v(want.grad_b.as_ref().unwrap()),
-        1e-3,
-        RTOL,
-        &format!("grad_b {what}"),
-    );
+    assert_conv_grads_close(&got, &want, ATOL, 1e-3, RTOL, &what);
 }
 
 #[test]
@@ -191,9 +151,9 @@ fn conv_transpose_matches_reference() {
                 (w - 1) * s + k - 2 * p + op
             ]
         );
-        assert_close(
-            &v(&got),
-            &v(&want),
+        assert_tensors_close(
+            &got,
+            &want,
             ATOL,
             RTOL,
             &format!("conv_transpose2d case {i}"),
@@ -201,26 +161,13 @@ fn conv_transpose_matches_reference() {
         let (gc, gd) = pair(&dev, want.shape(), seed + 3);
         let want = ops::conv_transpose2d_backward(&xc, &wc, &gc, true, true, &o).unwrap();
         let got = ops::conv_transpose2d_backward(&xd, &wd, &gd, true, true, &o).unwrap();
-        assert_close(
-            &v(got.grad_x.as_ref().unwrap()),
-            &v(want.grad_x.as_ref().unwrap()),
+        assert_conv_grads_close(
+            &got,
+            &want,
             ATOL,
-            RTOL,
-            &format!("t grad_x {i}"),
-        );
-        assert_close(
-            &v(&got.grad_w),
-            &v(&want.grad_w),
             1e-3,
             RTOL,
-            &format!("t grad_w {i}"),
-        );
-        assert_close(
-            &v(got.grad_b.as_ref().unwrap()),
-            &v(want.grad_b.as_ref().unwrap()),
-            1e-3,
-            RTOL,
-            &format!("t grad_b {i}"),
+            &format!("conv_transpose2d case {i}"),
         );
     }
 }
@@ -367,9 +314,9 @@ fn winograd_tile_child() {
         let want = ops::conv2d_backward(&xc, &wc, &gc, false, false, &o).unwrap();
         let got = ops::conv2d_backward(&xd, &wd, &gd, false, false, &o).unwrap();
         assert!(got.grad_x.is_none());
-        assert_close(
-            &v(&got.grad_w),
-            &v(&want.grad_w),
+        assert_tensors_close(
+            &got.grad_w,
+            &want.grad_w,
             1e-3,
             RTOL,
             &format!("grad_w only, case {i}"),
@@ -437,13 +384,7 @@ fn pointwise_small_k_child() {
         let (bc, bd) = pair(&dev, &[f], seed + 2);
         let want = ops::conv2d(&xc, &wc, Some(&bc), &o).unwrap();
         let got = ops::conv2d(&xd, &wd, Some(&bd), &o).unwrap();
-        assert_close(
-            &v(&got),
-            &v(&want),
-            ATOL,
-            RTOL,
-            &format!("small-K case {i}"),
-        );
+        assert_tensors_close(&got, &want, ATOL, RTOL, &format!("small-K case {i}"));
     }
     let used: Vec<_> = netcl::autotune::decisions_since(seq)
         .into_iter()

@@ -4,26 +4,12 @@
 //! thousand products, so 2e-3 absolute there).
 
 mod common;
+mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_tensors_close};
 use netcl::ops::{self, DwAlgo};
 use netcl::{Device, Error, Tensor};
-
-/// Devices selected once per process (concurrent platform enumeration can crash PoCL 3.1).
-fn devices() -> &'static (Option<Device>, Device) {
-    static DEVS: std::sync::OnceLock<(Option<Device>, Device)> = std::sync::OnceLock::new();
-    DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
-}
-
-fn pair(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
-    let c = Tensor::randn(&devices().1, shape, 0.0, 1.0, seed).unwrap();
-    let d = c.to_device(dev).unwrap();
-    (c, d)
-}
-
-fn v(t: &Tensor) -> Vec<f32> {
-    t.to_vec::<f32>().unwrap()
-}
+use opsutil::{assert_conv_grads_close, cpu, opencl_device, pair};
 
 fn check(
     dev: &Device,
@@ -54,31 +40,11 @@ fn check(
     let want = ops::depthwise_conv2d_algo(&xc, &wc, Some(&bc), s, p, None).unwrap();
     let got = ops::depthwise_conv2d_algo(&xd, &wd, Some(&bd), s, p, algo).unwrap();
     assert_eq!(got.shape(), want.shape());
-    assert_close(&v(&got), &v(&want), 2e-4, 1e-4, &format!("forward {what}"));
+    assert_tensors_close(&got, &want, 2e-4, 1e-4, &format!("forward {what}"));
     let (gc, gd) = pair(dev, want.shape(), seed + 3);
     let want = ops::depthwise_conv2d_backward_algo(&xc, &wc, &gc, true, true, s, p, None).unwrap();
     let got = ops::depthwise_conv2d_backward_algo(&xd, &wd, &gd, true, true, s, p, algo).unwrap();
-    assert_close(
-        &v(got.grad_x.as_ref().unwrap()),
-        &v(want.grad_x.as_ref().unwrap()),
-        2e-4,
-        1e-4,
-        &format!("grad_x {what}"),
-    );
-    assert_close(
-        &v(&got.grad_w),
-        &v(&want.grad_w),
-        2e-3,
-        1e-4,
-        &format!("grad_w {what}"),
-    );
-    assert_close(
-        &v(got.grad_b.as_ref().unwrap()),
-        &v(want.grad_b.as_ref().unwrap()),
-        2e-3,
-        1e-4,
-        &format!("grad_b {what}"),
-    );
+    assert_conv_grads_close(&got, &want, 2e-4, 2e-3, 1e-4, &what);
 }
 
 const ALL: [DwAlgo; 10] = [
@@ -96,7 +62,7 @@ const ALL: [DwAlgo; 10] = [
 
 #[test]
 fn every_algorithm_on_random_shapes() {
-    let Some(dev) = devices().0.clone() else {
+    let Some(dev) = opencl_device() else {
         return;
     };
     let mut rng = Lcg(21);
@@ -124,7 +90,7 @@ fn every_algorithm_on_random_shapes() {
 /// (stride 2, or padding ≥ K at stride 1) and the grad_w bands all run.
 #[test]
 fn every_algorithm_on_odd_shapes() {
-    let Some(dev) = devices().0.clone() else {
+    let Some(dev) = opencl_device() else {
         return;
     };
     let mut rng = Lcg(7);
@@ -162,19 +128,13 @@ fn every_algorithm_on_odd_shapes() {
 
 #[test]
 fn block_algorithms_reject_large_filters() {
-    let Some(dev) = devices().0.clone() else {
+    let Some(dev) = opencl_device() else {
         return;
     };
     let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
     let w = Tensor::zeros(&dev, &[2, 1, 9, 9]).unwrap();
-    for algo in [
-        DwAlgo::Block1x4,
-        DwAlgo::Block1x8,
-        DwAlgo::Block4x2,
-        DwAlgo::Block8x2,
-        DwAlgo::Block8x4,
-        DwAlgo::Block16x4,
-    ] {
+    // Every block algorithm: the last six of ALL.
+    for algo in ALL[4..].iter().copied() {
         let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
         assert!(
             matches!(e, Error::Invalid(_)) && e.to_string().contains("K ≤ 7"),
@@ -192,7 +152,7 @@ fn block_algorithms_reject_large_filters() {
 
 #[test]
 fn local_rejects_large_filters_and_strides() {
-    let Some(dev) = devices().0.clone() else {
+    let Some(dev) = opencl_device() else {
         return;
     };
     let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
@@ -205,7 +165,7 @@ fn local_rejects_large_filters_and_strides() {
 
 #[test]
 fn bad_input_gives_clear_errors() {
-    let d = devices().1.clone();
+    let d = cpu();
     let x = Tensor::zeros(&d, &[1, 4, 5, 5]).unwrap();
     let w = Tensor::zeros(&d, &[3, 1, 3, 3]).unwrap();
     let e = ops::depthwise_conv2d(&x, &w, None, 1, 1).unwrap_err();
@@ -257,7 +217,7 @@ fn run_forced_children(name: &str, forces: &[String]) -> Vec<String> {
 /// built-in device; a label that is not a candidate is refused.
 #[test]
 fn backward_kernel_variants() {
-    if devices().0.is_none() {
+    if opencl_device().is_none() {
         return;
     }
     let gathers = ["pixel", "2x2", "4x2"];
@@ -292,7 +252,7 @@ fn backward_kernel_variants() {
 #[test]
 #[ignore = "run by backward_kernel_variants with NETCL_AUTOTUNE_FORCE set"]
 fn backward_variant_child() {
-    let dev = devices().0.clone().expect("an OpenCL device");
+    let dev = opencl_device().expect("an OpenCL device");
     let force = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
     let label = |kernel: &str| {
         force.split(';').find_map(|e| {
@@ -342,74 +302,32 @@ fn backward_variant_child() {
             seed += 10;
         }
     }
+    // (x, k, stride, padding, seed); stride 1 takes the grad_w units too.
+    let cases = [
+        ([1, 3, 1, 1], 3, 2, 1, 8800),
+        ([1, 5, 13, 3], 3, 2, 1, 8820),
+        ([2, 7, 17, 23], 5, 2, 2, 8840),
+        ([2, 3, 11, 29], 3, 1, 1, 8860),
+        ([1, 5, 9, 7], 7, 1, 3, 8880),
+    ];
     for (i, algo) in [DwAlgo::Block1x8, DwAlgo::Block4x2].into_iter().enumerate() {
-        check(
-            &dev,
-            [1, 3, 1, 1],
-            3,
-            2,
-            1,
-            Some(algo),
-            8800 + 10 * i as u64,
-        );
-        check(
-            &dev,
-            [1, 5, 13, 3],
-            3,
-            2,
-            1,
-            Some(algo),
-            8820 + 10 * i as u64,
-        );
-        check(
-            &dev,
-            [2, 7, 17, 23],
-            5,
-            2,
-            2,
-            Some(algo),
-            8840 + 10 * i as u64,
-        );
-        // Stride 1 takes the grad_w units too.
-        check(
-            &dev,
-            [2, 3, 11, 29],
-            3,
-            1,
-            1,
-            Some(algo),
-            8860 + 10 * i as u64,
-        );
-        check(
-            &dev,
-            [1, 5, 9, 7],
-            7,
-            1,
-            3,
-            Some(algo),
-            8880 + 10 * i as u64,
-        );
+        for (x, k, s, p, seed) in cases {
+            check(&dev, x, k, s, p, Some(algo), seed + 10 * i as u64);
+        }
     }
     // More channels than grad_w has bands in all (one band per channel), so each work-item walks several
     // units, across rows and samples.
-    check(
-        &dev,
-        [3, 2049, 33, 33],
-        3,
-        1,
-        1,
-        Some(DwAlgo::Block1x4),
-        8900,
-    );
-    check(
-        &dev,
-        [3, 2049, 33, 33],
-        3,
-        2,
-        1,
-        Some(DwAlgo::Block1x4),
-        8910,
-    );
+    for (s, seed) in [(1, 8900), (2, 8910)] {
+        check(
+            &dev,
+            [3, 2049, 33, 33],
+            3,
+            s,
+            1,
+            Some(DwAlgo::Block1x4),
+            seed,
+        );
+    }
     let used = netcl::autotune::decisions_since(seq);
     for kernel in ["dwconv_bwd_x_s2", "dwconv_bwd_w_unit"] {
         let want = if kernel == "dwconv_bwd_x_s2" {

@@ -8,7 +8,7 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_close, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, BinaryOp, UnaryOp};
 use opsutil::{cpu, opencl_device, pair, with_specials};
@@ -74,13 +74,7 @@ fn binary_broadcast_matches_reference_on_every_path() {
             assert_eq!(got.shape(), want.shape());
             let exact = !matches!(op, BinaryOp::Div | BinaryOp::Pow);
             let (atol, rtol) = if exact { (0.0, 0.0) } else { (1e-6, 1e-5) };
-            assert_close(
-                &got.to_vec::<f32>().unwrap(),
-                &want.to_vec::<f32>().unwrap(),
-                atol,
-                rtol,
-                &format!("{op:?} {sa:?} {sb:?}"),
-            );
+            assert_tensors_close(&got, &want, atol, rtol, &format!("{op:?} {sa:?} {sb:?}"));
         }
     }
 }
@@ -232,13 +226,7 @@ fn fused_expressions_match_reference_and_broadcast() {
         let got = ops::fused(e, &[&ad, &bd, &cd]).unwrap();
         let want = ops::fused(e, &[&ac, &bc, &cc]).unwrap();
         assert_eq!(got.shape(), &[6, 5, 17]);
-        assert_close(
-            &got.to_vec::<f32>().unwrap(),
-            &want.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-5,
-            e,
-        );
+        assert_tensors_close(&got, &want, 1e-6, 1e-5, e);
     }
     // Five alternating broadcast dimensions: the general (dividing) kernel.
     let (pc, pd) = pair(&dev, &[2, 1, 3, 1, 5], 63);
@@ -246,9 +234,9 @@ fn fused_expressions_match_reference_and_broadcast() {
     let got = ops::fused("x0 * x1 - x0", &[&pd, &qd]).unwrap();
     let want = ops::fused("x0 * x1 - x0", &[&pc, &qc]).unwrap();
     assert_eq!(got.shape(), &[2, 4, 3, 6, 5]);
-    assert_close(
-        &got.to_vec::<f32>().unwrap(),
-        &want.to_vec::<f32>().unwrap(),
+    assert_tensors_close(
+        &got,
+        &want,
         1e-7,
         1e-6,
         "rank-5 broadcast (FMA contraction allowed)",
@@ -283,21 +271,9 @@ fn prelu_forward_and_backward_match_reference() {
     assert_close(&got, &want, 0.0, 0.0, "prelu");
     let (gxd, gad) = ops::prelu_backward(&xd, &ad, &gd).unwrap();
     let (gxc, gac) = ops::prelu_backward(&xc, &ac, &gc).unwrap();
-    assert_close(
-        &gxd.to_vec::<f32>().unwrap(),
-        &gxc.to_vec::<f32>().unwrap(),
-        0.0,
-        0.0,
-        "prelu dx",
-    );
+    assert_tensors_close(&gxd, &gxc, 0.0, 0.0, "prelu dx");
     assert_eq!(gad.shape(), &[4]);
-    assert_close(
-        &gad.to_vec::<f32>().unwrap(),
-        &gac.to_vec::<f32>().unwrap(),
-        1e-4,
-        1e-5,
-        "prelu dalpha",
-    );
+    assert_tensors_close(&gad, &gac, 1e-4, 1e-5, "prelu dalpha");
     assert!(ops::prelu(&xd, &Tensor::zeros(&dev, &[3]).unwrap()).is_err());
 }
 
@@ -324,13 +300,7 @@ fn fused_expressions_with_six_inputs() {
         let got = ops::fused(e, &ds.iter().collect::<Vec<_>>()).unwrap();
         let want = ops::fused(e, &cs.iter().collect::<Vec<_>>()).unwrap();
         assert_eq!(got.shape(), want.shape());
-        assert_close(
-            &got.to_vec::<f32>().unwrap(),
-            &want.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-6,
-            e,
-        );
+        assert_tensors_close(&got, &want, 1e-6, 1e-6, e);
     }
 }
 
@@ -341,13 +311,7 @@ fn broadcast_to_repeats_and_rejects() {
     let got = ops::broadcast_to(&d, &[2, 3, 4]).unwrap();
     let want = ops::broadcast_to(&c, &[2, 3, 4]).unwrap();
     assert_eq!(got.shape(), &[2, 3, 4]);
-    assert_close(
-        &got.to_vec::<f32>().unwrap(),
-        &want.to_vec::<f32>().unwrap(),
-        0.0,
-        0.0,
-        "broadcast_to",
-    );
+    assert_tensors_close(&got, &want, 0.0, 0.0, "broadcast_to");
     let v = c.to_vec::<f32>().unwrap();
     assert_eq!(&want.to_vec::<f32>().unwrap()[4..8], &[v[1]; 4]);
     assert!(ops::broadcast_to(&d, &[3, 2, 4]).is_err());

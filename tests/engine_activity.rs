@@ -48,13 +48,22 @@ fn a_first_run_reports_the_kernels_it_builds_and_the_candidates_it_measures() {
         let family = b["family"].as_str().expect("family");
         let kernel = b["kernel"].as_str().expect("kernel");
         let declared = netcl::program::kernel_names(family).expect("a known family");
-        assert!(declared.contains(&kernel), "{kernel} is not a kernel of {family}");
+        assert!(
+            declared.contains(&kernel),
+            "{kernel} is not a kernel of {family}"
+        );
         assert!(b["built"].as_u64().is_some_and(|n| n >= 1));
     }
-    let measuring: Vec<&&Value> = engine.iter().filter(|v| v["netcl"] == "measuring").collect();
+    let measuring: Vec<&&Value> = engine
+        .iter()
+        .filter(|v| v["netcl"] == "measuring")
+        .collect();
     assert!(!measuring.is_empty(), "no measurement reported: {events:?}");
     for m in &measuring {
-        let (i, of) = (m["index"].as_u64().expect("index"), m["of"].as_u64().expect("of"));
+        let (i, of) = (
+            m["index"].as_u64().expect("index"),
+            m["of"].as_u64().expect("of"),
+        );
         assert!(1 <= i && i <= of, "candidate {i} of {of}");
         assert!(m["candidate"].as_str().is_some_and(|c| !c.is_empty()));
     }

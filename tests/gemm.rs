@@ -4,31 +4,11 @@
 //! 300 products against an f64 reference; observed errors are ~1e-6 relative).
 
 mod common;
+mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_close, assert_tensors_close};
+use opsutil::{cpu, opencl_device, pair};
 
-/// The OpenCL device and the built-in device, selected once per process: device selection enumerates the
-/// OpenCL platform, and PoCL 3.1 can crash when that runs while another thread is using the device.
-fn devices() -> &'static (Option<netcl::Device>, netcl::Device) {
-    static DEVS: std::sync::OnceLock<(Option<netcl::Device>, netcl::Device)> =
-        std::sync::OnceLock::new();
-    DEVS.get_or_init(|| (common::opencl_device(), common::cpu()))
-}
-
-fn opencl_device() -> Option<netcl::Device> {
-    devices().0.clone()
-}
-
-fn cpu() -> netcl::Device {
-    devices().1.clone()
-}
-
-/// The same random tensor on the built-in device and on `dev`.
-fn pair(dev: &netcl::Device, shape: &[usize], seed: u64) -> (netcl::Tensor, netcl::Tensor) {
-    let c = netcl::Tensor::randn(&cpu(), shape, 0.0, 1.0, seed).unwrap();
-    let d = c.to_device(dev).unwrap();
-    (c, d)
-}
 use netcl::{Error, Tensor, ops};
 
 #[test]
@@ -79,13 +59,7 @@ fn bmm_with_shared_operands_and_transposes() {
         let want = ops::bmm(&ac, &bc, ta, tb).unwrap();
         let got = ops::bmm(&ad, &bd, ta, tb).unwrap();
         assert_eq!(got.shape(), want.shape());
-        assert_close(
-            &got.to_vec::<f32>().unwrap(),
-            &want.to_vec::<f32>().unwrap(),
-            1e-4,
-            1e-4,
-            &format!("bmm case {i}"),
-        );
+        assert_tensors_close(&got, &want, 1e-4, 1e-4, &format!("bmm case {i}"));
     }
 }
 

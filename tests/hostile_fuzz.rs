@@ -15,13 +15,7 @@ use wiki_support::{TestEngine, app_with, send};
 
 fn runtime() -> &'static tokio::runtime::Runtime {
     static RT: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    RT.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap()
-    })
+    RT.get_or_init(wiki_support::runtime)
 }
 
 fn app() -> &'static axum::Router {

@@ -21,10 +21,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use netcl::wiki::listen::{self, ConnLimits};
-use netcl::wiki::server::AppState;
 use serde_json::{Value, json};
-use wiki_support::{TestEngine, app_with};
+use wiki_support::{Served, TestEngine, app_with};
 
 /// The address the hostile clients connect from: one attacker, apart from the readers and the runner.
 const HOSTILE_FROM: [u8; 4] = [127, 0, 0, 2];
@@ -95,15 +93,10 @@ struct Load {
 }
 
 /// A server on 127.0.0.1 with two playground workers, on a runtime of two threads of its own.
-struct Server {
-    addr: SocketAddr,
-    state: Arc<AppState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-}
+struct Server;
 
 impl Server {
-    fn start(max_runs_per_client: usize) -> Server {
+    fn start(max_runs_per_client: usize) -> Served {
         let (app, state) = app_with(Arc::new(TestEngine), |c| {
             c.playground_worker_command =
                 Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
@@ -115,43 +108,14 @@ impl Server {
             c.playground_max_runs_per_client = max_runs_per_client;
             c.playground_limits.max_operations = u64::MAX;
         });
-        let listener = listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let limits = ConnLimits::from_config(state.config());
-        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            rt.block_on(async move {
-                listener.set_nonblocking(true).unwrap();
-                let l = tokio::net::TcpListener::from_std(listener).unwrap();
-                let conns = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-                listen::serve_listener(l, app, limits, conns, async move {
-                    let _ = stop_rx.await;
-                })
-                .await;
-            });
-        });
-        Server {
-            addr,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        Served::start(app, state)
     }
 
-    fn stop(mut self) -> u64 {
-        if let Some(s) = self.stop.take() {
-            let _ = s.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-        let restarts = self.state.playground().unwrap().pool().restarts();
-        self.state.playground().unwrap().shutdown();
+    /// Stops `served` and its workers; how many times a worker was restarted.
+    fn stop(mut served: Served) -> u64 {
+        served.stop();
+        let restarts = served.state.playground().unwrap().pool().restarts();
+        served.state.playground().unwrap().shutdown();
         restarts
     }
 }
@@ -380,7 +344,7 @@ fn pages_stay_fast_under_hostile_clients() {
     let server_cpu = cpu_secs(me) - server_cpu0;
     let out = generator.wait_with_output().unwrap();
     let rss_end = rss_kib(me);
-    let restarts = server.stop();
+    let restarts = Server::stop(server);
     let text = String::from_utf8_lossy(&out.stdout);
     let report: Value = text
         .lines()
@@ -432,7 +396,7 @@ fn a_short_load_keeps_pages_and_runs_answered() {
         pace: Duration::from_millis(20),
     };
     let report = clients(server.addr, load);
-    server.stop();
+    Server::stop(server);
     let r = |k: &str| report[k].as_f64().unwrap_or(f64::NAN);
     assert_eq!(r("errors"), 0.0, "{report}");
     assert!(r("pages") > 0.0, "{report}");

@@ -14,21 +14,21 @@ use std::time::{Duration, Instant};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::config::Config;
-use netcl::wiki::listen::{self, ConnLimits};
-use netcl::wiki::server::AppState;
 use serde_json::{Value, json};
-use wiki_support::{TestEngine, app_with, send};
+use wiki_support::{Served, TestEngine, app_with, send};
 
 fn worker_command() -> Vec<String> {
     vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]
 }
 
 /// A server on 127.0.0.1 with its own runtime thread; stopped (with its workers) when dropped.
-struct Server {
-    addr: SocketAddr,
-    state: Arc<AppState>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
+struct Server(Served);
+
+impl std::ops::Deref for Server {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
 }
 
 impl Server {
@@ -37,33 +37,7 @@ impl Server {
             c.playground_worker_command = Some(worker_command());
             configure(c);
         });
-        let listener = listen::bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
-        let addr = listener.local_addr().unwrap();
-        let limits = ConnLimits::from_config(state.config());
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let served = app.clone();
-        let thread = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .enable_all()
-                .build()
-                .unwrap();
-            runtime.block_on(async move {
-                listener.set_nonblocking(true).unwrap();
-                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
-                let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
-                listen::serve_listener(listener, served, limits, connections, async move {
-                    let _ = stopped.await;
-                })
-                .await;
-            });
-        });
-        Server {
-            addr,
-            state,
-            stop: Some(stop),
-            thread: Some(thread),
-        }
+        Server(Served::start(app, state))
     }
 
     fn connect(&self) -> TcpStream {
@@ -80,12 +54,7 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.0.stop();
         if let Some(p) = self.state.playground() {
             p.shutdown();
         }

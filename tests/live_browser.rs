@@ -41,12 +41,7 @@ fn browser_compares_devices_side_by_side_and_plots_the_loss() {
     let Some((chromium, chromedriver)) = browsers() else {
         return;
     };
-    let addr = start_wiki_with(|c| {
-        c.playground_worker_command =
-            Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
-        c.playground_timeout_ms = 120_000;
-        c.playground_limits.max_operations = u64::MAX;
-    });
+    let addr = start_playground_wiki(120_000);
     let (_driver, s) = open_session(&chromium, &chromedriver);
     let base = format!("http://{addr}");
 
@@ -228,14 +223,5 @@ fn browser_compares_devices_side_by_side_and_plots_the_loss() {
     s.screenshot("live-03-loss-curve");
 
     // Nothing here is refused by the Content-Security-Policy.
-    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
-    let refused: Vec<String> = log
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["message"].as_str())
-        .filter(|m| m.contains("Content Security Policy"))
-        .map(str::to_string)
-        .collect();
-    assert!(refused.is_empty(), "CSP violations: {refused:?}");
+    assert_no_csp_violations(&s);
 }

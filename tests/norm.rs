@@ -7,20 +7,14 @@
 mod common;
 mod opsutil;
 
-use common::assert_close;
+use common::{assert_close, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops;
 use opsutil::{cpu, opencl_device, pair};
 
 fn close(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
-    assert_close(
-        &a.to_vec::<f32>().unwrap(),
-        &b.to_vec::<f32>().unwrap(),
-        1e-4,
-        1e-4,
-        what,
-    );
+    assert_tensors_close(a, b, 1e-4, 1e-4, what);
 }
 
 /// Training batch_norm2d (momentum 0.1, ε 1e-5) with its kernels forced to `algo`.
@@ -405,9 +399,9 @@ fn batch_norm2d_training_kernels_match_reference() {
                 close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
                 close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
                 // The running variance carries the batch variance, whose error grows with the mean² · ε.
-                assert_close(
-                    &od.running_var.to_vec::<f32>().unwrap(),
-                    &oc.running_var.to_vec::<f32>().unwrap(),
+                assert_tensors_close(
+                    &od.running_var,
+                    &oc.running_var,
                     1e-3,
                     1e-4,
                     &format!("{what} rv"),

@@ -47,12 +47,7 @@ fn fifty_concurrent_runs_get_a_result_or_busy_and_pages_keep_answering() {
     let (tx, rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let server = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
+        wiki_support::runtime().block_on(async move {
             let config = netcl::wiki::config::Config {
                 content_dir: content_dir(),
                 playground_workers: 2,

@@ -7,7 +7,7 @@
 mod common;
 mod opsutil;
 
-use common::assert_close;
+use common::assert_tensors_close;
 use netcl::Tensor;
 use netcl::ops::{self, Pool2d};
 use opsutil::{cpu, opencl_device, pair, with_specials};
@@ -34,13 +34,7 @@ fn pooling_matches_reference_forward_and_backward() {
         let md = ops::max_pool2d(&xd, p).unwrap();
         let mc = ops::max_pool2d(&xc, p).unwrap();
         let what = format!("{shape:?} {p:?}");
-        assert_close(
-            &md.y.to_vec::<f32>().unwrap(),
-            &mc.y.to_vec::<f32>().unwrap(),
-            0.0,
-            0.0,
-            &format!("max {what}"),
-        );
+        assert_tensors_close(&md.y, &mc.y, 0.0, 0.0, &format!("max {what}"));
         assert_eq!(
             md.indices.to_vec::<i32>().unwrap(),
             mc.indices.to_vec::<i32>().unwrap(),
@@ -49,52 +43,22 @@ fn pooling_matches_reference_forward_and_backward() {
         let (gc, gd) = pair(&dev, md.y.shape(), 60 + k as u64);
         let bd = ops::max_pool2d_backward(&gd, &md, &shape, p).unwrap();
         let bc = ops::max_pool2d_backward(&gc, &mc, &shape, p).unwrap();
-        assert_close(
-            &bd.to_vec::<f32>().unwrap(),
-            &bc.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-6,
-            &format!("max bwd {what}"),
-        );
+        assert_tensors_close(&bd, &bc, 1e-6, 1e-6, &format!("max bwd {what}"));
         let (xc, xd) = pair(&dev, &shape, 70 + k as u64);
         for incl in [true, false] {
             let ad = ops::avg_pool2d(&xd, p, incl).unwrap();
             let ac = ops::avg_pool2d(&xc, p, incl).unwrap();
-            assert_close(
-                &ad.to_vec::<f32>().unwrap(),
-                &ac.to_vec::<f32>().unwrap(),
-                1e-6,
-                1e-5,
-                &format!("avg {what}"),
-            );
+            assert_tensors_close(&ad, &ac, 1e-6, 1e-5, &format!("avg {what}"));
             let bd = ops::avg_pool2d_backward(&gd, &shape, p, incl).unwrap();
             let bc = ops::avg_pool2d_backward(&gc, &shape, p, incl).unwrap();
-            assert_close(
-                &bd.to_vec::<f32>().unwrap(),
-                &bc.to_vec::<f32>().unwrap(),
-                1e-6,
-                1e-5,
-                &format!("avg bwd {what}"),
-            );
+            assert_tensors_close(&bd, &bc, 1e-6, 1e-5, &format!("avg bwd {what}"));
         }
         let gd_ = ops::global_avg_pool2d(&xd).unwrap();
         let gc_ = ops::global_avg_pool2d(&xc).unwrap();
-        assert_close(
-            &gd_.to_vec::<f32>().unwrap(),
-            &gc_.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-5,
-            "gap",
-        );
+        assert_tensors_close(&gd_, &gc_, 1e-6, 1e-5, "gap");
         let bd = ops::global_avg_pool2d_backward(&gd_, &shape).unwrap();
         let bc = ops::global_avg_pool2d_backward(&gc_, &shape).unwrap();
-        assert_close(
-            &bd.to_vec::<f32>().unwrap(),
-            &bc.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-5,
-            "gap bwd",
-        );
+        assert_tensors_close(&bd, &bc, 1e-6, 1e-5, "gap bwd");
     }
 }
 

@@ -8,7 +8,7 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_close, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, ReduceAlgo, ReduceOp};
 use opsutil::{cpu, opencl_device, pair, with_specials};
@@ -200,9 +200,9 @@ fn reduce_to_shape_matches_reference_on_both_kernels() {
         let want = ops::reduce_to_shape(&c, t).unwrap();
         assert_eq!(got.shape(), *t);
         let n: usize = g.iter().product();
-        assert_close(
-            &got.to_vec::<f32>().unwrap(),
-            &want.to_vec::<f32>().unwrap(),
+        assert_tensors_close(
+            &got,
+            &want,
             1e-5 * (n as f32).sqrt(),
             1e-5,
             &format!("{g:?} -> {t:?}"),
@@ -306,9 +306,9 @@ fn reduce_to_shape_with_every_algorithm() {
                 let want = ops::reduce_to_shape(c, t).unwrap();
                 assert_eq!(got.shape(), *t);
                 let n: usize = g.iter().product();
-                assert_close(
-                    &got.to_vec::<f32>().unwrap(),
-                    &want.to_vec::<f32>().unwrap(),
+                assert_tensors_close(
+                    &got,
+                    &want,
                     4e-5 * (n as f32).sqrt(),
                     1e-5,
                     &format!("{g:?} -> {t:?} {algo:?}"),

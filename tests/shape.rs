@@ -4,20 +4,14 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, PadMode};
 use opsutil::{cpu, opencl_device, pair, with_specials};
 
 fn same(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
-    assert_close(
-        &a.to_vec::<f32>().unwrap(),
-        &b.to_vec::<f32>().unwrap(),
-        0.0,
-        0.0,
-        what,
-    );
+    assert_tensors_close(a, b, 0.0, 0.0, what);
 }
 
 #[test]
@@ -134,9 +128,9 @@ fn pad2d_forward_and_backward_match_reference() {
             let (gc, gd) = pair(&dev, yd.shape(), 30 + k as u64);
             let bd = ops::pad2d_backward(&gd, &shape, pads, mode).unwrap();
             let bc = ops::pad2d_backward(&gc, &shape, pads, mode).unwrap();
-            assert_close(
-                &bd.to_vec::<f32>().unwrap(),
-                &bc.to_vec::<f32>().unwrap(),
+            assert_tensors_close(
+                &bd,
+                &bc,
                 1e-6,
                 1e-6,
                 &format!("pad2d bwd {mode:?} {shape:?}"),
@@ -179,22 +173,10 @@ fn upsample_matches_reference_forward_and_backward() {
             let what = format!("{mode:?} {shape:?} -> {size:?}");
             let yd = ops::upsample(&d, size, mode).unwrap();
             let yc = ops::upsample(&c, size, mode).unwrap();
-            assert_close(
-                &yd.to_vec::<f32>().unwrap(),
-                &yc.to_vec::<f32>().unwrap(),
-                1e-5,
-                1e-5,
-                &what,
-            );
+            assert_tensors_close(&yd, &yc, 1e-5, 1e-5, &what);
             let bd = ops::upsample_backward(&gd, &shape, mode).unwrap();
             let bc = ops::upsample_backward(&gc, &shape, mode).unwrap();
-            assert_close(
-                &bd.to_vec::<f32>().unwrap(),
-                &bc.to_vec::<f32>().unwrap(),
-                1e-5,
-                1e-5,
-                &format!("backward {what}"),
-            );
+            assert_tensors_close(&bd, &bc, 1e-5, 1e-5, &format!("backward {what}"));
         }
     }
     let x = Tensor::from_slice(&cpu(), &[1.0f32, 2.0], &[1, 1, 1, 2]).unwrap();

@@ -7,7 +7,7 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close};
+use common::{Lcg, assert_close, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, SoftmaxAlgo};
 use opsutil::{cpu, opencl_device, pair, with_specials};
@@ -35,22 +35,10 @@ fn softmax_forward_and_backward_match_reference() {
                     let what = format!("{shape:?} axis {axis} log {log} {algo:?}");
                     let yd = ops::softmax_with(&xd, axis, log, algo).unwrap();
                     let yc = ops::softmax_with(&xc, axis, log, None).unwrap();
-                    assert_close(
-                        &yd.to_vec::<f32>().unwrap(),
-                        &yc.to_vec::<f32>().unwrap(),
-                        1e-6,
-                        1e-5,
-                        &what,
-                    );
+                    assert_tensors_close(&yd, &yc, 1e-6, 1e-5, &what);
                     let gxd = ops::softmax_backward_with(&yd, &gd, axis, log, algo).unwrap();
                     let gxc = ops::softmax_backward_with(&yc, &gc, axis, log, None).unwrap();
-                    assert_close(
-                        &gxd.to_vec::<f32>().unwrap(),
-                        &gxc.to_vec::<f32>().unwrap(),
-                        1e-5,
-                        1e-4,
-                        &format!("backward {what}"),
-                    );
+                    assert_tensors_close(&gxd, &gxc, 1e-5, 1e-4, &format!("backward {what}"));
                 }
             }
         }
@@ -93,13 +81,7 @@ fn cross_entropy_matches_reference_with_ignore_index() {
         let got = ops::cross_entropy(&xd, &ld, -100).unwrap();
         let want = ops::cross_entropy(&xc, &lc, -100).unwrap();
         assert_eq!(got.shape(), &[] as &[usize]);
-        assert_close(
-            &got.to_vec::<f32>().unwrap(),
-            &want.to_vec::<f32>().unwrap(),
-            1e-6,
-            1e-5,
-            "loss",
-        );
+        assert_tensors_close(&got, &want, 1e-6, 1e-5, "loss");
         let g = Tensor::from_slice(&dev, &[0.5f32], &[]).unwrap();
         let gcpu = Tensor::from_slice(&cpu(), &[0.5f32], &[]).unwrap();
         let gd = ops::cross_entropy_backward(&xd, &ld, &g, -100)
@@ -162,23 +144,11 @@ fn softmax_rows_in_registers_match_reference() {
                 let what = format!("{shape:?} {algo:?} log {log} specials {specials}");
                 let yd = ops::softmax_with(&xd, -1, log, Some(algo)).unwrap();
                 let yc = ops::softmax_with(&xc, -1, log, None).unwrap();
-                assert_close(
-                    &yd.to_vec::<f32>().unwrap(),
-                    &yc.to_vec::<f32>().unwrap(),
-                    1e-6,
-                    1e-5,
-                    &what,
-                );
+                assert_tensors_close(&yd, &yc, 1e-6, 1e-5, &what);
                 // The backward accepts the forward's algorithm (it runs the work-group kernel).
                 let gxd = ops::softmax_backward_with(&yd, &xd, -1, log, Some(algo)).unwrap();
                 let gxc = ops::softmax_backward_with(&yc, &xc, -1, log, None).unwrap();
-                assert_close(
-                    &gxd.to_vec::<f32>().unwrap(),
-                    &gxc.to_vec::<f32>().unwrap(),
-                    1e-5,
-                    1e-4,
-                    &format!("backward {what}"),
-                );
+                assert_tensors_close(&gxd, &gxc, 1e-5, 1e-4, &format!("backward {what}"));
             }
         }
     }

@@ -18,12 +18,7 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     let Some((chromium, chromedriver)) = browsers() else {
         return;
     };
-    let addr = start_wiki_with(|c| {
-        c.playground_worker_command =
-            Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
-        c.playground_timeout_ms = 30_000;
-        c.playground_limits.max_operations = u64::MAX;
-    });
+    let addr = start_playground_wiki(30_000);
     let (_driver, s) = open_session(&chromium, &chromedriver);
     let base = format!("http://{addr}");
     let block = ".code-block[data-runnable='true']";
@@ -179,32 +174,12 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     });
 
     // Nothing the playground does is refused by the Content-Security-Policy.
-    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
-    let refused: Vec<String> = log
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| e["message"].as_str())
-        .filter(|m| m.contains("Content Security Policy"))
-        .map(str::to_string)
-        .collect();
-    assert!(refused.is_empty(), "CSP violations: {refused:?}");
+    assert_no_csp_violations(&s);
 }
 
 #[test]
 fn browser_navigates_toggles_theme_and_searches() {
-    let (Some(chromium), Some(chromedriver)) = (
-        binary("NETCL_CHROMIUM", "/usr/bin/chromium"),
-        binary("NETCL_CHROMEDRIVER", "/usr/bin/chromedriver"),
-    ) else {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!(
-                "CI=true but chromium or chromedriver is missing: apt-get install chromium chromium-driver"
-            );
-        }
-        eprintln!(
-            "\n*** SKIPPED wiki browser test: /usr/bin/chromium or /usr/bin/chromedriver is missing ***\n"
-        );
+    let Some((chromium, chromedriver)) = browsers() else {
         return;
     };
     let addr = start_wiki();

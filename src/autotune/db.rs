@@ -106,8 +106,8 @@ impl TuningTable {
     }
 }
 
-/// Every table: the shipped ones, then those of `NETCL_TUNING_DIR` (read again after each configuration
-/// reload; a bad table is reported and skipped).
+/// Every table: the team table of `NETCL_TUNING_TABLE` (see [`team_table`]), the shipped ones, then those of
+/// `NETCL_TUNING_DIR` (read again after each configuration reload; a bad table is reported and skipped).
 pub fn tables() -> Arc<Vec<TuningTable>> {
     type Loaded = Option<(u64, Arc<Vec<TuningTable>>)>;
     static T: Mutex<Loaded> = Mutex::new(None);
@@ -121,22 +121,58 @@ pub fn tables() -> Arc<Vec<TuningTable>> {
         return t.clone();
     }
     let dir = super::config::config().tuning_dir.clone();
-    let mut out: Vec<TuningTable> = SHIPPED
-        .iter()
-        .filter_map(|(name, text)| match TuningTable::parse(name, text) {
-            Ok(t) => Some(t),
-            Err(e) => {
-                tracing::warn!("{e}");
-                None
-            }
-        })
-        .collect();
+    let team = match team_table() {
+        Some(Ok(t)) => Some(t),
+        Some(Err(e)) => {
+            tracing::warn!("{e}; the team table is ignored");
+            None
+        }
+        None => None,
+    };
+    let mut out: Vec<TuningTable> = team.into_iter().collect();
+    out.extend(
+        SHIPPED
+            .iter()
+            .filter_map(|(name, text)| match TuningTable::parse(name, text) {
+                Ok(t) => Some(t),
+                Err(e) => {
+                    tracing::warn!("{e}");
+                    None
+                }
+            }),
+    );
     if let Some(d) = &dir {
         out.extend(read_dir_tables(d));
     }
     let t = Arc::new(out);
     *slot = Some((generation, t.clone()));
     t
+}
+
+/// The team table named by `NETCL_TUNING_TABLE`: one file in the format `netcl tune export` writes, shared by
+/// every machine of a team and consulted before the shipped tables (a team's own measurement is the closer
+/// one). `None` when the variable is unset; an error names the file and what is wrong with it. Only files are
+/// read: this build has no HTTP client, so a URL is refused with a message saying how to fetch it first.
+pub fn team_table() -> Option<Result<TuningTable>> {
+    let value = std::env::var("NETCL_TUNING_TABLE").ok()?;
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    if value.starts_with("http://") || value.starts_with("https://") {
+        return Some(Err(Error::Invalid(format!(
+            "NETCL_TUNING_TABLE {value}: this build reads tuning tables from files only; download it first \
+             (for example `curl -fsSo team.json {value}`) and give the file's path"
+        ))));
+    }
+    let text = match std::fs::read_to_string(value) {
+        Ok(t) => t,
+        Err(e) => return Some(Err(Error::io(value, e))),
+    };
+    Some(TuningTable::parse(
+        &format!("NETCL_TUNING_TABLE {value}"),
+        &text,
+    ))
 }
 
 fn read_dir_tables(dir: &Path) -> Vec<TuningTable> {

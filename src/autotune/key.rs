@@ -4,37 +4,85 @@
 //! The persistent form is `"{device}|{driver}::{kernel}@{checksum}::{shape_key}"`, where the shape key keeps
 //! netcl's Python-tuple format and the checksum (16 hex digits) covers the kernel sources and the candidate set.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::OnceLock;
+
+/// Shape fields held inline: keys are built on every call of a tuned op, so a key of up to this many fields
+/// allocates nothing.
+const INLINE: usize = 16;
+
+/// The named shape fields of a key.
+#[derive(Debug, Clone)]
+enum Fields {
+    Inline(u8, [(&'static str, i64); INLINE]),
+    Heap(Vec<(&'static str, i64)>),
+}
+
+impl Fields {
+    fn new(fields: &[(&'static str, i64)]) -> Fields {
+        if fields.len() <= INLINE {
+            let mut a = [("", 0i64); INLINE];
+            a[..fields.len()].copy_from_slice(fields);
+            Fields::Inline(fields.len() as u8, a)
+        } else {
+            Fields::Heap(fields.to_vec())
+        }
+    }
+
+    fn as_slice(&self) -> &[(&'static str, i64)] {
+        match self {
+            Fields::Inline(n, a) => &a[..*n as usize],
+            Fields::Heap(v) => v,
+        }
+    }
+}
 
 /// An op's tuning question: which candidate for this kernel and this shape class.
-#[derive(Debug, Clone, PartialEq, Eq)]
+///
+/// Building one allocates nothing for a static kernel name and up to 16 fields; the shape key text is written
+/// only when it is read (a decision is logged or the persistent key is needed).
+#[derive(Debug, Clone)]
 pub struct TuneKey {
-    kernel: String,
-    fields: Vec<(&'static str, i64)>,
-    shape: String,
+    kernel: Cow<'static, str>,
+    fields: Fields,
+    shape: OnceLock<String>,
     source: u64,
 }
 
+impl PartialEq for TuneKey {
+    fn eq(&self, other: &TuneKey) -> bool {
+        self.kernel == other.kernel
+            && self.source == other.source
+            && self.fields() == other.fields()
+            && self.shape_key() == other.shape_key()
+    }
+}
+
+impl Eq for TuneKey {}
+
 impl TuneKey {
     /// A key for `kernel` over the named shape fields (bucket sizes with [`bucket`] where netcl does).
-    pub fn new(kernel: impl Into<String>, fields: &[(&'static str, i64)]) -> TuneKey {
-        let values: Vec<i64> = fields.iter().map(|f| f.1).collect();
+    pub fn new(kernel: impl Into<Cow<'static, str>>, fields: &[(&'static str, i64)]) -> TuneKey {
         TuneKey {
             kernel: kernel.into(),
-            fields: fields.to_vec(),
-            shape: shape_key(&values),
+            fields: Fields::new(fields),
+            shape: OnceLock::new(),
             source: FNV_OFFSET,
         }
     }
 
     /// A key whose shape class a lower layer already wrote in netcl's tuple form (a GEMM descriptor carries
     /// the key of the op that asked for the product); it has no named fields.
-    pub fn from_shape_key(kernel: impl Into<String>, shape_key: impl Into<String>) -> TuneKey {
+    pub fn from_shape_key(
+        kernel: impl Into<Cow<'static, str>>,
+        shape_key: impl Into<String>,
+    ) -> TuneKey {
         TuneKey {
             kernel: kernel.into(),
-            fields: Vec::new(),
-            shape: shape_key.into(),
+            fields: Fields::new(&[]),
+            shape: OnceLock::from(shape_key.into()),
             source: FNV_OFFSET,
         }
     }
@@ -52,12 +100,15 @@ impl TuneKey {
 
     /// The shape class in netcl's tuple form, e.g. `(2, 8, 256)`.
     pub fn shape_key(&self) -> &str {
-        &self.shape
+        self.shape.get_or_init(|| {
+            let values: Vec<i64> = self.fields().iter().map(|f| f.1).collect();
+            shape_key(&values)
+        })
     }
 
     /// The named shape fields.
     pub fn fields(&self) -> &[(&'static str, i64)] {
-        &self.fields
+        self.fields.as_slice()
     }
 
     /// The checksum of the kernel sources folded in with [`TuneKey::source`].
@@ -71,20 +122,35 @@ impl TuneKey {
             "{tune_id}::{}@{:016x}::{}",
             self.kernel,
             mix(self.source, candidates),
-            self.shape
+            self.shape_key()
         )
     }
 
-    /// Appends the in-process key (device, kernel, source checksum, shape) to `out` without allocating
-    /// when `out` has room.
-    pub(crate) fn push_memory_key(&self, out: &mut String, tune_id: &str) {
-        out.push_str(tune_id);
-        out.push_str("::");
-        out.push_str(&self.kernel);
-        out.push('@');
-        push_hex(out, self.source);
-        out.push_str("::");
-        out.push_str(&self.shape);
+    /// A 64-bit digest of (device, kernel, source checksum, shape) for the in-process memo, computed without
+    /// allocating; [`TuneKey::same_question`] confirms a hit.
+    pub(crate) fn memo_hash(&self, tune_id: &str) -> u64 {
+        let mut h = fnv(FNV_OFFSET, tune_id.as_bytes());
+        h = fnv(h, b"\x1f");
+        h = fnv(h, self.kernel.as_bytes());
+        h = mix(h, self.source);
+        match self.fields.as_slice() {
+            [] => fnv(h, self.shape_key().as_bytes()),
+            fields => fields.iter().fold(h, |h, f| mix(h, f.1 as u64)),
+        }
+    }
+
+    /// Whether `self` asks the same question as `other` (kernel, source checksum and shape values).
+    pub(crate) fn same_question(&self, other: &TuneKey) -> bool {
+        self.kernel == other.kernel
+            && self.source == other.source
+            && self.fields.as_slice().len() == other.fields.as_slice().len()
+            && self
+                .fields
+                .as_slice()
+                .iter()
+                .zip(other.fields.as_slice())
+                .all(|(a, b)| a.1 == b.1)
+            && (!self.fields.as_slice().is_empty() || self.shape_key() == other.shape_key())
     }
 }
 
@@ -136,13 +202,6 @@ fn text_checksum(text: &'static str) -> u64 {
             .entry(id)
             .or_insert_with(|| fnv(FNV_OFFSET, text.as_bytes()))
     })
-}
-
-fn push_hex(out: &mut String, v: u64) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    for i in (0..16).rev() {
-        out.push(HEX[((v >> (i * 4)) & 0xf) as usize] as char);
-    }
 }
 
 /// netcl's shape-key format: a Python tuple of the values, e.g. `(2, 8, 256, 16, 1, 0)`.

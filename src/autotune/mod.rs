@@ -98,8 +98,6 @@ thread_local! {
     static LOGGED: RefCell<HashSet<String>> = RefCell::new(HashSet::new());
     /// Answers this thread has already verified and logged in the current scope; see [`answered`].
     static HOT: RefCell<Hot> = RefCell::new(Hot::default());
-    /// Scratch space for building a key without allocating.
-    static KEY: RefCell<String> = const { RefCell::new(String::new()) };
     /// Milliseconds of background measurement spent in the current scope.
     static BG_SPENT: Cell<f64> = const { Cell::new(0.0) };
     /// When the current scope began (the thread's first question when no scope was begun).
@@ -141,7 +139,8 @@ fn seen() -> &'static Mutex<HashSet<String>> {
 struct Hot {
     /// [`GENERATION`] and the configuration's generation when these answers were kept.
     generation: (u64, u64),
-    answers: HashMap<String, Box<dyn Any>>,
+    /// By [`TuneKey::memo_hash`]: the device's tune id, the question, and the answer.
+    answers: HashMap<u64, Vec<(String, TuneKey, Box<dyn Any>)>>,
 }
 
 impl Hot {
@@ -187,12 +186,14 @@ pub fn answered<C: Clone + 'static>(device: &Device, key: &TuneKey) -> Option<C>
         if !h.still_valid(generation) {
             return None;
         }
-        KEY.with(|k| {
-            let mut k = k.borrow_mut();
-            k.clear();
-            key.push_memory_key(&mut k, device.tune_id());
-            h.answers.get(k.as_str())?.downcast_ref::<C>().cloned()
-        })
+        let tune_id = device.tune_id();
+        h.answers
+            .get(&key.memo_hash(tune_id))?
+            .iter()
+            .find(|(id, k, _)| id == tune_id && k.same_question(key))?
+            .2
+            .downcast_ref::<C>()
+            .cloned()
     })
 }
 
@@ -203,12 +204,13 @@ fn keep_answer<C: Clone + 'static>(
     answer: &C,
     generation: (u64, u64),
 ) {
-    let mut k = String::new();
-    key.push_memory_key(&mut k, device.tune_id());
+    let tune_id = device.tune_id();
     HOT.with(|h| {
         let mut h = h.borrow_mut();
         h.still_valid(generation);
-        h.answers.insert(k, Box::new(answer.clone()));
+        let same = h.answers.entry(key.memo_hash(tune_id)).or_default();
+        same.retain(|(id, k, _)| !(id == tune_id && k.same_question(key)));
+        same.push((tune_id.to_owned(), key.clone(), Box::new(answer.clone())));
     });
 }
 

@@ -5,7 +5,7 @@ use serde::Serialize;
 
 use crate::contract::vocab::{self, OpDef};
 use crate::error::{Error, Result};
-use crate::tensor::{Tensor, strides};
+use crate::tensor::Tensor;
 
 /// A binary elementwise operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
@@ -89,25 +89,50 @@ pub(crate) struct BroadcastPlan {
     pub same: bool,
 }
 
+/// The element strides of an input of shape `s` read as the (broadcast) shape `out`: its shape aligned on the
+/// right, with stride 0 along every dimension it repeats.
+pub(crate) fn broadcast_strides(s: &[usize], out: &[usize]) -> Vec<usize> {
+    let pad = out.len() - s.len();
+    let mut st = vec![0; out.len()];
+    let mut step = 1;
+    for i in (0..out.len()).rev() {
+        let d = if i < pad { 1 } else { s[i - pad] };
+        st[i] = if d == 1 && out[i] != 1 { 0 } else { step };
+        step *= d;
+    }
+    st
+}
+
 /// The most dimensions a collapsed broadcast may have.
 pub const MAX_BROADCAST_RANK: usize = 8;
+
+/// Refuses a collapsed broadcast of more than [`MAX_BROADCAST_RANK`] dimensions; `what` names the shapes.
+pub(crate) fn broadcast_rank(rank: usize, what: impl FnOnce() -> String) -> Result<()> {
+    if rank > MAX_BROADCAST_RANK {
+        return Err(Error::Shape(format!(
+            "broadcasting {} needs {rank} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
+            what()
+        )));
+    }
+    Ok(())
+}
 
 impl BroadcastPlan {
     pub(crate) fn new(a: &[usize], b: &[usize], out: &[usize]) -> Result<Self> {
         let same = a == out && b == out;
-        let aligned = |s: &[usize]| -> Vec<usize> {
-            let pad = out.len() - s.len();
-            let full: Vec<usize> = std::iter::repeat_n(1, pad)
-                .chain(s.iter().copied())
-                .collect();
-            let st = strides(&full);
-            full.iter()
-                .zip(st)
-                .zip(out)
-                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
-                .collect()
-        };
-        let (sa, sb) = (aligned(a), aligned(b));
+        if same {
+            // One contiguous run: the common case of a hot loop, planned without the general merge below.
+            let n: usize = out.iter().product();
+            let shape = if n == 1 { Vec::new() } else { vec![n] };
+            let unit = if n == 1 { Vec::new() } else { vec![1] };
+            return Ok(BroadcastPlan {
+                shape,
+                sa: unit.clone(),
+                sb: unit,
+                same,
+            });
+        }
+        let (sa, sb) = (broadcast_strides(a, out), broadcast_strides(b, out));
         // Merge dimension i into i+1 (the inner one) when both inputs are contiguous across the pair.
         let mut shape: Vec<usize> = Vec::new();
         let mut ca: Vec<usize> = Vec::new();
@@ -130,12 +155,7 @@ impl BroadcastPlan {
             ca.push(sa[i]);
             cb.push(sb[i]);
         }
-        if shape.len() > MAX_BROADCAST_RANK {
-            return Err(Error::Shape(format!(
-                "broadcasting {a:?} with {b:?} needs {} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
-                shape.len()
-            )));
-        }
+        broadcast_rank(shape.len(), || format!("{a:?} with {b:?}"))?;
         Ok(BroadcastPlan {
             shape,
             sa: ca,

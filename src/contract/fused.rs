@@ -3,10 +3,10 @@
 //! plan, and the primitive a backend provides. Backends turn the tree into their own code (the OpenCL backend
 //! writes it from the vocabulary's templates).
 
-use crate::contract::elementwise::MAX_BROADCAST_RANK;
+use crate::contract::elementwise::{broadcast_rank, broadcast_strides};
 use crate::contract::vocab::{self, OPS, OpDef};
 use crate::error::{Error, Result};
-use crate::tensor::{Tensor, strides};
+use crate::tensor::Tensor;
 
 /// The most inputs an expression may use.
 pub const MAX_INPUTS: usize = 6;
@@ -156,26 +156,24 @@ impl Parser<'_> {
         Ok(r)
     }
     fn additive(&mut self) -> Result<Node> {
-        let mut lhs = self.term()?;
-        while let Some(o @ ("+" | "-")) = self.peek_op() {
-            self.pos += 1;
-            let rhs = self.term()?;
-            lhs = Node::Call(
-                if o == "+" { &vocab::ADD } else { &vocab::SUB },
-                vec![lhs, rhs],
-            );
-        }
-        Ok(lhs)
+        self.left_assoc(("+", &vocab::ADD), ("-", &vocab::SUB), Self::term)
     }
     fn term(&mut self) -> Result<Node> {
-        let mut lhs = self.unary()?;
-        while let Some(o @ ("*" | "/")) = self.peek_op() {
+        self.left_assoc(("*", &vocab::MUL), ("/", &vocab::DIV), Self::unary)
+    }
+    /// One left-associative level of two operators over operands parsed by `next`.
+    fn left_assoc(
+        &mut self,
+        a: (&str, &'static OpDef),
+        b: (&str, &'static OpDef),
+        next: fn(&mut Self) -> Result<Node>,
+    ) -> Result<Node> {
+        let mut lhs = next(self)?;
+        while let Some(o) = self.peek_op().filter(|o| *o == a.0 || *o == b.0) {
             self.pos += 1;
-            let rhs = self.unary()?;
-            lhs = Node::Call(
-                if o == "*" { &vocab::MUL } else { &vocab::DIV },
-                vec![lhs, rhs],
-            );
+            let rhs = next(self)?;
+            let op = if o == a.0 { a.1 } else { b.1 };
+            lhs = Node::Call(op, vec![lhs, rhs]);
         }
         Ok(lhs)
     }
@@ -324,21 +322,7 @@ pub(crate) struct MultiPlan {
 
 pub(crate) fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
     let same = shapes.iter().all(|s| *s == out);
-    let full: Vec<Vec<usize>> = shapes
-        .iter()
-        .map(|s| {
-            let pad = out.len() - s.len();
-            let f: Vec<usize> = std::iter::repeat_n(1, pad)
-                .chain(s.iter().copied())
-                .collect();
-            let st = strides(&f);
-            f.iter()
-                .zip(st)
-                .zip(out)
-                .map(|((&d, s), &o)| if d == 1 && o != 1 { 0 } else { s })
-                .collect()
-        })
-        .collect();
+    let full: Vec<Vec<usize>> = shapes.iter().map(|s| broadcast_strides(s, out)).collect();
     let mut shape: Vec<usize> = Vec::new();
     let mut cs: Vec<Vec<usize>> = vec![Vec::new(); shapes.len()];
     for (i, &o) in out.iter().enumerate() {
@@ -363,12 +347,7 @@ pub(crate) fn plan(shapes: &[&[usize]], out: &[usize]) -> Result<MultiPlan> {
             }
         }
     }
-    if shape.len() > MAX_BROADCAST_RANK {
-        return Err(Error::Shape(format!(
-            "broadcasting {shapes:?} needs {} independent dimensions; at most {MAX_BROADCAST_RANK} are supported",
-            shape.len()
-        )));
-    }
+    broadcast_rank(shape.len(), || format!("{shapes:?}"))?;
     Ok(MultiPlan {
         shape,
         strides: cs,

@@ -95,6 +95,19 @@ fn u64le(b: &[u8], at: usize) -> Option<u64> {
         .map(|s| u64::from_le_bytes([s[0], s[1], s[2], s[3], s[4], s[5], s[6], s[7]]))
 }
 
+/// The little-endian values of width `N` in `b`, decoded by `f` (`f32::from_le_bytes`, …).
+fn le<T, const N: usize>(b: &[u8], f: fn([u8; N]) -> T) -> Vec<T> {
+    // `chunks_exact` yields N bytes a chunk, so the conversion cannot fail.
+    b.chunks_exact(N)
+        .map(|c| f(c.try_into().unwrap_or([0; N])))
+        .collect()
+}
+
+/// The little-endian bytes of `v`, each value encoded by `f` (`f32::to_le_bytes`, …).
+fn to_le<T: Copy, const N: usize>(v: &[T], f: fn(T) -> [u8; N]) -> Vec<u8> {
+    v.iter().flat_map(|x| f(*x)).collect()
+}
+
 /// Reads every member of an `.npz` file; member names lose their `.npy` suffix.
 pub fn read_npz(path: &Path) -> Result<BTreeMap<String, NpyArray>> {
     let bytes = std::fs::read(path).map_err(|e| Error::io(path, e))?;
@@ -222,30 +235,10 @@ pub fn parse_npy(b: &[u8]) -> std::result::Result<NpyArray, String> {
         })
     };
     let data = match descr.as_str() {
-        "<f4" => NpyData::F32(
-            need(4)?
-                .chunks_exact(4)
-                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        "<f8" => NpyData::F64(
-            need(8)?
-                .chunks_exact(8)
-                .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-        ),
-        "<i4" => NpyData::I32(
-            need(4)?
-                .chunks_exact(4)
-                .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-                .collect(),
-        ),
-        "<i8" => NpyData::I64(
-            need(8)?
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                .collect(),
-        ),
+        "<f4" => NpyData::F32(le(need(4)?, f32::from_le_bytes)),
+        "<f8" => NpyData::F64(le(need(8)?, f64::from_le_bytes)),
+        "<i4" => NpyData::I32(le(need(4)?, i32::from_le_bytes)),
+        "<i8" => NpyData::I64(le(need(8)?, i64::from_le_bytes)),
         "|u1" | "|b1" => NpyData::U8(need(1)?.to_vec()),
         d if d.starts_with("<U") => {
             let w: usize = d[2..].parse().map_err(|_| format!("bad dtype {d}"))?;
@@ -295,22 +288,10 @@ fn dict_shape(h: &str) -> Option<Vec<usize>> {
 /// Serialises one array as npy 1.0.
 pub fn npy_bytes(a: &NpyArray) -> Vec<u8> {
     let (descr, body): (String, Vec<u8>) = match &a.data {
-        NpyData::F32(v) => (
-            "<f4".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::F64(v) => (
-            "<f8".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::I32(v) => (
-            "<i4".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
-        NpyData::I64(v) => (
-            "<i8".into(),
-            v.iter().flat_map(|x| x.to_le_bytes()).collect(),
-        ),
+        NpyData::F32(v) => ("<f4".into(), to_le(v, f32::to_le_bytes)),
+        NpyData::F64(v) => ("<f8".into(), to_le(v, f64::to_le_bytes)),
+        NpyData::I32(v) => ("<i4".into(), to_le(v, i32::to_le_bytes)),
+        NpyData::I64(v) => ("<i8".into(), to_le(v, i64::to_le_bytes)),
         NpyData::U8(v) => ("|u1".into(), v.clone()),
         NpyData::Str(v) => {
             let w = v

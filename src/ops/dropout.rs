@@ -2,6 +2,7 @@
 //! computed on the device with the same hash as [`crate::rng`], so masks are seeded, reproducible and identical
 //! on every device. The backward applies the same mask to the gradient.
 
+use super::limit;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -10,12 +11,7 @@ fn check(x: &Tensor, p: f32, op: &str) -> Result<f32> {
     if !(0.0..1.0).contains(&p) {
         return Err(Error::Invalid(format!("{op}: p = {p} must be in [0, 1)")));
     }
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, op)?;
     Ok(1.0 / (1.0 - p))
 }
 

@@ -5,6 +5,7 @@
 //! Plans of at most three collapsed dimensions (same shape, row or column broadcast, a per-channel vector over
 //! NCHW) run a division-free kernel with float4 loads; deeper plans run the general kernel.
 
+use super::limit;
 use crate::contract::elementwise::BroadcastPlan;
 pub use crate::contract::elementwise::{BinaryOp, MAX_BROADCAST_RANK};
 use crate::error::{Error, Result};
@@ -42,12 +43,7 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
 /// A copy of `x` (f32) made by a device kernel: the yardstick of the memory-bound benchmarks.
 pub(crate) fn device_copy(x: &Tensor) -> Result<Tensor> {
     x.expect_dtype(DType::F32, "device_copy")?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "device_copy: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, "device_copy")?;
     let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
     if out.numel() > 0 {
         x.device().backend().copy_f32(x, &out)?;
@@ -66,13 +62,7 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     if out.numel() == 0 {
         return Ok(out);
     }
-    if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{}: {} elements exceed the 2^31-1 per-op limit",
-            op.name(),
-            out.numel()
-        )));
-    }
+    limit(&out, op.name())?;
     a.device().backend().binary(op, a, b, &out, &plan)?;
     Ok(out)
 }
@@ -109,13 +99,7 @@ pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Ten
     if out.numel() == 0 {
         return Ok(out);
     }
-    if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{}: {} elements exceed the 2^31-1 per-op limit",
-            op.name(),
-            out.numel()
-        )));
-    }
+    limit(&out, op.name())?;
     a.device().backend().binary_scalar(op, a, s, swap, &out)?;
     Ok(out)
 }

@@ -8,6 +8,7 @@
 //! so nothing a user writes reaches the OpenCL compiler. Programs are cached by the generated form, so the
 //! same expression (in any spelling) builds once per device. The built-in device evaluates the tree.
 
+use super::limit;
 use crate::contract::fused::plan;
 pub use crate::contract::fused::{ALIASES, Expr, MAX_INPUTS, function_names};
 pub use crate::contract::vocab::{Grad, OPS, OpDef};
@@ -76,12 +77,7 @@ fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> 
     if out.numel() == 0 {
         return Ok(out);
     }
-    if out.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "fused: {} elements exceed the 2^31-1 per-op limit",
-            out.numel()
-        )));
-    }
+    limit(&out, "fused")?;
     first.device().backend().fused(e, inputs, &out, &p)?;
     Ok(out)
 }

@@ -74,3 +74,15 @@ pub use unary::{
     sigmoid,
 };
 pub use unary::{prelu, prelu_backward, silu, softplus, sqrt, tanh};
+
+/// Refuses a tensor of more elements than the kernels index with an `int` (2^31 − 1), naming op `op`.
+#[inline]
+pub(crate) fn limit(x: &crate::tensor::Tensor, op: &str) -> crate::error::Result<()> {
+    if x.numel() > i32::MAX as usize {
+        return Err(crate::error::Error::Limit(format!(
+            "{op}: {} elements exceed the 2^31-1 per-op limit",
+            x.numel()
+        )));
+    }
+    Ok(())
+}

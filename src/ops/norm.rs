@@ -6,6 +6,7 @@
 //! passes (autotuned per shape) and fused elementwise kernels. No value goes through the host. ε and momentum
 //! travel as kernel arguments, never as source.
 
+use super::limit;
 use crate::contract::norm::BnTrain;
 pub use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, MAX_HELD};
 use crate::error::{Error, Result};
@@ -497,12 +498,7 @@ fn batch_norm_train(
             x.shape()
         )));
     }
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "batch_norm2d: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, "batch_norm2d")?;
     let dev = x.device();
     let y = Tensor::empty(dev, x.shape(), DType::F32)?;
     let mean = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;

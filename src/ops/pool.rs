@@ -1,6 +1,7 @@
 //! 2-D max, average and global-average pooling of N×C×H×W with any kernel, stride and padding, forward and
 //! backward. Max pooling keeps the index of each window's maximum for its backward.
 
+use super::limit;
 pub use crate::contract::pool::Pool2d;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -18,12 +19,7 @@ pub struct MaxPoolOut {
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
     x.expect_dtype(DType::F32, op)?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, op)?;
     match *x.shape() {
         [n, c, h, w] => Ok([n, c, h, w]),
         _ => Err(Error::Shape(format!(
@@ -31,6 +27,35 @@ fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
             x.shape()
         ))),
     }
+}
+
+/// A pooling backward's input gradient, allocated once `grad` (and the forward's `indices`, where given) are
+/// checked against the output shape `p` gives `input_shape`.
+fn backward_out(
+    grad: &Tensor,
+    indices: Option<&Tensor>,
+    input_shape: &[usize],
+    p: Pool2d,
+    op: &str,
+) -> Result<Tensor> {
+    let [n, c, h, w] = match *input_shape {
+        [n, c, h, w] => [n, c, h, w],
+        _ => {
+            return Err(Error::Shape(format!(
+                "{op}: input shape {input_shape:?} is not N×C×H×W"
+            )));
+        }
+    };
+    let (oh, ow) = p.out_hw(h, w, op)?;
+    if grad.shape() != [n, c, oh, ow] || indices.is_some_and(|i| i.shape() != grad.shape()) {
+        return Err(Error::shape_mismatch(
+            format!("{op} gradient"),
+            &[n, c, oh, ow],
+            grad.shape(),
+        ));
+    }
+    grad.expect_dtype(DType::F32, op)?;
+    Tensor::empty(grad.device(), input_shape, DType::F32)
 }
 
 /// Max pooling; the indices feed [`max_pool2d_backward`].
@@ -52,24 +77,13 @@ pub fn max_pool2d_backward(
     input_shape: &[usize],
     p: Pool2d,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = match *input_shape {
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Shape(format!(
-                "max_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
-            )));
-        }
-    };
-    let (oh, ow) = p.out_hw(h, w, "max_pool2d_backward")?;
-    if grad.shape() != [n, c, oh, ow] || out.indices.shape() != grad.shape() {
-        return Err(Error::shape_mismatch(
-            "max_pool2d_backward gradient",
-            &[n, c, oh, ow],
-            grad.shape(),
-        ));
-    }
-    grad.expect_dtype(DType::F32, "max_pool2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = backward_out(
+        grad,
+        Some(&out.indices),
+        input_shape,
+        p,
+        "max_pool2d_backward",
+    )?;
     if gx.numel() > 0 {
         grad.device()
             .backend()
@@ -96,24 +110,7 @@ pub fn avg_pool2d_backward(
     p: Pool2d,
     count_include_pad: bool,
 ) -> Result<Tensor> {
-    let [n, c, h, w] = match *input_shape {
-        [n, c, h, w] => [n, c, h, w],
-        _ => {
-            return Err(Error::Shape(format!(
-                "avg_pool2d_backward: input shape {input_shape:?} is not N×C×H×W"
-            )));
-        }
-    };
-    let (oh, ow) = p.out_hw(h, w, "avg_pool2d_backward")?;
-    if grad.shape() != [n, c, oh, ow] {
-        return Err(Error::shape_mismatch(
-            "avg_pool2d_backward gradient",
-            &[n, c, oh, ow],
-            grad.shape(),
-        ));
-    }
-    grad.expect_dtype(DType::F32, "avg_pool2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = backward_out(grad, None, input_shape, p, "avg_pool2d_backward")?;
     if gx.numel() > 0 {
         grad.device()
             .backend()

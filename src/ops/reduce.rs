@@ -7,6 +7,7 @@
 //! work-group trees (GPUs), barrier-free float8 chunks per work-item (CPU OpenCL), or column loops coalesced
 //! across I; each may split R into G chunks (two stages) when O·I alone gives too little parallelism.
 
+use super::limit;
 pub(crate) use crate::contract::reduce::Ori;
 pub use crate::contract::reduce::{ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
 use crate::error::{Error, Result};
@@ -52,13 +53,7 @@ pub fn reduce_with(
     algo: Option<ReduceAlgo>,
 ) -> Result<Tensor> {
     x.expect_dtype(DType::F32, op.name())?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{}: {} elements exceed the 2^31-1 per-op limit",
-            op.name(),
-            x.numel()
-        )));
-    }
+    limit(x, op.name())?;
     let shape = x.shape().to_vec();
     let axes = normalize_axes(axes, shape.len(), op.name())?;
     let out_shape: Vec<usize> = if keepdims {
@@ -174,12 +169,7 @@ pub fn sum_all(x: &Tensor) -> Result<Tensor> {
 fn arg_reduce(max: bool, x: &Tensor, axis: isize, keepdims: bool) -> Result<Tensor> {
     let name = if max { "argmax" } else { "argmin" };
     x.expect_dtype(DType::F32, name)?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{name}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, name)?;
     let shape = x.shape();
     let a = normalize_axes(Some(&[axis]), shape.len(), name)?[0];
     let mut out_shape = shape.to_vec();
@@ -238,12 +228,7 @@ pub fn reduce_to_shape_with(
         ));
     }
     grad.expect_dtype(DType::F32, "reduce_to_shape")?;
-    if grad.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "reduce_to_shape: {} elements exceed the 2^31-1 per-op limit",
-            grad.numel()
-        )));
-    }
+    limit(grad, "reduce_to_shape")?;
     let plan = RtsPlan::new(grad.shape(), target_shape)?;
     if grad.shape() == target_shape {
         return grad.deep_clone();
@@ -268,12 +253,7 @@ pub fn global_l2_norm(tensors: &[&Tensor]) -> Result<Tensor> {
     let parts = Tensor::zeros(dev, &[tensors.len()])?;
     for (k, t) in tensors.iter().enumerate() {
         t.expect_dtype(DType::F32, "global_l2_norm")?;
-        if t.numel() > i32::MAX as usize {
-            return Err(Error::Limit(format!(
-                "global_l2_norm: {} elements exceed the 2^31-1 per-op limit",
-                t.numel()
-            )));
-        }
+        limit(t, "global_l2_norm")?;
         if t.numel() == 0 {
             continue;
         }

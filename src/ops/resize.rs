@@ -1,5 +1,6 @@
 //! Nearest and bilinear upsampling of N×C×H×W to a given size, with the gather-based backward.
 
+use super::limit;
 pub use crate::contract::resize::Upsample;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -55,12 +56,7 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
         ));
     }
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
-    if grad.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "upsample_backward: {} elements exceed the 2^31-1 per-op limit",
-            grad.numel()
-        )));
-    }
+    limit(grad, "upsample_backward")?;
     if gx.numel() > 0 {
         grad.device()
             .backend()

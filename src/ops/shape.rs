@@ -1,7 +1,10 @@
 //! Shape and index ops: permute/transpose, narrow, cat, split, index_select, one_hot, and pad2d (zero or
 //! reflect) with its backward. Every op copies into a new contiguous tensor on the device.
 
+use super::limit;
+use crate::contract::reduce::Ori;
 pub(crate) use crate::contract::shape::Block;
+use crate::contract::shape::{Pad, TopK};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor, strides};
 
@@ -14,16 +17,6 @@ pub enum PadMode {
     Zero,
     /// Mirror without repeating the edge (`x[−1] = x[1]`); each pad must be smaller than its dimension.
     Reflect,
-}
-
-fn limit(x: &Tensor, op: &str) -> Result<()> {
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
-    Ok(())
 }
 
 /// The axes of `x` reordered: output axis `k` is input axis `dims[k]`.
@@ -207,7 +200,8 @@ pub fn index_select(x: &Tensor, axis: isize, indices: &Tensor) -> Result<Tensor>
     let y = Tensor::empty(x.device(), &shape, DType::F32)?;
     limit(&y, "index_select")?;
     if y.numel() > 0 {
-        x.device().backend().index_select(x, indices, o, n, i, &y)?;
+        let v = Ori { o, r: n, i };
+        x.device().backend().index_select(x, indices, v, &y)?;
     }
     Ok(y)
 }
@@ -256,6 +250,16 @@ fn pad_shape(shape: &[usize], pads: [usize; 4], mode: PadMode, op: &str) -> Resu
     Ok(vec![n, c, h + t + b, w + l + r])
 }
 
+/// The device's pad2d launch for `pads` (`[top, bottom, left, right]`) and `mode`, forward or `back`.
+fn pad_plan(pads: [usize; 4], mode: PadMode, back: bool) -> Pad {
+    Pad {
+        top: pads[0],
+        left: pads[2],
+        reflect: mode == PadMode::Reflect,
+        back,
+    }
+}
+
 /// Pads the last two dimensions of N×C×H×W by `[top, bottom, left, right]`.
 pub fn pad2d(x: &Tensor, pads: [usize; 4], mode: PadMode) -> Result<Tensor> {
     x.expect_dtype(DType::F32, "pad2d")?;
@@ -265,7 +269,7 @@ pub fn pad2d(x: &Tensor, pads: [usize; 4], mode: PadMode) -> Result<Tensor> {
     if y.numel() > 0 {
         x.device()
             .backend()
-            .pad2d(x, &y, pads[0], pads[2], mode == PadMode::Reflect, false)?;
+            .pad2d(x, &y, pad_plan(pads, mode, false))?;
     }
     Ok(y)
 }
@@ -289,14 +293,8 @@ pub fn pad2d_backward(
     limit(grad, "pad2d_backward")?;
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     if gx.numel() > 0 {
-        grad.device().backend().pad2d(
-            grad,
-            &gx,
-            pads[0],
-            pads[2],
-            mode == PadMode::Reflect,
-            true,
-        )?;
+        let pad = pad_plan(pads, mode, true);
+        grad.device().backend().pad2d(grad, &gx, pad)?;
     }
     Ok(gx)
 }
@@ -319,9 +317,16 @@ pub fn topk(x: &Tensor, k: usize, axis: isize, largest: bool) -> Result<(Tensor,
     let vals = Tensor::empty(x.device(), &shape, DType::F32)?;
     let idx = Tensor::empty(x.device(), &shape, DType::I32)?;
     if vals.numel() > 0 {
-        x.device()
-            .backend()
-            .topk(x, o, r, i, k, largest, &vals, &idx)?;
+        x.device().backend().topk(
+            x,
+            TopK {
+                v: Ori { o, r, i },
+                k,
+                largest,
+            },
+            &vals,
+            &idx,
+        )?;
     }
     Ok((vals, idx))
 }

@@ -6,6 +6,7 @@
 //! work-group per row with local-memory trees (GPUs) and one work-item per row without barriers (CPU
 //! OpenCL); other axes run one work-item per (o, i), coalesced across i.
 
+use super::limit;
 pub use crate::contract::softmax::SoftmaxAlgo;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -14,12 +15,7 @@ use super::reduce::{Ori, normalize_axes};
 
 fn view(x: &Tensor, axis: isize, op: &str) -> Result<Ori> {
     x.expect_dtype(DType::F32, op)?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            x.numel()
-        )));
-    }
+    limit(x, op)?;
     let shape = x.shape();
     if shape.is_empty() {
         return Ok(Ori { o: 1, r: 1, i: 1 });

@@ -5,6 +5,7 @@
 //! built-in device evaluates the same formulas in f64. The backward recomputes from the forward input, so no
 //! activation needs to be kept; hard_swish's backward is one fused kernel.
 
+use super::limit;
 pub use crate::contract::unary::{UnaryOp, erf};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -12,13 +13,7 @@ use crate::tensor::{DType, Tensor};
 fn check(op: UnaryOp, x: &Tensor) -> Result<()> {
     op.validate()?;
     x.expect_dtype(DType::F32, op.name())?;
-    if x.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{}: {} elements exceed the 2^31-1 per-op limit",
-            op.name(),
-            x.numel()
-        )));
-    }
+    limit(x, op.name())?;
     Ok(())
 }
 

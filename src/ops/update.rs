@@ -1,6 +1,7 @@
 //! In-place parameter updates on the device: the steps of SGD, Adam/AdamW and RMSProp, the weight EMA, and
 //! in-place scaling (gradient clipping). Every hyper-parameter is a kernel argument.
 
+use super::limit;
 pub use crate::contract::update::Step;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -19,12 +20,7 @@ fn check(p: &Tensor, others: &[&Tensor], what: &str) -> Result<()> {
             )));
         }
     }
-    if p.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{what}: {} elements exceed the 2^31-1 per-op limit",
-            p.numel()
-        )));
-    }
+    limit(p, what)?;
     Ok(())
 }
 

@@ -440,7 +440,9 @@ fn report_activity(sink: Progress) -> activity::ObserverGuard {
                 candidate,
                 index,
                 of,
-            } => serde_json::json!({"netcl": "measuring", "op": op, "candidate": candidate, "index": index, "of": of}),
+            } => {
+                serde_json::json!({"netcl": "measuring", "op": op, "candidate": candidate, "index": index, "of": of})
+            }
         };
         if let Ok(mut f) = sink.try_borrow_mut() {
             f(&v);

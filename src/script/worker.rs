@@ -171,12 +171,14 @@ fn restrict_self() {}
 
 /// Serves jobs from stdin until it closes.
 pub fn serve(device: &Device) -> Result<()> {
-    restrict_self();
+    // The watchdog thread starts before the limits: for a user other than root, RLIMIT_NPROC counts threads
+    // too, so no thread could start after it is set to 0.
     let watchdog = Watchdog::start(|ms| {
         format!(
             "netcl worker: a job exceeded its time limit of {ms} ms inside a device call; stopping"
         )
     })?;
+    restrict_self();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
     let stdin = std::io::stdin();
     for line in stdin.lock().lines() {

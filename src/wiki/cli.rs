@@ -12,7 +12,7 @@ use super::engine::{Engine, EngineInfo};
 use super::export::export as export_site;
 use super::server::{AppState, router};
 use super::views::SiteSettings;
-use super::{listen, warm, watch};
+use super::{health, listen, warm, watch};
 use crate::wiki::error::{Result, WikiError};
 
 /// `netcl serve`: the documentation wiki over HTTP.
@@ -47,6 +47,14 @@ pub struct ServeArgs {
     /// kernels built and tuned (progress is logged; the server answers meanwhile).
     #[arg(long)]
     pub warm: bool,
+    /// A team tuning table (a file `netcl tune export` wrote), consulted before the shipped tables by every
+    /// worker; one that cannot be read is reported and ignored.
+    #[arg(long, env = "NETCL_TUNING_TABLE")]
+    pub tuning_table: Option<String>,
+    /// The bearer token runs need (set it from a secret through the environment rather than a flag, which
+    /// other users of the machine can see).
+    #[arg(long, env = "NETCL_PLAYGROUND_TOKEN", hide_env_values = true)]
+    pub playground_token: Option<String>,
 }
 
 /// `netcl export`: the wiki as static files.
@@ -93,6 +101,12 @@ impl ServeArgs {
         if self.edit_url.is_some() {
             config.edit_url = self.edit_url.clone();
         }
+        if self.tuning_table.is_some() {
+            config.tuning_table = self.tuning_table.clone();
+        }
+        if self.playground_token.is_some() {
+            config.playground_token = self.playground_token.clone();
+        }
         config.watch |= self.watch;
         config.playground &= !self.no_playground;
         config.validated()
@@ -107,6 +121,7 @@ pub fn serve(args: ServeArgs) -> Result<()> {
 /// Runs the server with engine data from `engine` until Ctrl-C.
 pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
     let config = args.to_config()?;
+    use_team_table(config.tuning_table.as_deref());
     let state = AppState::with_workers(config.clone(), engine, true)?;
     for problem in &state.site().problems {
         tracing::warn!(%problem, "content problem");
@@ -123,7 +138,10 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
             None => eprintln!("--warm ignored: the playground is off"),
         }
     }
+    health::spawn_checks(Arc::clone(&state))
+        .map_err(|e| WikiError::Site(format!("starting the readiness checks: {e}")))?;
     let base = config.base_path.clone();
+    let draining = Arc::clone(&state);
     let served = listen::serve_on_threads(
         config.bind,
         listen::default_threads(),
@@ -133,12 +151,43 @@ pub fn serve_with(args: ServeArgs, engine: Arc<dyn EngineInfo>) -> Result<()> {
             tracing::info!(%address, base = %base, "wiki listening");
             eprintln!("netcl wiki on http://{address}{base}/");
         },
+        move || {
+            draining.health().start_drain();
+            eprintln!("netcl wiki draining: /readyz answers 503, open runs are finishing");
+        },
     );
     // No worker outlives the server.
     if let Some(playground) = state.playground() {
         playground.shutdown();
     }
     served
+}
+
+/// Makes `table` (the config's team tuning table) the one this process and its workers consult, and reports
+/// what it holds; a table that cannot be read is reported and ignored, never fatal.
+fn use_team_table(table: Option<&str>) {
+    if let Some(table) = table {
+        // SAFETY: called before the server starts any thread (the playground's supervisor, the accept loops),
+        // so nothing reads the environment concurrently. The workers inherit it.
+        unsafe { std::env::set_var("NETCL_TUNING_TABLE", table) };
+        crate::autotune::reload_config();
+    }
+    match crate::autotune::db::team_table() {
+        None => {}
+        Some(Ok(t)) => {
+            tracing::info!(entries = t.entries.len(), device = %t.device.name, "team tuning table loaded");
+            eprintln!(
+                "team tuning table: {} entries measured on {} ({})",
+                t.entries.len(),
+                t.device.name,
+                t.device.kind
+            );
+        }
+        Some(Err(e)) => {
+            tracing::warn!(error = %e, "team tuning table ignored");
+            eprintln!("team tuning table ignored: {e}");
+        }
+    }
 }
 
 /// Writes the static site; content problems are printed, and fail the export with `--strict`.

@@ -71,8 +71,18 @@ pub struct Config {
     /// Connections served at once; further ones wait in the listen backlog. Lowered to fit the process's
     /// open-file limit.
     pub max_connections: usize,
-    /// Milliseconds open requests get to finish after SIGTERM or Ctrl-C before their connections are closed.
+    /// Milliseconds open requests get to finish after SIGTERM or Ctrl-C before their connections are closed
+    /// (after [`Config::drain_delay_ms`]); runs in flight finish within it.
     pub shutdown_grace_ms: u64,
+    /// Milliseconds the server keeps listening after SIGTERM or Ctrl-C, answering `/readyz` with 503, so load
+    /// balancers and Kubernetes endpoints take it out of rotation before it stops accepting connections.
+    pub drain_delay_ms: u64,
+    /// Milliseconds between comment lines on an event stream that has nothing else to send, so proxies and
+    /// browsers do not close a quiet run as idle.
+    pub sse_heartbeat_ms: u64,
+    /// A team tuning table: a file in the format `netcl tune export` writes, consulted before the shipped
+    /// tables (passed to the workers as `NETCL_TUNING_TABLE`). One that cannot be read is reported and ignored.
+    pub tuning_table: Option<String>,
     /// `Host` names (without port) the server answers; others get 421. By default the localhost names when
     /// bound to a loopback address, and any name otherwise. `*` allows any.
     pub allowed_hosts: Option<Vec<String>>,
@@ -112,6 +122,9 @@ impl Default for Config {
             write_timeout_ms: 15_000,
             max_connections: 512,
             shutdown_grace_ms: 5_000,
+            drain_delay_ms: 0,
+            sse_heartbeat_ms: 15_000,
+            tuning_table: None,
             allowed_hosts: None,
             allowed_origins: Vec::new(),
         }
@@ -166,11 +179,13 @@ impl Config {
             || self.body_timeout_ms == 0
             || self.write_timeout_ms == 0
             || self.max_connections == 0
+            || self.sse_heartbeat_ms == 0
         {
             return Err(WikiError::Site(
-                "playground_stall_timeout_ms, header_timeout_ms, body_timeout_ms, write_timeout_ms and max_connections must be positive".into(),
+                "playground_stall_timeout_ms, header_timeout_ms, body_timeout_ms, write_timeout_ms, max_connections and sse_heartbeat_ms must be positive".into(),
             ));
         }
+        self.tuning_table = self.tuning_table.filter(|t| !t.trim().is_empty());
         if self
             .playground_worker_command
             .as_ref()

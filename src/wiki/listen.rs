@@ -5,7 +5,11 @@
 //! [`ConnLimits::header_timeout`] (which also closes idle kept-alive connections), a write that makes no
 //! progress for [`ConnLimits::write_timeout`] closes the connection (a client that stopped reading), at most
 //! [`ConnLimits::max_connections`] served at once, and a shutdown that lets open requests finish for
-//! [`ConnLimits::shutdown_grace`] and then closes what is left. The request body's deadline and the other
+//! [`ConnLimits::shutdown_grace`] and then closes what is left.
+//!
+//! Stopping is a drain: on SIGTERM or Ctrl-C the server is told at once (it fails its readiness probe), keeps
+//! accepting for [`ConnLimits::drain_delay`] while load balancers take it out of rotation, then stops accepting
+//! and gives open requests — runs among them — the grace period. A second signal ends the delay early. The request body's deadline and the other
 //! per-request limits are `tower-http` layers on the router (see `server::router`).
 
 use std::future::Future;
@@ -44,6 +48,8 @@ pub struct ConnLimits {
     pub max_connections: usize,
     /// Time open requests get to finish once the server is asked to stop.
     pub shutdown_grace: Duration,
+    /// Time the server keeps accepting after the stop signal, answering readiness probes with 503.
+    pub drain_delay: Duration,
 }
 
 impl ConnLimits {
@@ -54,6 +60,7 @@ impl ConnLimits {
             write_timeout: Duration::from_millis(config.write_timeout_ms),
             max_connections: config.max_connections.min(fd_budget()).max(1),
             shutdown_grace: Duration::from_millis(config.shutdown_grace_ms),
+            drain_delay: Duration::from_millis(config.drain_delay_ms),
         }
     }
 }
@@ -293,13 +300,15 @@ fn run_thread(
 }
 
 /// Serves `app` on `addr` with `threads` accept loops over one socket until Ctrl-C or SIGTERM; `on_ready`
-/// gets the bound address once every loop listens. Returns when all loops have stopped.
+/// gets the bound address once every loop listens, `on_drain` is called at the signal (before the drain
+/// delay). Returns when all loops have stopped.
 pub fn serve_on_threads(
     addr: SocketAddr,
     threads: usize,
     app: Router,
     limits: ConnLimits,
     on_ready: impl FnOnce(SocketAddr),
+    on_drain: impl FnOnce(),
 ) -> Result<()> {
     let threads = threads.max(1);
     let listener = bind(addr)?;
@@ -340,6 +349,23 @@ pub fn serve_on_threads(
         .build()
         .map_err(|e| WikiError::Site(format!("starting a runtime: {e}")))?;
     signals.block_on(stop_signal());
+    on_drain();
+    if !limits.drain_delay.is_zero() {
+        tracing::info!(
+            delay_ms = limits.drain_delay.as_millis() as u64,
+            "draining: still accepting while load balancers take this server out"
+        );
+        signals.block_on(async {
+            tokio::select! {
+                _ = tokio::time::sleep(limits.drain_delay) => {}
+                _ = stop_signal() => {}
+            }
+        });
+    }
+    tracing::info!(
+        grace_ms = limits.shutdown_grace.as_millis() as u64,
+        "stopped accepting; open requests get the grace period"
+    );
     let _ = stop_tx.send(true);
     let mut result = Ok(());
     for handle in handles {

@@ -131,6 +131,81 @@ impl Metrics {
     }
 }
 
+/// Values read when `/metrics` is scraped: readiness, the drain, and the playground's run queue (the number
+/// an autoscaler watches).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gauges {
+    /// `/readyz` answers 200.
+    pub ready: bool,
+    /// The server is draining after SIGTERM.
+    pub draining: bool,
+    /// Runs admitted and not yet answered: running on a worker or waiting for one.
+    pub runs_in_flight: usize,
+    /// Runs that may be in flight at once (workers + queue); past it runs are answered 503 `busy`.
+    pub run_capacity: usize,
+    /// Worker processes configured for the server's device.
+    pub workers: usize,
+    /// Worker processes running now (every device).
+    pub workers_running: usize,
+    /// Workers started to replace a killed or crashed one.
+    pub worker_restarts: u64,
+}
+
+impl Gauges {
+    /// The Prometheus text exposition of the gauges.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut metric = |name: &str, kind: &str, help: &str, value: u64| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {value}");
+        };
+        metric(
+            "netcl_wiki_ready",
+            "gauge",
+            "1 when /readyz answers 200.",
+            u64::from(self.ready),
+        );
+        metric(
+            "netcl_wiki_draining",
+            "gauge",
+            "1 while the server drains after SIGTERM.",
+            u64::from(self.draining),
+        );
+        metric(
+            "netcl_wiki_run_queue",
+            "gauge",
+            "Runs admitted and not yet answered: running on a worker or waiting for one.",
+            self.runs_in_flight as u64,
+        );
+        metric(
+            "netcl_wiki_run_queue_capacity",
+            "gauge",
+            "Runs that may be in flight at once (workers + queue); past it runs are refused as busy.",
+            self.run_capacity as u64,
+        );
+        metric(
+            "netcl_wiki_workers",
+            "gauge",
+            "Playground worker processes configured for the server's device.",
+            self.workers as u64,
+        );
+        metric(
+            "netcl_wiki_workers_running",
+            "gauge",
+            "Playground worker processes running now.",
+            self.workers_running as u64,
+        );
+        metric(
+            "netcl_wiki_worker_restarts_total",
+            "counter",
+            "Workers started to replace a killed or crashed one.",
+            self.worker_restarts,
+        );
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +234,28 @@ mod tests {
         );
         assert!(
             text.contains("netcl_wiki_request_duration_seconds_count 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn gauges_render() {
+        let g = Gauges {
+            ready: true,
+            runs_in_flight: 3,
+            run_capacity: 18,
+            ..Gauges::default()
+        };
+        let text = g.render();
+        assert!(text.contains("\nnetcl_wiki_run_queue 3\n"), "{text}");
+        assert!(
+            text.contains("netcl_wiki_run_queue_capacity 18\n"),
+            "{text}"
+        );
+        assert!(text.contains("netcl_wiki_ready 1\n"), "{text}");
+        assert!(text.contains("netcl_wiki_draining 0\n"), "{text}");
+        assert!(
+            text.contains("# TYPE netcl_wiki_run_queue gauge\n"),
             "{text}"
         );
     }

@@ -17,14 +17,19 @@ use super::assets::{FAVICON, STATIC_FILES, content_type};
 use super::config::Config;
 use super::content::Content;
 use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
+use super::health::{self, Health};
 use super::links::{LinkMode, Linker};
 use super::metrics::{Metrics, RouteClass};
 use super::playground::Playground;
 use super::playground::api::{self, RunRoute};
 use super::prepared::Prepared;
 use super::query::{self, QueryError};
+use super::respond::{
+    api_error, html_response, json_response, plain_error, redirect, text_response,
+};
 use super::search::SearchIndex;
 use super::site::{self, llms_txt};
+use super::sse;
 use super::views::{
     AutotuneView, CandidateView, Chrome, DeviceView, DevicesView, ErrorView, ExampleView, HitView,
     NotFoundView, PlaygroundView, SearchView, SiteSettings, Suggestion, TuneEntryView, human_bytes,
@@ -204,6 +209,7 @@ pub struct AppState {
     config: Config,
     headers: SecurityHeaders,
     playground: Option<Arc<Playground>>,
+    health: Health,
 }
 
 impl AppState {
@@ -232,6 +238,7 @@ impl AppState {
             config,
             headers: SecurityHeaders::default(),
             playground,
+            health: Health::default(),
         }))
     }
 
@@ -260,7 +267,20 @@ impl AppState {
     pub fn config(&self) -> &Config {
         &self.config
     }
+
+    /// The server's health: the drain flag and the last readiness check (see [`health`]).
+    pub fn health(&self) -> &Health {
+        &self.health
+    }
+
+    /// Where the server's engine data comes from.
+    pub fn engine(&self) -> &Arc<dyn EngineInfo> {
+        &self.engine
+    }
 }
+
+/// Routes probes and scrapers call by address (a pod IP, `localhost`), so the `Host` check spares them.
+const PROBE_ROUTES: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 /// The router. Deliberately thin: prepared pages are answered by [`dispatch`] directly, which also does the
 /// logging, metrics, security headers, the Host and Origin checks, the body limit and the compression of
@@ -297,14 +317,17 @@ pub fn router(state: Arc<AppState>) -> Router {
 fn refused_early(
     config: &Config,
     parts: &Parts,
+    rest: Option<&str>,
     run_route: Option<&RunRoute>,
 ) -> Option<Response<Body>> {
+    let probe = rest.is_some_and(|r| PROBE_ROUTES.contains(&r));
     let host = parts
         .headers
         .get(header::HOST)
         .and_then(|v| v.to_str().ok())
         .or_else(|| parts.uri.authority().map(|a| a.as_str()));
     if let Some(host) = host
+        && !probe
         && !config.host_allowed(host)
     {
         // DNS rebinding: a page of another site that resolves its own name to this server.
@@ -365,7 +388,7 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     let too_large = declared.is_some_and(|n| n > state.config.max_body_bytes as u64);
-    let mut early = refused_early(&state.config, &parts, run_route.as_ref());
+    let mut early = refused_early(&state.config, &parts, rest, run_route.as_ref());
     if early.is_none()
         && parts
             .uri
@@ -407,7 +430,15 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
         Some(run) => (
             RouteClass::Run,
             match &state.playground {
-                Some(pg) => api::handle(pg, run, &parts, body, state.config.max_body_bytes).await,
+                Some(pg) => {
+                    let r = api::handle(pg, run, &parts, body, state.config.max_body_bytes).await;
+                    if sse::is_event_stream(&r) {
+                        let every = Duration::from_millis(state.config.sse_heartbeat_ms);
+                        sse::with_heartbeat(r, every)
+                    } else {
+                        r
+                    }
+                }
                 None => api::disabled(),
             },
         ),
@@ -422,6 +453,10 @@ async fn dispatch(State(state): State<Arc<AppState>>, request: Request) -> Respo
     let headers = response.headers_mut();
     for (name, value) in &state.headers.0 {
         headers.insert(name.clone(), value.clone());
+    }
+    if state.health.draining() {
+        // A proxy's kept-alive connection is closed after this answer, so its next request goes elsewhere.
+        headers.insert(header::CONNECTION, HeaderValue::from_static("close"));
     }
     let elapsed = started.elapsed();
     let status = response.status().as_u16();
@@ -541,12 +576,17 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
             RouteClass::Health,
             json_response(
                 StatusCode::OK,
-                &json!({"status": "ok", "pages": site.content.pages.len()}),
+                &json!({"status": "ok", "pages": site.content.pages.len(),
+                        "draining": state.health.draining()}),
             ),
         ),
+        "/readyz" => (RouteClass::Health, health::readyz(state)),
         "/metrics" => (
             RouteClass::Metrics,
-            text_response("text/plain; version=0.0.4", state.metrics.render()),
+            text_response(
+                "text/plain; version=0.0.4",
+                state.metrics.render() + health::gauges(state).render().as_str(),
+            ),
         ),
         "/search" => (RouteClass::Search, search_page(&site, query)),
         "/api/search" => (RouteClass::Api, search_api(&site, query)),
@@ -565,57 +605,6 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
         ),
         _ => (RouteClass::NotFound, not_found(&site, path)),
     }
-}
-
-fn redirect(location: &str) -> Response<Body> {
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::PERMANENT_REDIRECT;
-    if let Ok(value) = HeaderValue::from_str(location) {
-        response.headers_mut().insert(header::LOCATION, value);
-    }
-    response
-}
-
-fn html_response(status: StatusCode, html: String) -> Response<Body> {
-    let mut response = Response::new(Body::from(html));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/html; charset=utf-8"),
-    );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
-fn text_response(content_type: &'static str, text: String) -> Response<Body> {
-    let mut response = Response::new(Body::from(text));
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    response
-}
-
-fn json_response(status: StatusCode, value: &serde_json::Value) -> Response<Body> {
-    let mut response = Response::new(Body::from(value.to_string()));
-    *response.status_mut() = status;
-    response.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    response
-        .headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
-/// A JSON error: `{"error": {"kind": …, "message": …}}`.
-fn api_error(status: StatusCode, kind: &str, message: &str) -> Response<Body> {
-    json_response(
-        status,
-        &json!({"error": {"kind": kind, "message": message}}),
-    )
 }
 
 /// An error as JSON for API routes and as a page otherwise.
@@ -646,17 +635,6 @@ fn capitalise(s: &str) -> String {
         .next()
         .map(|c| c.to_uppercase().chain(chars).collect())
         .unwrap_or_default()
-}
-
-/// Last resort when a template fails: never a 500 page with internals, a short text.
-fn plain_error(status: StatusCode, message: &str) -> Response<Body> {
-    tracing::error!(%message, "rendering an answer failed");
-    let mut response = text_response(
-        "text/plain; charset=utf-8",
-        "The page could not be rendered.\n".into(),
-    );
-    *response.status_mut() = status;
-    response
 }
 
 fn query_error(site: &Site, api: bool, e: QueryError) -> Response<Body> {

@@ -58,7 +58,9 @@ pub fn blocks(site: &Site) -> Vec<(String, String)> {
 
 /// Every distinct runnable block of the content under `dir`, with the page it is on, in navigation order
 /// (`netcl tune warm` without files).
-pub fn content_blocks(dir: &std::path::Path) -> Result<Vec<(String, String)>, super::error::WikiError> {
+pub fn content_blocks(
+    dir: &std::path::Path,
+) -> Result<Vec<(String, String)>, super::error::WikiError> {
     let content = super::content::Content::load(dir)?;
     let mut seen = std::collections::HashSet::new();
     Ok(content
@@ -117,7 +119,10 @@ pub fn tune_warm(
         let w = TuneWarmed {
             source: source.clone(),
             ok: r.ok,
-            error: r.error.as_ref().map(|e| format!("{}: {}", e.kind, e.message)),
+            error: r
+                .error
+                .as_ref()
+                .map(|e| format!("{}: {}", e.kind, e.message)),
             ms: t.elapsed().as_secs_f64() * 1e3,
             measured: count(Source::Measured),
             answered: count(Source::Cache) + count(Source::Database),

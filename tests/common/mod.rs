@@ -53,6 +53,12 @@ pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str)
     }
 }
 
+/// [`assert_close`] on the f32 values of two tensors (read back from their devices).
+pub fn assert_tensors_close(got: &Tensor, want: &Tensor, atol: f32, rtol: f32, what: &str) {
+    let read = |t: &Tensor| t.to_vec::<f32>().expect("read f32 values");
+    assert_close(&read(got), &read(want), atol, rtol, what);
+}
+
 /// The same tensor's values on the built-in device and on `dev`.
 pub fn pair(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
     let c = Tensor::randn(&cpu(), shape, 0.0, 1.0, seed).expect("randn on cpu");

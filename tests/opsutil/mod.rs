@@ -6,6 +6,7 @@
 
 use std::sync::{Mutex, OnceLock};
 
+use netcl::ops::Conv2dGrads;
 use netcl::{Device, Tensor};
 
 static LOCK: Mutex<()> = Mutex::new(());
@@ -56,4 +57,40 @@ pub fn with_specials(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tenso
     let c = Tensor::from_slice(&cpu(), &v, shape).expect("from_slice");
     let d = c.to_device(dev).expect("to_device");
     (c, d)
+}
+
+/// A convolution's gradients on the device against the reference's: grad_x within `atol_x`, grad_w and grad_b
+/// (sums over the batch and the output positions) within `atol_wb`, all with `rtol` relative.
+pub fn assert_conv_grads_close(
+    got: &Conv2dGrads,
+    want: &Conv2dGrads,
+    atol_x: f32,
+    atol_wb: f32,
+    rtol: f32,
+    what: &str,
+) {
+    use super::common::assert_tensors_close as close;
+    let (gx, wx) = (got.grad_x.as_ref(), want.grad_x.as_ref());
+    close(
+        gx.unwrap(),
+        wx.unwrap(),
+        atol_x,
+        rtol,
+        &format!("grad_x {what}"),
+    );
+    close(
+        &got.grad_w,
+        &want.grad_w,
+        atol_wb,
+        rtol,
+        &format!("grad_w {what}"),
+    );
+    let (gb, wb) = (got.grad_b.as_ref(), want.grad_b.as_ref());
+    close(
+        gb.unwrap(),
+        wb.unwrap(),
+        atol_wb,
+        rtol,
+        &format!("grad_b {what}"),
+    );
 }

@@ -32,12 +32,7 @@ pub fn start_wiki_with(
 ) -> SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        runtime.block_on(async move {
+        super::runtime().block_on(async move {
             let mut config = netcl::wiki::config::Config {
                 content_dir: content_dir(),
                 ..Default::default()
@@ -52,6 +47,31 @@ pub fn start_wiki_with(
         });
     });
     rx.recv_timeout(WAIT).expect("wiki server did not start")
+}
+
+/// The wiki with real playground workers (this package's `netcl worker`), runs of at most `timeout_ms` and no
+/// operation limit.
+pub fn start_playground_wiki(timeout_ms: u64) -> SocketAddr {
+    start_wiki_with(move |c| {
+        c.playground_worker_command =
+            Some(vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]);
+        c.playground_timeout_ms = timeout_ms;
+        c.playground_limits.max_operations = u64::MAX;
+    })
+}
+
+/// Asserts that the browser's log holds no Content-Security-Policy refusal.
+pub fn assert_no_csp_violations(s: &Session) {
+    let log = s.call("POST", "/se/log", Some(json!({"type": "browser"})));
+    let refused: Vec<String> = log
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e["message"].as_str())
+        .filter(|m| m.contains("Content Security Policy"))
+        .map(str::to_string)
+        .collect();
+    assert!(refused.is_empty(), "CSP violations: {refused:?}");
 }
 
 /// chromedriver, stopped when dropped.

@@ -147,6 +147,68 @@ pub fn app_with(
     (router(Arc::clone(&state)), state)
 }
 
+/// A multi-thread runtime of two workers, the size the server tests run the wiki on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// `app` served over real TCP on 127.0.0.1 by the server's own listener (its connection limits from `state`),
+/// on a runtime thread of its own; stopped when dropped (or by [`Served::stop`]). The state's playground
+/// workers are left to the caller.
+pub struct Served {
+    pub addr: std::net::SocketAddr,
+    pub state: Arc<AppState>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Served {
+    pub fn start(app: Router, state: Arc<AppState>) -> Served {
+        use netcl::wiki::listen::{self, ConnLimits};
+        let listener = listen::bind(std::net::SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let limits = ConnLimits::from_config(state.config());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            runtime().block_on(async move {
+                listener.set_nonblocking(true).unwrap();
+                let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+                let connections = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
+                listen::serve_listener(listener, app, limits, connections, async move {
+                    let _ = stopped.await;
+                })
+                .await;
+            });
+        });
+        Served {
+            addr,
+            state,
+            stop: Some(stop),
+            thread: Some(thread),
+        }
+    }
+
+    /// Stops accepting and waits for the runtime thread to end.
+    pub fn stop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// The router over the repository's content, with the test engine.
 pub fn app() -> Router {
     app_with(Arc::new(TestEngine), |_| {}).0

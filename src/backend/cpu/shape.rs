@@ -2,7 +2,8 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::ShapeKernels;
-use crate::contract::shape::Block;
+use crate::contract::reduce::Ori;
+use crate::contract::shape::{Block, Pad, TopK};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -39,17 +40,8 @@ fn pad_src(u: isize, h: usize, reflect: bool) -> Option<usize> {
 }
 
 impl ShapeKernels for CpuDevice {
-    fn topk(
-        &self,
-        x: &Tensor,
-        o: usize,
-        r: usize,
-        i: usize,
-        k: usize,
-        largest: bool,
-        vals: &Tensor,
-        idx: &Tensor,
-    ) -> Result<()> {
+    fn topk(&self, x: &Tensor, t: TopK, vals: &Tensor, idx: &Tensor) -> Result<()> {
+        let (Ori { o, r, i }, k, largest) = (t.v, t.k, t.largest);
         let xs = x.to_vec::<f32>()?;
         let (mut vs, mut is) = (
             crate::tensor::host_vec(vals.numel(), 0f32)?,
@@ -109,15 +101,8 @@ impl ShapeKernels for CpuDevice {
             .write(y.storage(), 0, bytemuck::cast_slice(&ys))
     }
 
-    fn index_select(
-        &self,
-        x: &Tensor,
-        idx: &Tensor,
-        o: usize,
-        a: usize,
-        i: usize,
-        y: &Tensor,
-    ) -> Result<()> {
+    fn index_select(&self, x: &Tensor, idx: &Tensor, v: Ori, y: &Tensor) -> Result<()> {
+        let Ori { o, r: a, i } = v;
         let (xs, ks) = (x.to_vec::<f32>()?, idx.to_vec::<i32>()?);
         let mut ys = Vec::with_capacity(y.numel());
         for oo in 0..o {
@@ -141,15 +126,8 @@ impl ShapeKernels for CpuDevice {
             .write(y.storage(), 0, bytemuck::cast_slice(&ys))
     }
 
-    fn pad2d(
-        &self,
-        src: &Tensor,
-        dst: &Tensor,
-        top: usize,
-        left: usize,
-        reflect: bool,
-        back: bool,
-    ) -> Result<()> {
+    fn pad2d(&self, src: &Tensor, dst: &Tensor, pad: Pad) -> Result<()> {
+        let (top, left, reflect, back) = (pad.top, pad.left, pad.reflect, pad.back);
         let (x, y) = if back { (dst, src) } else { (src, dst) };
         let (xs, ys) = (x.shape().to_vec(), y.shape().to_vec());
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);

@@ -56,7 +56,11 @@ fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
 
 /// The geometry key of `kernel`, one of the general algorithm choices; their candidates run the conv, GEMM
 /// and Winograd kernels.
-pub(super) fn algo_key(kernel: &str, g: &ConvGeom, extra: &[(&'static str, i64)]) -> TuneKey {
+pub(super) fn algo_key(
+    kernel: &'static str,
+    g: &ConvGeom,
+    extra: &[(&'static str, i64)],
+) -> TuneKey {
     let mut k = vec![
         ("n", bucket(g.n)),
         ("c", g.c as i64),
@@ -81,7 +85,7 @@ pub(super) fn algo_key(kernel: &str, g: &ConvGeom, extra: &[(&'static str, i64)]
 }
 
 /// netcl's pointwise shape class: (bucket N, C, bucket H·W, F, has_bias, flag).
-fn pointwise_key(kernel: &str, g: &ConvGeom, has_bias: bool, flag: bool) -> TuneKey {
+fn pointwise_key(kernel: &'static str, g: &ConvGeom, has_bias: bool, flag: bool) -> TuneKey {
     TuneKey::new(
         kernel,
         &[

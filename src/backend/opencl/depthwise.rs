@@ -34,7 +34,7 @@ fn arg(g: &DwGeom) -> [i32; 8] {
 }
 
 /// The autotune key of `kernel` for `g`, with one family-specific flag.
-fn key(kernel: &str, g: &DwGeom, extra: i64) -> TuneKey {
+fn key(kernel: &'static str, g: &DwGeom, extra: i64) -> TuneKey {
     TuneKey::new(
         kernel,
         &[
@@ -476,7 +476,7 @@ impl ClDevice {
     fn dw_choose(
         &self,
         device: &Device,
-        kernel: &str,
+        kernel: &'static str,
         g: &DwGeom,
         extra: i64,
         algo: Option<DwAlgo>,

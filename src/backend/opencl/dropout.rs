@@ -9,7 +9,6 @@ use crate::tensor::Tensor;
 
 impl DropoutKernels for ClDevice {
     fn dropout_apply(&self, x: &Tensor, p: f32, seed: u64, out: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::DROPOUT_APPLY)?;
         let n = x.numel();
         let args = abi::DropoutApply {
             n: n as i32,
@@ -20,12 +19,7 @@ impl DropoutKernels for ClDevice {
             x: x.storage(),
             out: out.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[n],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.run_1d(abi::DROPOUT_APPLY, &Defines::new(), &args, n, Some(256))?;
         Ok(())
     }
 }

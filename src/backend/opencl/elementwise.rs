@@ -1,8 +1,8 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
-use crate::backend::opencl::ClDevice;
-use crate::backend::opencl::abi::elementwise as abi;
-use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::abi::{KernelArgs, elementwise as abi};
+use crate::backend::opencl::program::{Defines, QuickKey, quick_key};
+use crate::backend::opencl::{ClDevice, Event};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
@@ -59,6 +59,61 @@ pub(crate) fn grid_defines(defines: &Defines, capped: bool) -> Defines {
     }
 }
 
+impl ClDevice {
+    /// `want` work-items per group, or the device's largest work-group where that is smaller.
+    pub(crate) fn group(&self, want: usize) -> usize {
+        want.min(self.info.max_work_group_size.max(1))
+    }
+
+    /// Launches kernel `name` of the arguments' family, built with `defines`, over `items` work-items, in
+    /// work-groups of [`ClDevice::group`]`(g)` where `group` is `Some(g)` and of the driver's choice otherwise.
+    pub(crate) fn run_1d<'a, A: KernelArgs<'a>>(
+        &self,
+        name: &str,
+        defines: &Defines,
+        args: &A,
+        items: usize,
+        group: Option<usize>,
+    ) -> Result<Event> {
+        let k = self.kernel(A::FAMILY, defines, name)?;
+        match group {
+            Some(g) => self.run(&k, args, &[items], Some(&[self.group(g)])),
+            None => self.run(&k, args, &[items], None),
+        }
+    }
+
+    /// As [`ClDevice::run_1d`] for a kernel found by the compact `key` (see [`ClDevice::kernel_by`]): the
+    /// defines are written only the first time.
+    pub(crate) fn run_1d_by<'a, A: KernelArgs<'a>>(
+        &self,
+        key: QuickKey,
+        defines: impl FnOnce() -> Defines,
+        args: &A,
+        items: usize,
+        group: Option<usize>,
+    ) -> Result<Event> {
+        let k = self.kernel_by(key, defines)?;
+        match group {
+            Some(g) => self.run(&k, args, &[items], Some(&[self.group(g)])),
+            None => self.run(&k, args, &[items], None),
+        }
+    }
+
+    /// Launches kernel `name` of the arguments' family over the 3-D `range` (see [`grid_3d`]), built with
+    /// `defines` plus `GRID_LOOP=1` where the range is capped.
+    pub(crate) fn run_grid<'a, A: KernelArgs<'a>>(
+        &self,
+        name: &str,
+        defines: &Defines,
+        args: &A,
+        range: [usize; 3],
+    ) -> Result<Event> {
+        let (range, local, capped) = grid_3d(self, range);
+        let k = self.kernel(A::FAMILY, &grid_defines(defines, capped), name)?;
+        self.run(&k, args, &range, Some(&local))
+    }
+}
+
 fn prev_pow2(n: usize) -> usize {
     if n == 0 {
         1
@@ -84,14 +139,13 @@ fn int8(v: &[usize]) -> [i32; 8] {
 impl BinaryKernels for ClDevice {
     fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
         let n = x.numel();
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::COPY_F32)?;
         let args = abi::CopyF32 {
             n: n as i32,
             x: x.storage(),
             y: out.storage(),
         };
-        let local = 256.min(self.info.max_work_group_size.max(1));
-        self.run(&k, &args, &[(n / 4).max(n % 4).max(1)], Some(&[local]))?;
+        let items = (n / 4).max(n % 4).max(1);
+        self.run_1d(abi::COPY_F32, &Defines::new(), &args, items, Some(256))?;
         Ok(())
     }
 
@@ -103,22 +157,19 @@ impl BinaryKernels for ClDevice {
         out: &Tensor,
         plan: &BroadcastPlan,
     ) -> Result<()> {
-        let defines = Defines::new().set("OP(x,y)", cl_expr(op));
+        // Kernels are found by a compact key: a hot loop neither writes the op's expression nor the defines.
+        let defines = || Defines::new().set("OP(x,y)", cl_expr(op));
         let n = out.numel();
+        let (a, b, out) = (a.storage(), b.storage(), out.storage());
         if plan.same {
-            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SAME)?;
             let args = abi::BinarySame {
                 n: n as i32,
-                a: a.storage(),
-                b: b.storage(),
-                out: out.storage(),
+                a,
+                b,
+                out,
             };
-            self.run(
-                &k,
-                &args,
-                &[n.div_ceil(4)],
-                Some(&[256.min(self.info.max_work_group_size.max(1))]),
-            )?;
+            let key = quick_key(abi::FAMILY, abi::BINARY_SAME, &[op as usize]);
+            self.run_1d_by(key, defines, &args, n.div_ceil(4), Some(256))?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
             let r = plan.shape.len();
@@ -130,45 +181,51 @@ impl BinaryKernels for ClDevice {
             let (d, sa, sb) = (pad(&plan.shape, 1), pad(&plan.sa, 0), pad(&plan.sb, 0));
             let vec = if d[2] % 4 == 0 { 4 } else { 1 };
             let align = vec == 4 && [sa[0], sa[1], sb[0], sb[1]].iter().all(|s| s % 4 == 0);
-            let defines = defines
-                .set("VEC", vec)
-                .set("A_INNER", sa[2].min(1))
-                .set("B_INNER", sb[2].min(1))
-                .set("ALIGN4", u8::from(align));
-            let g = [d[2] / vec, d[1], d[0]];
-            let (g, local, capped) = grid_3d(self, g);
-            let k = self.kernel(abi::FAMILY, &grid_defines(&defines, capped), abi::BINARY_3D)?;
+            let (range, local, capped) = grid_3d(self, [d[2] / vec, d[1], d[0]]);
+            let parts = [
+                op as usize,
+                vec,
+                sa[2].min(1),
+                sb[2].min(1),
+                usize::from(align),
+                usize::from(capped),
+            ];
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::BINARY_3D, &parts), || {
+                let d = defines()
+                    .set("VEC", vec)
+                    .set("A_INNER", sa[2].min(1))
+                    .set("B_INNER", sb[2].min(1))
+                    .set("ALIGN4", u8::from(align));
+                grid_defines(&d, capped)
+            })?;
+            let [d0, d1, d2, sa0, sa1, sb0, sb1] =
+                [d[0], d[1], d[2], sa[0], sa[1], sb[0], sb[1]].map(|v| v as i32);
             let args = abi::Binary3d {
-                d0: d[0] as i32,
-                d1: d[1] as i32,
-                d2: d[2] as i32,
-                sa0: sa[0] as i32,
-                sa1: sa[1] as i32,
-                sb0: sb[0] as i32,
-                sb1: sb[1] as i32,
-                a: a.storage(),
-                b: b.storage(),
-                out: out.storage(),
+                d0,
+                d1,
+                d2,
+                sa0,
+                sa1,
+                sb0,
+                sb1,
+                a,
+                b,
+                out,
             };
-            self.run(&k, &args, &g, Some(&local))?;
+            self.run(&k, &args, &range, Some(&local))?;
         } else {
-            let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_BCAST)?;
             let args = abi::BinaryBcast {
                 n: n as i32,
                 rank: plan.shape.len() as i32,
                 shape: int8(&plan.shape),
                 sa: int8(&plan.sa),
                 sb: int8(&plan.sb),
-                a: a.storage(),
-                b: b.storage(),
-                out: out.storage(),
+                a,
+                b,
+                out,
             };
-            self.run(
-                &k,
-                &args,
-                &[n],
-                Some(&[256.min(self.info.max_work_group_size.max(1))]),
-            )?;
+            let key = quick_key(abi::FAMILY, abi::BINARY_BCAST, &[op as usize]);
+            self.run_1d_by(key, defines, &args, n, Some(256))?;
         }
         Ok(())
     }
@@ -181,23 +238,25 @@ impl BinaryKernels for ClDevice {
         swap: bool,
         out: &Tensor,
     ) -> Result<()> {
-        let defines = Defines::new()
-            .set("OP(x,y)", cl_expr(op))
-            .set("SWAP", u8::from(swap));
-        let k = self.kernel(abi::FAMILY, &defines, abi::BINARY_SCALAR)?;
         let n = out.numel();
+        let (a, out) = (a.storage(), out.storage());
         let args = abi::BinaryScalar {
             n: n as i32,
             s,
-            a: a.storage(),
-            out: out.storage(),
+            a,
+            out,
         };
-        self.run(
-            &k,
-            &args,
-            &[n.div_ceil(4)],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        let key = quick_key(
+            abi::FAMILY,
+            abi::BINARY_SCALAR,
+            &[op as usize, usize::from(swap)],
+        );
+        let defines = || {
+            Defines::new()
+                .set("OP(x,y)", cl_expr(op))
+                .set("SWAP", u8::from(swap))
+        };
+        self.run_1d_by(key, defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())
     }
 }

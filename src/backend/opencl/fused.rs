@@ -3,7 +3,6 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::fused as abi;
-use crate::backend::opencl::elementwise::{grid_3d, grid_defines};
 use crate::backend::opencl::program::Defines;
 use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan, Node};
 use crate::contract::vocab::instantiate;
@@ -45,6 +44,20 @@ fn int8(v: &[usize]) -> [i32; 8] {
     out
 }
 
+/// `abi::$ty` with the fields in braces, then (where given) the six input slots' strides `$s`, then the six
+/// input slots `$a` and the output buffer `$out`: the parameters every fused kernel ends with.
+macro_rules! fused_args {
+    ($ty:ident { $($f:ident $(: $v:expr)?),* $(,)? }, $a:expr, $out:expr) => {{
+        let [a0, a1, a2, a3, a4, a5] = $a;
+        abi::$ty { $($f $(: $v)?,)* a0, a1, a2, a3, a4, a5, out: $out }
+    }};
+    ($ty:ident { $($f:ident $(: $v:expr)?),* $(,)? }, $s:expr, $a:expr, $out:expr) => {{
+        let [s0, s1, s2, s3, s4, s5] = $s;
+        let [a0, a1, a2, a3, a4, a5] = $a;
+        abi::$ty { $($f $(: $v)?,)* s0, s1, s2, s3, s4, s5, a0, a1, a2, a3, a4, a5, out: $out }
+    }};
+}
+
 impl FusedKernels for ClDevice {
     fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
         let defines = Defines::new()
@@ -53,86 +66,47 @@ impl FusedKernels for ClDevice {
         let n = out.numel();
         // Every input slot gets a buffer; the slots past NIN are never read.
         let slot = |k: usize| inputs.get(k).unwrap_or(&inputs[0]).storage();
-        let [a0, a1, a2, a3, a4, a5] = [0, 1, 2, 3, 4, 5].map(slot);
+        let slots = [0, 1, 2, 3, 4, 5].map(slot);
+        let out = out.storage();
         // Per input slot: its strides, or zeros for the slots past NIN.
         let strides = |per: &dyn Fn(&[usize]) -> [i32; 8]| -> [[i32; 8]; MAX_INPUTS] {
             std::array::from_fn(|k| plan.strides.get(k).map_or([0; 8], |s| per(s)))
         };
-        let local = [256.min(self.info.max_work_group_size.max(1))];
         if plan.same {
-            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_SAME)?;
-            let args = abi::FusedSame {
-                n: n as i32,
-                a0,
-                a1,
-                a2,
-                a3,
-                a4,
-                a5,
-                out: out.storage(),
-            };
-            self.run(&k, &args, &[n], Some(&local))?;
+            let args = fused_args!(FusedSame { n: n as i32 }, slots, out);
+            self.run_1d(abi::FUSED_SAME, &defines, &args, n, Some(256))?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
             let r = plan.shape.len();
             let mut d = [1usize; 3];
             d[3 - r..].copy_from_slice(&plan.shape);
-            let range = [d[2], d[1], d[0]];
-            let (range, local, capped) = grid_3d(self, range);
-            let defines = grid_defines(&defines, capped);
-            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_3D)?;
-            let [s0, s1, s2, s3, s4, s5] = strides(&|s| {
+            let st = strides(&|s| {
                 let mut st = [0i32; 8];
                 for (j, v) in s.iter().enumerate() {
                     st[3 - r + j] = *v as i32;
                 }
                 st
             });
-            let args = abi::Fused3d {
-                d0: d[0] as i32,
-                d1: d[1] as i32,
-                d2: d[2] as i32,
-                s0,
-                s1,
-                s2,
-                s3,
-                s4,
-                s5,
-                a0,
-                a1,
-                a2,
-                a3,
-                a4,
-                a5,
-                out: out.storage(),
-            };
-            self.run(&k, &args, &range, Some(&local))?;
+            let [d0, d1, d2] = d.map(|v| v as i32);
+            let args = fused_args!(Fused3d { d0, d1, d2 }, st, slots, out);
+            self.run_grid(abi::FUSED_3D, &defines, &args, [d[2], d[1], d[0]])?;
         } else {
-            let k = self.kernel(abi::FAMILY, &defines, abi::FUSED_BCAST)?;
             let mut shape = [1i32; 8];
             for (i, d) in plan.shape.iter().rev().enumerate() {
                 shape[i] = *d as i32;
             }
-            let [s0, s1, s2, s3, s4, s5] = strides(&int8);
-            let args = abi::FusedBcast {
-                n: n as i32,
-                rank: plan.shape.len() as i32,
-                shape,
-                s0,
-                s1,
-                s2,
-                s3,
-                s4,
-                s5,
-                a0,
-                a1,
-                a2,
-                a3,
-                a4,
-                a5,
-                out: out.storage(),
-            };
-            self.run(&k, &args, &[n], Some(&local))?;
+            let rank = plan.shape.len() as i32;
+            let args = fused_args!(
+                FusedBcast {
+                    n: n as i32,
+                    rank,
+                    shape,
+                },
+                strides(&int8),
+                slots,
+                out
+            );
+            self.run_1d(abi::FUSED_BCAST, &defines, &args, n, Some(256))?;
         }
         Ok(())
     }

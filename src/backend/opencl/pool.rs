@@ -1,145 +1,63 @@
 //! OpenCL pooling: the `pool` kernels over a 3-D grid of output (or input) positions and planes.
 
-use super::elementwise::{grid_3d, grid_defines};
+// The kernels' parameter names (`P`, `OH`, …) name the local values built for them.
+#![allow(non_snake_case)]
+
 use crate::backend::opencl::ClDevice;
-use crate::backend::opencl::abi::{KernelArgs, pool as abi};
+use crate::backend::opencl::abi::pool as abi;
 use crate::backend::opencl::program::Defines;
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
-/// The window's kernel, stride and padding as the pool kernels' six int arguments.
-fn window_args(p: &Pool2d) -> [i32; 6] {
-    [
-        p.kernel.0,
-        p.kernel.1,
-        p.stride.0,
-        p.stride.1,
-        p.padding.0,
-        p.padding.1,
-    ]
-    .map(|v| v as i32)
+/// The pool kernels' argument struct `abi::$ty` for input shape `$xs`, output shape `$ys` and window `$p`,
+/// with the buffers (and any other fields) given in braces.
+macro_rules! pool_args {
+    ($ty:ident, $xs:expr, $ys:expr, $p:expr, { $($rest:tt)* }) => {{
+        let (xs, ys, p): (&[usize], &[usize], &Pool2d) = ($xs, $ys, $p);
+        let [P, H, W, OH, OW] = [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]].map(|v| v as i32);
+        let (kh, kw, sh, sw, ph, pw) = (p.kernel.0, p.kernel.1, p.stride.0, p.stride.1, p.padding.0, p.padding.1);
+        let [kh, kw, sh, sw, ph, pw] = [kh, kw, sh, sw, ph, pw].map(|v| v as i32);
+        abi::$ty { P, H, W, OH, OW, kh, kw, sh, sw, ph, pw, $($rest)* }
+    }};
 }
 
-fn geometry(x_shape: &[usize], y_shape: &[usize]) -> [i32; 5] {
-    [
-        x_shape[0] * x_shape[1],
-        x_shape[2],
-        x_shape[3],
-        y_shape[2],
-        y_shape[3],
-    ]
-    .map(|v| v as i32)
-}
-
-impl ClDevice {
-    /// Launches pool kernel `name` with `args` over the 3-D `range` (the GRID_LOOP build where the range is
-    /// capped).
-    fn pool_launch<'a, A: KernelArgs<'a>>(
-        &self,
-        name: &str,
-        args: &A,
-        range: [usize; 3],
-    ) -> Result<()> {
-        let (range, local, capped) = grid_3d(self, range);
-        let k = self.kernel(abi::FAMILY, &grid_defines(&Defines::new(), capped), name)?;
-        self.run(&k, args, &range, Some(&local))?;
-        Ok(())
-    }
+/// The 3-D range over the planes of `s` (x fastest).
+fn planes(s: &[usize]) -> [usize; 3] {
+    [s[3], s[2], s[0] * s[1]]
 }
 
 impl PoolKernels for ClDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
-        let [planes, h, w, oh, ow] = geometry(x.shape(), y.shape());
-        let [kh, kw, sh, sw, ph, pw] = window_args(p);
-        let args = abi::MaxpoolFwd {
-            P: planes,
-            H: h,
-            W: w,
-            OH: oh,
-            OW: ow,
-            kh,
-            kw,
-            sh,
-            sw,
-            ph,
-            pw,
-            x: x.storage(),
-            y: y.storage(),
-            idx: idx.storage(),
-        };
-        let range = [ow, oh, planes].map(|v| v as usize);
-        self.pool_launch(abi::MAXPOOL_FWD, &args, range)
+        let (xs, ys) = (x.shape(), y.shape());
+        let (x, y, idx) = (x.storage(), y.storage(), idx.storage());
+        let args = pool_args!(MaxpoolFwd, xs, ys, p, { x, y, idx });
+        self.run_grid(abi::MAXPOOL_FWD, &Defines::new(), &args, planes(ys))?;
+        Ok(())
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, p: &Pool2d, gx: &Tensor) -> Result<()> {
-        let [planes, h, w, oh, ow] = geometry(gx.shape(), g.shape());
-        let [kh, kw, sh, sw, ph, pw] = window_args(p);
-        let args = abi::MaxpoolBwd {
-            P: planes,
-            H: h,
-            W: w,
-            OH: oh,
-            OW: ow,
-            kh,
-            kw,
-            sh,
-            sw,
-            ph,
-            pw,
-            g: g.storage(),
-            idx: idx.storage(),
-            gx: gx.storage(),
-        };
-        let range = [w, h, planes].map(|v| v as usize);
-        self.pool_launch(abi::MAXPOOL_BWD, &args, range)
+        let (xs, ys) = (gx.shape(), g.shape());
+        let (g, idx, gx) = (g.storage(), idx.storage(), gx.storage());
+        let args = pool_args!(MaxpoolBwd, xs, ys, p, { g, idx, gx });
+        self.run_grid(abi::MAXPOOL_BWD, &Defines::new(), &args, planes(xs))?;
+        Ok(())
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
-        let [planes, h, w, oh, ow] = geometry(x.shape(), y.shape());
-        let [kh, kw, sh, sw, ph, pw] = window_args(p);
-        let args = abi::AvgpoolFwd {
-            P: planes,
-            H: h,
-            W: w,
-            OH: oh,
-            OW: ow,
-            kh,
-            kw,
-            sh,
-            sw,
-            ph,
-            pw,
-            incl: i32::from(incl),
-            x: x.storage(),
-            y: y.storage(),
-        };
-        let range = [ow, oh, planes].map(|v| v as usize);
-        self.pool_launch(abi::AVGPOOL_FWD, &args, range)
+        let (xs, ys, incl) = (x.shape(), y.shape(), i32::from(incl));
+        let (x, y) = (x.storage(), y.storage());
+        let args = pool_args!(AvgpoolFwd, xs, ys, p, { incl, x, y });
+        self.run_grid(abi::AVGPOOL_FWD, &Defines::new(), &args, planes(ys))?;
+        Ok(())
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
-        let [planes, h, w, oh, ow] = geometry(gx.shape(), g.shape());
-        let [kh, kw, sh, sw, ph, pw] = window_args(p);
-        let args = abi::AvgpoolBwd {
-            P: planes,
-            H: h,
-            W: w,
-            OH: oh,
-            OW: ow,
-            kh,
-            kw,
-            sh,
-            sw,
-            ph,
-            pw,
-            incl: i32::from(incl),
-            g: g.storage(),
-            gx: gx.storage(),
-        };
-        let range = [w, h, planes].map(|v| v as usize);
-        self.pool_launch(abi::AVGPOOL_BWD, &args, range)
+        let (xs, ys, incl) = (gx.shape(), g.shape(), i32::from(incl));
+        let (g, gx) = (g.storage(), gx.storage());
+        let args = pool_args!(AvgpoolBwd, xs, ys, p, { incl, g, gx });
+        self.run_grid(abi::AVGPOOL_BWD, &Defines::new(), &args, planes(xs))?;
+        Ok(())
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::GAP_BWD)?;
         let n = gx.numel();
         let hw = gx.shape()[2] * gx.shape()[3];
         let args = abi::GapBwd {
@@ -149,12 +67,7 @@ impl PoolKernels for ClDevice {
             g: g.storage(),
             gx: gx.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[n],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.run_1d(abi::GAP_BWD, &Defines::new(), &args, n, Some(256))?;
         Ok(())
     }
 }

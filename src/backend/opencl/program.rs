@@ -200,7 +200,13 @@ impl ProgramCache {
                         kernel,
                         batch: 1,
                     });
-                    let b = Arc::new(self.build(context, device, family, kernel, &defines.options())?);
+                    let b = Arc::new(self.build(
+                        context,
+                        device,
+                        family,
+                        kernel,
+                        &defines.options(),
+                    )?);
                     same.push((family, defines.clone(), kernel, b.clone()));
                     b
                 }
@@ -325,7 +331,9 @@ impl ProgramCache {
             .map_err(|_| Error::Invalid("program cache lock poisoned".into()))?;
         for (i, b) in built {
             let (source, kernel, defines) = missing[i];
-            let same = map.entry(program_hash(source, defines, kernel)).or_default();
+            let same = map
+                .entry(program_hash(source, defines, kernel))
+                .or_default();
             if !same
                 .iter()
                 .any(|(s, d, k, _)| s == source && d == defines && k == kernel)
@@ -439,14 +447,18 @@ fn build_pruned(
     options: &str,
 ) -> Result<Built> {
     match build_source(context, device, family, src, options) {
-        Err(e) if src.len() != full.len() => match build_source(context, device, family, full, options) {
-            Ok(b) => {
-                STATS.prune_fallbacks.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!("a kernel of `{family}` does not build alone ({e}); built with its family");
-                Ok(b)
+        Err(e) if src.len() != full.len() => {
+            match build_source(context, device, family, full, options) {
+                Ok(b) => {
+                    STATS.prune_fallbacks.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(
+                        "a kernel of `{family}` does not build alone ({e}); built with its family"
+                    );
+                    Ok(b)
+                }
+                Err(_) => Err(e),
             }
-            Err(_) => Err(e),
-        },
+        }
         r => r,
     }
 }

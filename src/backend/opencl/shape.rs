@@ -1,11 +1,15 @@
 //! OpenCL data movement: the `shape` kernels (permute, block copies, gathers, one-hot, padding, top-k).
 
-use super::elementwise::{grid_3d, grid_defines};
+// The kernels' parameter names (`O`, `H`, `sA`, …) name the local values built for them.
+#![allow(non_snake_case)]
+
+use super::elementwise::grid_3d;
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::shape as abi;
 use crate::backend::opencl::program::Defines;
 use crate::contract::ShapeKernels;
-use crate::contract::shape::Block;
+use crate::contract::reduce::Ori;
+use crate::contract::shape::{Block, Pad, TopK};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -18,39 +22,25 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl ShapeKernels for ClDevice {
-    fn topk(
-        &self,
-        x: &Tensor,
-        o: usize,
-        r: usize,
-        i: usize,
-        k: usize,
-        largest: bool,
-        vals: &Tensor,
-        idx: &Tensor,
-    ) -> Result<()> {
-        let kern = self.kernel(abi::FAMILY, &Defines::new(), abi::TOPK)?;
+    fn topk(&self, x: &Tensor, t: TopK, vals: &Tensor, idx: &Tensor) -> Result<()> {
+        let (Ori { o, r, i }, k, largest) = (t.v, t.k, t.largest);
+        let [O, R, I, k, largest] = [o, r, i, k, usize::from(largest)].map(|v| v as i32);
+        let (x, vals, idx) = (x.storage(), vals.storage(), idx.storage());
         let args = abi::Topk {
-            O: o as i32,
-            R: r as i32,
-            I: i as i32,
-            k: k as i32,
-            largest: i32::from(largest),
-            x: x.storage(),
-            vals: vals.storage(),
-            idx: idx.storage(),
+            O,
+            R,
+            I,
+            k,
+            largest,
+            x,
+            vals,
+            idx,
         };
-        self.run(
-            &kern,
-            &args,
-            &[o * i],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.run_1d(abi::TOPK, &Defines::new(), &args, o * i, Some(64))?;
         Ok(())
     }
 
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::PERMUTE)?;
         let n = y.numel();
         let args = abi::Permute {
             n: n as i32,
@@ -60,65 +50,44 @@ impl ShapeKernels for ClDevice {
             x: x.storage(),
             y: y.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[n],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.run_1d(abi::PERMUTE, &Defines::new(), &args, n, Some(256))?;
         Ok(())
     }
 
     fn block_copy(&self, x: &Tensor, y: &Tensor, b: Block) -> Result<()> {
+        let [O, len, I, sA, soff, dA, doff] =
+            [b.o, b.len, b.i, b.sa, b.soff, b.da, b.doff].map(|v| v as i32);
+        let (x, y) = (x.storage(), y.storage());
         let args = abi::BlockCopy {
-            O: b.o as i32,
-            len: b.len as i32,
-            I: b.i as i32,
-            sA: b.sa as i32,
-            soff: b.soff as i32,
-            dA: b.da as i32,
-            doff: b.doff as i32,
-            x: x.storage(),
-            y: y.storage(),
+            O,
+            len,
+            I,
+            sA,
+            soff,
+            dA,
+            doff,
+            x,
+            y,
         };
-        let range = [b.i, b.len, b.o];
-        let (range, local, capped) = grid_3d(self, range);
-        let k = self.kernel(
-            abi::FAMILY,
-            &grid_defines(&Defines::new(), capped),
-            abi::BLOCK_COPY,
-        )?;
-        self.run(&k, &args, &range, Some(&local))?;
+        self.run_grid(abi::BLOCK_COPY, &Defines::new(), &args, [b.i, b.len, b.o])?;
         Ok(())
     }
 
-    fn index_select(
-        &self,
-        x: &Tensor,
-        idx: &Tensor,
-        o: usize,
-        a: usize,
-        i: usize,
-        y: &Tensor,
-    ) -> Result<()> {
+    fn index_select(&self, x: &Tensor, idx: &Tensor, v: Ori, y: &Tensor) -> Result<()> {
+        let Ori { o, r: a, i } = v;
         let kk = idx.numel();
+        let [O, K, A, I] = [o, kk, a, i].map(|v| v as i32);
+        let (x, idx, y) = (x.storage(), idx.storage(), y.storage());
         let args = abi::IndexSelect {
-            O: o as i32,
-            K: kk as i32,
-            A: a as i32,
-            I: i as i32,
-            x: x.storage(),
-            idx: idx.storage(),
-            y: y.storage(),
+            O,
+            K,
+            A,
+            I,
+            x,
+            idx,
+            y,
         };
-        let range = [i, kk, o];
-        let (range, local, capped) = grid_3d(self, range);
-        let k = self.kernel(
-            abi::FAMILY,
-            &grid_defines(&Defines::new(), capped),
-            abi::INDEX_SELECT,
-        )?;
-        self.run(&k, &args, &range, Some(&local))?;
+        self.run_grid(abi::INDEX_SELECT, &Defines::new(), &args, [i, kk, o])?;
         Ok(())
     }
 
@@ -138,57 +107,43 @@ impl ShapeKernels for ClDevice {
         Ok(())
     }
 
-    fn pad2d(
-        &self,
-        src: &Tensor,
-        dst: &Tensor,
-        top: usize,
-        left: usize,
-        reflect: bool,
-        back: bool,
-    ) -> Result<()> {
+    fn pad2d(&self, src: &Tensor, dst: &Tensor, pad: Pad) -> Result<()> {
+        let (top, left, back) = (pad.top, pad.left, pad.back);
         let (x, y) = if back { (dst, src) } else { (src, dst) };
         let (xs, ys) = (x.shape(), y.shape());
-        let [p, h, w, oh, ow, pt, pl] =
+        let [P, H, W, OH, OW, pt, pl] =
             [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], top, left].map(|v| v as i32);
-        let reflect = i32::from(reflect);
-        let range = if back {
-            [xs[3], xs[2], xs[0] * xs[1]]
-        } else {
-            [ys[3], ys[2], ys[0] * ys[1]]
-        };
-        let (range, local, capped) = grid_3d(self, range);
-        let d = grid_defines(&Defines::new(), capped);
+        let reflect = i32::from(pad.reflect);
+        let (src, dst) = (src.storage(), dst.storage());
+        let d = Defines::new();
         if back {
-            let k = self.kernel(abi::FAMILY, &d, abi::PAD2D_BWD)?;
             let args = abi::Pad2dBwd {
-                P: p,
-                H: h,
-                W: w,
-                OH: oh,
-                OW: ow,
+                P,
+                H,
+                W,
+                OH,
+                OW,
                 pt,
                 pl,
                 reflect,
-                g: src.storage(),
-                gx: dst.storage(),
+                g: src,
+                gx: dst,
             };
-            self.run(&k, &args, &range, Some(&local))?;
+            self.run_grid(abi::PAD2D_BWD, &d, &args, [xs[3], xs[2], xs[0] * xs[1]])?;
         } else {
-            let k = self.kernel(abi::FAMILY, &d, abi::PAD2D)?;
             let args = abi::Pad2d {
-                P: p,
-                H: h,
-                W: w,
-                OH: oh,
-                OW: ow,
+                P,
+                H,
+                W,
+                OH,
+                OW,
                 pt,
                 pl,
                 reflect,
-                x: src.storage(),
-                y: dst.storage(),
+                x: src,
+                y: dst,
             };
-            self.run(&k, &args, &range, Some(&local))?;
+            self.run_grid(abi::PAD2D, &d, &args, [ys[3], ys[2], ys[0] * ys[1]])?;
         }
         Ok(())
     }

@@ -32,43 +32,35 @@ impl ClDevice {
 
 impl UnaryKernels for ClDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &ClDevice::unary_defines(op)?, abi::UNARY_FWD)?;
         let (p0, p1) = op.params();
         let n = x.numel();
+        let (x, out) = (x.storage(), out.storage());
         let args = abi::UnaryFwd {
             n: n as i32,
             p0,
             p1,
-            x: x.storage(),
-            out: out.storage(),
+            x,
+            out,
         };
-        self.run(
-            &k,
-            &args,
-            &[n.div_ceil(4)],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        let defines = ClDevice::unary_defines(op)?;
+        self.run_1d(abi::UNARY_FWD, &defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())
     }
 
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &ClDevice::unary_defines(op)?, abi::UNARY_BWD)?;
         let (p0, p1) = op.params();
         let n = x.numel();
+        let (x, g, out) = (x.storage(), g.storage(), out.storage());
         let args = abi::UnaryBwd {
             n: n as i32,
             p0,
             p1,
-            x: x.storage(),
-            g: g.storage(),
-            out: out.storage(),
+            x,
+            g,
+            out,
         };
-        self.run(
-            &k,
-            &args,
-            &[n.div_ceil(4)],
-            Some(&[256.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        let defines = ClDevice::unary_defines(op)?;
+        self.run_1d(abi::UNARY_BWD, &defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())
     }
 }

@@ -11,37 +11,40 @@ impl UpdateKernels for ClDevice {
     fn update(&self, step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()> {
         let n = p.numel();
         let d = Defines::new();
+        let (p, g, s0) = (p.storage(), g.storage(), state[0].storage());
+        let s1 = || state[1].storage();
         match *step {
             Step::Sgd {
                 lr,
                 wd,
-                momentum,
+                momentum: mu,
                 nesterov,
             } => {
-                let k = self.kernel(abi::FAMILY, &d, abi::SGD_STEP)?;
+                let nesterov = i32::from(nesterov);
                 let args = abi::SgdStep {
                     n: n as i32,
                     lr,
                     wd,
-                    mu: momentum,
-                    nesterov: nesterov as i32,
-                    p: p.storage(),
-                    g: g.storage(),
-                    v: state[0].storage(),
+                    mu,
+                    nesterov,
+                    p,
+                    g,
+                    v: s0,
                 };
-                self.run(&k, &args, &[n], None)?;
+                self.run_1d(abi::SGD_STEP, &d, &args, n, None)?;
             }
             Step::Adam {
                 lr,
                 b1,
                 b2,
+                decoupled: dec,
                 eps,
                 wd,
-                decoupled,
                 bc1,
                 bc2,
             } => {
-                let k = self.kernel(abi::FAMILY, &d, abi::ADAM_STEP)?;
+                let decoupled = i32::from(dec);
+                let (m, v) = (s0, s1());
                 let args = abi::AdamStep {
                     n: n as i32,
                     lr,
@@ -49,37 +52,37 @@ impl UpdateKernels for ClDevice {
                     b2,
                     eps,
                     wd,
-                    decoupled: decoupled as i32,
+                    decoupled,
                     bc1,
                     bc2,
-                    p: p.storage(),
-                    g: g.storage(),
-                    m: state[0].storage(),
-                    v: state[1].storage(),
+                    p,
+                    g,
+                    m,
+                    v,
                 };
-                self.run(&k, &args, &[n], None)?;
+                self.run_1d(abi::ADAM_STEP, &d, &args, n, None)?;
             }
             Step::RmsProp {
                 lr,
                 alpha,
                 eps,
                 wd,
-                momentum,
+                momentum: mu,
             } => {
-                let k = self.kernel(abi::FAMILY, &d, abi::RMSPROP_STEP)?;
+                let (s, b) = (s0, s1());
                 let args = abi::RmspropStep {
                     n: n as i32,
                     lr,
                     alpha,
                     eps,
                     wd,
-                    mu: momentum,
-                    p: p.storage(),
-                    g: g.storage(),
-                    s: state[0].storage(),
-                    b: state[1].storage(),
+                    mu,
+                    p,
+                    g,
+                    s,
+                    b,
                 };
-                self.run(&k, &args, &[n], None)?;
+                self.run_1d(abi::RMSPROP_STEP, &d, &args, n, None)?;
             }
         }
         Ok(())
@@ -87,30 +90,25 @@ impl UpdateKernels for ClDevice {
 
     fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()> {
         let n = p.numel();
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::EMA_STEP)?;
+        let (shadow, p) = (shadow.storage(), p.storage());
         let args = abi::EmaStep {
             n: n as i32,
             d,
-            shadow: shadow.storage(),
-            p: p.storage(),
+            shadow,
+            p,
         };
-        self.run(&k, &args, &[n], None)?;
+        self.run_1d(abi::EMA_STEP, &Defines::new(), &args, n, None)?;
         Ok(())
     }
 
     fn scale_inplace(&self, s: f32, x: &Tensor) -> Result<()> {
         let n = x.numel();
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::SCALE_INPLACE)?;
-        self.run(
-            &k,
-            &abi::ScaleInplace {
-                n: n as i32,
-                s,
-                x: x.storage(),
-            },
-            &[n],
-            None,
-        )?;
+        let args = abi::ScaleInplace {
+            n: n as i32,
+            s,
+            x: x.storage(),
+        };
+        self.run_1d(abi::SCALE_INPLACE, &Defines::new(), &args, n, None)?;
         Ok(())
     }
 }

@@ -941,9 +941,16 @@ mod tests {
         assert!(m.contains("10000 ms while building kernels"), "{m}");
         assert!(m.contains("4 built, the last `gemm_packed`"), "{m}");
         assert!(m.contains("running it again continues"), "{m}");
-        let t = json!({"netcl": "measuring", "op": "reduce", "candidate": "col", "index": 2, "of": 6});
-        assert!(timeout_message(500, Some(&t)).contains("measuring tuning candidates (2 of 6 for `reduce`)"));
+        let t =
+            json!({"netcl": "measuring", "op": "reduce", "candidate": "col", "index": 2, "of": 6});
+        assert!(
+            timeout_message(500, Some(&t))
+                .contains("measuring tuning candidates (2 of 6 for `reduce`)")
+        );
         let plain = timeout_message(500, None);
-        assert!(plain.contains("500 ms;") && !plain.contains("continues"), "{plain}");
+        assert!(
+            plain.contains("500 ms;") && !plain.contains("continues"),
+            "{plain}"
+        );
     }
 }

@@ -226,14 +226,19 @@ fn identifier_after(b: &[u8], mut at: usize) -> (Option<&str>, usize) {
     while at < b.len() && (b[at].is_ascii_alphanumeric() || b[at] == b'_') {
         at += 1;
     }
-    let id = (at > start).then(|| std::str::from_utf8(&b[start..at]).ok()).flatten();
+    let id = (at > start)
+        .then(|| std::str::from_utf8(&b[start..at]).ok())
+        .flatten();
     (id, at)
 }
 
 /// A line `MACRO(name, …)` at `at` whose first argument is a declared kernel: its name and the end of the line.
 fn macro_kernel(src: &str, at: usize, declared: &[&str]) -> Option<(String, usize)> {
     let b = src.as_bytes();
-    if !b.get(at).is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_') {
+    if !b
+        .get(at)
+        .is_some_and(|&c| c.is_ascii_alphabetic() || c == b'_')
+    {
         return None;
     }
     let (mac, next) = identifier_after(b, at);
@@ -313,7 +318,10 @@ mod tests {
             want.dedup();
             assert_eq!(found, want, "kernels found in family `{family}`");
             for w in spans.windows(2) {
-                assert!(w[0].span.end <= w[1].span.start, "{family}: overlapping spans");
+                assert!(
+                    w[0].span.end <= w[1].span.start,
+                    "{family}: overlapping spans"
+                );
             }
             for s in &spans {
                 assert!(s.span.start == 0 || src.as_bytes()[s.span.start - 1] == b'\n');
