@@ -284,7 +284,10 @@ pub fn read_checkpoint(device: &Device, path: &Path) -> Result<Checkpoint> {
                     t.shape()
                 )));
             }
-            Some(a) => fill.push((t.clone(), Tensor::from_slice(device, &a.to_f32()?, &a.shape)?)),
+            Some(a) => fill.push((
+                t.clone(),
+                Tensor::from_slice(device, &a.to_f32()?, &a.shape)?,
+            )),
             None if is_param(t, &params) => {
                 return Err(bad(format!("parameter `{name}` (or `p0`…) is missing")));
             }

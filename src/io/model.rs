@@ -56,7 +56,9 @@ fn check_netcl_representable(model: &Sequential) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn resolve(path: &Path) -> Result<(std::collections::BTreeMap<String, NpyArray>, Value)> {
+pub(crate) fn resolve(
+    path: &Path,
+) -> Result<(std::collections::BTreeMap<String, NpyArray>, Value)> {
     let with = |ext: &str| PathBuf::from(format!("{}{ext}", path.display()));
     if path.exists() {
         let members = read_npz(path)?;

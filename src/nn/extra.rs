@@ -558,11 +558,16 @@ impl Module for ModuleDict {
         ))
     }
     fn parameters(&self) -> Vec<Var> {
-        self.modules.iter().flat_map(|(_, l)| l.parameters()).collect()
+        self.modules
+            .iter()
+            .flat_map(|(_, l)| l.parameters())
+            .collect()
     }
     fn set_training(&mut self, on: bool) {
         self.training = on;
-        self.modules.iter_mut().for_each(|(_, l)| l.set_training(on));
+        self.modules
+            .iter_mut()
+            .for_each(|(_, l)| l.set_training(on));
     }
     fn is_training(&self) -> bool {
         self.training
@@ -577,7 +582,12 @@ impl Module for ModuleDict {
         let m: Map<String, Value> = self
             .modules
             .iter()
-            .map(|(k, l)| (k.clone(), serde_json::to_value(l.config()).unwrap_or(Value::Null)))
+            .map(|(k, l)| {
+                (
+                    k.clone(),
+                    serde_json::to_value(l.config()).unwrap_or(Value::Null),
+                )
+            })
             .collect();
         args(json!({ "modules": m }))
     }

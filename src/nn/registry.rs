@@ -229,7 +229,9 @@ pub(crate) fn build_extra(
                 opt_usize(a, "dim_feedforward", t)?,
                 num(a, "dropout", 0.0, t)?,
                 flag(a, "causal", true, t)?,
-                a.get("activation").and_then(Value::as_str).unwrap_or("gelu"),
+                a.get("activation")
+                    .and_then(Value::as_str)
+                    .unwrap_or("gelu"),
                 seed,
             )?),
             "RotaryAttention" => Box::new(RotaryAttention::new(
@@ -262,8 +264,9 @@ pub(crate) fn build_extra(
                 seed,
             )?),
             "ModuleList" => {
-                let list: Vec<LayerConfig> = serde_json::from_value(sub_configs(a, Value::Array(Vec::new())))
-                    .map_err(|e| Error::Invalid(format!("ModuleList: `modules`: {e}")))?;
+                let list: Vec<LayerConfig> =
+                    serde_json::from_value(sub_configs(a, Value::Array(Vec::new())))
+                        .map_err(|e| Error::Invalid(format!("ModuleList: `modules`: {e}")))?;
                 let layers = list
                     .iter()
                     .enumerate()
@@ -272,13 +275,17 @@ pub(crate) fn build_extra(
                 Box::new(ModuleList::new(layers))
             }
             "ModuleDict" => {
-                let map: BTreeMap<String, LayerConfig> = serde_json::from_value(sub_configs(a, Value::Object(Map::new())))
-                    .map_err(|e| Error::Invalid(format!("ModuleDict: `modules`: {e}")))?;
+                let map: BTreeMap<String, LayerConfig> =
+                    serde_json::from_value(sub_configs(a, Value::Object(Map::new())))
+                        .map_err(|e| Error::Invalid(format!("ModuleDict: `modules`: {e}")))?;
                 let modules = map
                     .into_iter()
                     .enumerate()
                     .map(|(i, (k, c))| {
-                        Ok((k, build_layer(device, &c, crate::rng::hash(seed, i as u64))?))
+                        Ok((
+                            k,
+                            build_layer(device, &c, crate::rng::hash(seed, i as u64))?,
+                        ))
                     })
                     .collect::<Result<Vec<_>>>()?;
                 Box::new(ModuleDict::new(modules)?)

@@ -26,10 +26,7 @@ pub(crate) fn extra_layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> 
     let m = |x: usize, y: usize| x.checked_mul(y);
     // (in, out) linear with bias: in·out + out.
     let lin = |i: usize, o: usize| m(i, o)?.checked_add(o);
-    let sum = |xs: &[Option<usize>]| {
-        xs.iter()
-            .try_fold(0usize, |acc, x| acc.checked_add((*x)?))
-    };
+    let sum = |xs: &[Option<usize>]| xs.iter().try_fold(0usize, |acc, x| acc.checked_add((*x)?));
     Some(match cfg.kind.as_str() {
         "PReLU" => (get("num_parameters", 1), get("num_parameters", 1)),
         "RMSNorm" => (get("dim", 0), get("dim", 0)),
@@ -51,11 +48,18 @@ pub(crate) fn extra_layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> 
         }
         "RotaryAttention" => {
             let e = get("dim", 0);
-            (m(e, m(3, e)?)?, sum(&[lin(e, m(3, e)?), lin(e, e), Some(m(2, e)?)])?)
+            (
+                m(e, m(3, e)?)?,
+                sum(&[lin(e, m(3, e)?), lin(e, e), Some(m(2, e)?)])?,
+            )
         }
         "TransformerEncoderLayer" | "TransformerBlock" => {
             let e = get("d_model", 0);
-            let default = if cfg.kind == "TransformerBlock" { m(4, e)? } else { 2048 };
+            let default = if cfg.kind == "TransformerBlock" {
+                m(4, e)?
+            } else {
+                2048
+            };
             let f = get("dim_feedforward", default);
             let attn = m(lin(e, e)?, 4)?;
             (
@@ -115,7 +119,13 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn(
         "gpt",
-        move |vocab: INT, context: INT, d_model: INT, heads: INT, layers: INT, seed: INT| -> R<Model> {
+        move |vocab: INT,
+              context: INT,
+              d_model: INT,
+              heads: INT,
+              layers: INT,
+              seed: INT|
+              -> R<Model> {
             let cfg = nn::gpt_preset(
                 count(vocab, "gpt's vocab")?,
                 count(context, "gpt's context")?,

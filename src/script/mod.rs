@@ -7,8 +7,8 @@
 //! structured error with its line and column.
 
 mod attnbind;
-mod layerbind;
 mod bindings;
+mod layerbind;
 mod nnbind;
 mod opsbind;
 mod outsize;
