@@ -1,6 +1,10 @@
-//! Files: NumPy `.npy`/`.npz` arrays, netcl's model files and training checkpoints.
+//! Files: NumPy `.npy`/`.npz` arrays, netcl's model files, parameter files and training checkpoints.
 
+pub mod checkpoint;
 pub mod model;
 pub mod npz;
 
-pub use model::{load_checkpoint, load_model, save_checkpoint, save_model};
+pub use checkpoint::{
+    Checkpoint, load_checkpoint, load_params, read_checkpoint, save_checkpoint, save_params,
+};
+pub use model::{load_model, save_model};

@@ -7,8 +7,7 @@
 //! BatchNorm2d, ReLU, LeakyReLU, Sigmoid, Tanh, Dropout, MaxPool2d, Flatten). Loading resolves `path`, then
 //! netcl's older pair `path.json` + `path.npz`, then `path.netcl`, and checks every tensor's presence and shape.
 //!
-//! A checkpoint adds the optimiser's state to the model's: members `optim:{param}:{buffer}` and a JSON member
-//! `__netcl_optim__` with the rule, learning rate and step count.
+//! Checkpoints (netcl's parameter files, with the optimiser's state) are in [`super::checkpoint`].
 
 use std::path::{Path, PathBuf};
 
@@ -18,7 +17,6 @@ use super::npz::{NpyArray, read_npz, write_npz};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::nn::{LayerConfig, Module, Sequential, build_sequential};
-use crate::optim::{OptimState, Optimizer};
 use crate::tensor::Tensor;
 
 /// The member holding the model's JSON metadata.
@@ -26,7 +24,7 @@ pub const META_KEY: &str = "__netcl_meta__";
 /// The member holding a checkpoint's optimiser metadata.
 pub const OPTIM_KEY: &str = "__netcl_optim__";
 
-fn model_members(model: &Sequential) -> Result<Vec<(String, NpyArray)>> {
+pub(crate) fn model_members(model: &Sequential) -> Result<Vec<(String, NpyArray)>> {
     let mut members = Vec::new();
     for (name, t) in model.indexed_state() {
         members.push((name, NpyArray::f32(t.shape(), t.to_f32_vec()?)));
@@ -37,11 +35,30 @@ fn model_members(model: &Sequential) -> Result<Vec<(String, NpyArray)>> {
 }
 
 /// Writes `model` to exactly `path` (atomically).
+///
+/// A `MaxPool2d` with padding is refused: netcl 0.3.2's `MaxPool2d` has no padding and would load the file
+/// without it, computing something else. (Padded pooling remains usable in configs and checkpoints.)
 pub fn save_model(model: &Sequential, path: &Path) -> Result<()> {
+    check_netcl_representable(model)?;
     write_npz(path, &model_members(model)?)
 }
 
-fn resolve(path: &Path) -> Result<(std::collections::BTreeMap<String, NpyArray>, Value)> {
+/// Refuses layers netcl would load differently from how they run here.
+fn check_netcl_representable(model: &Sequential) -> Result<()> {
+    for (i, c) in model.configs().iter().enumerate() {
+        let pad = c.args.get("padding").and_then(Value::as_u64).unwrap_or(0);
+        if c.kind == "MaxPool2d" && pad > 0 {
+            return Err(Error::Invalid(format!(
+                "layer {i} (MaxPool2d, padding {pad}): netcl 0.3.2's MaxPool2d has no padding and would load this model without it; save a checkpoint instead (io::save_checkpoint), or pad with a layer before an unpadded pool"
+            )));
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn resolve(
+    path: &Path,
+) -> Result<(std::collections::BTreeMap<String, NpyArray>, Value)> {
     let with = |ext: &str| PathBuf::from(format!("{}{ext}", path.display()));
     if path.exists() {
         let members = read_npz(path)?;
@@ -80,7 +97,7 @@ fn resolve(path: &Path) -> Result<(std::collections::BTreeMap<String, NpyArray>,
     ))
 }
 
-fn configs_of(meta: &Value, path: &Path) -> Result<Vec<LayerConfig>> {
+pub(crate) fn configs_of(meta: &Value, path: &Path) -> Result<Vec<LayerConfig>> {
     let bad = |m: String| Error::Format {
         path: path.to_owned(),
         message: m,
@@ -133,72 +150,4 @@ pub fn load_model(device: &Device, path: &Path) -> Result<Sequential> {
         message: e.to_string(),
     })?;
     Ok(model)
-}
-
-/// Writes the model and the optimiser's state to `path` (atomically).
-pub fn save_checkpoint(model: &Sequential, optimizer: &Optimizer, path: &Path) -> Result<()> {
-    let mut members = model_members(model)?;
-    let st = optimizer.state_dict()?;
-    for (i, (bufs, p)) in st.buffers.iter().zip(optimizer.params()).enumerate() {
-        for (j, b) in bufs.iter().enumerate() {
-            members.push((
-                format!("optim:{i}:{j}"),
-                NpyArray::f32(p.shape(), b.clone()),
-            ));
-        }
-    }
-    let meta = json!({"rule": st.rule, "lr": st.lr, "t": st.t, "params": st.buffers.len()});
-    members.push((OPTIM_KEY.to_owned(), NpyArray::string(&meta.to_string())));
-    write_npz(path, &members)
-}
-
-/// Reads a checkpoint: the model onto `device`, and the optimiser state for an optimiser over its parameters.
-pub fn load_checkpoint(device: &Device, path: &Path) -> Result<(Sequential, OptimState)> {
-    let model = load_model(device, path)?;
-    let members = read_npz(path)?;
-    let bad = |m: String| Error::Format {
-        path: path.to_owned(),
-        message: m,
-    };
-    let meta: Value = members
-        .get(OPTIM_KEY)
-        .and_then(NpyArray::as_str)
-        .ok_or_else(|| {
-            bad(format!(
-                "no `{OPTIM_KEY}` member: a model file, not a checkpoint"
-            ))
-        })
-        .and_then(|s| serde_json::from_str(s).map_err(|e| bad(e.to_string())))?;
-    let rule =
-        serde_json::from_value(meta["rule"].clone()).map_err(|e| bad(format!("rule: {e}")))?;
-    let n = meta["params"]
-        .as_u64()
-        .ok_or_else(|| bad("optimiser metadata lacks `params`".into()))? as usize;
-    let mut buffers = vec![Vec::new(); n];
-    for (name, arr) in &members {
-        if let Some(rest) = name.strip_prefix("optim:") {
-            let (i, j) = rest
-                .split_once(':')
-                .and_then(|(i, j)| Some((i.parse::<usize>().ok()?, j.parse::<usize>().ok()?)))
-                .ok_or_else(|| bad(format!("bad member `{name}`")))?;
-            let slot = buffers
-                .get_mut(i)
-                .ok_or_else(|| bad(format!("`{name}` names parameter {i} of {n}")))?;
-            if slot.len() <= j {
-                slot.resize(j + 1, Vec::new());
-            }
-            slot[j] = arr.to_f32()?;
-        }
-    }
-    let state = OptimState {
-        rule,
-        lr: meta["lr"]
-            .as_f64()
-            .ok_or_else(|| bad("optimiser metadata lacks `lr`".into()))? as f32,
-        t: meta["t"]
-            .as_u64()
-            .ok_or_else(|| bad("optimiser metadata lacks `t`".into()))?,
-        buffers,
-    };
-    Ok((model, state))
 }

@@ -62,7 +62,8 @@ fn expect_channels(x: &Var, rank: usize, dim: usize, want: usize, layer: &str) -
     Ok(())
 }
 
-/// `y = x @ W + b` with `W` stored (in, out), as netcl does. Inputs of more than two dimensions are flattened.
+/// `y = x @ W + b` with `W` stored (in, out), as netcl does. An input of more than two dimensions whose last
+/// dimension is `in_features` is mapped over that dimension (leading ones kept); otherwise it is flattened.
 pub struct Linear {
     /// Weight (in, out).
     pub weight: Var,
@@ -112,6 +113,10 @@ impl Module for Linear {
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
+        if s.len() > 2 && s.last() == Some(&self.in_f) {
+            // netcl applies a Linear to the last dimension and keeps the leading ones.
+            return super::extra::linear_over_last(x, &self.weight, self.bias.as_ref());
+        }
         let feat: usize = s.iter().skip(1).product();
         if s.len() < 2 || feat != self.in_f {
             return Err(Error::Shape(format!(

@@ -6,8 +6,13 @@
 //! layouts follow netcl: `Linear` stores its weight as (in, out), `Conv2d` as (F, C/groups, KH, KW),
 //! `BatchNorm2d` holds `gamma`, `beta`, `running_mean`, `running_var`.
 
+pub mod extra;
+mod graph_ops;
 pub mod init;
 mod layers;
+pub mod losses_extra;
+pub mod registry;
+pub mod transformer;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
@@ -15,6 +20,17 @@ use serde_json::{Map, Value, json};
 pub use layers::{
     Activation, AvgPool2d, BatchNorm2d, Conv2d, ConvTranspose2d, DepthwiseConv2d, Dropout, Flatten,
     GlobalAvgPool2d, GroupNorm, LayerNorm, Linear, MaxPool2d, Upsample,
+};
+
+pub use extra::{
+    AdaptiveAvgPool2d, Embedding, Identity, ModuleDict, ModuleList, PReLU, PositionalEmbedding,
+    RMSNorm, Softmax, TiedLinear,
+};
+pub use losses_extra::{contrastive_loss, hinge_loss, info_nce_loss, triplet_loss};
+pub use registry::{LayerCtor, register_layer, registered_layers};
+pub use transformer::{
+    CausalSelfAttention, DecoderBlock, KVCache, MultiheadAttention, RotaryAttention, SwiGLU,
+    TransformerBlock, TransformerEncoderLayer,
 };
 
 use crate::autograd::Var;
@@ -308,6 +324,12 @@ fn arg_bool(a: &Map<String, Value>, key: &str, default: bool, layer: &str) -> Re
 
 /// Builds one layer from its config, with parameters initialised from `seed`.
 pub fn build_layer(device: &Device, cfg: &LayerConfig, seed: u64) -> Result<Box<dyn Module>> {
+    if let Some(r) = registry::build_registered(device, cfg, seed) {
+        return r;
+    }
+    if let Some(r) = registry::build_extra(device, cfg, seed) {
+        return r;
+    }
     let a = &cfg.args;
     let t = cfg.kind.as_str();
     let act = |op: UnaryOp| -> Result<Box<dyn Module>> { Ok(Box::new(Activation::new(t, op))) };
@@ -430,15 +452,30 @@ pub fn build_layer(device: &Device, cfg: &LayerConfig, seed: u64) -> Result<Box<
 
 /// Builds a `Sequential` from netcl's config list; layer `i` is initialised from `hash(seed, i)`.
 pub fn build_sequential(device: &Device, config: &[LayerConfig], seed: u64) -> Result<Sequential> {
-    let layers = config
-        .iter()
-        .enumerate()
-        .map(|(i, c)| {
+    let mut layers: Vec<Box<dyn Module>> = Vec::with_capacity(config.len());
+    for (i, c) in config.iter().enumerate() {
+        let layer = if c.kind == "TiedLinear" {
+            tied_linear(&layers, c)
+        } else {
             build_layer(device, c, crate::rng::hash(seed, i as u64))
-                .map_err(|e| Error::Invalid(format!("layer {i}: {e}")))
-        })
-        .collect::<Result<Vec<_>>>()?;
+        };
+        layers.push(layer.map_err(|e| Error::Invalid(format!("layer {i}: {e}")))?);
+    }
     Ok(Sequential::new(layers))
+}
+
+/// A `TiedLinear` sharing the first parameter of the earlier layer `args.tied_to`.
+fn tied_linear(built: &[Box<dyn Module>], c: &LayerConfig) -> Result<Box<dyn Module>> {
+    let i = arg_usize(&c.args, "tied_to", None, "TiedLinear")?;
+    let w = built
+        .get(i)
+        .and_then(|l| l.parameters().into_iter().next())
+        .ok_or_else(|| {
+            Error::Invalid(format!(
+                "TiedLinear: `tied_to` {i} is not an earlier layer with a weight"
+            ))
+        })?;
+    Ok(Box::new(TiedLinear::new(w, Some(i))?))
 }
 
 /// Parses a config list from JSON text (netcl's `build_sequential_from_json` format).
@@ -468,7 +505,8 @@ fn cfg(kind: &str, args: Value) -> LayerConfig {
     }
 }
 
-/// The presets by name: `tiny_cnn`, `fast_cnn`, `fast_bn_cnn`, `example_cnn`, `example_mlp`, `digits_cnn`.
+/// The presets by name: `tiny_cnn`, `fast_cnn`, `fast_bn_cnn`, `example_cnn`, `example_mlp`, `digits_cnn`,
+/// `small_gpt` (see [`gpt_preset`]).
 pub const PRESETS: &[&str] = &[
     "tiny_cnn",
     "fast_cnn",
@@ -476,6 +514,7 @@ pub const PRESETS: &[&str] = &[
     "example_cnn",
     "example_mlp",
     "digits_cnn",
+    "small_gpt",
 ];
 
 /// A preset config for inputs of `in_ch` channels and `hw`×`hw` pixels with `classes` outputs.
@@ -493,6 +532,11 @@ pub fn preset(name: &str, in_ch: usize, hw: usize, classes: usize) -> Result<Vec
     let relu = || cfg("ReLU", json!({}));
     let bn = |c: usize| cfg("BatchNorm2d", json!({"num_features": c}));
     let linear = |i: usize, o: usize| cfg("Linear", json!({"in_features": i, "out_features": o}));
+    if name == "small_gpt" {
+        // Here `in_ch` is the vocabulary, `hw` the context length; `classes` is unused (the output is the
+        // vocabulary).
+        return gpt_preset(in_ch, hw, 64, 4, 2);
+    }
     let q = hw / 4;
     if q == 0 && name != "example_mlp" {
         return Err(Error::Invalid(format!(
@@ -573,4 +617,40 @@ pub fn preset(name: &str, in_ch: usize, hw: usize, classes: usize) -> Result<Vec
             )));
         }
     })
+}
+
+/// A small GPT: token `Embedding` (std 0.02), learned `PositionalEmbedding`, `layers` pre-LN
+/// `TransformerBlock`s (causal, GELU, 4·d feed-forward), a final `LayerNorm` and a `TiedLinear` head
+/// sharing the token table. Input: i32 tokens [B, S] with S ≤ `context`; output: logits [B, S, vocab].
+pub fn gpt_preset(
+    vocab: usize,
+    context: usize,
+    d_model: usize,
+    heads: usize,
+    layers: usize,
+) -> Result<Vec<LayerConfig>> {
+    if vocab == 0 || context == 0 || heads == 0 || !d_model.is_multiple_of(heads) || d_model == 0 {
+        return Err(Error::Invalid(format!(
+            "gpt preset: vocab {vocab} and context {context} must be ≥ 1, d_model {d_model} a positive multiple of heads {heads}"
+        )));
+    }
+    let mut c = vec![
+        cfg(
+            "Embedding",
+            json!({"num_embeddings": vocab, "embedding_dim": d_model, "init_std": 0.02}),
+        ),
+        cfg(
+            "PositionalEmbedding",
+            json!({"max_len": context, "d_model": d_model, "init_std": 0.02}),
+        ),
+    ];
+    for _ in 0..layers {
+        c.push(cfg(
+            "TransformerBlock",
+            json!({"d_model": d_model, "num_heads": heads, "causal": true, "activation": "gelu"}),
+        ));
+    }
+    c.push(cfg("LayerNorm", json!({"normalized_shape": d_model})));
+    c.push(cfg("TiedLinear", json!({"tied_to": 0})));
+    Ok(c)
 }

@@ -8,6 +8,7 @@
 
 mod attnbind;
 mod bindings;
+mod layerbind;
 mod nnbind;
 mod opsbind;
 mod outsize;
@@ -33,6 +34,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     bindings::register_core(engine, ctx);
     opsbind::register(engine, ctx);
     attnbind::register(engine, ctx);
+    layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }

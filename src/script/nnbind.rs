@@ -21,7 +21,7 @@ use crate::train::{FitEvent, FitOptions, fit};
 
 /// A model handle in scripts.
 #[derive(Clone)]
-pub(crate) struct Model(Rc<RefCell<Sequential>>);
+pub(crate) struct Model(pub(crate) Rc<RefCell<Sequential>>);
 
 /// An optimiser handle in scripts.
 #[derive(Clone)]
@@ -68,7 +68,7 @@ fn tensor_of(m: &Map, key: &str) -> R<Var> {
 
 /// The largest tensor and the total elements a layer's parameters (and their state) take, from its config;
 /// `None` when the arithmetic overflows.
-fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
+pub(crate) fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
     let a = &cfg.args;
     let get = |key: &str, default: usize| -> usize {
         a.get(key)
@@ -104,7 +104,7 @@ fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
         "BatchNorm2d" => (get("num_features", 0), 4),
         "LayerNorm" => (get("normalized_shape", 0), 2),
         "GroupNorm" => (get("num_channels", 0), 2),
-        _ => (0, 0),
+        _ => return super::layerbind::extra_layer_elements(cfg),
     };
     let width = match cfg.kind.as_str() {
         "Linear" => get("out_features", 0),
@@ -117,7 +117,7 @@ fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
 }
 
 /// Charges a model's parameters against the run's limits before any of them is allocated.
-fn charge_parameters(ctx: &Shared, cfg: &[LayerConfig]) -> R<()> {
+pub(crate) fn charge_parameters(ctx: &Shared, cfg: &[LayerConfig]) -> R<()> {
     let mut c = ctx.borrow_mut();
     let (max_tensor, max_run) = (c.limits.max_tensor_elements, c.limits.max_run_elements);
     let mut total = 0usize;
