@@ -57,7 +57,7 @@ fn key(kernel: &str, dims: &[i64]) -> TuneKey {
         .enumerate()
         .map(|(i, &v)| (NAMES[i], v))
         .collect();
-    TuneKey::new(kernel, &fields)
+    TuneKey::new(kernel.to_owned(), &fields)
 }
 
 fn last_decision(kernel: &str) -> autotune::Decision {

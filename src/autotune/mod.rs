@@ -133,6 +133,9 @@ fn seen() -> &'static Mutex<HashSet<String>> {
     S.get_or_init(|| Mutex::new(HashSet::new()))
 }
 
+/// One kept answer: the device's tune id, the question, the answer in the asker's type.
+type KeptAnswer = (String, TuneKey, Box<dyn Any>);
+
 /// Per-thread answers to repeated questions, kept as the caller's type, so an op asking the same question
 /// again (every step of a training loop) neither builds its candidate list nor serialises the winner.
 #[derive(Default)]
@@ -140,7 +143,7 @@ struct Hot {
     /// [`GENERATION`] and the configuration's generation when these answers were kept.
     generation: (u64, u64),
     /// By [`TuneKey::memo_hash`]: the device's tune id, the question, and the answer.
-    answers: HashMap<u64, Vec<(String, TuneKey, Box<dyn Any>)>>,
+    answers: HashMap<u64, Vec<KeptAnswer>>,
 }
 
 impl Hot {
