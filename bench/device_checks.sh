@@ -10,7 +10,8 @@
 # Everything is packed into OUT/all.tgz at the end.
 set -u
 B=$1 OUT=$2
-RES=$(mktemp -d)
+RES=${RES:-$(mktemp -d)}
+mkdir -p "$RES"
 start=$(date +%s)
 for i in 1 2 3; do
     h=$(mktemp -d)
