@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use super::elementwise::{grid_3d, grid_defines};
 use crate::autotune::{self, Source, TuneKey, bucket};
 use crate::backend::opencl::abi::reduce as abi;
-use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
 use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
@@ -342,7 +342,8 @@ impl ClDevice {
             && plan.rstride.first() == Some(&1)
             && plan.rstride.iter().skip(1).all(|s| s.is_multiple_of(4))
             && plan.kstride.iter().all(|s| s.is_multiple_of(4));
-        let d = Defines::new().set("RTS_V4", u8::from(v4));
+        // Found by a compact key: a repeated call (every backward step of a bias) writes no defines.
+        let d = || Defines::new().set("RTS_V4", u8::from(v4));
         let partial = if g > 1 {
             Some(Tensor::empty(device, &[total * g], DType::F32)?)
         } else {
@@ -353,7 +354,7 @@ impl ClDevice {
         let (r, groups) = (plan.r as i32, g as i32);
         let (grad, global) = (grad.storage(), [total * g * 256]);
         let first = if flat {
-            let k = self.kernel(abi::FAMILY, &d, abi::RTS_FLAT)?;
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::RTS_FLAT, &[usize::from(v4)]), d)?;
             let units = if v4 { plan.r / 4 } else { plan.r };
             let rc = units.div_ceil(g) as i32;
             let out = dst.storage();
@@ -372,7 +373,7 @@ impl ClDevice {
             };
             self.run(&k, &args, &global, Some(&[256]))?
         } else {
-            let k = self.kernel(abi::FAMILY, &d, abi::RTS_WG)?;
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::RTS_WG, &[usize::from(v4)]), d)?;
             let out = dst.storage();
             let args = abi::RtsWg {
                 nk,
@@ -390,7 +391,7 @@ impl ClDevice {
         };
         let mut evs = vec![first];
         if let Some(p) = &partial {
-            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::RTS_FOLD)?;
+            let k = self.kernel_by(quick_key(abi::FAMILY, abi::RTS_FOLD, &[]), Defines::new)?;
             let args = abi::RtsFold {
                 total: total as i32,
                 G: g as i32,
@@ -554,6 +555,10 @@ impl ReduceKernels for ClDevice {
                 a
             }
             None => {
+                if let Some(a) = autotune::answered::<RtsAlgo>(device, &key) {
+                    self.run_rts(device, grad, out, plan, a)?;
+                    return Ok(());
+                }
                 let cands = self.rts_candidates(total, plan);
                 // First choice before measurement, from the recorded winners: one work-group per output on
                 // CPU OpenCL, the most flattened slices on GPUs.
