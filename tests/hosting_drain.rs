@@ -58,7 +58,9 @@ fn sigterm_fails_readyz_at_once_and_lets_the_run_in_flight_finish() {
     let (tx, rx) = std::sync::mpsc::channel();
     let runner = std::thread::spawn(move || {
         use std::io::{BufRead, BufReader, Write};
-        let body = r#"{"code": "let t = timestamp(); for i in 0..3 { while t.elapsed < 0.6 * (i + 1) { } progress(i); } print(\"finished\");"}"#;
+        // Each turn of the wait loop makes a small tensor, so the loop counts few script operations however fast
+        // the machine is (an empty loop ran past max_operations on a fast one).
+        let body = r#"{"code": "let t = timestamp(); for i in 0..3 { while t.elapsed < 0.6 * (i + 1) { let z = randn([64], 1); } progress(i); } print(\"finished\");"}"#;
         let mut s = connect(&addr).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
         s.write_all(
@@ -240,7 +242,13 @@ fn a_worker_runs_as_a_user_other_than_root() {
         drop(stdin);
         let out = child.wait_with_output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
-        let reply: serde_json::Value = serde_json::from_str(text.trim()).unwrap_or_else(|_| {
+        // Progress lines (the engine reports the kernels it builds) come before the result.
+        let last = text
+            .lines()
+            .rev()
+            .find(|l| l.contains("\"event\":\"result\""))
+            .unwrap_or("");
+        let reply: serde_json::Value = serde_json::from_str(last.trim()).unwrap_or_else(|_| {
             panic!(
                 "{device}: no reply: {text}\n{}",
                 String::from_utf8_lossy(&out.stderr)
