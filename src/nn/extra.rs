@@ -33,7 +33,7 @@ pub(crate) fn prefixed(prefix: &str, state: Vec<(String, Tensor)>) -> Vec<(Strin
         .collect()
 }
 
-/// Passes its input through unchanged (a placeholder for an optional branch).
+/// Passes its input through unchanged (it stands where a model's config leaves a branch empty).
 pub struct Identity;
 
 impl Module for Identity {

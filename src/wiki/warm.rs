@@ -41,7 +41,11 @@ pub struct WarmFailure {
 
 /// Every distinct runnable block of `site`, with the page it is on, in navigation order.
 pub fn blocks(site: &Site) -> Vec<(String, String)> {
-    let content = &site.content;
+    blocks_of(&site.content)
+}
+
+/// Every distinct runnable block of `content`, with the page it is on, in navigation order.
+fn blocks_of(content: &super::content::Content) -> Vec<(String, String)> {
     let mut seen = std::collections::HashSet::new();
     content
         .ordered()
@@ -61,19 +65,7 @@ pub fn blocks(site: &Site) -> Vec<(String, String)> {
 pub fn content_blocks(
     dir: &std::path::Path,
 ) -> Result<Vec<(String, String)>, super::error::WikiError> {
-    let content = super::content::Content::load(dir)?;
-    let mut seen = std::collections::HashSet::new();
-    Ok(content
-        .ordered()
-        .iter()
-        .filter_map(|path| content.pages.get(*path))
-        .flat_map(|page| {
-            super::markdown::runnable_blocks(&page.body)
-                .into_iter()
-                .map(|code| (page.path.clone(), code))
-        })
-        .filter(|(_, code)| seen.insert(code.clone()))
-        .collect())
+    Ok(blocks_of(&super::content::Content::load(dir)?))
 }
 
 /// What `netcl tune warm` did with one snippet.

@@ -1,7 +1,7 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
 use crate::backend::opencl::abi::{KernelArgs, elementwise as abi};
-use crate::backend::opencl::program::{Defines, QuickKey, quick_key};
+use crate::backend::opencl::program::{ClKernel, Defines, QuickKey, quick_key};
 use crate::backend::opencl::{ClDevice, Event};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::contract::vocab::instantiate;
@@ -76,9 +76,20 @@ impl ClDevice {
         group: Option<usize>,
     ) -> Result<Event> {
         let k = self.kernel(A::FAMILY, defines, name)?;
+        self.launch_1d(&k, args, items, group)
+    }
+
+    /// Launches `k` over `items` work-items in groups of [`ClDevice::group`]`(g)`, or of the driver's choice.
+    fn launch_1d<'a, A: KernelArgs<'a>>(
+        &self,
+        k: &ClKernel,
+        args: &A,
+        items: usize,
+        group: Option<usize>,
+    ) -> Result<Event> {
         match group {
-            Some(g) => self.run(&k, args, &[items], Some(&[self.group(g)])),
-            None => self.run(&k, args, &[items], None),
+            Some(g) => self.run(k, args, &[items], Some(&[self.group(g)])),
+            None => self.run(k, args, &[items], None),
         }
     }
 
@@ -93,10 +104,7 @@ impl ClDevice {
         group: Option<usize>,
     ) -> Result<Event> {
         let k = self.kernel_by(key, defines)?;
-        match group {
-            Some(g) => self.run(&k, args, &[items], Some(&[self.group(g)])),
-            None => self.run(&k, args, &[items], None),
-        }
+        self.launch_1d(&k, args, items, group)
     }
 
     /// Launches kernel `name` of the arguments' family over the 3-D `range` (see [`grid_3d`]), built with
