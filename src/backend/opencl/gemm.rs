@@ -11,6 +11,7 @@ use crate::backend::opencl::Event;
 use crate::backend::opencl::abi::gemm as abi;
 use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, ProgramSpec, kernel_source, quick_key};
+use crate::device::DeviceType;
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -507,7 +508,11 @@ impl ClDevice {
                     sA: args.sA,
                     Ap: ap.storage(),
                 };
-                evs.push(self.run(&ka, &pack_a, &[g.k.div_ceil(32), pm, ba], None)?);
+                // On a CPU a fixed work-group keeps PoCL to one compiled work-group function per kernel (it
+                // compiles one per local size, and picks the local size from the shape when none is given);
+                // the kernels skip the items past the panels.
+                let pack_local: Option<&[usize]> = (self.info.kind == DeviceType::Cpu).then_some(&[1, 4, 1]);
+                evs.push(self.run(&ka, &pack_a, &[g.k.div_ceil(32), pm, ba], pack_local)?);
                 let kb = kernel(abi::GEMM_PACK_B)?;
                 let pack_b = abi::GemmPackB {
                     N: args.N,
@@ -518,7 +523,7 @@ impl ClDevice {
                     sB: args.sB,
                     Bp: bp.storage(),
                 };
-                evs.push(self.run(&kb, &pack_b, &[g.k.div_ceil(32), pn, bb], None)?);
+                evs.push(self.run(&kb, &pack_b, &[g.k.div_ceil(32), pn, bb], pack_local)?);
                 let s_ap = if ba == 1 { 0 } else { pm * kd * mr };
                 let s_bp = if bb == 1 { 0 } else { pn * kd * nr };
                 let k = kernel(abi::GEMM_PACKED)?;
@@ -540,7 +545,7 @@ impl ClDevice {
                     bias_mode: args.bias_mode,
                     relu: args.relu,
                 };
-                evs.push(self.run(&k, &packed, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+                evs.push(self.run(&k, &packed, &[pn, pm, z], Some(&[1, ly, 1]))?);
             }
             Algo::Reg { mr, vw, nb, ly } => {
                 if g.trans_b {
@@ -554,7 +559,7 @@ impl ClDevice {
                 let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_REG, &blocked), || {
                     base().set("MR", mr).set("VW", vw).set("NB", nb)
                 })?;
-                evs.push(self.run(&k, &args, &[pn, pm, z], Some(&[1, ly.min(pm).max(1), 1]))?);
+                evs.push(self.run(&k, &args, &[pn, pm, z], Some(&[1, ly, 1]))?);
             }
         }
         if let Some(p) = &partial {
