@@ -55,6 +55,14 @@ impl FileLock {
         Ok(FileLock(f))
     }
 
+    /// Blocks until a shared hold on `lock_path` is granted: any number of shared holders at once, none while an
+    /// exclusive holder has it.
+    pub fn acquire_shared(lock_path: &Path) -> std::io::Result<FileLock> {
+        let f = FileLock::open(lock_path)?;
+        f.lock_shared()?;
+        Ok(FileLock(f))
+    }
+
     /// Takes the lock if no other holder has it, without waiting.
     pub fn try_acquire(lock_path: &Path) -> std::io::Result<Option<FileLock>> {
         let f = FileLock::open(lock_path)?;

@@ -524,7 +524,7 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
             "error: timeout: the run exceeded its time limit of {ms} ms (inside a device call); stopped"
         )
     })?;
-    watchdog.arm(timeout_ms, netcl::script::worker::WATCHDOG_GRACE_MS);
+    watchdog.arm_for(&limits, netcl::script::worker::WATCHDOG_GRACE_MS);
     let progress: Box<dyn FnMut(&serde_json::Value)> = if json {
         Box::new(|_| {})
     } else {

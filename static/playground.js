@@ -404,6 +404,8 @@
     if (data.netcl === "building") {
       line.textContent = "building kernels " + data.built + (data.batch > 1 ? " (" + data.batch + " at once)" : "") +
         ": " + data.kernel + "…";
+    } else if (data.netcl === "preparing") {
+      line.textContent = "compiling " + data.kernel + " for its work size…";
     } else if (data.netcl === "measuring") {
       line.textContent = "measuring candidates " + data.index + "/" + data.of + " for " + data.op + "…";
     }

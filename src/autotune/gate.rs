@@ -35,6 +35,17 @@ pub fn lock_path(cache: &Path, tune_id: &str) -> PathBuf {
     cache.with_file_name(format!("{name}.measure-{sum:016x}.lock"))
 }
 
+/// The lock file that processes running jobs on `tune_id` hold shared ([`super::JobScope`]); an idle
+/// measurement pass probes it to learn whether anyone is running a job.
+pub fn jobs_lock_path(cache: &Path, tune_id: &str) -> PathBuf {
+    let sum = super::key::fnv(0xcbf2_9ce4_8422_2325, tune_id.as_bytes());
+    let name = cache
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "autotune.json".into());
+    cache.with_file_name(format!("{name}.jobs-{sum:016x}.lock"))
+}
+
 /// Holds the right to measure on one device; released on drop.
 pub struct Exclusive {
     gate: Gate,

@@ -13,6 +13,11 @@
 //!   within a time budget per logging scope, and switch to the winner once every candidate is timed;
 //! - `off`: the database or heuristic choice, never measured.
 //!
+//! A process that runs work under a time limit (the wiki's playground workers) defers measurement instead
+//! ([`defer_measurement`]): in `background` mode its calls never measure, and it measures later, when idle,
+//! by running the same work again inside [`measure_while_idle`], which measures every candidate it meets and
+//! stops between candidates as soon as [`interrupt_idle`] is called (new work arrived).
+//!
 //! The persistent key contains the kernel sources' and the candidate set's checksum, so an edited kernel or a
 //! changed candidate list is measured again. Measurement is exclusive per device across threads and
 //! processes ([`gate`]), and every measured candidate is written as soon as it is measured, so a killed run
@@ -29,7 +34,7 @@ use std::any::Any;
 use std::cell::{Cell, RefCell};
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
@@ -156,6 +161,118 @@ impl Hot {
         self.generation = generation;
         false
     }
+}
+
+/// Whether `background` mode defers every measurement to idle time (see [`defer_measurement`]).
+static DEFERRED: AtomicBool = AtomicBool::new(false);
+/// Whether the process is inside [`measure_while_idle`].
+static IDLE_MEASURING: AtomicBool = AtomicBool::new(false);
+/// Set by [`interrupt_idle`]: the idle measurement stops at its next candidate or script operation.
+static IDLE_INTERRUPT: AtomicBool = AtomicBool::new(false);
+
+/// Makes `background` mode answer every new shape at once and measure nothing during calls: measurement
+/// happens only inside [`measure_while_idle`]. The wiki's playground workers turn this on, so a run under a
+/// time limit never spends it timing candidates.
+pub fn defer_measurement(on: bool) {
+    DEFERRED.store(on, Ordering::SeqCst);
+}
+
+/// Marks a job running on `device` for as long as it lives (a shared hold on a lock file beside the cache), so
+/// idle measurement passes of every process on the device stop while it runs. Job runners (the playground
+/// workers) hold one around each job.
+pub struct JobScope {
+    _lock: Option<crate::fsio::FileLock>,
+}
+
+impl JobScope {
+    /// Marks a job on `device` as running until the scope is dropped.
+    pub fn start(device: &Device) -> JobScope {
+        let path = gate::jobs_lock_path(&cache_path(), device.tune_id());
+        let lock = crate::fsio::FileLock::acquire_shared(&path)
+            .map_err(|e| tracing::warn!("job lock {}: {e}", path.display()))
+            .ok();
+        JobScope { _lock: lock }
+    }
+}
+
+/// Whether some process holds a [`JobScope`] on the device whose jobs lock file is `path`.
+fn jobs_running(path: &std::path::Path) -> bool {
+    matches!(crate::fsio::FileLock::try_acquire(path), Ok(None))
+}
+
+/// The jobs lock file of the device an idle pass runs on, while one runs.
+static IDLE_JOBS_LOCK: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// When the idle pass last probed for running jobs (milliseconds since [`idle_epoch`]).
+static IDLE_PROBED_MS: AtomicU64 = AtomicU64::new(0);
+
+fn idle_epoch() -> &'static Instant {
+    static E: OnceLock<Instant> = OnceLock::new();
+    E.get_or_init(Instant::now)
+}
+
+/// Whether a job is running on `device` in any process (a [`JobScope`] is held).
+pub fn job_running(device: &Device) -> bool {
+    jobs_running(&gate::jobs_lock_path(&cache_path(), device.tune_id()))
+}
+
+/// Runs `work` on `device` measuring every candidate of every decision it meets that is not measured yet (as
+/// `sync` mode would, but without waiting for another thread or process that is measuring on the device),
+/// until [`interrupt_idle`] is called or a job starts on the device ([`JobScope`]); measured candidates are
+/// stored one by one, so an interrupted pass keeps what it timed. Returns `work`'s result and whether the pass
+/// was interrupted. In `off` mode nothing is measured.
+pub fn measure_while_idle<R>(device: &Device, work: impl FnOnce() -> R) -> (R, bool) {
+    struct Reset;
+    impl Drop for Reset {
+        fn drop(&mut self) {
+            IDLE_MEASURING.store(false, Ordering::SeqCst);
+            if let Ok(mut p) = IDLE_JOBS_LOCK.lock() {
+                *p = None;
+            }
+        }
+    }
+    if let Ok(mut p) = IDLE_JOBS_LOCK.lock() {
+        *p = Some(gate::jobs_lock_path(&cache_path(), device.tune_id()));
+    }
+    IDLE_PROBED_MS.store(0, Ordering::SeqCst);
+    IDLE_MEASURING.store(true, Ordering::SeqCst);
+    let _reset = Reset;
+    let r = work();
+    let interrupted = idle_interrupted();
+    (r, interrupted)
+}
+
+/// Asks a running [`measure_while_idle`] to stop as soon as it can (between candidates, or at the script's next
+/// operation check). Has no effect outside one.
+pub fn interrupt_idle() {
+    IDLE_INTERRUPT.store(true, Ordering::SeqCst);
+}
+
+/// Clears an earlier [`interrupt_idle`]; called before an idle pass starts.
+pub fn clear_idle_interrupt() {
+    IDLE_INTERRUPT.store(false, Ordering::SeqCst);
+}
+
+/// Whether an idle measurement pass is running and should stop: it was interrupted, or a job runs on its device
+/// (probed at most every 20 ms; once seen, the pass stays interrupted).
+pub fn idle_interrupted() -> bool {
+    if !IDLE_MEASURING.load(Ordering::SeqCst) {
+        return false;
+    }
+    if IDLE_INTERRUPT.load(Ordering::SeqCst) {
+        return true;
+    }
+    let now = idle_epoch().elapsed().as_millis() as u64 + 1;
+    let last = IDLE_PROBED_MS.load(Ordering::SeqCst);
+    if last != 0 && now < last + 20 {
+        return false;
+    }
+    IDLE_PROBED_MS.store(now, Ordering::SeqCst);
+    let path = IDLE_JOBS_LOCK.lock().ok().and_then(|p| p.clone());
+    if path.is_some_and(|p| jobs_running(&p)) {
+        IDLE_INTERRUPT.store(true, Ordering::SeqCst);
+        return true;
+    }
+    false
 }
 
 fn generations() -> (u64, u64) {
@@ -412,6 +529,15 @@ pub fn tune<C: Serialize + Clone + 'static>(
         // Inside another decision's measurement the nested choice is measured fully, so the outer candidate's
         // time is that of its best configuration.
         Mode::Background if timing::measuring() => None,
+        Mode::Background if IDLE_MEASURING.load(Ordering::SeqCst) => {
+            if idle_interrupted() {
+                return provisional(format!("{first_note}; measured when the process is idle"));
+            }
+            None
+        }
+        Mode::Background if DEFERRED.load(Ordering::SeqCst) => {
+            return provisional(format!("{first_note}; measured when the process is idle"));
+        }
         Mode::Background => {
             let first_sight = seen()
                 .lock()
@@ -478,7 +604,9 @@ fn measure<C>(
     bench: &mut impl FnMut(&C) -> Result<f64>,
 ) -> Outcome {
     let path = &cfg.cache_path;
-    let Some(gate) = gate::enter(device.tune_id(), path, limit.is_none()) else {
+    // An idle pass never waits for another measurer: new work may arrive meanwhile.
+    let wait = limit.is_none() && !IDLE_MEASURING.load(Ordering::SeqCst);
+    let Some(gate) = gate::enter(device.tune_id(), path, wait) else {
         return Outcome::Busy;
     };
     if gate.waited {
@@ -506,7 +634,7 @@ fn measure<C>(
         if slots[i].is_some() {
             continue;
         }
-        if limit.is_some_and(|l| taken >= l) {
+        if limit.is_some_and(|l| taken >= l) || idle_interrupted() {
             break;
         }
         taken += 1;

@@ -17,6 +17,9 @@ pub enum Activity<'a> {
         kernel: &'a str,
         batch: usize,
     },
+    /// Kernel `kernel` is about to be launched at a work-group size it has not run with before, on a device
+    /// whose driver compiles each kernel once per work-group size (CPU OpenCL).
+    Preparing { kernel: &'a str },
     /// Candidate `index` (from 1) of `of` for op `op` is about to be timed.
     Measuring {
         op: &'a str,

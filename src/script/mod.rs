@@ -57,8 +57,14 @@ pub struct Limits {
     pub max_run_elements: usize,
     /// Bytes of printed text and rendered output before the rest is cut with a notice.
     pub max_output_bytes: usize,
-    /// Wall time of the run in milliseconds (checked between script operations).
+    /// Wall time of the run in milliseconds (checked between script operations), not counting compile time up
+    /// to `compile_allowance_ms`.
     pub timeout_ms: u64,
+    /// Compile time (kernel programs built, and on CPU drivers the first launch of a kernel at each work-group
+    /// size) that does not count against `timeout_ms`, in milliseconds: a first run pays for building the
+    /// engine's kernels, which later runs reuse, and that is not the script's own running time. Compile time
+    /// beyond it counts.
+    pub compile_allowance_ms: u64,
 }
 
 impl Default for Limits {
@@ -70,6 +76,7 @@ impl Default for Limits {
             max_run_elements: 1 << 27,
             max_output_bytes: 512 * 1024,
             timeout_ms: 10_000,
+            compile_allowance_ms: 30_000,
         }
     }
 }
@@ -425,8 +432,13 @@ pub fn run_with_progress(
 /// rather than as a value of the script's.
 fn report_activity(sink: Progress) -> activity::ObserverGuard {
     let mut built = 0usize;
+    let compile0 = crate::backend::opencl::program::compile_ms_total();
     activity::observe(move |a| {
-        let v = match *a {
+        // Compile time of this run so far: the playground does not count it against the run's time limit, up
+        // to an allowance.
+        let compile_ms =
+            (crate::backend::opencl::program::compile_ms_total() - compile0).round();
+        let mut v = match *a {
             Activity::Building {
                 family,
                 kernel,
@@ -434,6 +446,9 @@ fn report_activity(sink: Progress) -> activity::ObserverGuard {
             } => {
                 built += batch;
                 serde_json::json!({"netcl": "building", "family": family, "kernel": kernel, "built": built, "batch": batch})
+            }
+            Activity::Preparing { kernel } => {
+                serde_json::json!({"netcl": "preparing", "kernel": kernel})
             }
             Activity::Measuring {
                 op,
@@ -444,6 +459,7 @@ fn report_activity(sink: Progress) -> activity::ObserverGuard {
                 serde_json::json!({"netcl": "measuring", "op": op, "candidate": candidate, "index": index, "of": of})
             }
         };
+        v["compile_ms"] = serde_json::json!(compile_ms);
         if let Ok(mut f) = sink.try_borrow_mut() {
             f(&v);
         }
@@ -459,11 +475,19 @@ fn configure(engine: &mut Engine, limits: &Limits, started: Instant) {
     engine.set_max_map_size(1 << 16);
     engine.set_max_modules(0);
     let timeout = limits.timeout_ms;
+    let allowance = limits.compile_allowance_ms as f64;
+    let compile0 = crate::backend::opencl::program::compile_ms_total();
     engine.on_progress(move |ops| {
-        if ops % 256 == 0 && started.elapsed().as_millis() as u64 > timeout {
+        if ops % 256 == 0
+            && started.elapsed().as_secs_f64() * 1e3
+                - (crate::backend::opencl::program::compile_ms_total() - compile0).min(allowance)
+                > timeout as f64
+        {
             Some(Dynamic::from(format!(
                 "the run exceeded its time limit of {timeout} ms"
             )))
+        } else if autotune::idle_interrupted() {
+            Some(Dynamic::from("the idle measurement pass was interrupted"))
         } else {
             None
         }

@@ -38,6 +38,9 @@ pub struct Config {
     pub playground_queue: usize,
     /// Wall time of one run in milliseconds; past it the worker is killed and restarted.
     pub playground_timeout_ms: u64,
+    /// Compile time (the engine building kernels on a first run) not counted against
+    /// `playground_timeout_ms`, at most this many milliseconds per run.
+    pub playground_compile_allowance_ms: u64,
     /// When set, runs need `Authorization: Bearer <token>`.
     pub playground_token: Option<String>,
     /// Runs one client may start per minute, on average.
@@ -107,6 +110,7 @@ impl Default for Config {
             playground_workers: 1,
             playground_queue: 16,
             playground_timeout_ms: 10_000,
+            playground_compile_allowance_ms: 30_000,
             playground_token: None,
             playground_rate_per_minute: 60,
             playground_burst: 10,

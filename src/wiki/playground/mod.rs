@@ -54,6 +54,7 @@ impl Playground {
             workers: config.playground_workers,
             queue: config.playground_queue,
             timeout: Duration::from_millis(config.playground_timeout_ms),
+            compile_allowance: Duration::from_millis(config.playground_compile_allowance_ms),
             command,
             device: config.device.clone(),
             eager,

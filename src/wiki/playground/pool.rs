@@ -61,6 +61,8 @@ pub struct PoolSettings {
     pub queue: usize,
     /// Wall time of one run.
     pub timeout: Duration,
+    /// Compile time a run may spend beyond `timeout` (the worker reports it with its activity).
+    pub compile_allowance: Duration,
     /// Program and arguments of a worker.
     pub command: Vec<String>,
     /// `NETCL_DEVICE` for the default lane's workers.
@@ -798,6 +800,7 @@ async fn run_job(
 ) -> Outcome {
     let mut limits = job.limits.clone();
     limits.timeout_ms = settings.timeout.as_millis() as u64 + WORKER_GRACE_MS;
+    limits.compile_allowance_ms = settings.compile_allowance.as_millis() as u64;
     let request = WorkerRequest {
         id: Value::String(job.id.clone()),
         code: job.code.clone(),
@@ -814,7 +817,8 @@ async fn run_job(
     if let Err(e) = w.stdin.flush().await {
         return Outcome::Undelivered(format!("writing the request failed: {e}"));
     }
-    let deadline = tokio::time::Instant::now() + settings.timeout;
+    let started = tokio::time::Instant::now();
+    let mut deadline = started + settings.timeout;
     // The newest progress event that did not fit the client's buffer, and since when the buffer is full.
     let mut pending: Option<Value> = None;
     let mut stalled_since: Option<tokio::time::Instant> = None;
@@ -829,6 +833,20 @@ async fn run_job(
                     match reply {
                         WorkerReply::Progress { id, data } if id.as_str() == Some(job.id.as_str()) => {
                             if data.get("netcl").is_some() {
+                                // Compile time so far does not count, up to the allowance. While the engine
+                                // compiles, the rest of the allowance is open: the worker's own check, which
+                                // knows when the compile ended, stops a run that overstays it.
+                                let compiled = data["compile_ms"].as_f64().unwrap_or(0.0).max(0.0);
+                                let compiling = matches!(
+                                    data["netcl"].as_str(),
+                                    Some("building" | "preparing")
+                                );
+                                let extension = if compiling {
+                                    settings.compile_allowance
+                                } else {
+                                    Duration::from_millis(compiled as u64).min(settings.compile_allowance)
+                                };
+                                deadline = started + settings.timeout + extension;
                                 busy = Some(data.clone());
                             }
                             if pending.is_some() {
@@ -891,6 +909,10 @@ fn timeout_message(limit_ms: u128, busy: Option<&Value>) -> String {
         Some("building") => Some(format!(
             "while building kernels for its first run ({} built, the last `{}`)",
             b["built"],
+            b["kernel"].as_str().unwrap_or("?")
+        )),
+        Some("preparing") => Some(format!(
+            "while the driver compiled kernel `{}` for its work-group size",
             b["kernel"].as_str().unwrap_or("?")
         )),
         Some("measuring") => Some(format!(
