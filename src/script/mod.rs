@@ -9,6 +9,7 @@
 mod attnbind;
 mod bindings;
 mod layerbind;
+mod modelsize;
 mod nnbind;
 mod opsbind;
 mod outsize;
