@@ -561,6 +561,7 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
                     height,
                     ..
                 } => println!("[image {title} {width}×{height}]"),
+                Output::File { .. } => println!("{}", o.text()),
             }
         }
         if let Some(v) = &r.value {

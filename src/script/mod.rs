@@ -8,6 +8,7 @@
 
 mod attnbind;
 mod bindings;
+pub mod files;
 mod layerbind;
 mod modelsize;
 mod nnbind;
@@ -27,6 +28,7 @@ use crate::autotune::{self, Decision};
 use crate::device::activity::{self, Activity};
 use crate::device::{Device, Launch};
 use crate::error::Error;
+pub use files::{RunInputs, SavedFile, UploadedFile};
 pub use render::{Output, TensorSummary};
 
 /// Registers every playground function on `engine`, in an order where later bindings may refine earlier ones:
@@ -37,6 +39,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     attnbind::register(engine, ctx);
     layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
+    files::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
 
@@ -60,6 +63,8 @@ pub struct Limits {
     pub max_output_bytes: usize,
     /// Wall time of the run in milliseconds (checked between script operations).
     pub timeout_ms: u64,
+    /// Bytes of the files a run saves (`save_model`) added up, and of any one file it reads (`load_model`).
+    pub max_file_bytes: usize,
 }
 
 impl Default for Limits {
@@ -71,6 +76,7 @@ impl Default for Limits {
             max_run_elements: 1 << 27,
             max_output_bytes: 512 * 1024,
             timeout_ms: 10_000,
+            max_file_bytes: 4 << 20,
         }
     }
 }
@@ -143,6 +149,8 @@ pub struct RunResult {
     pub error: Option<ScriptError>,
     /// Whether output was cut at `max_output_bytes`.
     pub truncated: bool,
+    /// Files the run saved (`save_model`), offered to the reader as downloads.
+    pub files: Vec<SavedFile>,
 }
 
 /// The mutable state of one run, shared by the bound functions.
@@ -156,6 +164,10 @@ pub(crate) struct Ctx {
     pub(crate) progress: Progress,
     /// The decision log's sequence number when the run started.
     pub(crate) seq0: u64,
+    /// The uploads and the data folder the run may read.
+    pub(crate) inputs: RunInputs,
+    /// The files the run saved so far.
+    pub(crate) saved: Vec<SavedFile>,
 }
 
 impl Ctx {
@@ -297,6 +309,8 @@ pub fn function_signatures() -> Vec<String> {
         elements: 0,
         progress: Rc::new(RefCell::new(Box::new(|_| {}))),
         seq0: 0,
+        inputs: RunInputs::default(),
+        saved: Vec::new(),
     }));
     let mut engine = Engine::new_raw();
     register_all(&mut engine, &ctx);
@@ -314,6 +328,18 @@ pub fn run_with_progress(
     device: &Device,
     code: &str,
     limits: &Limits,
+    progress: Box<dyn FnMut(&serde_json::Value)>,
+) -> RunResult {
+    run_with_inputs(device, code, limits, RunInputs::default(), progress)
+}
+
+/// Like [`run_with_progress`], with files the script may read: uploads, and the data folder
+/// `load_model(name)` looks in (see [`files`]).
+pub fn run_with_inputs(
+    device: &Device,
+    code: &str,
+    limits: &Limits,
+    inputs: RunInputs,
     progress: Box<dyn FnMut(&serde_json::Value)>,
 ) -> RunResult {
     let started = Instant::now();
@@ -336,6 +362,7 @@ pub fn run_with_progress(
             column: None,
         }),
         truncated: false,
+        files: Vec::new(),
     };
     if code.len() > limits.max_code_bytes {
         return fail(
@@ -356,6 +383,8 @@ pub fn run_with_progress(
         elements: 0,
         progress: Rc::new(RefCell::new(progress)),
         seq0: seq,
+        inputs,
+        saved: Vec::new(),
     }));
     let _engine_activity = report_activity(ctx.borrow().progress.clone());
     let mut engine = Engine::new();
@@ -418,6 +447,7 @@ pub fn run_with_progress(
         },
         error,
         truncated: c.truncated,
+        files: c.saved.clone(),
     }
 }
 

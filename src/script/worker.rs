@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Limits, run_with_progress};
+use super::{Limits, RunInputs, run_with_inputs};
 use crate::device::Device;
 use crate::error::{Error, Result};
 
@@ -35,6 +35,9 @@ pub struct WorkerRequest {
     /// The job's limits; the defaults when absent.
     #[serde(default)]
     pub limits: Option<Limits>,
+    /// Files uploaded with the run, and the data folder it may read.
+    #[serde(default)]
+    pub inputs: RunInputs,
 }
 
 /// One line the worker writes.
@@ -208,10 +211,11 @@ pub fn serve(device: &Device) -> Result<()> {
             None,
         );
         watchdog.arm(limits.timeout_ms, WATCHDOG_GRACE_MS);
-        let result = run_with_progress(
+        let result = run_with_inputs(
             device,
             &req.code,
             &limits,
+            req.inputs,
             Box::new(move |data| {
                 emit(&WorkerReply::Progress {
                     id: progress_id.clone(),

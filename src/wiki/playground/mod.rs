@@ -32,6 +32,8 @@ pub struct Playground {
     open: OpenRuns,
     token: Option<String>,
     limits: Limits,
+    /// The folder `load_model(name)` reads from (the content's `data/` unless configured).
+    data_dir: Option<std::path::PathBuf>,
     trust_forwarded: bool,
     /// The server's `--device`, which the default lane's workers get.
     selection: Option<String>,
@@ -69,6 +71,7 @@ impl Playground {
             open: OpenRuns::new(config.playground_max_runs_per_client),
             token: config.playground_token.clone().filter(|t| !t.is_empty()),
             limits: config.playground_limits.clone(),
+            data_dir: Some(config.playground_data_dir()),
             trust_forwarded: config.playground_trust_forwarded,
             selection: config.device.clone(),
             devices: tokio::sync::OnceCell::new(),
