@@ -14,6 +14,7 @@ mod modelsize;
 mod nnbind;
 mod opsbind;
 mod outsize;
+mod textbind;
 pub mod render;
 pub mod worker;
 
@@ -40,6 +41,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
     files::register(engine, ctx);
+    textbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
 
