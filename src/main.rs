@@ -176,7 +176,13 @@ fn run(cli: Cli) -> Result<(), CliError> {
             json,
             timeout_ms,
             data,
-        } => Ok(run_file(cli.device.as_deref(), &file, json, timeout_ms, data)?),
+        } => Ok(run_file(
+            cli.device.as_deref(),
+            &file,
+            json,
+            timeout_ms,
+            data,
+        )?),
         Command::Train {
             preset,
             epochs,

@@ -164,8 +164,7 @@ impl ModelBytes {
             .get(META_KEY)
             .and_then(NpyArray::as_str)
             .ok_or_else(|| bad(format!("no `{META_KEY}` member: not a netcl model file")))?;
-        let meta: Value =
-            serde_json::from_str(meta).map_err(|e| bad(format!("metadata: {e}")))?;
+        let meta: Value = serde_json::from_str(meta).map_err(|e| bad(format!("metadata: {e}")))?;
         let configs = configs_of(&meta, &name)?;
         Ok(ModelBytes {
             name,

@@ -149,8 +149,9 @@ fn find(ctx: &Shared, name: &str) -> R<Vec<u8>> {
     }
     let saved = ctx.borrow().saved.iter().find(|f| f.name == name).cloned();
     if let Some(f) = saved {
-        return codec::base64_decode(&f.data)
-            .ok_or_else(|| script_err("internal", format!("the saved file `{name}` is unreadable")));
+        return codec::base64_decode(&f.data).ok_or_else(|| {
+            script_err("internal", format!("the saved file `{name}` is unreadable"))
+        });
     }
     match dir {
         Some(dir) => read_data_file(&dir, name, max),

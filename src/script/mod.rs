@@ -14,8 +14,8 @@ mod modelsize;
 mod nnbind;
 mod opsbind;
 mod outsize;
-mod textbind;
 pub mod render;
+mod textbind;
 pub mod worker;
 
 use std::cell::RefCell;

@@ -12,10 +12,7 @@ use crate::ops;
 use crate::tensor::Tensor;
 
 /// The texts `text_data(name)` knows: name, then the text (see `data/README.md` for sources and licences).
-const TEXTS: &[(&str, &str)] = &[(
-    "coriolanus",
-    include_str!("../../data/coriolanus.txt"),
-)];
+const TEXTS: &[(&str, &str)] = &[("coriolanus", include_str!("../../data/coriolanus.txt"))];
 
 fn non_negative(n: INT, what: &str) -> R<usize> {
     usize::try_from(n).map_err(|_| {
@@ -31,12 +28,16 @@ fn ids_of(text: &str, vocab: &str) -> R<Vec<i32>> {
     let table: Vec<char> = vocab.chars().collect();
     text.chars()
         .map(|c| {
-            table.iter().position(|&v| v == c).map(|i| i as i32).ok_or_else(|| {
-                script_err(
-                    "invalid",
-                    format!("the character {c:?} is not in the vocabulary"),
-                )
-            })
+            table
+                .iter()
+                .position(|&v| v == c)
+                .map(|i| i as i32)
+                .ok_or_else(|| {
+                    script_err(
+                        "invalid",
+                        format!("the character {c:?} is not in the vocabulary"),
+                    )
+                })
         })
         .collect()
 }

@@ -214,7 +214,10 @@ pub async fn handle(
         files: request.files,
         data_dir: playground.data_dir.clone(),
     };
-    let ticket = match playground.pool.submit_with(request.code, limits, lane, inputs) {
+    let ticket = match playground
+        .pool
+        .submit_with(request.code, limits, lane, inputs)
+    {
         Ok(t) => t,
         Err(Refusal::Busy) => {
             let workers = playground.pool.settings().workers.max(1);

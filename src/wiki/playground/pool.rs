@@ -27,8 +27,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::script::{Limits, RunInputs};
 use crate::script::worker::{WorkerReply, WorkerRequest};
+use crate::script::{Limits, RunInputs};
 use crate::wiki::error::{Result, WikiError};
 
 /// Extra time the worker's own script limit gets over the server's wall time, so the server's kill decides.
