@@ -212,7 +212,7 @@ pub async fn handle(
     }
     let inputs = RunInputs {
         files: request.files,
-        data_dir: playground.data_dir.clone(),
+        ..playground.inputs()
     };
     let ticket = match playground
         .pool

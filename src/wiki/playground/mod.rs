@@ -102,6 +102,14 @@ impl Playground {
         &self.limits
     }
 
+    /// What a run reads besides its code when it brings no files: the data folder.
+    pub fn inputs(&self) -> crate::script::RunInputs {
+        crate::script::RunInputs {
+            files: Vec::new(),
+            data_dir: self.data_dir.clone(),
+        }
+    }
+
     /// Stops every worker and waits for them.
     pub fn shutdown(&self) {
         self.pool.shutdown();
