@@ -100,3 +100,92 @@ fn browser_downloads_a_saved_model_and_uploads_it_again() {
     assert_no_csp_violations(&s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn browser_runs_the_character_transformer_tutorial_within_the_limits() {
+    let Some((chromium, chromedriver)) = browsers() else {
+        return;
+    };
+    // The playground's default wall time: every block of the tutorial must fit it.
+    let addr = start_playground_wiki(10_000);
+    let (_driver, s) = open_session(&chromium, &chromedriver);
+    s.go(&format!("http://{addr}/docs/tutorials/char-transformer"));
+    let count = s
+        .js("var b = document.querySelectorAll(\".code-block[data-runnable='true']\"); b.forEach(function (x, i) { x.id = 'tutorial-block-' + i; }); return b.length;")
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(count, 4, "the tutorial's runnable blocks");
+    let mut times = Vec::new();
+    for i in 0..count {
+        let block = format!("#tutorial-block-{i}");
+        s.click(&format!("{block} .run-btn"));
+        s.wait_for(
+            &format!("tutorial block {}", i + 1),
+            Duration::from_secs(60),
+            || matches!(result_state(&s, &block).as_str(), "ok" | "error"),
+        );
+        let output = s.text(&format!("{block} .run-output"));
+        assert_eq!(
+            result_state(&s, &block),
+            "ok",
+            "block {}: {}",
+            i + 1,
+            s.js(&format!(
+                "var e = document.querySelector('{block} .run-error'); return e ? e.textContent : '';"
+            ))
+        );
+        let ms = s.js(&format!(
+            "return document.querySelector('{block} .run-result').getAttribute('data-roundtrip-ms')"
+        ));
+        times.push(format!(
+            "block {}: {} ms",
+            i + 1,
+            ms.as_str().unwrap_or("?")
+        ));
+        match i {
+            1 => {
+                // The loss falls, the curve is drawn and the model is offered.
+                let losses: Vec<f64> = output
+                    .lines()
+                    .filter_map(|l| l.split("loss ").nth(1))
+                    .filter_map(|v| v.trim().parse().ok())
+                    .collect();
+                assert!(losses.len() >= 2, "{output}");
+                assert!(
+                    losses[losses.len() - 1] < losses[0] - 0.5,
+                    "the loss falls: {losses:?}"
+                );
+                assert!(
+                    s.js(&format!(
+                        "return document.querySelectorAll('{block} .run-image img').length"
+                    ))
+                    .as_u64()
+                        == Some(1)
+                );
+                assert_eq!(
+                    s.js(&format!(
+                        "var a = document.querySelector('{block} .run-file a.download-btn'); return a ? a.getAttribute('download') : null;"
+                    )),
+                    "chargpt-80.npz"
+                );
+                s.screenshot("char-transformer-training");
+            }
+            2 => {
+                assert!(output.contains("> MENENIUS:"), "{output}");
+                s.screenshot("char-transformer-sample");
+            }
+            3 => {
+                assert!(
+                    s.js(&format!(
+                        "return document.querySelectorAll('{block} .run-image img').length"
+                    ))
+                    .as_u64()
+                        == Some(1)
+                );
+                s.screenshot("char-transformer-attention");
+            }
+            _ => {}
+        }
+    }
+    eprintln!("char-transformer in the browser: {}", times.join(", "));
+}
