@@ -1,7 +1,7 @@
 //! `netcl worker`: runs playground jobs for a server, one JSON object per line over stdin/stdout.
 //!
 //! The protocol is two types, one each way: [`WorkerRequest`] on stdin (`{"id": …, "code": "…", "limits":
-//! {…}}`, limits optional) and [`WorkerReply`] on stdout: `{"event": "progress", "id": …, "data": …}` for each
+//! {…}, "inputs": {"files": […], "data_dir": …}}`, limits and inputs optional) and [`WorkerReply`] on stdout: `{"event": "progress", "id": …, "data": …}` for each
 //! `progress(…)` call of the script, then `{"event": "result", "id": …, "result": RunResult}`; a line that is
 //! not a request gets `{"event": "error", "id": null, "message": …}`. The device stays open between jobs, so
 //! kernel builds and autotune decisions are reused. The worker exits when stdin closes.
