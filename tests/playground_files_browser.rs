@@ -166,7 +166,7 @@ fn browser_runs_the_character_transformer_tutorial_within_the_limits() {
                     s.js(&format!(
                         "var a = document.querySelector('{block} .run-file a.download-btn'); return a ? a.getAttribute('download') : null;"
                     )),
-                    "chargpt-80.npz"
+                    "chargpt-60.npz"
                 );
                 s.screenshot("char-transformer-training");
             }
