@@ -52,6 +52,35 @@ pub fn base64(data: &[u8]) -> String {
     out
 }
 
+/// Decodes standard Base64 (padding optional, no whitespace); `None` for any other character or a dangling
+/// final character.
+pub fn base64_decode(text: &str) -> Option<Vec<u8>> {
+    let text = text.trim_end_matches('=');
+    let value = |c: u8| -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    };
+    let mut out = Vec::with_capacity(text.len() / 4 * 3 + 2);
+    for chunk in text.as_bytes().chunks(4) {
+        if chunk.len() == 1 {
+            return None;
+        }
+        let mut n = 0u32;
+        for (i, &c) in chunk.iter().enumerate() {
+            n |= value(c)? << (18 - 6 * i);
+        }
+        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
+        out.extend_from_slice(&bytes[..chunk.len() - 1]);
+    }
+    Some(out)
+}
+
 /// Encodes 8-bit grayscale (`channels` = 1) or RGB (`channels` = 3) pixels as a PNG file.
 pub fn png(width: usize, height: usize, channels: usize, pixels: &[u8]) -> Vec<u8> {
     let mut raw = Vec::with_capacity((width * channels + 1) * height);
@@ -96,5 +125,17 @@ mod tests {
         let p = png(2, 1, 1, &[0, 255]);
         assert_eq!(&p[..8], b"\x89PNG\r\n\x1a\n");
         assert_eq!(&p[12..16], b"IHDR");
+    }
+
+    #[test]
+    fn base64_round_trips() {
+        for n in 0..20usize {
+            let data: Vec<u8> = (0..n).map(|i| (i * 37 + 11) as u8).collect();
+            assert_eq!(base64_decode(&base64(&data)).as_deref(), Some(&data[..]));
+        }
+        assert_eq!(base64_decode("TWFu"), Some(b"Man".to_vec()));
+        assert_eq!(base64_decode("TWE"), Some(b"Ma".to_vec()));
+        assert_eq!(base64_decode("T"), None);
+        assert_eq!(base64_decode("TW!u"), None);
     }
 }

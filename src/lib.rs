@@ -96,6 +96,9 @@ mod docs_pages {
     mod model_files {}
     #[doc = include_str!("../web-wiki/content/api/fsio.md")]
     mod api_fsio {}
+    #[cfg(feature = "script")]
+    #[doc = include_str!("../web-wiki/content/api/script.md")]
+    mod api_script {}
     #[doc = include_str!("../web-wiki/content/tutorials/first-kernel-run.md")]
     mod tutorial_first_kernel_run {}
     #[doc = include_str!("../web-wiki/content/tutorials/convolutions-compared.md")]

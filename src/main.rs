@@ -69,6 +69,9 @@ enum Command {
         /// running a second past it ends the process with exit status 124.
         #[arg(long, default_value_t = 60_000)]
         timeout_ms: u64,
+        /// The folder `load_model(name)` reads model files from (the wiki's is `web-wiki/content/data`).
+        #[arg(long)]
+        data: Option<std::path::PathBuf>,
     },
     /// Serves playground jobs over stdin/stdout as JSON lines (started by `netcl serve`).
     Worker,
@@ -172,7 +175,14 @@ fn run(cli: Cli) -> Result<(), CliError> {
             file,
             json,
             timeout_ms,
-        } => Ok(run_file(cli.device.as_deref(), &file, json, timeout_ms)?),
+            data,
+        } => Ok(run_file(
+            cli.device.as_deref(),
+            &file,
+            json,
+            timeout_ms,
+            data,
+        )?),
         Command::Train {
             preset,
             epochs,
@@ -505,8 +515,14 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
     Ok(())
 }
 
-fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> netcl::Result<()> {
-    use netcl::script::{Limits, Output, run_with_progress};
+fn run_file(
+    device: Option<&str>,
+    file: &str,
+    json: bool,
+    timeout_ms: u64,
+    data: Option<std::path::PathBuf>,
+) -> netcl::Result<()> {
+    use netcl::script::{Limits, Output};
     let code = if file == "-" {
         std::io::read_to_string(std::io::stdin()).map_err(|e| netcl::Error::io("<stdin>", e))?
     } else {
@@ -546,7 +562,11 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
             None => eprintln!("progress: {v}"),
         })
     };
-    let r = run_with_progress(&device, &code, &limits, progress);
+    let inputs = netcl::script::RunInputs {
+        files: Vec::new(),
+        data_dir: data,
+    };
+    let r = netcl::script::run_with_inputs(&device, &code, &limits, inputs, progress);
     watchdog.disarm();
     if json {
         println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
@@ -561,6 +581,7 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
                     height,
                     ..
                 } => println!("[image {title} {width}×{height}]"),
+                Output::File { .. } => println!("{}", o.text()),
             }
         }
         if let Some(v) = &r.value {

@@ -262,6 +262,29 @@
     return box;
   }
 
+  // A file the run saved: a download link for the bytes the result carries under the same name.
+  function renderFile(o, files) {
+    var box = el("p", "run-file");
+    var f = null;
+    files.forEach(function (x) { if (x.name === o.name) { f = x; } });
+    if (!f) {
+      box.appendChild(el("span", "muted", o.name + " (" + o.bytes + " bytes) was replaced by a later save of the same name"));
+      return box;
+    }
+    var a = el("a", "download-btn", "Download " + f.name);
+    a.href = "data:application/octet-stream;base64," + f.data;
+    a.setAttribute("download", f.name);
+    box.appendChild(a);
+    box.appendChild(el("span", "muted", " " + f.bytes + " bytes; load it again with the Upload button and load_model(\"" + f.name + "\")"));
+    return box;
+  }
+
+  // A name the server accepts for an upload: letters, digits, `.`, `-`, `_`, not starting with a dot.
+  function uploadName(name) {
+    var n = String(name).replace(/[^A-Za-z0-9._-]/g, "_").replace(/\.\.+/g, ".").replace(/^\.+/, "");
+    return (n || "upload").slice(-64);
+  }
+
   function renderResult(area, r, editor) {
     var out = el("div", "run-output");
     (r.outputs || []).forEach(function (o) {
@@ -285,6 +308,7 @@
         fig.appendChild(cap);
         out.appendChild(fig);
       }
+      else if (o.kind === "file") { out.appendChild(renderFile(o, r.files || [])); }
     });
     if (r.value !== null && r.value !== undefined) { out.appendChild(el("pre", "run-value", "→ " + r.value)); }
     if (r.truncated) { out.appendChild(el("p", "notice", "Output was cut at the server's output limit.")); }
@@ -493,11 +517,41 @@
     var picker = el("select", "device-picker");
     picker.setAttribute("aria-label", "Device to run on");
     picker.hidden = true;
+    // Files sent with every run of this block (`load_model(name)` finds them by name; `uploads()` lists them).
+    var uploads = [];
+    var upload = el("label", "upload-btn", "Upload");
+    upload.title = "Files sent with the run: load_model(name) reads them";
+    var picked = el("input");
+    picked.type = "file";
+    picked.multiple = true;
+    picked.className = "upload-input";
+    picked.setAttribute("aria-label", "Files to send with the run");
+    upload.appendChild(picked);
+    var uploadList = el("span", "upload-list muted");
+    picked.addEventListener("change", function () {
+      var chosen = Array.prototype.slice.call(picked.files || [], 0, 8);
+      Promise.all(chosen.map(function (file) {
+        return new Promise(function (resolve) {
+          var reader = new FileReader();
+          reader.onload = function () {
+            var url = String(reader.result || "");
+            resolve({ name: uploadName(file.name), data: url.slice(url.indexOf(",") + 1) });
+          };
+          reader.onerror = function () { resolve(null); };
+          reader.readAsDataURL(file);
+        });
+      })).then(function (files) {
+        uploads = files.filter(function (f) { return f; });
+        uploadList.textContent = uploads.length ? uploads.map(function (f) { return f.name; }).join(", ") : "";
+      });
+    });
     var runAll = el("button", "run-all-btn", "Run on all");
     runAll.title = "Run this code on every device of the server and compare";
     runAll.hidden = true;
     bar.appendChild(picker);
     [run, runAll, stop, reset, share].forEach(function (b) { b.type = "button"; bar.appendChild(b); });
+    bar.insertBefore(upload, runAll);
+    bar.insertBefore(uploadList, runAll);
     stop.hidden = true;
     var devices = null;
     loadDevices().then(function (list) {
@@ -514,6 +568,7 @@
     });
     function request(device) {
       var body = { code: editor.area.value };
+      if (uploads.length) { body.files = uploads; }
       if (device !== null && device !== undefined && device !== "") { body.device = Number(device); }
       return body;
     }

@@ -7,4 +7,4 @@ pub mod npz;
 pub use checkpoint::{
     Checkpoint, load_checkpoint, load_params, read_checkpoint, save_checkpoint, save_params,
 };
-pub use model::{load_model, save_model};
+pub use model::{ModelBytes, load_model, model_to_bytes, save_model};

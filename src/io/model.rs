@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use super::npz::{NpyArray, read_npz, write_npz};
+use super::npz::{NpyArray, npz_bytes, read_npz, read_npz_bytes, write_npz};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::nn::{LayerConfig, Module, Sequential, build_sequential};
@@ -132,9 +132,67 @@ pub(crate) fn configs_of(meta: &Value, path: &Path) -> Result<Vec<LayerConfig>> 
 pub fn load_model(device: &Device, path: &Path) -> Result<Sequential> {
     let (members, meta) = resolve(path)?;
     let configs = configs_of(&meta, path)?;
-    let mut model = build_sequential(device, &configs, 0)?;
+    build_with_state(device, &configs, &members, path)
+}
+
+/// The bytes of the model file [`save_model`] would write, for a file that travels rather than lands on disk
+/// (the playground offers them as a download).
+pub fn model_to_bytes(model: &Sequential) -> Result<Vec<u8>> {
+    check_netcl_representable(model)?;
+    npz_bytes(&model_members(model)?)
+}
+
+/// A model file read from memory and checked as far as reading goes: its layer configs, and its state
+/// tensors, not yet on any device. `name` stands for the file in error messages.
+#[derive(Debug, Clone)]
+pub struct ModelBytes {
+    name: PathBuf,
+    configs: Vec<LayerConfig>,
+    members: std::collections::BTreeMap<String, NpyArray>,
+}
+
+impl ModelBytes {
+    /// Parses the bytes of a model file (the single-file layout).
+    pub fn parse(bytes: &[u8], name: &str) -> Result<ModelBytes> {
+        let name = PathBuf::from(name);
+        let bad = |message: String| Error::Format {
+            path: name.clone(),
+            message,
+        };
+        let members = read_npz_bytes(bytes).map_err(bad)?;
+        let meta = members
+            .get(META_KEY)
+            .and_then(NpyArray::as_str)
+            .ok_or_else(|| bad(format!("no `{META_KEY}` member: not a netcl model file")))?;
+        let meta: Value = serde_json::from_str(meta).map_err(|e| bad(format!("metadata: {e}")))?;
+        let configs = configs_of(&meta, &name)?;
+        Ok(ModelBytes {
+            name,
+            configs,
+            members,
+        })
+    }
+
+    /// The layer configs the file describes.
+    pub fn configs(&self) -> &[LayerConfig] {
+        &self.configs
+    }
+
+    /// Builds the model on `device` and loads its state; every tensor must be present with its layer's shape.
+    pub fn build(&self, device: &Device) -> Result<Sequential> {
+        build_with_state(device, &self.configs, &self.members, &self.name)
+    }
+}
+
+fn build_with_state(
+    device: &Device,
+    configs: &[LayerConfig],
+    members: &std::collections::BTreeMap<String, NpyArray>,
+    path: &Path,
+) -> Result<Sequential> {
+    let mut model = build_sequential(device, configs, 0)?;
     let mut state = Vec::new();
-    for (name, arr) in &members {
+    for (name, arr) in members {
         if name == META_KEY || name == OPTIM_KEY || name.starts_with("optim:") {
             continue;
         }

@@ -178,13 +178,19 @@ pub fn read_npz_bytes(b: &[u8]) -> std::result::Result<BTreeMap<String, NpyArray
             + 30
             + u16le(b, l + 26).ok_or("truncated")? as usize
             + u16le(b, l + 28).ok_or("truncated")? as usize;
+        let end = usize::try_from(csize)
+            .ok()
+            .and_then(|c| start.checked_add(c))
+            .ok_or_else(|| format!("member `{name}` is truncated"))?;
         let raw = b
-            .get(start..start + csize as usize)
+            .get(start..end)
             .ok_or_else(|| format!("member `{name}` is truncated"))?;
         let data = match method {
             0 => raw.to_vec(),
             8 => {
-                let mut v = Vec::with_capacity(usize_ as usize);
+                // The size the archive claims is a hint, not a promise: a damaged or hostile file may claim
+                // more than could ever be allocated.
+                let mut v = Vec::with_capacity(usize::try_from(usize_).unwrap_or(0).min(1 << 24));
                 flate2::read::DeflateDecoder::new(raw)
                     .read_to_end(&mut v)
                     .map_err(|e| format!("member `{name}`: {e}"))?;

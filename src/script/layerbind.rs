@@ -9,97 +9,10 @@ use std::rc::Rc;
 use rhai::{Array, Dynamic, Engine, INT};
 
 use super::bindings::{R, float_arg, seed_arg, track_var};
-use super::nnbind::{Model, charge_parameters};
+use super::modelsize::{Model, charge_parameters};
 use super::{Shared, engine_err, script_err};
 use crate::autograd::Var;
-use crate::nn::{self, LayerConfig, build_sequential};
-
-/// The largest tensor and the total elements of a transformer or extra layer's parameters, from its config;
-/// `Some((0, 0))` for a layer without parameters or a name this function does not size, `None` on overflow.
-pub(crate) fn extra_layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
-    let a = &cfg.args;
-    let get = |key: &str, default: usize| -> usize {
-        a.get(key)
-            .and_then(|v| v.as_u64())
-            .map_or(default, |x| usize::try_from(x).unwrap_or(usize::MAX))
-    };
-    let m = |x: usize, y: usize| x.checked_mul(y);
-    // (in, out) linear with bias: in·out + out.
-    let lin = |i: usize, o: usize| m(i, o)?.checked_add(o);
-    let sum = |xs: &[Option<usize>]| xs.iter().try_fold(0usize, |acc, x| acc.checked_add((*x)?));
-    Some(match cfg.kind.as_str() {
-        "PReLU" => (get("num_parameters", 1), get("num_parameters", 1)),
-        "RMSNorm" => (get("dim", 0), get("dim", 0)),
-        "Embedding" => {
-            let t = m(get("num_embeddings", 0), get("embedding_dim", 0))?;
-            (t, t)
-        }
-        "PositionalEmbedding" => {
-            let t = m(get("max_len", 0), get("d_model", 0))?;
-            (t, t)
-        }
-        "MultiheadAttention" => {
-            let e = get("embed_dim", 0);
-            (m(e, e)?, m(lin(e, e)?, 4)?)
-        }
-        "CausalSelfAttention" => {
-            let e = get("embed_dim", 0);
-            (m(e, m(3, e)?)?, sum(&[lin(e, m(3, e)?), lin(e, e)])?)
-        }
-        "RotaryAttention" => {
-            let e = get("dim", 0);
-            (
-                m(e, m(3, e)?)?,
-                sum(&[lin(e, m(3, e)?), lin(e, e), Some(m(2, e)?)])?,
-            )
-        }
-        "TransformerEncoderLayer" | "TransformerBlock" => {
-            let e = get("d_model", 0);
-            let default = if cfg.kind == "TransformerBlock" {
-                m(4, e)?
-            } else {
-                2048
-            };
-            let f = get("dim_feedforward", default);
-            let attn = m(lin(e, e)?, 4)?;
-            (
-                m(e, f)?.max(m(e, m(3, e)?)?),
-                sum(&[Some(attn), lin(e, f), lin(f, e), Some(m(4, e)?)])?,
-            )
-        }
-        "SwiGLU" | "DecoderBlock" => {
-            let e = get("dim", 0);
-            let h = get("hidden", nn::transformer::swiglu_hidden(e));
-            let ffn = m(lin(e, h)?, 3)?;
-            let attn = if cfg.kind == "DecoderBlock" {
-                sum(&[lin(e, m(3, e)?), lin(e, e), Some(m(4, e)?)])?
-            } else {
-                0
-            };
-            (m(e, h)?.max(m(e, m(3, e)?)?), ffn.checked_add(attn)?)
-        }
-        "ModuleList" | "ModuleDict" => {
-            let subs: Vec<LayerConfig> = match a.get("modules") {
-                Some(serde_json::Value::Array(v)) => v
-                    .iter()
-                    .filter_map(|c| serde_json::from_value(c.clone()).ok())
-                    .collect(),
-                Some(serde_json::Value::Object(o)) => o
-                    .values()
-                    .filter_map(|c| serde_json::from_value(c.clone()).ok())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            let mut big = (0usize, 0usize);
-            for s in &subs {
-                let (l, t) = super::nnbind::layer_elements(s)?;
-                big = (big.0.max(l), big.1.checked_add(t)?);
-            }
-            big
-        }
-        _ => (0, 0),
-    })
-}
+use crate::nn::{self, build_sequential};
 
 fn count(n: INT, what: &str) -> R<usize> {
     usize::try_from(n).map_err(|_| {

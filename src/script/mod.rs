@@ -8,11 +8,14 @@
 
 mod attnbind;
 mod bindings;
+pub mod files;
 mod layerbind;
+mod modelsize;
 mod nnbind;
 mod opsbind;
 mod outsize;
 pub mod render;
+mod textbind;
 pub mod worker;
 
 use std::cell::RefCell;
@@ -26,6 +29,7 @@ use crate::autotune::{self, Decision};
 use crate::device::activity::{self, Activity};
 use crate::device::{Device, Launch};
 use crate::error::Error;
+pub use files::{RunInputs, SavedFile, UploadedFile};
 pub use render::{Output, TensorSummary};
 
 /// Registers every playground function on `engine`, in an order where later bindings may refine earlier ones:
@@ -36,6 +40,8 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     attnbind::register(engine, ctx);
     layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
+    files::register(engine, ctx);
+    textbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
 
@@ -65,6 +71,8 @@ pub struct Limits {
     /// engine's kernels, which later runs reuse, and that is not the script's own running time. Compile time
     /// beyond it counts.
     pub compile_allowance_ms: u64,
+    /// Bytes of the files a run saves (`save_model`) added up, and of any one file it reads (`load_model`).
+    pub max_file_bytes: usize,
 }
 
 impl Default for Limits {
@@ -77,6 +85,7 @@ impl Default for Limits {
             max_output_bytes: 512 * 1024,
             timeout_ms: 10_000,
             compile_allowance_ms: 30_000,
+            max_file_bytes: 4 << 20,
         }
     }
 }
@@ -149,6 +158,8 @@ pub struct RunResult {
     pub error: Option<ScriptError>,
     /// Whether output was cut at `max_output_bytes`.
     pub truncated: bool,
+    /// Files the run saved (`save_model`), offered to the reader as downloads.
+    pub files: Vec<SavedFile>,
 }
 
 /// The mutable state of one run, shared by the bound functions.
@@ -162,6 +173,10 @@ pub(crate) struct Ctx {
     pub(crate) progress: Progress,
     /// The decision log's sequence number when the run started.
     pub(crate) seq0: u64,
+    /// The uploads and the data folder the run may read.
+    pub(crate) inputs: RunInputs,
+    /// The files the run saved so far.
+    pub(crate) saved: Vec<SavedFile>,
 }
 
 impl Ctx {
@@ -303,6 +318,8 @@ pub fn function_signatures() -> Vec<String> {
         elements: 0,
         progress: Rc::new(RefCell::new(Box::new(|_| {}))),
         seq0: 0,
+        inputs: RunInputs::default(),
+        saved: Vec::new(),
     }));
     let mut engine = Engine::new_raw();
     register_all(&mut engine, &ctx);
@@ -320,6 +337,18 @@ pub fn run_with_progress(
     device: &Device,
     code: &str,
     limits: &Limits,
+    progress: Box<dyn FnMut(&serde_json::Value)>,
+) -> RunResult {
+    run_with_inputs(device, code, limits, RunInputs::default(), progress)
+}
+
+/// Like [`run_with_progress`], with files the script may read: uploads, and the data folder
+/// `load_model(name)` looks in (see [`files`]).
+pub fn run_with_inputs(
+    device: &Device,
+    code: &str,
+    limits: &Limits,
+    inputs: RunInputs,
     progress: Box<dyn FnMut(&serde_json::Value)>,
 ) -> RunResult {
     let started = Instant::now();
@@ -342,6 +371,7 @@ pub fn run_with_progress(
             column: None,
         }),
         truncated: false,
+        files: Vec::new(),
     };
     if code.len() > limits.max_code_bytes {
         return fail(
@@ -362,6 +392,8 @@ pub fn run_with_progress(
         elements: 0,
         progress: Rc::new(RefCell::new(progress)),
         seq0: seq,
+        inputs,
+        saved: Vec::new(),
     }));
     let _engine_activity = report_activity(ctx.borrow().progress.clone());
     let mut engine = Engine::new();
@@ -424,6 +456,7 @@ pub fn run_with_progress(
         },
         error,
         truncated: c.truncated,
+        files: c.saved.clone(),
     }
 }
 

@@ -11,17 +11,14 @@ use std::sync::Arc;
 use rhai::{Array, Dynamic, Engine, FLOAT, INT, Map};
 
 use super::bindings::{R, float_arg, seed_arg, track, track_var};
+use super::modelsize::{Model, charge_parameters};
 use super::render::f32_to_script;
 use super::{Shared, engine_err, script_err};
 use crate::autograd::{Var, no_grad};
 use crate::data::{DataLoader, Digits, InMemory};
-use crate::nn::{LayerConfig, Module, Sequential, build_sequential, preset};
+use crate::nn::{LayerConfig, Module, build_sequential, preset};
 use crate::optim::Optimizer;
 use crate::train::{FitEvent, FitOptions, fit};
-
-/// A model handle in scripts.
-#[derive(Clone)]
-pub(crate) struct Model(pub(crate) Rc<RefCell<Sequential>>);
 
 /// An optimiser handle in scripts.
 #[derive(Clone)]
@@ -64,92 +61,6 @@ fn tensor_of(m: &Map, key: &str) -> R<Var> {
     m.get(key)
         .and_then(|v| v.read_lock::<Var>().map(|v| v.clone()))
         .ok_or_else(|| script_err("invalid", format!("the data map has no tensor `{key}`")))
-}
-
-/// The largest tensor and the total elements a layer's parameters (and their state) take, from its config;
-/// `None` when the arithmetic overflows.
-pub(crate) fn layer_elements(cfg: &LayerConfig) -> Option<(usize, usize)> {
-    let a = &cfg.args;
-    let get = |key: &str, default: usize| -> usize {
-        a.get(key)
-            .and_then(|v| {
-                v.as_u64().or_else(|| {
-                    v.as_array()
-                        .and_then(|x| x.first())
-                        .and_then(|x| x.as_u64())
-                })
-            })
-            .map_or(default, |x| usize::try_from(x).unwrap_or(usize::MAX))
-    };
-    let mul = |xs: &[usize]| xs.iter().try_fold(1usize, |acc, &x| acc.checked_mul(x));
-    let (weight, vectors) = match cfg.kind.as_str() {
-        "Linear" => (mul(&[get("in_features", 0), get("out_features", 0)])?, 1),
-        "Conv2d" => {
-            let k = get("kernel_size", 1);
-            let per_group = get("in_channels", 0) / get("groups", 1).max(1);
-            (mul(&[get("out_channels", 0), per_group, k, k])?, 1)
-        }
-        "ConvTranspose2d" => {
-            let k = get("kernel_size", 1);
-            (
-                mul(&[get("in_channels", 0), get("out_channels", 0), k, k])?,
-                1,
-            )
-        }
-        "DepthwiseConv2d" => {
-            let k = get("kernel_size", 1);
-            (mul(&[get("channels", 0), k, k])?, 1)
-        }
-        // weight, bias, running mean and variance
-        "BatchNorm2d" => (get("num_features", 0), 4),
-        "LayerNorm" => (get("normalized_shape", 0), 2),
-        "GroupNorm" => (get("num_channels", 0), 2),
-        _ => return super::layerbind::extra_layer_elements(cfg),
-    };
-    let width = match cfg.kind.as_str() {
-        "Linear" => get("out_features", 0),
-        "Conv2d" | "ConvTranspose2d" => get("out_channels", 0),
-        "DepthwiseConv2d" => get("channels", 0),
-        _ => 0,
-    };
-    let total = weight.checked_add(width.checked_mul(vectors)?)?;
-    Some((weight.max(width), total))
-}
-
-/// Charges a model's parameters against the run's limits before any of them is allocated.
-pub(crate) fn charge_parameters(ctx: &Shared, cfg: &[LayerConfig]) -> R<()> {
-    let mut c = ctx.borrow_mut();
-    let (max_tensor, max_run) = (c.limits.max_tensor_elements, c.limits.max_run_elements);
-    let mut total = 0usize;
-    for layer in cfg {
-        let Some((largest, elements)) = layer_elements(layer) else {
-            return Err(script_err(
-                "limit",
-                format!("the {} layer's parameter count overflows", layer.kind),
-            ));
-        };
-        if largest > max_tensor {
-            return Err(script_err(
-                "limit",
-                format!(
-                    "a {} layer's weight has {largest} elements; max_tensor_elements is {max_tensor}",
-                    layer.kind
-                ),
-            ));
-        }
-        total = total.saturating_add(elements);
-    }
-    let run = c.elements.saturating_add(total);
-    if run > max_run {
-        return Err(script_err(
-            "limit",
-            format!(
-                "the model's {total} parameters would bring this run to {run} tensor elements; max_run_elements is {max_run}"
-            ),
-        ));
-    }
-    c.elements = run;
-    Ok(())
 }
 
 /// Registers autograd, model, optimiser, data and training functions.

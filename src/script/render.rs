@@ -35,6 +35,13 @@ pub enum Output {
         /// The value drawn white.
         hi: f32,
     },
+    /// A file the run saved; its bytes are in the result's `files`, under the same name.
+    File {
+        /// The file's name.
+        name: String,
+        /// Its size in bytes.
+        bytes: usize,
+    },
 }
 
 /// Shape, dtype, statistics and the first values of a tensor.
@@ -260,6 +267,7 @@ impl Output {
                     format!("[image {title} {width}×{height}]")
                 }
             }
+            Output::File { name, bytes } => format!("[file {name}, {bytes} bytes]"),
         }
     }
 }

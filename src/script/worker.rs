@@ -1,7 +1,7 @@
 //! `netcl worker`: runs playground jobs for a server, one JSON object per line over stdin/stdout.
 //!
 //! The protocol is two types, one each way: [`WorkerRequest`] on stdin (`{"id": …, "code": "…", "limits":
-//! {…}}`, limits optional) and [`WorkerReply`] on stdout: `{"event": "progress", "id": …, "data": …}` for each
+//! {…}, "inputs": {"files": […], "data_dir": …}}`, limits and inputs optional) and [`WorkerReply`] on stdout: `{"event": "progress", "id": …, "data": …}` for each
 //! `progress(…)` call of the script, then `{"event": "result", "id": …, "result": RunResult}`; a line that is
 //! not a request gets `{"event": "error", "id": null, "message": …}`. The device stays open between jobs, so
 //! kernel builds and autotune decisions are reused. The worker exits when stdin closes.
@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{Limits, run_with_progress};
+use super::{Limits, RunInputs, run_with_inputs};
 use crate::autotune;
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -42,6 +42,9 @@ pub struct WorkerRequest {
     /// The job's limits; the defaults when absent.
     #[serde(default)]
     pub limits: Option<Limits>,
+    /// Files uploaded with the run, and the data folder it may read.
+    #[serde(default)]
+    pub inputs: RunInputs,
 }
 
 /// One line the worker writes.
@@ -238,7 +241,7 @@ pub fn serve(device: &Device) -> Result<()> {
     };
     // The last finished job whose answers were not all measured: replayed, with its output discarded, while no
     // request waits, so the next run of the same kind answers from measurements.
-    let mut idle_work: Option<(String, Limits)> = None;
+    let mut idle_work: Option<(String, Limits, RunInputs)> = None;
     loop {
         let line = if idle_work.is_some() {
             match incoming.recv_timeout(IDLE_POLL) {
@@ -248,7 +251,7 @@ pub fn serve(device: &Device) -> Result<()> {
                     if autotune::job_running(device) {
                         continue;
                     }
-                    let Some((code, limits)) = idle_work.take() else {
+                    let Some((code, limits, inputs)) = idle_work.take() else {
                         continue;
                     };
                     autotune::clear_idle_interrupt();
@@ -259,11 +262,11 @@ pub fn serve(device: &Device) -> Result<()> {
                     cpu_budget(pass.timeout_ms + pass.compile_allowance_ms);
                     watchdog.arm_for(&pass, WATCHDOG_GRACE_MS);
                     let (_, interrupted) = autotune::measure_while_idle(device, || {
-                        run_with_progress(device, &code, &pass, Box::new(|_| {}))
+                        run_with_inputs(device, &code, &pass, inputs.clone(), Box::new(|_| {}))
                     });
                     watchdog.disarm();
                     if interrupted {
-                        idle_work = Some((code, limits));
+                        idle_work = Some((code, limits, inputs));
                     }
                     continue;
                 }
@@ -294,10 +297,12 @@ pub fn serve(device: &Device) -> Result<()> {
         cpu_budget(limits.timeout_ms + limits.compile_allowance_ms);
         watchdog.arm_for(&limits, WATCHDOG_GRACE_MS);
         let job = autotune::JobScope::start(device);
-        let result = run_with_progress(
+        let inputs = req.inputs.clone();
+        let result = run_with_inputs(
             device,
             &req.code,
             &limits,
+            req.inputs,
             Box::new(move |data| {
                 emit(&WorkerReply::Progress {
                     id: progress_id.clone(),
@@ -314,7 +319,7 @@ pub fn serve(device: &Device) -> Result<()> {
             )
         });
         if result.ok && unmeasured {
-            idle_work = Some((req.code, limits));
+            idle_work = Some((req.code, limits, inputs));
         }
         let result = serde_json::to_value(&result).unwrap_or(serde_json::Value::Null);
         emit(&WorkerReply::Result { id, result });

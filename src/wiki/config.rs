@@ -54,6 +54,8 @@ pub struct Config {
     pub playground_trust_forwarded: bool,
     /// The most a run may use; a request may ask for less.
     pub playground_limits: Limits,
+    /// The folder `load_model(name)` reads model files from; by default `data` inside the content directory.
+    pub playground_data_dir: Option<PathBuf>,
     /// The worker command (program, then arguments); by default this binary with `worker`.
     pub playground_worker_command: Option<Vec<String>>,
     /// Milliseconds a client of an event stream may read nothing before its run is stopped.
@@ -117,6 +119,7 @@ impl Default for Config {
             playground_max_runs_per_client: 2,
             playground_trust_forwarded: false,
             playground_limits: Limits::default(),
+            playground_data_dir: None,
             playground_worker_command: None,
             playground_stall_timeout_ms: 3_000,
             playground_worker_address_space_mb: 16 * 1024,
@@ -136,6 +139,16 @@ impl Default for Config {
 }
 
 impl Config {
+    /// The folder `load_model(name)` reads from: `playground_data_dir`, else `data` in the content directory,
+    /// made absolute so a worker finds it wherever it runs.
+    pub fn playground_data_dir(&self) -> PathBuf {
+        let dir = self
+            .playground_data_dir
+            .clone()
+            .unwrap_or_else(|| self.content_dir.join("data"));
+        std::path::absolute(&dir).unwrap_or(dir)
+    }
+
     /// Reads a TOML config file; fields it leaves out keep their defaults.
     pub fn from_file(path: &Path) -> Result<Config> {
         let text = std::fs::read_to_string(path)

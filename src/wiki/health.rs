@@ -15,11 +15,25 @@ use axum::body::Body;
 use axum::http::{Response, StatusCode};
 use serde_json::{Value, json};
 
+use super::engine::EngineInfo;
 use super::metrics::Gauges;
+use super::playground::Playground;
 use super::playground::pool::{Refusal, RunEvent};
 use super::respond::json_response;
-use super::server::AppState;
 use crate::script::Limits;
+
+/// What the health checks read of a server: its health record, its playground, its engine and its device
+/// selection. The server's state implements it, so this module needs nothing of the server's.
+pub trait Monitored: Send + Sync + 'static {
+    /// The drain flag and the last readiness check.
+    fn health(&self) -> &Health;
+    /// The playground, when it is on.
+    fn playground(&self) -> Option<&Arc<Playground>>;
+    /// Where the server's engine data comes from.
+    fn engine(&self) -> &Arc<dyn EngineInfo>;
+    /// The device selection the server was started with.
+    fn device_selection(&self) -> Option<String>;
+}
 
 /// The check run: one small op on the device.
 pub const CHECK_CODE: &str = "sum_all(ones([16]))";
@@ -88,7 +102,7 @@ impl Health {
 }
 
 /// `GET /readyz`: 200 with the device when ready, else 503 with the reason, as JSON.
-pub fn readyz(state: &AppState) -> Response<Body> {
+pub fn readyz(state: &impl Monitored) -> Response<Body> {
     let health = state.health();
     let gauges = gauges(state);
     let workers = json!({"configured": gauges.workers, "running": gauges.workers_running});
@@ -118,7 +132,7 @@ pub fn readyz(state: &AppState) -> Response<Body> {
 }
 
 /// The gauges `/metrics` shows: readiness, drain and the playground's run queue.
-pub fn gauges(state: &AppState) -> Gauges {
+pub fn gauges(state: &impl Monitored) -> Gauges {
     let health = state.health();
     let mut g = Gauges {
         ready: health.ready(),
@@ -138,7 +152,7 @@ pub fn gauges(state: &AppState) -> Gauges {
 }
 
 /// Starts the readiness checks on a thread of their own; they stop once the server drains.
-pub fn spawn_checks(state: Arc<AppState>) -> std::io::Result<()> {
+pub fn spawn_checks<S: Monitored>(state: Arc<S>) -> std::io::Result<()> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -166,7 +180,7 @@ pub fn spawn_checks(state: Arc<AppState>) -> std::io::Result<()> {
 }
 
 /// One check; `None` when it proved nothing either way (every worker busy, or the server stopping).
-async fn check(state: &Arc<AppState>) -> Option<Readiness> {
+async fn check<S: Monitored>(state: &Arc<S>) -> Option<Readiness> {
     let Some(pg) = state.playground() else {
         return Some(device_check(state).await);
     };
@@ -222,9 +236,9 @@ fn judge(result: &Value) -> Option<Readiness> {
 }
 
 /// Without the playground: the server's own device selection.
-async fn device_check(state: &Arc<AppState>) -> Readiness {
+async fn device_check<S: Monitored>(state: &Arc<S>) -> Readiness {
     let engine = Arc::clone(state.engine());
-    let selector = state.config().device.clone();
+    let selector = state.device_selection();
     let found = tokio::task::spawn_blocking(move || {
         let index = engine.selected(selector.as_deref())?;
         let name = engine

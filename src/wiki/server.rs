@@ -17,7 +17,7 @@ use super::assets::{FAVICON, STATIC_FILES, content_type};
 use super::config::Config;
 use super::content::Content;
 use super::engine::{CacheEntry, CacheSnapshot, DeviceInfo, EngineInfo, entry_matches};
-use super::health::{self, Health};
+use super::health::{self, Health, Monitored};
 use super::links::{LinkMode, Linker};
 use super::metrics::{Metrics, RouteClass};
 use super::playground::Playground;
@@ -276,6 +276,24 @@ impl AppState {
     /// Where the server's engine data comes from.
     pub fn engine(&self) -> &Arc<dyn EngineInfo> {
         &self.engine
+    }
+}
+
+impl Monitored for AppState {
+    fn health(&self) -> &Health {
+        AppState::health(self)
+    }
+
+    fn playground(&self) -> Option<&Arc<Playground>> {
+        AppState::playground(self)
+    }
+
+    fn engine(&self) -> &Arc<dyn EngineInfo> {
+        AppState::engine(self)
+    }
+
+    fn device_selection(&self) -> Option<String> {
+        self.config.device.clone()
     }
 }
 
@@ -580,12 +598,12 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
                         "draining": state.health.draining()}),
             ),
         ),
-        "/readyz" => (RouteClass::Health, health::readyz(state)),
+        "/readyz" => (RouteClass::Health, health::readyz(state.as_ref())),
         "/metrics" => (
             RouteClass::Metrics,
             text_response(
                 "text/plain; version=0.0.4",
-                state.metrics.render() + health::gauges(state).render().as_str(),
+                state.metrics.render() + health::gauges(state.as_ref()).render().as_str(),
             ),
         ),
         "/search" => (RouteClass::Search, search_page(&site, query)),

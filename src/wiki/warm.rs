@@ -211,10 +211,12 @@ fn error_kind(result: &Value) -> Option<String> {
 /// One run of `code` with the playground's limits; waits for a free place while readers hold every one.
 fn run(playground: &Playground, code: &str) -> Value {
     let mut ticket = loop {
-        match playground
-            .pool()
-            .submit(code.to_owned(), playground.limits().clone())
-        {
+        match playground.pool().submit_with(
+            code.to_owned(),
+            playground.limits().clone(),
+            None,
+            playground.inputs(),
+        ) {
             Ok(ticket) => break ticket,
             Err(Refusal::Busy) => std::thread::sleep(Duration::from_millis(250)),
             Err(Refusal::Closed) => {

@@ -17,7 +17,8 @@ use tokio::sync::mpsc;
 use super::Playground;
 use super::pool::{Refusal, RunEvent, Ticket};
 use super::rate::OpenRun;
-use crate::script::Limits;
+use crate::script::files::{MAX_UPLOADS, check_name};
+use crate::script::{Limits, RunInputs, UploadedFile};
 
 /// Which run route a path names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,6 +57,7 @@ struct RequestLimits {
     max_tensor_elements: Option<usize>,
     max_run_elements: Option<usize>,
     max_output_bytes: Option<usize>,
+    max_file_bytes: Option<usize>,
 }
 
 /// The device a run asks for: an index or a selector, as `netcl devices` prints them.
@@ -74,6 +76,9 @@ struct RunRequest {
     limits: Option<RequestLimits>,
     #[serde(default)]
     device: Option<DeviceField>,
+    /// Files for `load_model(name)`: `[{"name": "m.npz", "data": "<Base64>"}]`.
+    #[serde(default)]
+    files: Vec<UploadedFile>,
 }
 
 fn json_answer(status: StatusCode, value: &Value) -> Response<Body> {
@@ -168,6 +173,9 @@ pub async fn handle(
             ),
         );
     }
+    if let Err(message) = check_uploads(&request.files) {
+        return refuse(StatusCode::BAD_REQUEST, "bad_file", &message);
+    }
     if let Some(r) = authorise(playground, parts) {
         return r;
     }
@@ -202,7 +210,14 @@ pub async fn handle(
             wait.as_secs_f64().ceil() as u64,
         );
     }
-    let ticket = match playground.pool.submit_to(request.code, limits, lane) {
+    let inputs = RunInputs {
+        files: request.files,
+        ..playground.inputs()
+    };
+    let ticket = match playground
+        .pool
+        .submit_with(request.code, limits, lane, inputs)
+    {
         Ok(t) => t,
         Err(Refusal::Busy) => {
             let workers = playground.pool.settings().workers.max(1);
@@ -263,10 +278,33 @@ async fn read_request(body: Body, max_body: usize) -> Result<RunRequest, Respons
             StatusCode::BAD_REQUEST,
             "bad_request",
             &format!(
-                "expected {{\"code\": \"…\", \"limits\"?: {{…}}, \"device\"?: index or selector}}: {e}"
+                "expected {{\"code\": \"…\", \"limits\"?: {{…}}, \"device\"?: index or selector, \"files\"?: [{{\"name\", \"data\"}}]}}: {e}"
             ),
         )
     })
+}
+
+/// Checks the files sent with a run before it is admitted: few, plainly and distinctly named, in Base64.
+fn check_uploads(files: &[UploadedFile]) -> Result<(), String> {
+    if files.len() > MAX_UPLOADS {
+        return Err(format!(
+            "{} files were sent with the run; at most {MAX_UPLOADS} may be",
+            files.len()
+        ));
+    }
+    for (i, f) in files.iter().enumerate() {
+        check_name(&f.name)?;
+        if files[..i].iter().any(|g| g.name == f.name) {
+            return Err(format!("two files are named `{}`", f.name));
+        }
+        if crate::codec::base64_decode(&f.data).is_none() {
+            return Err(format!(
+                "the file `{}` is not standard Base64 (A–Z, a–z, 0–9, +, /, = padding)",
+                f.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `GET /api/run/devices`: the devices a run may name and the one it gets when it names none.
@@ -332,6 +370,9 @@ fn merge(server: &Limits, asked: RequestLimits) -> Limits {
         max_output_bytes: asked
             .max_output_bytes
             .map_or(server.max_output_bytes, |v| v.min(server.max_output_bytes)),
+        max_file_bytes: asked
+            .max_file_bytes
+            .map_or(server.max_file_bytes, |v| v.min(server.max_file_bytes)),
         ..server.clone()
     }
 }

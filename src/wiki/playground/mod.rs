@@ -32,6 +32,8 @@ pub struct Playground {
     open: OpenRuns,
     token: Option<String>,
     limits: Limits,
+    /// The folder `load_model(name)` reads from (the content's `data/` unless configured).
+    data_dir: Option<std::path::PathBuf>,
     trust_forwarded: bool,
     /// The server's `--device`, which the default lane's workers get.
     selection: Option<String>,
@@ -70,6 +72,7 @@ impl Playground {
             open: OpenRuns::new(config.playground_max_runs_per_client),
             token: config.playground_token.clone().filter(|t| !t.is_empty()),
             limits: config.playground_limits.clone(),
+            data_dir: Some(config.playground_data_dir()),
             trust_forwarded: config.playground_trust_forwarded,
             selection: config.device.clone(),
             devices: tokio::sync::OnceCell::new(),
@@ -98,6 +101,14 @@ impl Playground {
     /// The limits every run gets unless its request asks for less.
     pub fn limits(&self) -> &Limits {
         &self.limits
+    }
+
+    /// What a run reads besides its code when it brings no files: the data folder.
+    pub fn inputs(&self) -> crate::script::RunInputs {
+        crate::script::RunInputs {
+            files: Vec::new(),
+            data_dir: self.data_dir.clone(),
+        }
     }
 
     /// Stops every worker and waits for them.

@@ -27,8 +27,8 @@ use tokio::process::{Child, ChildStdin, ChildStdout, Command};
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 
-use crate::script::Limits;
 use crate::script::worker::{WorkerReply, WorkerRequest};
+use crate::script::{Limits, RunInputs};
 use crate::wiki::error::{Result, WikiError};
 
 /// Extra time the worker's own script limit gets over the server's wall time, so the server's kill decides.
@@ -149,6 +149,7 @@ struct Job {
     id: String,
     code: String,
     limits: Limits,
+    inputs: RunInputs,
     control: Arc<Control>,
 }
 
@@ -277,6 +278,17 @@ impl Pool {
         limits: Limits,
         device: Option<usize>,
     ) -> std::result::Result<Ticket, Refusal> {
+        self.submit_with(code, limits, device, RunInputs::default())
+    }
+
+    /// Like [`Pool::submit_to`], with the files the run may read (uploads, the data folder).
+    pub fn submit_with(
+        &self,
+        code: String,
+        limits: Limits,
+        device: Option<usize>,
+        inputs: RunInputs,
+    ) -> std::result::Result<Ticket, Refusal> {
         let permit = Arc::clone(&self.shared.admission)
             .try_acquire_owned()
             .map_err(|_| Refusal::Busy)?;
@@ -302,6 +314,7 @@ impl Pool {
             id,
             code,
             limits,
+            inputs,
             control,
         };
         let sent = match self.senders.lock() {
@@ -805,6 +818,7 @@ async fn run_job(
         id: Value::String(job.id.clone()),
         code: job.code.clone(),
         limits: Some(limits),
+        inputs: job.inputs.clone(),
     };
     let mut line = match serde_json::to_string(&request) {
         Ok(l) => l,
