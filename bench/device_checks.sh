@@ -4,7 +4,7 @@
 # BIN_DIR holds netcl-new, netcl-old (the build to compare against) and test binaries t-NAME.
 # 1. PoCL restricted to 2 cores, every cache empty: wall time of `netcl run bench/cold-snippet.rhai`, 3 times.
 # 2. Steady state of CASES: each build tunes once (sync, its own caches), then ROUNDS alternating rounds of
-#    --reps 20 with the caches warm.
+#    --reps 20 with the caches warm (ROUNDS=0 skips this step).
 # 3. First contact of FIRST (case names): a fresh HOME, default background mode, `first_call_ms` per case.
 # 4. The GPU test binaries, each under a time limit, while the whole call stays under DEADLINE seconds.
 # Everything is packed into OUT/all.tgz at the end.
@@ -23,7 +23,7 @@ for i in 1 2 3; do
     echo "{\"case\":\"cold_snippet\",\"run\":$i,\"exit\":$rc,\"wall_ms\":$ms}" >> "$RES/pocl-cold.jsonl"
 done
 oc=$(mktemp -d) nc=$(mktemp -d)
-for b in old new; do
+[ "${ROUNDS:-3}" -gt 0 ] && for b in old new; do
     c=$oc; [ "$b" = new ] && c=$nc
     NETCL_AUTOTUNE_CACHE=$c/autotune.json NETCL_PROGRAM_CACHE=$c/programs NETCL_AUTOTUNE=sync \
         timeout 200 "$B/netcl-$b" --device gpu bench --reps 3 --no-check ${CASES:-} > /dev/null 2>&1
