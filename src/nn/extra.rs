@@ -5,25 +5,12 @@
 use serde_json::{Map, Value, json};
 
 use super::graph_ops::{linear_last, matmul_nt, narrow};
-use super::{LayerConfig, Module};
+use super::{LayerConfig, Module, args, positive};
 use crate::autograd::{Var, attention as aga, ops as ag};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::{DType, Tensor};
-
-fn args(v: Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
-    if v == 0 {
-        return Err(Error::Invalid(format!(
-            "{layer}: {what} must be at least 1"
-        )));
-    }
-    Ok(())
-}
 
 /// Every entry of `state` renamed `"{prefix}.{name}"` (the state of a sub-layer inside a composite one).
 pub(crate) fn prefixed(prefix: &str, state: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
@@ -43,16 +30,7 @@ impl Module for Identity {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         Ok(x.clone())
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
     }
@@ -68,16 +46,7 @@ impl Module for Softmax {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::softmax(x, -1)
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
     }
@@ -95,7 +64,7 @@ pub struct PReLU {
 impl PReLU {
     /// `num_parameters` slopes (the input's channel count, or 1 shared), each starting at `init`.
     pub fn new(device: &Device, num_parameters: usize, init: f32) -> Result<Self> {
-        positive(num_parameters, "num_parameters", "PReLU")?;
+        positive!("PReLU"; num_parameters);
         if !init.is_finite() {
             return Err(Error::Invalid(format!("PReLU: init {init} is not finite")));
         }
@@ -125,18 +94,7 @@ impl Module for PReLU {
             }),
         ))
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.alpha.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("alpha".into(), self.alpha.value().clone())]
-    }
+    module_state!(params[alpha]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_parameters": self.n, "init": self.init}))
     }
@@ -165,16 +123,7 @@ impl Module for AdaptiveAvgPool2d {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::global_avg_pool2d(x)
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"output_size": 1}))
     }
@@ -197,8 +146,7 @@ impl Embedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive(num_embeddings, "num_embeddings", "Embedding")?;
-        positive(embedding_dim, "embedding_dim", "Embedding")?;
+        positive!("Embedding"; num_embeddings, embedding_dim);
         if !(init_std.is_finite() && init_std >= 0.0) {
             return Err(Error::Invalid(format!(
                 "Embedding: init_std {init_std} must be finite and ≥ 0"
@@ -246,18 +194,7 @@ impl Module for Embedding {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         aga::embedding(&self.weight, &as_indices(x.value(), "Embedding")?)
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.weight.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".into(), self.weight.value().clone())]
-    }
+    module_state!(params[weight]);
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
         args(json!({"num_embeddings": s[0], "embedding_dim": s[1], "init_std": self.init_std}))
@@ -275,7 +212,7 @@ pub struct RMSNorm {
 impl RMSNorm {
     /// γ = 1.
     pub fn new(device: &Device, dim: usize, eps: f32) -> Result<Self> {
-        positive(dim, "dim", "RMSNorm")?;
+        positive!("RMSNorm"; dim);
         if !(eps.is_finite() && eps > 0.0) {
             return Err(Error::Invalid(format!("RMSNorm: eps {eps} must be > 0")));
         }
@@ -301,18 +238,7 @@ impl Module for RMSNorm {
         }
         aga::rms_norm(x, &self.gamma, self.eps)
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("gamma".into(), self.gamma.value().clone())]
-    }
+    module_state!(params[gamma]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"dim": self.gamma.shape()[0], "eps": self.eps}))
     }
@@ -339,8 +265,7 @@ impl PositionalEmbedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive(max_len, "max_len", "PositionalEmbedding")?;
-        positive(d_model, "d_model", "PositionalEmbedding")?;
+        positive!("PositionalEmbedding"; max_len, d_model);
         if !(init_std.is_finite() && init_std >= 0.0) {
             return Err(Error::Invalid(format!(
                 "PositionalEmbedding: init_std {init_std} must be finite and ≥ 0"
@@ -385,18 +310,7 @@ impl Module for PositionalEmbedding {
         }
         ag::add(x, &self.positions(s[s.len() - 2])?)
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.weight.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".into(), self.weight.value().clone())]
-    }
+    module_state!(params[weight]);
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
         args(json!({"max_len": s[0], "d_model": s[1], "init_std": self.init_std}))
@@ -445,16 +359,7 @@ impl Module for TiedLinear {
         shape.push(v);
         ag::reshape(&y, &shape)
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         match self.tied_to {
             Some(i) => args(json!({"tied_to": i})),

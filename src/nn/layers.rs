@@ -2,42 +2,17 @@
 
 use serde_json::{Map, Value, json};
 
-use super::Module;
 use super::init::{constant, kaiming_uniform, xavier_uniform};
+use super::{Module, args, positive};
 use crate::autograd::{Var, ops as ag};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::{Conv2dOptions, ConvTranspose2dOptions, Pool2d, UnaryOp};
 use crate::tensor::Tensor;
 
-fn args(v: Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
-    if v == 0 {
-        Err(Error::Invalid(format!(
-            "{layer}: {what} must be at least 1"
-        )))
-    } else {
-        Ok(())
-    }
-}
-
-/// The parameters of a layer with a weight and an optional bias, in that order.
-fn weight_bias_params(weight: &Var, bias: &Option<Var>) -> Vec<Var> {
-    std::iter::once(weight.clone())
-        .chain(bias.clone())
-        .collect()
-}
-
-/// The state of a layer with a weight and an optional bias: `weight`, then `bias` when present.
-fn weight_bias_state(weight: &Var, bias: &Option<Var>) -> Vec<(String, Tensor)> {
-    let mut v = vec![("weight".to_owned(), weight.value().clone())];
-    if let Some(b) = bias {
-        v.push(("bias".into(), b.value().clone()));
-    }
-    v
+/// He-uniform weights (a = √5) of `shape`.
+fn he_uniform(device: &Device, shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
+    kaiming_uniform(device, shape, fan_in, 5f32.sqrt(), seed)
 }
 
 /// A bias of `n` values uniform in ±1/√fan_in, seeded from the layer's seed.
@@ -50,6 +25,11 @@ fn uniform_bias(device: &Device, n: usize, fan_in: usize, seed: u64) -> Result<V
         bound,
         crate::rng::hash(seed, 1),
     )?))
+}
+
+/// Fails unless `x` is N×C×H×W with `c` channels.
+fn expect_nchw(x: &Var, c: usize, layer: &str) -> Result<()> {
+    expect_channels(x, 4, 1, c, layer)
 }
 
 fn expect_channels(x: &Var, rank: usize, dim: usize, want: usize, layer: &str) -> Result<()> {
@@ -83,8 +63,7 @@ impl Linear {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        positive(in_features, "in_features", "Linear")?;
-        positive(out_features, "out_features", "Linear")?;
+        positive!("Linear"; in_features, out_features);
         let w = xavier_uniform(
             device,
             &[in_features, out_features],
@@ -92,11 +71,9 @@ impl Linear {
             out_features,
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_features, in_features, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_features, in_features, seed))
+            .transpose()?;
         Ok(Linear {
             weight: Var::param(w),
             bias: b,
@@ -126,18 +103,7 @@ impl Module for Linear {
         }
         ag::linear(x, &self.weight, self.bias.as_ref())
     }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
-    }
+    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(
             json!({"in_features": self.in_f, "out_features": self.out_f, "bias": self.bias.is_some()}),
@@ -173,34 +139,22 @@ impl Conv2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (in_channels, "in_channels"),
-            (out_channels, "out_channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-            (dilation, "dilation"),
-            (groups, "groups"),
-        ] {
-            positive(v, n, "Conv2d")?;
-        }
+        positive!("Conv2d"; in_channels, out_channels, kernel_size, stride, dilation, groups);
         if !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
             return Err(Error::Invalid(format!(
                 "Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels {out_channels}"
             )));
         }
         let fan_in = in_channels / groups * kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[out_channels, in_channels / groups, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_channels, fan_in, seed))
+            .transpose()?;
         let opts = Conv2dOptions {
             stride: [stride; 2],
             padding: [pad; 2],
@@ -225,10 +179,8 @@ impl Module for Conv2d {
         "Conv2d"
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.in_c,
             &format!(
                 "Conv2d({}→{}, {}×{})",
@@ -237,18 +189,7 @@ impl Module for Conv2d {
         )?;
         ag::conv2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
-    }
+    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
@@ -282,26 +223,17 @@ impl DepthwiseConv2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (channels, "channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-        ] {
-            positive(v, n, "DepthwiseConv2d")?;
-        }
+        positive!("DepthwiseConv2d"; channels, kernel_size, stride);
         let fan_in = kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[channels, 1, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, channels, fan_in, seed))
+            .transpose()?;
         Ok(DepthwiseConv2d {
             weight: Var::param(w),
             bias: b,
@@ -319,27 +251,14 @@ impl Module for DepthwiseConv2d {
         "DepthwiseConv2d"
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.c,
             &format!("DepthwiseConv2d({}, {}×{})", self.c, self.k, self.k),
         )?;
         ag::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.pad)
     }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
-    }
+    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(
             json!({"channels": self.c, "kernel_size": self.k, "stride": self.stride, "pad": self.pad, "bias": self.bias.is_some()}),
@@ -373,27 +292,17 @@ impl ConvTranspose2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (in_channels, "in_channels"),
-            (out_channels, "out_channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-        ] {
-            positive(v, n, "ConvTranspose2d")?;
-        }
+        positive!("ConvTranspose2d"; in_channels, out_channels, kernel_size, stride);
         let fan_in = out_channels * kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[in_channels, out_channels, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_channels, fan_in, seed))
+            .transpose()?;
         let opts = ConvTranspose2dOptions {
             conv: Conv2dOptions {
                 stride: [stride; 2],
@@ -419,27 +328,14 @@ impl Module for ConvTranspose2d {
         "ConvTranspose2d"
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.in_c,
             &format!("ConvTranspose2d({}→{})", self.in_c, self.out_c),
         )?;
         ag::conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
-    }
+    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
@@ -467,7 +363,7 @@ pub struct BatchNorm2d {
 impl BatchNorm2d {
     /// γ = 1, β = 0, running mean 0 and variance 1.
     pub fn new(device: &Device, num_features: usize, momentum: f32, eps: f32) -> Result<Self> {
-        positive(num_features, "num_features", "BatchNorm2d")?;
+        positive!("BatchNorm2d"; num_features);
         if !((0.0..=1.0).contains(&momentum) && eps > 0.0 && eps.is_finite()) {
             return Err(Error::Invalid(format!(
                 "BatchNorm2d: momentum {momentum} must be in [0, 1] and eps {eps} > 0"
@@ -491,7 +387,7 @@ impl Module for BatchNorm2d {
         "BatchNorm2d"
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(x, 4, 1, self.c, &format!("BatchNorm2d({})", self.c))?;
+        expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
         if self.training {
             let (y, rm, rv) = ag::batch_norm2d_train(
                 x,
@@ -517,23 +413,7 @@ impl Module for BatchNorm2d {
             )
         }
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-            ("running_mean".into(), self.running_mean.clone()),
-            ("running_var".into(), self.running_var.clone()),
-        ]
-    }
+    module_state!(params [gamma, beta] buffers [running_mean, running_var]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
     }
@@ -553,7 +433,7 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// γ = 1, β = 0.
     pub fn new(device: &Device, normalized_shape: usize, eps: f32) -> Result<Self> {
-        positive(normalized_shape, "normalized_shape", "LayerNorm")?;
+        positive!("LayerNorm"; normalized_shape);
         Ok(LayerNorm {
             gamma: Var::param(constant(device, &[normalized_shape], 1.0)?),
             beta: Var::param(constant(device, &[normalized_shape], 0.0)?),
@@ -579,21 +459,7 @@ impl Module for LayerNorm {
         }
         ag::layer_norm(x, 1, &self.gamma, &self.beta, self.eps)
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-        ]
-    }
+    module_state!(params [gamma, beta]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"normalized_shape": self.n, "eps": self.eps}))
     }
@@ -614,7 +480,7 @@ pub struct GroupNorm {
 impl GroupNorm {
     /// γ = 1, β = 0; `num_groups` must divide `num_channels`.
     pub fn new(device: &Device, num_groups: usize, num_channels: usize, eps: f32) -> Result<Self> {
-        positive(num_groups, "num_groups", "GroupNorm")?;
+        positive!("GroupNorm"; num_groups);
         if !num_channels.is_multiple_of(num_groups) {
             return Err(Error::Invalid(format!(
                 "GroupNorm: {num_groups} groups do not divide {num_channels} channels"
@@ -636,30 +502,14 @@ impl Module for GroupNorm {
         "GroupNorm"
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.c,
             &format!("GroupNorm({}, {})", self.groups, self.c),
         )?;
         ag::group_norm(x, self.groups, &self.gamma, &self.beta, self.eps)
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-        ]
-    }
+    module_state!(params [gamma, beta]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_groups": self.groups, "num_channels": self.c, "eps": self.eps}))
     }
@@ -704,18 +554,7 @@ impl Module for Activation {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::unary(self.op, x)
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(flag);
     fn config_args(&self) -> Map<String, Value> {
         match self.op {
             UnaryOp::LeakyRelu(s) => args(json!({"negative_slope": s})),
@@ -766,18 +605,7 @@ impl Module for Dropout {
         self.calls += 1;
         ag::dropout(x, self.p, crate::rng::hash(self.base, self.calls))
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(flag);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"p": self.p, "seed": self.seed}))
     }
@@ -794,8 +622,7 @@ macro_rules! pool_layer {
         impl $name {
             /// A square window `kernel_size` with `stride` and `padding` (at most half the window).
             pub fn new(kernel_size: usize, stride: usize, padding: usize) -> Result<Self> {
-                positive(kernel_size, "kernel_size", $type_name)?;
-                positive(stride, "stride", $type_name)?;
+                positive!($type_name; kernel_size, stride);
                 Ok($name { p: Pool2d::square(kernel_size, stride, padding), training: true })
             }
         }
@@ -808,18 +635,7 @@ macro_rules! pool_layer {
                 let f: fn(&Var, Pool2d) -> Result<Var> = $fwd;
                 f(x, self.p)
             }
-            fn parameters(&self) -> Vec<Var> {
-                Vec::new()
-            }
-            fn set_training(&mut self, on: bool) {
-                self.training = on;
-            }
-            fn is_training(&self) -> bool {
-                self.training
-            }
-            fn state_dict(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
-            }
+            module_state!(flag);
             fn config_args(&self) -> Map<String, Value> {
                 args(json!({"kernel_size": self.p.kernel.0, "stride": self.p.stride.0, "padding": self.p.padding.0}))
             }
@@ -853,16 +669,7 @@ macro_rules! stateless {
                 let f: fn(&Var) -> Result<Var> = $fwd;
                 f(x)
             }
-            fn parameters(&self) -> Vec<Var> {
-                Vec::new()
-            }
-            fn set_training(&mut self, _on: bool) {}
-            fn is_training(&self) -> bool {
-                false
-            }
-            fn state_dict(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
-            }
+            module_state!(stateless);
             fn config_args(&self) -> Map<String, Value> {
                 Map::new()
             }
@@ -892,7 +699,7 @@ pub struct Upsample {
 impl Upsample {
     /// Scales height and width by `scale_factor` ≥ 1.
     pub fn new(scale_factor: usize, mode: crate::ops::Upsample) -> Result<Self> {
-        positive(scale_factor, "scale_factor", "Upsample")?;
+        positive!("Upsample"; scale_factor);
         Ok(Upsample {
             factor: scale_factor,
             mode,
@@ -925,16 +732,7 @@ impl Module for Upsample {
             }),
         ))
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         let (mode, align) = match self.mode {
             crate::ops::Upsample::Nearest => ("nearest", false),
