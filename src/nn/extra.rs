@@ -12,6 +12,27 @@ use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::{DType, Tensor};
 
+/// A learnable table (rows, cols) drawn from N(0, init_std²), for `Embedding` and `PositionalEmbedding`;
+/// `dims` names the two sizes for the error messages.
+fn normal_table(
+    device: &Device,
+    layer: &str,
+    dims: [(&str, usize); 2],
+    init_std: f32,
+    seed: u64,
+) -> Result<Var> {
+    for (name, v) in dims {
+        positive(v, name, layer)?;
+    }
+    if !(init_std.is_finite() && init_std >= 0.0) {
+        return Err(Error::Invalid(format!(
+            "{layer}: init_std {init_std} must be finite and ≥ 0"
+        )));
+    }
+    let t = Tensor::randn(device, &[dims[0].1, dims[1].1], 0.0, init_std, seed)?;
+    Ok(Var::param(t))
+}
+
 /// Every entry of `state` renamed `"{prefix}.{name}"` (the state of a sub-layer inside a composite one).
 pub(crate) fn prefixed(prefix: &str, state: Vec<(String, Tensor)>) -> Vec<(String, Tensor)> {
     state
@@ -146,20 +167,17 @@ impl Embedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive!("Embedding"; num_embeddings, embedding_dim);
-        if !(init_std.is_finite() && init_std >= 0.0) {
-            return Err(Error::Invalid(format!(
-                "Embedding: init_std {init_std} must be finite and ≥ 0"
-            )));
-        }
         Ok(Embedding {
-            weight: Var::param(Tensor::randn(
+            weight: normal_table(
                 device,
-                &[num_embeddings, embedding_dim],
-                0.0,
+                "Embedding",
+                [
+                    ("num_embeddings", num_embeddings),
+                    ("embedding_dim", embedding_dim),
+                ],
                 init_std,
                 seed,
-            )?),
+            )?,
             init_std,
             training: true,
         })
@@ -265,20 +283,14 @@ impl PositionalEmbedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive!("PositionalEmbedding"; max_len, d_model);
-        if !(init_std.is_finite() && init_std >= 0.0) {
-            return Err(Error::Invalid(format!(
-                "PositionalEmbedding: init_std {init_std} must be finite and ≥ 0"
-            )));
-        }
         Ok(PositionalEmbedding {
-            weight: Var::param(Tensor::randn(
+            weight: normal_table(
                 device,
-                &[max_len, d_model],
-                0.0,
+                "PositionalEmbedding",
+                [("max_len", max_len), ("d_model", d_model)],
                 init_std,
                 seed,
-            )?),
+            )?,
             init_std,
             training: true,
         })
@@ -396,16 +408,7 @@ impl Module for ModuleList {
             "ModuleList is not callable; iterate over it or use Sequential".into(),
         ))
     }
-    fn parameters(&self) -> Vec<Var> {
-        self.layers.iter().flat_map(|l| l.parameters()).collect()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.layers.iter_mut().for_each(|l| l.set_training(on));
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    module_state!(layers);
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.layers
             .iter()

@@ -12,6 +12,8 @@
 /// - `module_state!(stateless)`: no parameters, no state, always in evaluation mode.
 /// - `module_state!(flag)`: no parameters, no state, the mode kept in a `training` field.
 /// - `module_state!(weight_bias)`: a `weight` and an optional `bias`, saved as `weight` then `bias`.
+/// - `module_state!(layers)`: the parameters and mode of the `layers` field's layers, the mode also kept in
+///   a `training` field (the container writes its own `state_dict`).
 /// - `module_state!(params [a, b] buffers [c])`: the `Var` fields `a`, `b` are the parameters; the state is
 ///   each of them under its field name, then the `Tensor` fields `c` (the `buffers` part may be left out).
 macro_rules! module_state {
@@ -25,6 +27,18 @@ macro_rules! module_state {
         }
         fn state_dict(&self) -> Vec<(String, Tensor)> {
             Vec::new()
+        }
+    };
+    (layers) => {
+        fn parameters(&self) -> Vec<Var> {
+            self.layers.iter().flat_map(|l| l.parameters()).collect()
+        }
+        fn set_training(&mut self, on: bool) {
+            self.training = on;
+            self.layers.iter_mut().for_each(|l| l.set_training(on));
+        }
+        fn is_training(&self) -> bool {
+            self.training
         }
     };
     (@mode) => {
@@ -285,18 +299,7 @@ impl Module for Sequential {
         Ok(h)
     }
 
-    fn parameters(&self) -> Vec<Var> {
-        self.layers.iter().flat_map(|l| l.parameters()).collect()
-    }
-
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.layers.iter_mut().for_each(|l| l.set_training(on));
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    module_state!(layers);
 
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.indexed_state()
