@@ -45,13 +45,10 @@ pub(crate) fn prefixed(prefix: &str, state: Vec<(String, Tensor)>) -> Vec<(Strin
 pub struct Identity;
 
 impl Module for Identity {
-    fn type_name(&self) -> &'static str {
-        "Identity"
-    }
+    module_state!("Identity", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         Ok(x.clone())
     }
-    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
     }
@@ -61,13 +58,10 @@ impl Module for Identity {
 pub struct Softmax;
 
 impl Module for Softmax {
-    fn type_name(&self) -> &'static str {
-        "Softmax"
-    }
+    module_state!("Softmax", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::softmax(x, -1)
     }
-    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
     }
@@ -99,9 +93,7 @@ impl PReLU {
 }
 
 impl Module for PReLU {
-    fn type_name(&self) -> &'static str {
-        "PReLU"
-    }
+    module_state!("PReLU", params[alpha]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let y = ops::prelu(x.value(), self.alpha.value())?;
         let (tx, ta) = (x.value().clone(), self.alpha.value().clone());
@@ -115,7 +107,6 @@ impl Module for PReLU {
             }),
         ))
     }
-    module_state!(params[alpha]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_parameters": self.n, "init": self.init}))
     }
@@ -138,13 +129,10 @@ impl AdaptiveAvgPool2d {
 }
 
 impl Module for AdaptiveAvgPool2d {
-    fn type_name(&self) -> &'static str {
-        "AdaptiveAvgPool2d"
-    }
+    module_state!("AdaptiveAvgPool2d", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::global_avg_pool2d(x)
     }
-    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"output_size": 1}))
     }
@@ -206,13 +194,10 @@ pub(crate) fn as_indices(x: &Tensor, layer: &str) -> Result<Tensor> {
 }
 
 impl Module for Embedding {
-    fn type_name(&self) -> &'static str {
-        "Embedding"
-    }
+    module_state!("Embedding", params[weight]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         aga::embedding(&self.weight, &as_indices(x.value(), "Embedding")?)
     }
-    module_state!(params[weight]);
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
         args(json!({"num_embeddings": s[0], "embedding_dim": s[1], "init_std": self.init_std}))
@@ -243,9 +228,7 @@ impl RMSNorm {
 }
 
 impl Module for RMSNorm {
-    fn type_name(&self) -> &'static str {
-        "RMSNorm"
-    }
+    module_state!("RMSNorm", params[gamma]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let d = self.gamma.shape()[0];
         if x.shape().last() != Some(&d) {
@@ -256,7 +239,6 @@ impl Module for RMSNorm {
         }
         aga::rms_norm(x, &self.gamma, self.eps)
     }
-    module_state!(params[gamma]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"dim": self.gamma.shape()[0], "eps": self.eps}))
     }
@@ -309,9 +291,7 @@ impl PositionalEmbedding {
 }
 
 impl Module for PositionalEmbedding {
-    fn type_name(&self) -> &'static str {
-        "PositionalEmbedding"
-    }
+    module_state!("PositionalEmbedding", params[weight]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         let e = self.weight.shape()[1];
@@ -322,7 +302,6 @@ impl Module for PositionalEmbedding {
         }
         ag::add(x, &self.positions(s[s.len() - 2])?)
     }
-    module_state!(params[weight]);
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
         args(json!({"max_len": s[0], "d_model": s[1], "init_std": self.init_std}))
@@ -354,9 +333,7 @@ impl TiedLinear {
 }
 
 impl Module for TiedLinear {
-    fn type_name(&self) -> &'static str {
-        "TiedLinear"
-    }
+    module_state!("TiedLinear", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let (v, e) = (self.weight.shape()[0], self.weight.shape()[1]);
         let s = x.shape().to_vec();
@@ -371,7 +348,6 @@ impl Module for TiedLinear {
         shape.push(v);
         ag::reshape(&y, &shape)
     }
-    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         match self.tied_to {
             Some(i) => args(json!({"tied_to": i})),
@@ -400,15 +376,12 @@ impl ModuleList {
 }
 
 impl Module for ModuleList {
-    fn type_name(&self) -> &'static str {
-        "ModuleList"
-    }
+    module_state!("ModuleList", layers);
     fn forward(&mut self, _x: &Var) -> Result<Var> {
         Err(Error::Invalid(
             "ModuleList is not callable; iterate over it or use Sequential".into(),
         ))
     }
-    module_state!(layers);
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.layers
             .iter()

@@ -85,9 +85,7 @@ impl Linear {
 }
 
 impl Module for Linear {
-    fn type_name(&self) -> &'static str {
-        "Linear"
-    }
+    module_state!("Linear", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         if s.len() > 2 && s.last() == Some(&self.in_f) {
@@ -103,7 +101,6 @@ impl Module for Linear {
         }
         ag::linear(x, &self.weight, self.bias.as_ref())
     }
-    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(
             json!({"in_features": self.in_f, "out_features": self.out_f, "bias": self.bias.is_some()}),
@@ -175,9 +172,7 @@ impl Conv2d {
 }
 
 impl Module for Conv2d {
-    fn type_name(&self) -> &'static str {
-        "Conv2d"
-    }
+    module_state!("Conv2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         expect_nchw(
             x,
@@ -189,7 +184,6 @@ impl Module for Conv2d {
         )?;
         ag::conv2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
-    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
@@ -247,9 +241,7 @@ impl DepthwiseConv2d {
 }
 
 impl Module for DepthwiseConv2d {
-    fn type_name(&self) -> &'static str {
-        "DepthwiseConv2d"
-    }
+    module_state!("DepthwiseConv2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         expect_nchw(
             x,
@@ -258,7 +250,6 @@ impl Module for DepthwiseConv2d {
         )?;
         ag::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.pad)
     }
-    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(
             json!({"channels": self.c, "kernel_size": self.k, "stride": self.stride, "pad": self.pad, "bias": self.bias.is_some()}),
@@ -324,9 +315,7 @@ impl ConvTranspose2d {
 }
 
 impl Module for ConvTranspose2d {
-    fn type_name(&self) -> &'static str {
-        "ConvTranspose2d"
-    }
+    module_state!("ConvTranspose2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         expect_nchw(
             x,
@@ -335,7 +324,6 @@ impl Module for ConvTranspose2d {
         )?;
         ag::conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.opts)
     }
-    module_state!(weight_bias);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "in_channels": self.in_c, "out_channels": self.out_c, "kernel_size": self.k,
@@ -383,9 +371,7 @@ impl BatchNorm2d {
 }
 
 impl Module for BatchNorm2d {
-    fn type_name(&self) -> &'static str {
-        "BatchNorm2d"
-    }
+    module_state!("BatchNorm2d", params [gamma, beta] buffers [running_mean, running_var]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
         if self.training {
@@ -413,7 +399,6 @@ impl Module for BatchNorm2d {
             )
         }
     }
-    module_state!(params [gamma, beta] buffers [running_mean, running_var]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
     }
@@ -445,9 +430,7 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
-    fn type_name(&self) -> &'static str {
-        "LayerNorm"
-    }
+    module_state!("LayerNorm", params [gamma, beta]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         if x.shape().last() != Some(&self.n) {
             return Err(Error::Shape(format!(
@@ -459,7 +442,6 @@ impl Module for LayerNorm {
         }
         ag::layer_norm(x, 1, &self.gamma, &self.beta, self.eps)
     }
-    module_state!(params [gamma, beta]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"normalized_shape": self.n, "eps": self.eps}))
     }
@@ -498,9 +480,7 @@ impl GroupNorm {
 }
 
 impl Module for GroupNorm {
-    fn type_name(&self) -> &'static str {
-        "GroupNorm"
-    }
+    module_state!("GroupNorm", params [gamma, beta]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         expect_nchw(
             x,
@@ -509,7 +489,6 @@ impl Module for GroupNorm {
         )?;
         ag::group_norm(x, self.groups, &self.gamma, &self.beta, self.eps)
     }
-    module_state!(params [gamma, beta]);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_groups": self.groups, "num_channels": self.c, "eps": self.eps}))
     }
@@ -595,9 +574,7 @@ impl Dropout {
 }
 
 impl Module for Dropout {
-    fn type_name(&self) -> &'static str {
-        "Dropout"
-    }
+    module_state!("Dropout", flag);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
@@ -605,7 +582,6 @@ impl Module for Dropout {
         self.calls += 1;
         ag::dropout(x, self.p, crate::rng::hash(self.base, self.calls))
     }
-    module_state!(flag);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"p": self.p, "seed": self.seed}))
     }
@@ -628,14 +604,11 @@ macro_rules! pool_layer {
         }
 
         impl Module for $name {
-            fn type_name(&self) -> &'static str {
-                $type_name
-            }
+            module_state!($type_name, flag);
             fn forward(&mut self, x: &Var) -> Result<Var> {
                 let f: fn(&Var, Pool2d) -> Result<Var> = $fwd;
                 f(x, self.p)
             }
-            module_state!(flag);
             fn config_args(&self) -> Map<String, Value> {
                 args(json!({"kernel_size": self.p.kernel.0, "stride": self.p.stride.0, "padding": self.p.padding.0}))
             }
@@ -662,14 +635,11 @@ macro_rules! stateless {
         pub struct $name;
 
         impl Module for $name {
-            fn type_name(&self) -> &'static str {
-                $type_name
-            }
+            module_state!($type_name, stateless);
             fn forward(&mut self, x: &Var) -> Result<Var> {
                 let f: fn(&Var) -> Result<Var> = $fwd;
                 f(x)
             }
-            module_state!(stateless);
             fn config_args(&self) -> Map<String, Value> {
                 Map::new()
             }
@@ -708,9 +678,7 @@ impl Upsample {
 }
 
 impl Module for Upsample {
-    fn type_name(&self) -> &'static str {
-        "Upsample"
-    }
+    module_state!("Upsample", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         if s.len() != 4 {
@@ -732,7 +700,6 @@ impl Module for Upsample {
             }),
         ))
     }
-    module_state!(stateless);
     fn config_args(&self) -> Map<String, Value> {
         let (mode, align) = match self.mode {
             crate::ops::Upsample::Nearest => ("nearest", false),

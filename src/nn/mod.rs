@@ -7,7 +7,7 @@
 //! `BatchNorm2d` holds `gamma`, `beta`, `running_mean`, `running_var`.
 
 /// The `Module` methods that only depend on which tensors a layer owns and how it keeps its mode:
-/// `parameters`, `set_training`, `is_training` and `state_dict`.
+/// `parameters`, `set_training`, `is_training` and `state_dict`; with a leading `"Name",` also `type_name`.
 ///
 /// - `module_state!(stateless)`: no parameters, no state, always in evaluation mode.
 /// - `module_state!(flag)`: no parameters, no state, the mode kept in a `training` field.
@@ -17,6 +17,12 @@
 /// - `module_state!(params [a, b] buffers [c])`: the `Var` fields `a`, `b` are the parameters; the state is
 ///   each of them under its field name, then the `Tensor` fields `c` (the `buffers` part may be left out).
 macro_rules! module_state {
+    ($name:literal, stateless) => {
+        module_state!(stateless);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
     (stateless) => {
         fn parameters(&self) -> Vec<Var> {
             Vec::new()
@@ -27,6 +33,12 @@ macro_rules! module_state {
         }
         fn state_dict(&self) -> Vec<(String, Tensor)> {
             Vec::new()
+        }
+    };
+    ($name:literal, layers) => {
+        module_state!(layers);
+        fn type_name(&self) -> &'static str {
+            $name
         }
     };
     (layers) => {
@@ -49,6 +61,12 @@ macro_rules! module_state {
             self.training
         }
     };
+    ($name:literal, flag) => {
+        module_state!(flag);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
     (flag) => {
         module_state!(@mode);
         fn parameters(&self) -> Vec<Var> {
@@ -56,6 +74,12 @@ macro_rules! module_state {
         }
         fn state_dict(&self) -> Vec<(String, Tensor)> {
             Vec::new()
+        }
+    };
+    ($name:literal, weight_bias) => {
+        module_state!(weight_bias);
+        fn type_name(&self) -> &'static str {
+            $name
         }
     };
     (weight_bias) => {
@@ -71,6 +95,12 @@ macro_rules! module_state {
                 v.push(("bias".into(), b.value().clone()));
             }
             v
+        }
+    };
+    ($name:literal, params [$($p:ident),*] $(buffers [$($b:ident),*])?) => {
+        module_state!(params [$($p),*] $(buffers [$($b),*])?);
+        fn type_name(&self) -> &'static str {
+            $name
         }
     };
     (params [$($p:ident),*] $(buffers [$($b:ident),*])?) => {
@@ -279,9 +309,7 @@ impl Sequential {
 }
 
 impl Module for Sequential {
-    fn type_name(&self) -> &'static str {
-        "Sequential"
-    }
+    module_state!("Sequential", layers);
 
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let mut h = x.clone();
@@ -298,8 +326,6 @@ impl Module for Sequential {
         }
         Ok(h)
     }
-
-    module_state!(layers);
 
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.indexed_state()
