@@ -542,10 +542,11 @@ pub fn nll_loss(logp: &Var, labels: &Tensor) -> Result<Var> {
     mul_scalar(&picked, -1.0 / logp.shape()[0].max(1) as f32)
 }
 
-fn same_shape(a: &Var, b: &Var, op: &str) -> Result<()> {
+/// Fails unless `b` (called `what` in op `op`'s message) has the shape of `a`.
+pub(crate) fn same_shape(a: &Var, b: &Var, op: &str, what: &str) -> Result<()> {
     if a.shape() != b.shape() {
         return Err(Error::shape_mismatch(
-            format!("{op} target"),
+            format!("{op} {what}"),
             a.shape(),
             b.shape(),
         ));
@@ -555,20 +556,20 @@ fn same_shape(a: &Var, b: &Var, op: &str) -> Result<()> {
 
 /// Mean squared error (a mean, not netcl's sum).
 pub fn mse_loss(pred: &Var, target: &Var) -> Result<Var> {
-    same_shape(pred, target, "mse_loss")?;
+    same_shape(pred, target, "mse_loss", "target")?;
     let d = sub(pred, target)?;
     mean_all(&mul(&d, &d)?)
 }
 
 /// Mean absolute error.
 pub fn l1_loss(pred: &Var, target: &Var) -> Result<Var> {
-    same_shape(pred, target, "l1_loss")?;
+    same_shape(pred, target, "l1_loss", "target")?;
     mean_all(&unary(UnaryOp::Abs, &sub(pred, target)?)?)
 }
 
 /// Mean smooth-L1 (Huber with threshold `beta`): 0.5d²/β where |d| < β, else |d| − 0.5β.
 pub fn smooth_l1_loss(pred: &Var, target: &Var, beta: f32) -> Result<Var> {
-    same_shape(pred, target, "smooth_l1_loss")?;
+    same_shape(pred, target, "smooth_l1_loss", "target")?;
     if !(beta.is_finite() && beta > 0.0) {
         return Err(Error::Invalid(format!(
             "smooth_l1_loss: beta {beta} must be finite and > 0"
@@ -599,7 +600,7 @@ pub fn smooth_l1_loss(pred: &Var, target: &Var, beta: f32) -> Result<Var> {
 
 /// Mean binary cross-entropy of probabilities `p` (clamped to [1e-7, 1 − 1e-7]) against targets in [0, 1].
 pub fn bce_loss(p: &Var, target: &Var) -> Result<Var> {
-    same_shape(p, target, "bce_loss")?;
+    same_shape(p, target, "bce_loss", "target")?;
     let (tp, tt) = (p.value().clone(), target.value().clone());
     let e = ops::fused(
         "-(x1 * log(clamp(x0, 1e-7, 1 - 1e-7)) + (1 - x1) * log(1 - clamp(x0, 1e-7, 1 - 1e-7)))",
@@ -626,7 +627,7 @@ pub fn bce_loss(p: &Var, target: &Var) -> Result<Var> {
 
 /// Mean binary cross-entropy from logits, computed stably: max(x, 0) − x·t + log(1 + e^−|x|).
 pub fn bce_with_logits_loss(x: &Var, target: &Var) -> Result<Var> {
-    same_shape(x, target, "bce_with_logits_loss")?;
+    same_shape(x, target, "bce_with_logits_loss", "target")?;
     let (tx, tt) = (x.value().clone(), target.value().clone());
     let e = ops::fused("max(x0, 0) - x0 * x1 + log1p(exp(-abs(x0)))", &[&tx, &tt])?;
     let elem = Var::from_op(

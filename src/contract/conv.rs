@@ -71,28 +71,16 @@ impl ConvGeom {
     }
     /// Which algorithms can compute this convolution.
     pub(crate) fn eligible(&self, algo: ConvAlgo) -> bool {
+        // Both fast paths need unit strides and one group.
+        let unit = (self.sh, self.sw, self.groups) == (1, 1, 1);
         match algo {
             ConvAlgo::Direct | ConvAlgo::Im2col => true,
             ConvAlgo::Winograd => {
-                self.kh == 3
-                    && self.kw == 3
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.dh == 1
-                    && self.dw == 1
-                    && self.groups == 1
+                unit && (self.kh, self.kw, self.dh, self.dw) == (3, 3, 1, 1)
                     && self.ph <= 2
                     && self.pw <= 2
             }
-            ConvAlgo::Pointwise => {
-                self.kh == 1
-                    && self.kw == 1
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.ph == 0
-                    && self.pw == 0
-                    && self.groups == 1
-            }
+            ConvAlgo::Pointwise => unit && (self.kh, self.kw, self.ph, self.pw) == (1, 1, 0, 0),
         }
     }
     /// The geometry of the stride-1 convolution that computes grad_x of this one (Winograd backward):

@@ -164,7 +164,8 @@ fn geom(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeo
     Ok(geom)
 }
 
-fn check_inputs(op: &str, ts: &[&Tensor]) -> Result<()> {
+/// Every tensor of `ts` is f32 and on the device of the first.
+pub(super) fn check_inputs(op: &str, ts: &[&Tensor]) -> Result<()> {
     for t in ts {
         t.expect_dtype(DType::F32, op)?;
     }

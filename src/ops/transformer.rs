@@ -7,17 +7,8 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
+use super::limit;
 use super::shape::index_select;
-
-fn limit(t: &Tensor, op: &str) -> Result<()> {
-    if t.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            t.numel()
-        )));
-    }
-    Ok(())
-}
 
 /// Rotary position embedding of x [..., S, D] (D even): each pair (x[2t], x[2t+1]) of the row at sequence
 /// position s is rotated by `positions[s]·base^(−2t/D)`; `positions` (i32 [S]) defaults to 0..S. With

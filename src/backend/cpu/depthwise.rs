@@ -1,22 +1,10 @@
 //! The reference depthwise convolution on the built-in device: direct loops with f64 accumulation.
 
-use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::{read_f32 as host, store_f64 as store};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
 use crate::error::Result;
 use crate::{Device, Tensor};
-
-fn host(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec())
-}
-
-fn store(t: &Tensor, v: &[f64]) -> Result<()> {
-    let mut w = cpu_access::write(t)?;
-    let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
-    for (d, s) in o.iter_mut().zip(v) {
-        *d = *s as f32;
-    }
-    Ok(())
-}
 
 /// Calls `f(nc, c, oh, ow, y, x, tap)` for every in-bounds (output, tap) pair.
 fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {

@@ -154,6 +154,21 @@ pub(crate) mod host {
     use super::access;
     use crate::{Result, Tensor};
 
+    /// A copy of a host tensor's f32 elements.
+    pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
+        Ok(bytemuck::cast_slice::<u32, f32>(&access::read(t)?[..])[..t.numel()].to_vec())
+    }
+
+    /// Stores f64 accumulators into a host tensor as f32 (as many as both hold).
+    pub(crate) fn store_f64(t: &Tensor, v: &[f64]) -> Result<()> {
+        let mut w = access::write(t)?;
+        let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
+        for (d, s) in o.iter_mut().zip(v) {
+            *d = *s as f32;
+        }
+        Ok(())
+    }
+
     /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
     pub(crate) fn map_f32<R>(
         inputs: &[&Tensor],
