@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hosting_support::{
-    Answer, Replica, cache_env, deploy, free_port, request, scratch, stream, tool,
+    Answer, Replica, cache_env, deploy, free_port, packaged_tool, request, scratch, stream, tool,
 };
 
 /// The cookie the oauth2-proxy stand-in accepts as a signed-in reader.
@@ -216,10 +216,7 @@ const PAGES: [&str; 6] = [
 
 #[test]
 fn two_replicas_behind_nginx_answer_alike_and_one_dying_loses_only_its_in_flight_requests() {
-    let Some(nginx) = tool(
-        "nginx",
-        "apt-get install -y nginx; scripts/install-deps.sh --test",
-    ) else {
+    let Some(nginx) = packaged_tool("nginx") else {
         return;
     };
     let dir = scratch("replicas");
@@ -476,10 +473,7 @@ fn two_replicas_behind_nginx_answer_alike_and_one_dying_loses_only_its_in_flight
 /// stands in for the real one).
 #[test]
 fn the_tls_site_config_passes_nginx_t() {
-    let Some(nginx) = tool(
-        "nginx",
-        "apt-get install -y nginx; scripts/install-deps.sh --test",
-    ) else {
+    let Some(nginx) = packaged_tool("nginx") else {
         return;
     };
     let Some(openssl) = tool("openssl", "apt-get install -y openssl") else {

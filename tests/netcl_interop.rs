@@ -109,17 +109,5 @@ fn a_model_saved_here_loads_in_netcl_032() {
         ],
     )
     .expect("io");
-    let out = Command::new("python3")
-        .arg("tests/fixtures/check_netcl_loads.py")
-        .arg(&path)
-        .arg(&io)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "netcl 0.3.2 disagreed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    common::python_check_passes("tests/fixtures/check_netcl_loads.py", [&path, &io]);
 }

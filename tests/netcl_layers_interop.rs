@@ -150,18 +150,7 @@ fn write_io(path: &Path, x: &NpyArray, y: &Tensor) {
 }
 
 fn netcl_agrees(args: &[&str]) {
-    let out = Command::new("python3")
-        .arg("tests/fixtures/netcl_layers.py")
-        .args(args)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "netcl 0.3.2 disagreed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    common::python_check_passes("tests/fixtures/netcl_layers.py", args);
 }
 
 #[test]

@@ -15,12 +15,9 @@ use wiki_support::{content_dir, scratch};
 
 #[test]
 fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_playground_wiki(30_000)) else {
         return;
     };
-    let addr = start_playground_wiki(30_000);
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
     let block = ".code-block[data-runnable='true']";
 
     // The autotune page's pointwise-convolution example runs and shows its output, decision table, timings and
@@ -179,12 +176,9 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
 
 #[test]
 fn browser_navigates_toggles_theme_and_searches() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_wiki()) else {
         return;
     };
-    let addr = start_wiki();
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
 
     // A page loads with its layout.
     s.go(&format!("{base}/docs/quickstart"));
@@ -430,12 +424,9 @@ fn browser_navigates_toggles_theme_and_searches() {
 
 #[test]
 fn browser_layout_fits_a_phone_and_a_desktop() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_wiki()) else {
         return;
     };
-    let addr = start_wiki();
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
     let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
     let mut routes: Vec<String> = content
         .ordered()

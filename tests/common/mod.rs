@@ -109,3 +109,22 @@ pub fn child_test_output(name: &str, force: &str, out: &std::process::Output) ->
     );
     text
 }
+
+/// Runs `python3 script args…` (a check against netcl 0.3.2) and fails with its output unless it succeeds.
+pub fn python_check_passes<S: AsRef<std::ffi::OsStr>>(
+    script: &str,
+    args: impl IntoIterator<Item = S>,
+) {
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "netcl 0.3.2 disagreed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+}

@@ -348,6 +348,15 @@ pub fn open_session(
     (driver, Session { port, id })
 }
 
+/// A browser session on a wiki that `start` serves (it returns the address), with the wiki's base URL; `None`
+/// where [`browsers`] finds none.
+pub fn browse(start: impl FnOnce() -> SocketAddr) -> Option<(Driver, Session, String)> {
+    let (chromium, chromedriver) = browsers()?;
+    let addr = start();
+    let (driver, s) = open_session(&chromium, &chromedriver);
+    Some((driver, s, format!("http://{addr}")))
+}
+
 /// The browser binaries, or `None` (skipped) outside CI when they are missing.
 pub fn browsers() -> Option<(PathBuf, PathBuf)> {
     let (Some(chromium), Some(chromedriver)) = (
