@@ -138,6 +138,11 @@ enum TuneAction {
     },
 }
 
+/// Prints `v` as pretty JSON on standard output.
+fn print_json(v: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -275,10 +280,7 @@ fn devices(selector: Option<&str>, json: bool) -> netcl::Result<()> {
     };
     let list = netcl::list_devices()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
-        );
+        print_json(&list);
         return Ok(());
     }
     let default = chosen.or_else(|| Device::select(None).map(|d| d.info().index).ok());
@@ -450,10 +452,7 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
         TuneAction::List { json } => {
             let snap = autotune::cache_snapshot()?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&snap).unwrap_or_default()
-                );
+                print_json(&snap);
                 return Ok(());
             }
             println!(
@@ -549,7 +548,7 @@ fn run_file(device: Option<&str>, file: &str, json: bool, timeout_ms: u64) -> ne
     let r = run_with_progress(&device, &code, &limits, progress);
     watchdog.disarm();
     if json {
-        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+        print_json(&r);
     } else {
         for o in &r.outputs {
             match o {

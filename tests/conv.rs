@@ -64,38 +64,38 @@ fn direct_and_im2col_on_random_shapes() {
     }
 }
 
-#[test]
-fn winograd_on_odd_sizes_and_paddings() {
+/// Checks `algo` with a K×K filter on each (n, c, h, w, filters, padding) of `cases`, fusing ReLU into case
+/// `relu_case`; case i is seeded `seed + i`.
+fn odd_sizes(algo: ConvAlgo, k: usize, relu_case: usize, seed: u64, cases: &[[usize; 6]]) {
     let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f, p)) in [
-        (1, 3, 7, 9, 5, 1),
-        (2, 17, 6, 5, 9, 0),
-        (1, 4, 5, 5, 3, 2),
-        (3, 8, 10, 11, 16, 1),
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, &[n, c, h, w, f, p]) in cases.iter().enumerate() {
         let o = Conv2dOptions::new()
             .padding(p)
-            .algo(ConvAlgo::Winograd)
-            .fuse_relu(i == 1);
-        check(&dev, [n, c, h, w], f, [3, 3], &o, 100 + i as u64);
+            .algo(algo)
+            .fuse_relu(i == relu_case);
+        check(&dev, [n, c, h, w], f, [k, k], &o, seed + i as u64);
     }
 }
 
 #[test]
+fn winograd_on_odd_sizes_and_paddings() {
+    let cases = [
+        [1, 3, 7, 9, 5, 1],
+        [2, 17, 6, 5, 9, 0],
+        [1, 4, 5, 5, 3, 2],
+        [3, 8, 10, 11, 16, 1],
+    ];
+    odd_sizes(ConvAlgo::Winograd, 3, 1, 100, &cases);
+}
+
+#[test]
 fn pointwise_on_odd_sizes() {
-    let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f)) in [(1, 3, 7, 9, 5), (3, 33, 5, 5, 17), (2, 8, 1, 1, 70)]
-        .iter()
-        .enumerate()
-    {
-        let o = Conv2dOptions::new()
-            .algo(ConvAlgo::Pointwise)
-            .fuse_relu(i == 0);
-        check(&dev, [n, c, h, w], f, [1, 1], &o, 200 + i as u64);
-    }
+    let cases = [
+        [1, 3, 7, 9, 5, 0],
+        [3, 33, 5, 5, 17, 0],
+        [2, 8, 1, 1, 70, 0],
+    ];
+    odd_sizes(ConvAlgo::Pointwise, 1, 0, 200, &cases);
 }
 
 #[test]

@@ -159,6 +159,13 @@ pub(crate) mod host {
         Ok(bytemuck::cast_slice::<u32, f32>(&access::read(t)?[..])[..t.numel()].to_vec())
     }
 
+    /// Writes `v` over the start of tensor `t`'s storage.
+    pub(crate) fn write_pod<T: bytemuck::Pod>(t: &Tensor, v: &[T]) -> Result<()> {
+        t.device()
+            .backend()
+            .write(t.storage(), 0, bytemuck::cast_slice(v))
+    }
+
     /// Stores f64 accumulators into a host tensor as f32 (as many as both hold).
     pub(crate) fn store_f64(t: &Tensor, v: &[f64]) -> Result<()> {
         let mut w = access::write(t)?;

@@ -1,6 +1,7 @@
 //! Upsampling on the built-in device: the separable taps in f64.
 
 use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::write_pod;
 use crate::contract::resize::{ResizeKernels, Upsample};
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -58,8 +59,6 @@ impl ResizeKernels for CpuDevice {
             }
         }
         let d: Vec<f32> = d.into_iter().map(|v| v as f32).collect();
-        dst.device()
-            .backend()
-            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
+        write_pod(dst, &d)
     }
 }

@@ -1,6 +1,7 @@
 //! Reference data movement in plain Rust.
 
 use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::write_pod;
 use crate::contract::ShapeKernels;
 use crate::contract::reduce::Ori;
 use crate::contract::shape::{Block, Pad, TopK};
@@ -65,12 +66,8 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        vals.device()
-            .backend()
-            .write(vals.storage(), 0, bytemuck::cast_slice(&vs))?;
-        idx.device()
-            .backend()
-            .write(idx.storage(), 0, bytemuck::cast_slice(&is))
+        write_pod(vals, &vs)?;
+        write_pod(idx, &is)
     }
 
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
@@ -96,9 +93,7 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn index_select(&self, x: &Tensor, idx: &Tensor, v: Ori, y: &Tensor) -> Result<()> {
@@ -110,9 +105,7 @@ impl ShapeKernels for CpuDevice {
                 ys.extend_from_slice(&xs[(oo * a + k as usize) * i..(oo * a + k as usize + 1) * i]);
             }
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
@@ -121,9 +114,7 @@ impl ShapeKernels for CpuDevice {
         for (n, &l) in labels.to_vec::<i32>()?.iter().enumerate() {
             ys[n * c + l as usize] = 1.0;
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn pad2d(&self, src: &Tensor, dst: &Tensor, pad: Pad) -> Result<()> {
@@ -153,8 +144,6 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        dst.device()
-            .backend()
-            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
+        write_pod(dst, &d)
     }
 }
