@@ -78,24 +78,20 @@ fn odd_sizes(algo: ConvAlgo, k: usize, relu_case: usize, seed: u64, cases: &[[us
 }
 
 #[test]
-fn winograd_on_odd_sizes_and_paddings() {
-    let cases = [
+fn winograd_and_pointwise_on_odd_sizes_and_paddings() {
+    let winograd = [
         [1, 3, 7, 9, 5, 1],
         [2, 17, 6, 5, 9, 0],
         [1, 4, 5, 5, 3, 2],
         [3, 8, 10, 11, 16, 1],
     ];
-    odd_sizes(ConvAlgo::Winograd, 3, 1, 100, &cases);
-}
-
-#[test]
-fn pointwise_on_odd_sizes() {
-    let cases = [
+    odd_sizes(ConvAlgo::Winograd, 3, 1, 100, &winograd);
+    let pointwise = [
         [1, 3, 7, 9, 5, 0],
         [3, 33, 5, 5, 17, 0],
         [2, 8, 1, 1, 70, 0],
     ];
-    odd_sizes(ConvAlgo::Pointwise, 1, 0, 200, &cases);
+    odd_sizes(ConvAlgo::Pointwise, 1, 0, 200, &pointwise);
 }
 
 #[test]

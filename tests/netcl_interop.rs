@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use netcl::Device;
 use netcl::io::npz::read_npz;
@@ -62,14 +61,7 @@ fn a_model_saved_by_netcl_032_predicts_the_same_here() {
 
 #[test]
 fn a_model_saved_here_loads_in_netcl_032() {
-    let has_netcl = Command::new("python3")
-        .args(["-c", "import netcl, pyopencl"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_netcl {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
-        );
+    if !common::has_netcl() {
         return;
     }
     let dev = Device::builtin();

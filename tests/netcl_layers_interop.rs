@@ -108,19 +108,6 @@ fn a_checkpoint_of_every_composite_layer_saved_by_netcl_predicts_the_same_here()
     }
 }
 
-fn has_netcl() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import netcl, pyopencl"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
-        );
-    }
-    ok
-}
-
 fn scratch() -> PathBuf {
     let d = std::env::temp_dir().join(format!("netcl-layers-interop-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("dir");
@@ -155,7 +142,7 @@ fn netcl_agrees(args: &[&str]) {
 
 #[test]
 fn model_files_and_checkpoints_saved_here_load_in_netcl_032() {
-    if !has_netcl() {
+    if !common::has_netcl() {
         return;
     }
     let dev = Device::builtin();

@@ -128,3 +128,17 @@ pub fn python_check_passes<S: AsRef<std::ffi::OsStr>>(
     );
     eprintln!("{}", String::from_utf8_lossy(&out.stdout));
 }
+
+/// Whether python3 can import netcl 0.3.2 and pyopencl; says loudly that the test is skipped when not.
+pub fn has_netcl() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import netcl, pyopencl"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
+        );
+    }
+    ok
+}
