@@ -14,7 +14,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use netcl::io::npz::{NpyArray, read_npz, write_npz};
 use netcl::nn::Module;
