@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -114,31 +115,67 @@ pub(crate) struct ConvGrads<'a> {
     pub gb: Option<&'a Tensor>,
 }
 
+/// The operands of one forward convolution: `out = conv(x, w) + bias` of geometry `g`, ReLU applied when
+/// `relu`.
+#[derive(Clone, Copy)]
+pub(crate) struct ConvFwd<'a> {
+    pub x: &'a Tensor,
+    pub w: &'a Tensor,
+    pub bias: Option<&'a Tensor>,
+    pub out: &'a Tensor,
+    pub g: &'a ConvGeom,
+    pub relu: bool,
+}
+
+/// The operands of one backward convolution: the gradients `gr` asks for of `conv(x, w) + b` of geometry
+/// `g`, given `go` (the gradient of the output).
+#[derive(Clone, Copy)]
+pub(crate) struct ConvBwd<'a> {
+    pub x: &'a Tensor,
+    pub w: &'a Tensor,
+    pub go: &'a Tensor,
+    pub gr: &'a ConvGrads<'a>,
+    pub g: &'a ConvGeom,
+}
+
+impl<'a> ConvFwd<'a> {
+    /// `(x, w, bias, out, g, relu)`.
+    #[inline]
+    #[allow(clippy::type_complexity)]
+    pub(crate) fn parts(
+        &self,
+    ) -> (
+        &'a Tensor,
+        &'a Tensor,
+        Option<&'a Tensor>,
+        &'a Tensor,
+        &'a ConvGeom,
+        bool,
+    ) {
+        (self.x, self.w, self.bias, self.out, self.g, self.relu)
+    }
+}
+
+impl<'a> ConvBwd<'a> {
+    /// `(x, w, go, gr, g)`.
+    #[inline]
+    pub(crate) fn parts(
+        &self,
+    ) -> (
+        &'a Tensor,
+        &'a Tensor,
+        &'a Tensor,
+        &'a ConvGrads<'a>,
+        &'a ConvGeom,
+    ) {
+        (self.x, self.w, self.go, self.gr, self.g)
+    }
+}
+
 /// Device primitives of the convolution family.
 pub(crate) trait ConvKernels {
-    /// `out = conv(x, w) + bias`, optional ReLU, with a forced or measured algorithm.
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_fwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
-    /// The requested gradients of `conv(x, w) + b` given `go` (the gradient of the output).
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_bwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        grads: &ConvGrads<'_>,
-        g: &ConvGeom,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
+    /// `op.out = conv(op.x, op.w) + op.bias`, optional ReLU, with a forced or measured algorithm.
+    fn conv2d_fwd(&self, device: &Device, op: &ConvFwd<'_>, algo: Option<ConvAlgo>) -> Result<()>;
+    /// The gradients `op.gr` asks for.
+    fn conv2d_bwd(&self, device: &Device, op: &ConvBwd<'_>, algo: Option<ConvAlgo>) -> Result<()>;
 }

@@ -6,7 +6,7 @@ use crate::autotune::{self, bucket, shape_key};
 use crate::backend::opencl::abi::{conv as conv_abi, winograd as abi};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
-use crate::contract::conv::{ConvGeom, ConvGrads};
+use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom};
 use crate::contract::gemm::{Gemm, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -119,13 +119,9 @@ impl ClDevice {
         &self,
         device: &Device,
         wm: usize,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
+        op: &ConvFwd<'_>,
     ) -> Result<Vec<Event>> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let tl = WinoTiles::new(g, wm);
         let (al2, nt) = (tl.al2, tl.nt);
         let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
@@ -169,17 +165,8 @@ impl ClDevice {
     }
 
     /// Winograd forward with the output tile size (2×2 or 4×4) chosen by measurement (`wino_tile`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fwd_winograd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    pub(super) fn fwd_winograd(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (_, _, bias, _, g, relu) = op.parts();
         let key = algo_key(
             "wino_tile",
             g,
@@ -187,9 +174,9 @@ impl ClDevice {
         );
         // First choice before measurement: 4×4 output tiles, the winner of every recorded shape.
         let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
-            events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
+            events_ms(&self.fwd_winograd_tile(device, wm, op)?)
         })?;
-        self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
+        self.fwd_winograd_tile(device, wm, op)
     }
 
     /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
@@ -292,13 +279,10 @@ impl ClDevice {
     pub(super) fn bwd_winograd(
         &self,
         device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
+        op: &ConvBwd<'_>,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
+        let (x, w, go, gr, g) = op.parts();
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
             let k = self.kernel(
@@ -315,7 +299,15 @@ impl ClDevice {
                 wr: wr.storage(),
             };
             ev.push(self.run(&k, &args, &[g.f * g.c], None)?);
-            ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
+            let op = ConvFwd {
+                x: go,
+                w: &wr,
+                bias: None,
+                out: gx,
+                g: &g.grad_x_as_conv(),
+                relu: false,
+            };
+            ev.extend(self.fwd_winograd(device, &op)?);
         }
         if let Some(gw) = gr.gw {
             self.wino_grad_w(device, x, go, gw, g, ev)?;
