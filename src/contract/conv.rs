@@ -115,60 +115,28 @@ pub(crate) struct ConvGrads<'a> {
     pub gb: Option<&'a Tensor>,
 }
 
-/// The operands of one forward convolution: `out = conv(x, w) + bias` of geometry `g`, ReLU applied when
-/// `relu`.
-#[derive(Clone, Copy)]
-pub(crate) struct ConvFwd<'a> {
-    pub x: &'a Tensor,
-    pub w: &'a Tensor,
-    pub bias: Option<&'a Tensor>,
-    pub out: &'a Tensor,
-    pub g: &'a ConvGeom,
-    pub relu: bool,
-}
-
-/// The operands of one backward convolution: the gradients `gr` asks for of `conv(x, w) + b` of geometry
-/// `g`, given `go` (the gradient of the output).
-#[derive(Clone, Copy)]
-pub(crate) struct ConvBwd<'a> {
-    pub x: &'a Tensor,
-    pub w: &'a Tensor,
-    pub go: &'a Tensor,
-    pub gr: &'a ConvGrads<'a>,
-    pub g: &'a ConvGeom,
-}
-
-impl<'a> ConvFwd<'a> {
-    /// `(x, w, bias, out, g, relu)`.
-    #[inline]
-    #[allow(clippy::type_complexity)]
-    pub(crate) fn parts(
-        &self,
-    ) -> (
-        &'a Tensor,
-        &'a Tensor,
-        Option<&'a Tensor>,
-        &'a Tensor,
-        &'a ConvGeom,
-        bool,
-    ) {
-        (self.x, self.w, self.bias, self.out, self.g, self.relu)
+operands! {
+    /// The operands of one forward convolution: `out = conv(x, w) + bias` of geometry `g`, ReLU applied when
+    /// `relu`.
+    ConvFwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        bias: Option<&'a Tensor>,
+        out: &'a Tensor,
+        g: &'a ConvGeom,
+        relu: bool,
     }
 }
 
-impl<'a> ConvBwd<'a> {
-    /// `(x, w, go, gr, g)`.
-    #[inline]
-    pub(crate) fn parts(
-        &self,
-    ) -> (
-        &'a Tensor,
-        &'a Tensor,
-        &'a Tensor,
-        &'a ConvGrads<'a>,
-        &'a ConvGeom,
-    ) {
-        (self.x, self.w, self.go, self.gr, self.g)
+operands! {
+    /// The operands of one backward convolution: the gradients `gr` asks for of `conv(x, w) + b` of geometry
+    /// `g`, given `go` (the gradient of the output).
+    ConvBwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        go: &'a Tensor,
+        gr: &'a ConvGrads<'a>,
+        g: &'a ConvGeom,
     }
 }
 

@@ -16,7 +16,7 @@
 
 use super::conv::{Conv2dGrads, check_inputs};
 pub use crate::contract::depthwise::DwAlgo;
-use crate::contract::depthwise::DwGeom;
+use crate::contract::depthwise::{DwBwd, DwFwd, DwGeom};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -103,9 +103,14 @@ pub fn depthwise_conv2d_algo(
     }
     let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
     if out.numel() > 0 {
-        x.device()
-            .backend()
-            .dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
+        let op = DwFwd {
+            x,
+            w,
+            bias,
+            out: &out,
+            g: &g,
+        };
+        x.device().backend().dw_fwd(x.device(), &op, algo)?;
     }
     Ok(out)
 }
@@ -163,8 +168,15 @@ pub fn depthwise_conv2d_backward_algo(
             dev.backend().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
     } else {
-        dev.backend()
-            .dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
+        let op = DwBwd {
+            x,
+            w,
+            go: grad_out,
+            gx: gx.as_ref(),
+            gw: &gw,
+            g: &g,
+        };
+        dev.backend().dw_bwd(dev, &op, algo)?;
     }
     let gb = if has_bias {
         Some(super::conv::bias_grad(grad_out)?)

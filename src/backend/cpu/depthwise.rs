@@ -1,10 +1,10 @@
 //! The reference depthwise convolution on the built-in device: direct loops with f64 accumulation.
 
+use crate::Device;
 use crate::backend::cpu::CpuDevice;
 use crate::backend::cpu::host::{read_f32 as host, store_f64 as store};
-use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
+use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
 use crate::error::Result;
-use crate::{Device, Tensor};
 
 /// Calls `f(nc, c, oh, ow, y, x, tap)` for every in-bounds (output, tap) pair.
 fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {
@@ -29,16 +29,8 @@ fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, 
 }
 
 impl DepthwiseKernels for CpuDevice {
-    fn dw_fwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-        _algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_fwd(&self, _device: &Device, op: &DwFwd<'_>, _algo: Option<DwAlgo>) -> Result<()> {
+        let (x, w, bias, out, g) = op.parts();
         let (xv, wv) = (host(x)?, host(w)?);
         let mut acc = crate::tensor::host_vec(g.n * g.c * g.oh * g.ow, 0f64)?;
         if let Some(b) = bias {
@@ -54,17 +46,8 @@ impl DepthwiseKernels for CpuDevice {
         store(out, &acc)
     }
 
-    fn dw_bwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-        _algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_bwd(&self, _device: &Device, op: &DwBwd<'_>, _algo: Option<DwAlgo>) -> Result<()> {
+        let (x, w, go, gx, gw, g) = op.parts();
         let (xv, wv, gov) = (host(x)?, host(w)?, host(go)?);
         if let Some(gx) = gx {
             let mut acc = crate::tensor::host_vec(g.n * g.c * g.h * g.w, 0f64)?;

@@ -8,7 +8,7 @@ use crate::autotune::{self, Source, TuneKey, bucket};
 use crate::backend::opencl::abi::depthwise as abi;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
-use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
+use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -123,15 +123,8 @@ impl ClDevice {
             .set("XLOOP", a.walks_rows() as usize)
     }
 
-    fn dw_fwd_with(
-        &self,
-        a: DwAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-    ) -> Result<Event> {
+    fn dw_fwd_with(&self, a: DwAlgo, op: &DwFwd<'_>) -> Result<Event> {
+        let (x, w, bias, out, g) = op.parts();
         let hb = bias.is_some() as i32;
         let b = bias.unwrap_or(w);
         self.dw_eligible(a, g)?;
@@ -228,19 +221,8 @@ impl ClDevice {
         let rows = g.oh.div_ceil(per_n).max(1);
         (g.oh.div_ceil(rows).max(1), rows)
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn dw_bwd_with(
-        &self,
-        device: &Device,
-        a: DwAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-    ) -> Result<Vec<Event>> {
+    fn dw_bwd_with(&self, device: &Device, a: DwAlgo, op: &DwBwd<'_>) -> Result<Vec<Event>> {
+        let (x, w, go, gx, gw, g) = op.parts();
         let mut ev = Vec::new();
         let k = g.k as i32;
         if let Some(gx) = gx {
@@ -276,7 +258,14 @@ impl ClDevice {
                         &[wf.numel()],
                         None,
                     )?);
-                    ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
+                    let flipped = DwFwd {
+                        x: go,
+                        w: &wf,
+                        bias: None,
+                        out: gx,
+                        g: &gg,
+                    };
+                    ev.push(self.dw_fwd_with(a, &flipped)?);
                 }
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let gather = if g.s == 2 {
@@ -509,48 +498,31 @@ impl ClDevice {
 }
 
 impl DepthwiseKernels for ClDevice {
-    fn dw_fwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_fwd(&self, device: &Device, op: &DwFwd<'_>, algo: Option<DwAlgo>) -> Result<()> {
+        let (_, _, bias, _, g) = op.parts();
         let a = self.dw_choose(
             device,
             "dwconv_fwd_algo",
             g,
             bias.is_some() as i64,
             algo,
-            |a| events_ms(&[self.dw_fwd_with(*a, x, w, bias, out, g)?]),
+            |a| events_ms(&[self.dw_fwd_with(*a, op)?]),
         )?;
-        self.dw_fwd_with(a, x, w, bias, out, g)?;
+        self.dw_fwd_with(a, op)?;
         Ok(())
     }
 
-    fn dw_bwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_bwd(&self, device: &Device, op: &DwBwd<'_>, algo: Option<DwAlgo>) -> Result<()> {
+        let (_, _, _, gx, _, g) = op.parts();
         let a = self.dw_choose(
             device,
             "dwconv_bwd_algo",
             g,
             gx.is_some() as i64,
             algo,
-            |a| events_ms(&self.dw_bwd_with(device, *a, x, w, go, gx, gw, g)?),
+            |a| events_ms(&self.dw_bwd_with(device, *a, op)?),
         )?;
-        self.dw_bwd_with(device, a, x, w, go, gx, gw, g)?;
+        self.dw_bwd_with(device, a, op)?;
         Ok(())
     }
 }
