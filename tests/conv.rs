@@ -269,13 +269,7 @@ fn winograd_tile_sizes() {
 #[ignore = "run by winograd_tile_sizes with NETCL_AUTOTUNE_FORCE set"]
 fn winograd_tile_child() {
     let dev = opencl_device().expect("an OpenCL device");
-    let want = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
-    let forced = |kernel: &str| {
-        want.split(';')
-            .find_map(|e| e.strip_prefix(&format!("{kernel}=")))
-            .unwrap()
-            .to_owned()
-    };
+    let forced = |kernel: &str| common::forced_label(kernel).unwrap();
     let (tile, layout) = (forced("wino_tile"), forced("wino_grad_w_layout"));
     if tile != "2" && tile != "4" {
         // A label that is not a candidate: a clear error naming the candidates, and no output.

@@ -257,13 +257,7 @@ fn backward_kernel_variants() {
 #[ignore = "run by backward_kernel_variants with NETCL_AUTOTUNE_FORCE set"]
 fn backward_variant_child() {
     let dev = opencl_device().expect("an OpenCL device");
-    let force = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
-    let label = |kernel: &str| {
-        force.split(';').find_map(|e| {
-            let (k, l) = e.split_once('=')?;
-            (k == kernel).then(|| l.to_owned())
-        })
-    };
+    let label = common::forced_label;
     let gather = label("dwconv_bwd_x_s2").unwrap();
     if gather == "3x3" {
         let x = Tensor::zeros(&dev, &[1, 2, 9, 9]).unwrap();

@@ -1,7 +1,7 @@
 //! Differentiable ops: each computes its value with `crate::ops` and records how to map the output gradient
 //! back to its inputs. Gradients of broadcast operands are summed back to their shapes (`reduce_to_shape`).
 
-use super::Var;
+use super::{Var, record};
 use crate::error::{Error, Result};
 use crate::ops::{self, Conv2dOptions, Pool2d, UnaryOp};
 use crate::tensor::{DType, Tensor};
@@ -19,29 +19,21 @@ fn unbroadcast(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
 pub fn add(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::add(a.value(), b.value())?;
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-    Ok(Var::from_op(
-        "add",
-        out,
-        &[a, b],
-        Box::new(move |g| Ok(vec![Some(unbroadcast(g, &sa)?), Some(unbroadcast(g, &sb)?)])),
-    ))
+    record("add", out, &[a, b], move |g| {
+        Ok(vec![Some(unbroadcast(g, &sa)?), Some(unbroadcast(g, &sb)?)])
+    })
 }
 
 /// `a − b` with broadcasting.
 pub fn sub(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::sub(a.value(), b.value())?;
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-    Ok(Var::from_op(
-        "sub",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            Ok(vec![
-                Some(unbroadcast(g, &sa)?),
-                Some(unbroadcast(&ops::neg(g)?, &sb)?),
-            ])
-        }),
-    ))
+    record("sub", out, &[a, b], move |g| {
+        Ok(vec![
+            Some(unbroadcast(g, &sa)?),
+            Some(unbroadcast(&ops::neg(g)?, &sb)?),
+        ])
+    })
 }
 
 /// `a · b` elementwise with broadcasting.
@@ -49,78 +41,57 @@ pub fn mul(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::mul(a.value(), b.value())?;
     let (ta, tb) = (a.value().clone(), b.value().clone());
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    Ok(Var::from_op(
-        "mul",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = if ra {
-                Some(unbroadcast(&ops::mul(g, &tb)?, ta.shape())?)
-            } else {
-                None
-            };
-            let gb = if rb {
-                Some(unbroadcast(&ops::mul(g, &ta)?, tb.shape())?)
-            } else {
-                None
-            };
-            Ok(vec![ga, gb])
-        }),
-    ))
+    record("mul", out, &[a, b], move |g| {
+        let ga = if ra {
+            Some(unbroadcast(&ops::mul(g, &tb)?, ta.shape())?)
+        } else {
+            None
+        };
+        let gb = if rb {
+            Some(unbroadcast(&ops::mul(g, &ta)?, tb.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 /// `a / b` elementwise with broadcasting.
 pub fn div(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::div(a.value(), b.value())?;
     let (ta, tb, o) = (a.value().clone(), b.value().clone(), out.clone());
-    Ok(Var::from_op(
-        "div",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = ops::div(g, &tb)?;
-            // d(a/b)/db = −(a/b)/b
-            let gb = ops::fused("-(x0 * x1) / x2", &[g, &o, &tb])?;
-            Ok(vec![
-                Some(unbroadcast(&ga, ta.shape())?),
-                Some(unbroadcast(&gb, tb.shape())?),
-            ])
-        }),
-    ))
+    record("div", out, &[a, b], move |g| {
+        let ga = ops::div(g, &tb)?;
+        // d(a/b)/db = −(a/b)/b
+        let gb = ops::fused("-(x0 * x1) / x2", &[g, &o, &tb])?;
+        Ok(vec![
+            Some(unbroadcast(&ga, ta.shape())?),
+            Some(unbroadcast(&gb, tb.shape())?),
+        ])
+    })
 }
 
 /// `x + s`.
 pub fn add_scalar(x: &Var, s: f32) -> Result<Var> {
     let out = ops::add_scalar(x.value(), s)?;
-    Ok(Var::from_op(
-        "add_scalar",
-        out,
-        &[x],
-        Box::new(|g| Ok(vec![Some(g.clone())])),
-    ))
+    record("add_scalar", out, &[x], |g| Ok(vec![Some(g.clone())]))
 }
 
 /// `x · s`.
 pub fn mul_scalar(x: &Var, s: f32) -> Result<Var> {
     let out = ops::mul_scalar(x.value(), s)?;
-    Ok(Var::from_op(
-        "mul_scalar",
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::mul_scalar(g, s)?)])),
-    ))
+    record("mul_scalar", out, &[x], move |g| {
+        Ok(vec![Some(ops::mul_scalar(g, s)?)])
+    })
 }
 
 /// Any unary op of [`UnaryOp`] (activations, `exp`, `log`, `sqrt`, …).
 pub fn unary(op: UnaryOp, x: &Var) -> Result<Var> {
     let out = ops::unary(op, x.value())?;
     let xv = x.value().clone();
-    Ok(Var::from_op(
-        op.name(),
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::unary_backward(op, &xv, g)?)])),
-    ))
+    record(op.name(), out, &[x], move |g| {
+        Ok(vec![Some(ops::unary_backward(op, &xv, g)?)])
+    })
 }
 
 /// `max(x, 0)`.
@@ -142,17 +113,12 @@ pub fn tanh(x: &Var) -> Result<Var> {
 pub fn sum_all(x: &Var) -> Result<Var> {
     let out = ops::sum_all(x.value())?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "sum_all",
-        out,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::add(
-                &Tensor::zeros(g.device(), &shape)?,
-                g,
-            )?)])
-        }),
-    ))
+    record("sum_all", out, &[x], move |g| {
+        Ok(vec![Some(ops::add(
+            &Tensor::zeros(g.device(), &shape)?,
+            g,
+        )?)])
+    })
 }
 
 /// The mean of every element (a rank-0 result).
@@ -166,29 +132,21 @@ pub fn sum(x: &Var, axes: Option<&[isize]>, keepdims: bool) -> Result<Var> {
     let out = ops::sum(x.value(), axes, keepdims)?;
     let shape = x.shape().to_vec();
     let kept = ops::sum(x.value(), axes, true).map(|t| t.shape().to_vec())?;
-    Ok(Var::from_op(
-        "sum",
-        out,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::add(
-                &Tensor::zeros(g.device(), &shape)?,
-                &g.reshape(&kept)?,
-            )?)])
-        }),
-    ))
+    record("sum", out, &[x], move |g| {
+        Ok(vec![Some(ops::add(
+            &Tensor::zeros(g.device(), &shape)?,
+            &g.reshape(&kept)?,
+        )?)])
+    })
 }
 
 /// A view with another shape; the gradient is reshaped back.
 pub fn reshape(x: &Var, shape: &[usize]) -> Result<Var> {
     let out = x.value().reshape(shape)?;
     let orig = x.shape().to_vec();
-    Ok(Var::from_op(
-        "reshape",
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(g.reshape(&orig)?)])),
-    ))
+    record("reshape", out, &[x], move |g| {
+        Ok(vec![Some(g.reshape(&orig)?)])
+    })
 }
 
 /// `(N, …) → (N, rest)`.
@@ -205,24 +163,19 @@ pub fn matmul(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::matmul(a.value(), b.value())?;
     let (ta, tb) = (a.value().clone(), b.value().clone());
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    Ok(Var::from_op(
-        "matmul",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = if ra {
-                Some(ops::matmul_t(g, &tb, false, true)?)
-            } else {
-                None
-            };
-            let gb = if rb {
-                Some(ops::matmul_t(&ta, g, true, false)?)
-            } else {
-                None
-            };
-            Ok(vec![ga, gb])
-        }),
-    ))
+    record("matmul", out, &[a, b], move |g| {
+        let ga = if ra {
+            Some(ops::matmul_t(g, &tb, false, true)?)
+        } else {
+            None
+        };
+        let gb = if rb {
+            Some(ops::matmul_t(&ta, g, true, false)?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 /// `x @ w + b` with netcl's weight layout `w` (in, out); `x` of more than two dimensions is flattened to (N, in).
@@ -254,11 +207,11 @@ pub fn conv2d(x: &Var, w: &Var, b: Option<&Var>, opts: &Conv2dOptions) -> Result
     if let Some(b) = b {
         parents.push(b);
     }
-    Ok(Var::from_op(
+    record(
         if relu { "conv2d_relu" } else { "conv2d" },
         out,
         &parents,
-        Box::new(move |g| {
+        move |g| {
             let g = if relu {
                 ops::unary_backward(UnaryOp::Relu, &y, g)?
             } else {
@@ -270,8 +223,8 @@ pub fn conv2d(x: &Var, w: &Var, b: Option<&Var>, opts: &Conv2dOptions) -> Result
                 v.push(gr.grad_b);
             }
             Ok(v)
-        }),
-    ))
+        },
+    )
 }
 
 /// Depthwise convolution (weights C×1×K×K) with an optional bias.
@@ -290,19 +243,14 @@ pub fn depthwise_conv2d(
     if let Some(b) = b {
         parents.push(b);
     }
-    Ok(Var::from_op(
-        "depthwise_conv2d",
-        out,
-        &parents,
-        Box::new(move |g| {
-            let gr = ops::depthwise_conv2d_backward(&tx, &tw, g, has_b, need_x, stride, pad)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        }),
-    ))
+    record("depthwise_conv2d", out, &parents, move |g| {
+        let gr = ops::depthwise_conv2d_backward(&tx, &tw, g, has_b, need_x, stride, pad)?;
+        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
+        if has_b {
+            v.push(gr.grad_b);
+        }
+        Ok(v)
+    })
 }
 
 /// Transposed convolution (weights Cin×Cout/g×KH×KW) with an optional bias.
@@ -321,19 +269,14 @@ pub fn conv_transpose2d(
     if let Some(b) = b {
         parents.push(b);
     }
-    Ok(Var::from_op(
-        "conv_transpose2d",
-        out,
-        &parents,
-        Box::new(move |g| {
-            let gr = ops::conv_transpose2d_backward(&tx, &tw, g, has_b, need_x, &o)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        }),
-    ))
+    record("conv_transpose2d", out, &parents, move |g| {
+        let gr = ops::conv_transpose2d_backward(&tx, &tw, g, has_b, need_x, &o)?;
+        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
+        if has_b {
+            v.push(gr.grad_b);
+        }
+        Ok(v)
+    })
 }
 
 /// Max pooling; the backward routes each gradient to its window's maximum.
@@ -341,43 +284,32 @@ pub fn max_pool2d(x: &Var, p: Pool2d) -> Result<Var> {
     let out = ops::max_pool2d(x.value(), p)?;
     let y = out.y.clone();
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "max_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::max_pool2d_backward(g, &out, &shape, p)?)])),
-    ))
+    record("max_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::max_pool2d_backward(g, &out, &shape, p)?)])
+    })
 }
 
 /// Average pooling (padding counted in the divisor when `count_include_pad`).
 pub fn avg_pool2d(x: &Var, p: Pool2d, count_include_pad: bool) -> Result<Var> {
     let y = ops::avg_pool2d(x.value(), p, count_include_pad)?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "avg_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::avg_pool2d_backward(
-                g,
-                &shape,
-                p,
-                count_include_pad,
-            )?)])
-        }),
-    ))
+    record("avg_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::avg_pool2d_backward(
+            g,
+            &shape,
+            p,
+            count_include_pad,
+        )?)])
+    })
 }
 
 /// The mean over each H×W plane: (N, C, H, W) → (N, C, 1, 1).
 pub fn global_avg_pool2d(x: &Var) -> Result<Var> {
     let y = ops::global_avg_pool2d(x.value())?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "global_avg_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::global_avg_pool2d_backward(g, &shape)?)])),
-    ))
+    record("global_avg_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::global_avg_pool2d_backward(g, &shape)?)])
+    })
 }
 
 /// Training-mode batch normalisation: returns the output and the updated running statistics.
@@ -443,15 +375,10 @@ pub fn layer_norm(x: &Var, normalized: usize, gamma: &Var, beta: &Var, eps: f32)
         eps,
     )?;
     let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    Ok(Var::from_op(
-        "layer_norm",
-        out.y,
-        &[x, gamma, beta],
-        Box::new(move |g| {
-            let gr = ops::layer_norm_backward(&tx, g, &stats, normalized, Some(&tg), true)?;
-            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-        }),
-    ))
+    record("layer_norm", out.y, &[x, gamma, beta], move |g| {
+        let gr = ops::layer_norm_backward(&tx, g, &stats, normalized, Some(&tg), true)?;
+        Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
+    })
 }
 
 /// Group normalisation of N×C×H×W with per-channel scale and shift.
@@ -464,69 +391,50 @@ pub fn group_norm(x: &Var, groups: usize, gamma: &Var, beta: &Var, eps: f32) -> 
         eps,
     )?;
     let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    Ok(Var::from_op(
-        "group_norm",
-        out.y,
-        &[x, gamma, beta],
-        Box::new(move |g| {
-            let gr = ops::group_norm_backward(&tx, g, &stats, groups, Some(&tg), true)?;
-            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-        }),
-    ))
+    record("group_norm", out.y, &[x, gamma, beta], move |g| {
+        let gr = ops::group_norm_backward(&tx, g, &stats, groups, Some(&tg), true)?;
+        Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
+    })
 }
 
 /// Inverted dropout with the counter-based generator: zeroes with probability `p`, scales the rest by 1/(1−p).
 pub fn dropout(x: &Var, p: f32, seed: u64) -> Result<Var> {
     let y = ops::dropout(x.value(), p, seed)?;
-    Ok(Var::from_op(
-        "dropout",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::dropout_backward(g, p, seed)?)])),
-    ))
+    record("dropout", y, &[x], move |g| {
+        Ok(vec![Some(ops::dropout_backward(g, p, seed)?)])
+    })
 }
 
 /// Softmax along `axis`.
 pub fn softmax(x: &Var, axis: isize) -> Result<Var> {
     let y = ops::softmax(x.value(), axis)?;
     let yc = y.clone();
-    Ok(Var::from_op(
-        "softmax",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::softmax_backward(&yc, g, axis)?)])),
-    ))
+    record("softmax", y, &[x], move |g| {
+        Ok(vec![Some(ops::softmax_backward(&yc, g, axis)?)])
+    })
 }
 
 /// Log-softmax along `axis`.
 pub fn log_softmax(x: &Var, axis: isize) -> Result<Var> {
     let y = ops::log_softmax(x.value(), axis)?;
     let yc = y.clone();
-    Ok(Var::from_op(
-        "log_softmax",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::log_softmax_backward(&yc, g, axis)?)])),
-    ))
+    record("log_softmax", y, &[x], move |g| {
+        Ok(vec![Some(ops::log_softmax_backward(&yc, g, axis)?)])
+    })
 }
 
 /// Mean cross-entropy of logits (N, C) against i32 labels (N); rows labelled `ignore_index` are skipped.
 pub fn cross_entropy(logits: &Var, labels: &Tensor, ignore_index: i32) -> Result<Var> {
     let y = ops::cross_entropy(logits.value(), labels, ignore_index)?;
     let (tl, lab) = (logits.value().clone(), labels.clone());
-    Ok(Var::from_op(
-        "cross_entropy",
-        y,
-        &[logits],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::cross_entropy_backward(
-                &tl,
-                &lab,
-                g,
-                ignore_index,
-            )?)])
-        }),
-    ))
+    record("cross_entropy", y, &[logits], move |g| {
+        Ok(vec![Some(ops::cross_entropy_backward(
+            &tl,
+            &lab,
+            g,
+            ignore_index,
+        )?)])
+    })
 }
 
 /// Negative log-likelihood of log-probabilities (N, C) against i32 labels: the mean of −logp[label].

@@ -2,6 +2,7 @@
 //! names: `Identity`, `Softmax`, `PReLU`, `AdaptiveAvgPool2d`, `Embedding`, `RMSNorm`, `PositionalEmbedding`,
 //! `TiedLinear`, and the containers `ModuleList` and `ModuleDict`.
 
+use crate::autograd::record;
 use serde_json::{Map, Value, json};
 
 use super::graph_ops::{linear_last, matmul_nt, narrow};
@@ -97,15 +98,10 @@ impl Module for PReLU {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let y = ops::prelu(x.value(), self.alpha.value())?;
         let (tx, ta) = (x.value().clone(), self.alpha.value().clone());
-        Ok(Var::from_op(
-            "prelu",
-            y,
-            &[x, &self.alpha],
-            Box::new(move |g| {
-                let (gx, ga) = ops::prelu_backward(&tx, &ta, g)?;
-                Ok(vec![Some(gx), Some(ga)])
-            }),
-        ))
+        record("prelu", y, &[x, &self.alpha], move |g| {
+            let (gx, ga) = ops::prelu_backward(&tx, &ta, g)?;
+            Ok(vec![Some(gx), Some(ga)])
+        })
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_parameters": self.n, "init": self.init}))

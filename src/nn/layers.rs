@@ -1,5 +1,6 @@
 //! The layers.
 
+use crate::autograd::record;
 use serde_json::{Map, Value, json};
 
 use super::init::{constant, kaiming_uniform, xavier_uniform};
@@ -689,16 +690,11 @@ impl Module for Upsample {
         let size = (s[2] * self.factor, s[3] * self.factor);
         let (mode, in_shape) = (self.mode, s.to_vec());
         let y = crate::ops::upsample(x.value(), size, mode)?;
-        Ok(Var::from_op(
-            "upsample",
-            y,
-            &[x],
-            Box::new(move |g| {
-                Ok(vec![Some(crate::ops::upsample_backward(
-                    g, &in_shape, mode,
-                )?)])
-            }),
-        ))
+        record("upsample", y, &[x], move |g| {
+            Ok(vec![Some(crate::ops::upsample_backward(
+                g, &in_shape, mode,
+            )?)])
+        })
     }
     fn config_args(&self) -> Map<String, Value> {
         let (mode, align) = match self.mode {

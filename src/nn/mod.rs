@@ -14,6 +14,8 @@
 /// - `module_state!(weight_bias)`: a `weight` and an optional `bias`, saved as `weight` then `bias`.
 /// - `module_state!(layers)`: the parameters and mode of the `layers` field's layers, the mode also kept in
 ///   a `training` field (the container writes its own `state_dict`).
+/// - `module_state!(parts [a, b])`: the parameters of the sub-layers `a`, `b` in turn, and their state under
+///   `a.` and `b.` (the layer writes its own mode methods, or takes `module_state!(@mode)`).
 /// - `module_state!(params [a, b] buffers [c])`: the `Var` fields `a`, `b` are the parameters; the state is
 ///   each of them under its field name, then the `Tensor` fields `c` (the `buffers` part may be left out).
 macro_rules! module_state {
@@ -51,6 +53,27 @@ macro_rules! module_state {
         }
         fn is_training(&self) -> bool {
             self.training
+        }
+    };
+    ($name:literal, parts [$($p:ident),+]) => {
+        module_state!(parts [$($p),+]);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (parts [$($p:ident),+]) => {
+        fn parameters(&self) -> Vec<Var> {
+            let mut v = Vec::new();
+            $(v.extend($crate::nn::Module::parameters(&self.$p));)+
+            v
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            let mut s = Vec::new();
+            $(s.extend($crate::nn::extra::prefixed(
+                stringify!($p),
+                $crate::nn::Module::state_dict(&self.$p),
+            ));)+
+            s
         }
     };
     (@mode) => {

@@ -142,3 +142,12 @@ pub fn has_netcl() -> bool {
     }
     ok
 }
+
+/// The label `NETCL_AUTOTUNE_FORCE` (`kernel=label;…`, set by a parent test) forces for `kernel`.
+pub fn forced_label(kernel: &str) -> Option<String> {
+    let force = std::env::var("NETCL_AUTOTUNE_FORCE").ok()?;
+    force.split(';').find_map(|e| {
+        let (k, l) = e.split_once('=')?;
+        (k == kernel).then(|| l.to_owned())
+    })
+}

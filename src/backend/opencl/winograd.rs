@@ -234,16 +234,12 @@ impl ClDevice {
         Ok(ev)
     }
 
-    /// Winograd grad_w with the tile size chosen by measurement (`wino_grad_w_tile`).
-    fn wino_grad_w(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        go: &Tensor,
-        gw: &Tensor,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    /// Winograd grad_w, when `op` asks for it, with the tile size chosen by measurement (`wino_grad_w_tile`).
+    fn wino_grad_w(&self, device: &Device, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
+        let (x, _, go, gr, g) = op.parts();
+        let Some(gw) = gr.gw else {
+            return Ok(());
+        };
         let key = algo_key("wino_grad_w_tile", g, &[]);
         let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
@@ -282,7 +278,7 @@ impl ClDevice {
         op: &ConvBwd<'_>,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
-        let (x, w, go, gr, g) = op.parts();
+        let (_, w, go, gr, g) = op.parts();
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
             let k = self.kernel(
@@ -309,9 +305,6 @@ impl ClDevice {
             };
             ev.extend(self.fwd_winograd(device, &op)?);
         }
-        if let Some(gw) = gr.gw {
-            self.wino_grad_w(device, x, go, gw, g, ev)?;
-        }
-        Ok(())
+        self.wino_grad_w(device, op, ev)
     }
 }
