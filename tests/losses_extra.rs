@@ -25,26 +25,15 @@ fn sq(a: &[f32], b: &[f32]) -> f32 {
 
 /// Checks d loss / d input against central differences in every entry of `inputs[k]`.
 fn fd_check(inputs: &[Var], f: &dyn Fn(&[Var]) -> Var, what: &str) {
-    let dev = inputs[0].value().device().clone();
     inputs.iter().for_each(|x| x.zero_grad());
     f(inputs).backward().expect("backward");
     for (k, x) in inputs.iter().enumerate() {
         let g = host(&x.grad().expect("gradient"));
         let base = host(x.value());
         for i in 0..base.len() {
-            let h = 1e-3f32;
-            let at = |d: f32| {
-                let mut v = base.clone();
-                v[i] += d;
-                x.value()
-                    .assign(&Tensor::from_slice(&dev, &v, x.shape()).expect("t"))
-                    .expect("assign");
+            let fd = common::central_difference(x, &base, i, 1e-3, || {
                 host(no_grad(|| f(inputs)).value())[0]
-            };
-            let fd = (at(h) - at(-h)) / (2.0 * h);
-            x.value()
-                .assign(&Tensor::from_slice(&dev, &base, x.shape()).expect("t"))
-                .expect("restore");
+            });
             assert!(
                 (fd - g[i]).abs() <= 5e-3 + 2e-2 * fd.abs().max(g[i].abs()),
                 "{what}: input {k}[{i}]: finite difference {fd}, gradient {}",
@@ -52,12 +41,6 @@ fn fd_check(inputs: &[Var], f: &dyn Fn(&[Var]) -> Var, what: &str) {
             );
         }
     }
-}
-
-/// Fails unless `r` is an error whose message contains `want`; `case` names the bad input.
-fn assert_refused<T>(r: netcl::Result<T>, case: &str, want: &str) {
-    let e = r.map(|_| ()).expect_err(case);
-    assert!(e.to_string().contains(want), "{e}");
 }
 
 fn params(dev: &Device, n: usize, d: usize, seeds: &[u64]) -> Vec<Var> {
@@ -122,7 +105,7 @@ fn contrastive_loss_values_and_gradients() {
         "contrastive",
     );
     let bad = Tensor::from_slice(&dev, &[2i32, 0, 1, 0, 0, 1], &[6]).expect("bad");
-    assert_refused(
+    common::assert_refused(
         contrastive_loss(&x[0], &x[1], &bad, 1.0, "mean"),
         "label 2",
         "not 0",
@@ -175,7 +158,7 @@ fn info_nce_loss_values_and_gradients() {
             &format!("info_nce normalize {normalize}"),
         );
     }
-    assert_refused(
+    common::assert_refused(
         info_nce_loss(&x[0], &x[1], 0.0, true, "mean", false),
         "τ = 0",
         "temperature",
@@ -213,7 +196,7 @@ fn hinge_loss_values_and_gradients_with_one_hot_or_index_targets() {
         &|v| hinge_loss(&v[0], &labels, 1.0).expect("loss"),
         "hinge",
     );
-    assert_refused(
+    common::assert_refused(
         hinge_loss(
             &x[0],
             &Tensor::from_slice(&dev, &[3i32, 0, 0, 0], &[4]).expect("t"),

@@ -195,36 +195,48 @@ pub fn linear(x: &Var, w: &Var, b: Option<&Var>) -> Result<Var> {
 /// 2-D convolution (NCHW, weights F×C/g×KH×KW) with an optional bias; `opts.fuse_relu` applies ReLU.
 pub fn conv2d(x: &Var, w: &Var, b: Option<&Var>, opts: &Conv2dOptions) -> Result<Var> {
     let out = ops::conv2d(x.value(), w.value(), b.map(Var::value), opts)?;
-    let (tx, tw, y) = (x.value().clone(), w.value().clone(), out.clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
+    let y = out.clone();
     let o = Conv2dOptions {
         fuse_relu: false,
         ..opts.clone()
     };
     let relu = opts.fuse_relu;
+    let name = if relu { "conv2d_relu" } else { "conv2d" };
+    record_conv(name, out, x, w, b, move |g, tx, tw, has_b, need_x| {
+        let g = if relu {
+            ops::unary_backward(UnaryOp::Relu, &y, g)?
+        } else {
+            g.clone()
+        };
+        ops::conv2d_backward(tx, tw, &g, has_b, need_x, &o)
+    })
+}
+
+/// Records a convolution of `x` by `w` with the optional bias `b` (its parents in that order), whose value is
+/// `out`: `grads(g, x, w, has_b, need_x)` gives the gradients of x (when needed), w and b (with a bias).
+fn record_conv(
+    name: &'static str,
+    out: Tensor,
+    x: &Var,
+    w: &Var,
+    b: Option<&Var>,
+    grads: impl Fn(&Tensor, &Tensor, &Tensor, bool, bool) -> Result<ops::Conv2dGrads>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<Var> {
+    let (tx, tw) = (x.value().clone(), w.value().clone());
+    let (need_x, has_b) = (x.requires_grad(), b.is_some());
     let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    record(
-        if relu { "conv2d_relu" } else { "conv2d" },
-        out,
-        &parents,
-        move |g| {
-            let g = if relu {
-                ops::unary_backward(UnaryOp::Relu, &y, g)?
-            } else {
-                g.clone()
-            };
-            let gr = ops::conv2d_backward(&tx, &tw, &g, has_b, need_x, &o)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        },
-    )
+    parents.extend(b);
+    record(name, out, &parents, move |g| {
+        let gr = grads(g, &tx, &tw, has_b, need_x)?;
+        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
+        if has_b {
+            v.push(gr.grad_b);
+        }
+        Ok(v)
+    })
 }
 
 /// Depthwise convolution (weights C×1×K×K) with an optional bias.
@@ -236,21 +248,16 @@ pub fn depthwise_conv2d(
     pad: usize,
 ) -> Result<Var> {
     let out = ops::depthwise_conv2d(x.value(), w.value(), b.map(Var::value), stride, pad)?;
-    let (tx, tw) = (x.value().clone(), w.value().clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
-    let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    record("depthwise_conv2d", out, &parents, move |g| {
-        let gr = ops::depthwise_conv2d_backward(&tx, &tw, g, has_b, need_x, stride, pad)?;
-        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-        if has_b {
-            v.push(gr.grad_b);
-        }
-        Ok(v)
-    })
+    record_conv(
+        "depthwise_conv2d",
+        out,
+        x,
+        w,
+        b,
+        move |g, tx, tw, has_b, need_x| {
+            ops::depthwise_conv2d_backward(tx, tw, g, has_b, need_x, stride, pad)
+        },
+    )
 }
 
 /// Transposed convolution (weights Cin×Cout/g×KH×KW) with an optional bias.
@@ -261,22 +268,17 @@ pub fn conv_transpose2d(
     opts: &ops::ConvTranspose2dOptions,
 ) -> Result<Var> {
     let out = ops::conv_transpose2d(x.value(), w.value(), b.map(Var::value), opts)?;
-    let (tx, tw) = (x.value().clone(), w.value().clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
     let o = opts.clone();
-    let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    record("conv_transpose2d", out, &parents, move |g| {
-        let gr = ops::conv_transpose2d_backward(&tx, &tw, g, has_b, need_x, &o)?;
-        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-        if has_b {
-            v.push(gr.grad_b);
-        }
-        Ok(v)
-    })
+    record_conv(
+        "conv_transpose2d",
+        out,
+        x,
+        w,
+        b,
+        move |g, tx, tw, has_b, need_x| {
+            ops::conv_transpose2d_backward(tx, tw, g, has_b, need_x, &o)
+        },
+    )
 }
 
 /// Max pooling; the backward routes each gradient to its window's maximum.
@@ -367,32 +369,50 @@ pub fn batch_norm2d_eval(
 
 /// Layer normalisation over the last `normalized` dimensions with scale and shift.
 pub fn layer_norm(x: &Var, normalized: usize, gamma: &Var, beta: &Var, eps: f32) -> Result<Var> {
-    let out = ops::layer_norm(
-        x.value(),
-        normalized,
-        Some(gamma.value()),
-        Some(beta.value()),
-        eps,
-    )?;
-    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    record("layer_norm", out.y, &[x, gamma, beta], move |g| {
-        let gr = ops::layer_norm_backward(&tx, g, &stats, normalized, Some(&tg), true)?;
-        Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-    })
+    let (g, b) = (Some(gamma.value()), Some(beta.value()));
+    let out = ops::layer_norm(x.value(), normalized, g, b, eps)?;
+    record_norm(
+        "layer_norm",
+        out,
+        x,
+        gamma,
+        beta,
+        move |x, g, stats, gamma| {
+            ops::layer_norm_backward(x, g, stats, normalized, Some(gamma), true)
+        },
+    )
 }
 
 /// Group normalisation of N×C×H×W with per-channel scale and shift.
 pub fn group_norm(x: &Var, groups: usize, gamma: &Var, beta: &Var, eps: f32) -> Result<Var> {
-    let out = ops::group_norm(
-        x.value(),
-        groups,
-        Some(gamma.value()),
-        Some(beta.value()),
-        eps,
-    )?;
+    let (g, b) = (Some(gamma.value()), Some(beta.value()));
+    let out = ops::group_norm(x.value(), groups, g, b, eps)?;
+    record_norm(
+        "group_norm",
+        out,
+        x,
+        gamma,
+        beta,
+        move |x, g, stats, gamma| ops::group_norm_backward(x, g, stats, groups, Some(gamma), true),
+    )
+}
+
+/// Records a normalisation of `x` with scale `gamma` and shift `beta` (its parents in that order) whose
+/// forward gave `out`: `grads(x, g, out, gamma)` gives the gradients of all three.
+fn record_norm(
+    name: &'static str,
+    out: ops::NormOut,
+    x: &Var,
+    gamma: &Var,
+    beta: &Var,
+    grads: impl Fn(&Tensor, &Tensor, &ops::NormOut, &Tensor) -> Result<ops::NormGrads>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<Var> {
     let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    record("group_norm", out.y, &[x, gamma, beta], move |g| {
-        let gr = ops::group_norm_backward(&tx, g, &stats, groups, Some(&tg), true)?;
+    record(name, out.y, &[x, gamma, beta], move |g| {
+        let gr = grads(&tx, g, &stats, &tg)?;
         Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
     })
 }

@@ -16,6 +16,13 @@ macro_rules! operands {
         }
 
         impl<'a> $name<'a> {
+            /// The operands, in field order.
+            #[inline]
+            #[allow(dead_code, clippy::too_many_arguments)]
+            pub(crate) fn new($($f: $t),+) -> Self {
+                Self { $($f),+ }
+            }
+
             /// Every field, in order.
             #[inline]
             #[allow(clippy::type_complexity)]

@@ -15,7 +15,8 @@
 /// - `module_state!(layers)`: the parameters and mode of the `layers` field's layers, the mode also kept in
 ///   a `training` field (the container writes its own `state_dict`).
 /// - `module_state!(parts [a, b])`: the parameters of the sub-layers `a`, `b` in turn, and their state under
-///   `a.` and `b.` (the layer writes its own mode methods, or takes `module_state!(@mode)`).
+///   `a.` and `b.` (the layer writes its own mode methods, or takes `module_state!(@mode)`, or
+///   `module_state!(@mode a)` to pass the mode on to its sub-layer `a` too).
 /// - `module_state!(params [a, b] buffers [c])`: the `Var` fields `a`, `b` are the parameters; the state is
 ///   each of them under its field name, then the `Tensor` fields `c` (the `buffers` part may be left out).
 macro_rules! module_state {
@@ -76,9 +77,10 @@ macro_rules! module_state {
             s
         }
     };
-    (@mode) => {
+    (@mode $($sub:ident),*) => {
         fn set_training(&mut self, on: bool) {
             self.training = on;
+            $(self.$sub.set_training(on);)*
         }
         fn is_training(&self) -> bool {
             self.training

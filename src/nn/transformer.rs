@@ -437,13 +437,7 @@ impl Module for TransformerBlock {
         let h = self.drop.apply(&lin_fwd(&self.fc2, &h)?, self.training)?;
         ag::add(&x, &h)
     }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.attn.set_training(on);
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    module_state!(@mode attn);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "d_model": self.attn.dim(), "num_heads": self.attn.heads,
@@ -853,13 +847,7 @@ impl Module for DecoderBlock {
         let a = self.attn.forward(&self.norm1.forward(x)?)?;
         self.rest(x, &a)
     }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.attn.set_training(on);
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
+    module_state!(@mode attn);
     fn config_args(&self) -> Map<String, Value> {
         let a = self.attn.config_args();
         args(json!({

@@ -151,3 +151,34 @@ pub fn forced_label(kernel: &str) -> Option<String> {
         (k == kernel).then(|| l.to_owned())
     })
 }
+
+/// The central difference (step `h`) of `loss` in entry `i` of `x`, whose values are `base`; `x` holds
+/// `base` again afterwards.
+pub fn central_difference(
+    x: &netcl::autograd::Var,
+    base: &[f32],
+    i: usize,
+    h: f32,
+    mut loss: impl FnMut() -> f32,
+) -> f32 {
+    let dev = x.value().device().clone();
+    let mut at = |d: f32| {
+        let mut v = base.to_vec();
+        v[i] += d;
+        x.value()
+            .assign(&Tensor::from_slice(&dev, &v, x.shape()).expect("t"))
+            .expect("assign");
+        loss()
+    };
+    let fd = (at(h) - at(-h)) / (2.0 * h);
+    x.value()
+        .assign(&Tensor::from_slice(&dev, base, x.shape()).expect("t"))
+        .expect("restore");
+    fd
+}
+
+/// Fails unless `r` is an error whose message contains `want`; `case` names the bad input.
+pub fn assert_refused<T>(r: netcl::Result<T>, case: &str, want: &str) {
+    let e = r.map(|_| ()).expect_err(case);
+    assert!(e.to_string().contains(want), "{e}");
+}

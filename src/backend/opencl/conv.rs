@@ -13,7 +13,7 @@ use crate::backend::opencl::abi::conv as abi;
 use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
-use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
+use crate::contract::gemm::{BiasMode, Gemm, GemmOp, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -116,18 +116,15 @@ impl ClDevice {
     pub(super) fn run_gemm(
         &self,
         device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
+        op: &GemmOp<'_>,
         ev: &mut Vec<Event>,
     ) -> Result<()> {
+        let (a, b, c, bias, g) = op.parts();
         g.check(a, b, c, bias)?;
         if g.m == 0 || g.n == 0 || g.batch == 0 {
             return Ok(());
         }
-        ev.extend(self.gemm_events(device, a, b, c, bias, g)?);
+        ev.extend(self.gemm_events(device, op)?);
         Ok(())
     }
 
@@ -219,11 +216,7 @@ impl ClDevice {
                 };
                 self.run_gemm(
                     device,
-                    w,
-                    &col,
-                    out,
-                    if fused { bias } else { None },
-                    &gm,
+                    &GemmOp::new(w, &col, out, if fused { bias } else { None }, &gm),
                     &mut ev,
                 )?;
             }
@@ -263,7 +256,7 @@ impl ClDevice {
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
-        self.run_gemm(device, w, x, out, bias, &gm, &mut ev)?;
+        self.run_gemm(device, &GemmOp::new(w, x, out, bias, &gm), &mut ev)?;
         Ok(ev)
     }
     fn fwd_algo(&self, device: &Device, algo: ConvAlgo, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
@@ -432,7 +425,7 @@ impl ClDevice {
                             shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
                         ),
                     };
-                    self.run_gemm(device, go, &col, part, None, &gm, ev)?;
+                    self.run_gemm(device, &GemmOp::new(go, &col, part, None, &gm), ev)?;
                 }
                 ev.push(self.sum_batches(part, gw, g.f * cg * kk, nb, n0 > 0)?);
             }
@@ -461,7 +454,7 @@ impl ClDevice {
                             shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
                         ),
                     };
-                    self.run_gemm(device, w, go, &col, None, &gm, ev)?;
+                    self.run_gemm(device, &GemmOp::new(w, go, &col, None, &gm), ev)?;
                 }
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
                 let args = abi::ConvCol2im {
@@ -489,7 +482,7 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
             };
-            self.run_gemm(device, w, go, gx, None, &gm, ev)?;
+            self.run_gemm(device, &GemmOp::new(w, go, gx, None, &gm), ev)?;
         }
         if let Some(gw) = gr.gw {
             // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further),
@@ -502,7 +495,7 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
-            self.run_gemm(device, go, x, &part, None, &gm, ev)?;
+            self.run_gemm(device, &GemmOp::new(go, x, &part, None, &gm), ev)?;
             ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
         }
         Ok(())

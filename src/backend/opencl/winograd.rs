@@ -7,7 +7,7 @@ use crate::backend::opencl::abi::{conv as conv_abi, winograd as abi};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom};
-use crate::contract::gemm::{Gemm, GemmTune};
+use crate::contract::gemm::{Gemm, GemmOp, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -144,7 +144,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
-        self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
+        self.run_gemm(device, &GemmOp::new(&u, &v, &m, None, &gm), &mut ev)?;
         let k = self.wino_kernel(wm, abi::WINO_OUTPUT)?;
         let [n, f, oh, ow, th, tw] = tl.out_dims(g);
         let args = abi::WinoOutput {
@@ -222,7 +222,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
-        self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
+        self.run_gemm(device, &GemmOp::new(&dm, &v, &mw, None, &gm), &mut ev)?;
         let k = self.wino_kernel(wm, abi::WINO_GRAD_FILTER)?;
         let args = abi::WinoGradFilter {
             F: g.f as i32,
