@@ -238,12 +238,7 @@ fn browser_navigates_toggles_theme_and_searches() {
         s.js("return document.activeElement.id"),
         json!("search-input")
     );
-    let input = s.find("#search-input");
-    s.call(
-        "POST",
-        &format!("/element/{input}/value"),
-        Some(json!({"text": "autotune cache"})),
-    );
+    s.type_into("#search-input", "autotune cache");
     s.wait_until("search results", || {
         s.js("return document.querySelectorAll('#search-results a').length")
             .as_u64()
@@ -268,12 +263,7 @@ fn browser_navigates_toggles_theme_and_searches() {
         s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length"),
         json!(2)
     );
-    let filter = s.find("#autotune-filter");
-    s.call(
-        "POST",
-        &format!("/element/{filter}/value"),
-        Some(json!({"text": "reduce"})),
-    );
+    s.type_into("#autotune-filter", "reduce");
     s.wait_until("the client-side filter", || {
         s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length") == json!(1)
     });
@@ -332,12 +322,7 @@ fn browser_navigates_toggles_theme_and_searches() {
     });
     assert_eq!(s.text("article h1"), "Device");
     s.keys(&["/"]);
-    let input = s.find("#search-input");
-    s.call(
-        "POST",
-        &format!("/element/{input}/value"),
-        Some(json!({"text": "autotune"})),
-    );
+    s.type_into("#search-input", "autotune");
     s.wait_until("offline search results", || {
         s.js("var a = document.querySelector('#search-results a'); return a ? a.getAttribute('href') : ''")
             .as_str()

@@ -182,3 +182,14 @@ pub fn assert_refused<T>(r: netcl::Result<T>, case: &str, want: &str) {
     let e = r.map(|_| ()).expect_err(case);
     assert!(e.to_string().contains(want), "{e}");
 }
+
+/// Runs `cmd` to completion and fails with its standard error unless it succeeded.
+pub fn output_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -246,6 +246,16 @@ impl Session {
         self.wait_for(what, WAIT, check);
     }
 
+    /// Types `text` into the element `selector`.
+    pub fn type_into(&self, selector: &str, text: &str) {
+        let el = self.find(selector);
+        self.call(
+            "POST",
+            &format!("/element/{el}/value"),
+            Some(json!({ "text": text })),
+        );
+    }
+
     pub fn wait_for(&self, what: &str, wait: Duration, check: impl Fn() -> bool) {
         let deadline = Instant::now() + wait;
         while !check() {

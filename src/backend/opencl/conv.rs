@@ -54,6 +54,16 @@ fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
     (a, b)
 }
 
+/// The batch, channel and spatial fields of a convolution's tune key (N, H and W bucketed).
+pub(super) fn nchw_key(n: usize, c: usize, h: usize, w: usize) -> [(&'static str, i64); 4] {
+    [
+        ("n", bucket(n)),
+        ("c", c as i64),
+        ("h", bucket(h)),
+        ("w", bucket(w)),
+    ]
+}
+
 /// The geometry key of `kernel`, one of the general algorithm choices; their candidates run the conv, GEMM
 /// and Winograd kernels.
 pub(super) fn algo_key(
@@ -61,11 +71,9 @@ pub(super) fn algo_key(
     g: &ConvGeom,
     extra: &[(&'static str, i64)],
 ) -> TuneKey {
-    let mut k = vec![
-        ("n", bucket(g.n)),
-        ("c", g.c as i64),
-        ("h", bucket(g.h)),
-        ("w", bucket(g.w)),
+    let mut k = Vec::with_capacity(14 + extra.len());
+    k.extend(nchw_key(g.n, g.c, g.h, g.w));
+    k.extend([
         ("f", g.f as i64),
         ("kh", g.kh as i64),
         ("kw", g.kw as i64),
@@ -76,7 +84,7 @@ pub(super) fn algo_key(
         ("dh", g.dh as i64),
         ("dw", g.dw as i64),
         ("groups", g.groups as i64),
-    ];
+    ]);
     k.extend_from_slice(extra);
     TuneKey::new(kernel, &k)
         .source(kernel_source("conv").unwrap_or_default())
@@ -113,19 +121,14 @@ fn general_default(cands: &[ConvAlgo], g: &ConvGeom) -> usize {
 }
 
 impl ClDevice {
-    pub(super) fn run_gemm(
-        &self,
-        device: &Device,
-        op: &GemmOp<'_>,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    /// Checks and runs one product; returns its launch events (none for an empty product).
+    pub(super) fn run_gemm(&self, device: &Device, op: &GemmOp<'_>) -> Result<Vec<Event>> {
         let (a, b, c, bias, g) = op.parts();
         g.check(a, b, c, bias)?;
         if g.m == 0 || g.n == 0 || g.batch == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        ev.extend(self.gemm_events(device, op)?);
-        Ok(())
+        self.gemm_events(device, op)
     }
 
     /// Samples per im2col chunk.
@@ -214,11 +217,10 @@ impl ClDevice {
                         shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
                     ),
                 };
-                self.run_gemm(
+                ev.extend(self.run_gemm(
                     device,
                     &GemmOp::new(w, &col, out, if fused { bias } else { None }, &gm),
-                    &mut ev,
-                )?;
+                )?);
             }
             n0 += nb;
         }
@@ -256,7 +258,7 @@ impl ClDevice {
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
-        self.run_gemm(device, &GemmOp::new(w, x, out, bias, &gm), &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(w, x, out, bias, &gm))?);
         Ok(ev)
     }
     fn fwd_algo(&self, device: &Device, algo: ConvAlgo, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
@@ -425,7 +427,7 @@ impl ClDevice {
                             shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
                         ),
                     };
-                    self.run_gemm(device, &GemmOp::new(go, &col, part, None, &gm), ev)?;
+                    ev.extend(self.run_gemm(device, &GemmOp::new(go, &col, part, None, &gm))?);
                 }
                 ev.push(self.sum_batches(part, gw, g.f * cg * kk, nb, n0 > 0)?);
             }
@@ -454,7 +456,7 @@ impl ClDevice {
                             shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
                         ),
                     };
-                    self.run_gemm(device, &GemmOp::new(w, go, &col, None, &gm), ev)?;
+                    ev.extend(self.run_gemm(device, &GemmOp::new(w, go, &col, None, &gm))?);
                 }
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
                 let args = abi::ConvCol2im {
@@ -482,7 +484,7 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
             };
-            self.run_gemm(device, &GemmOp::new(w, go, gx, None, &gm), ev)?;
+            ev.extend(self.run_gemm(device, &GemmOp::new(w, go, gx, None, &gm))?);
         }
         if let Some(gw) = gr.gw {
             // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further),
@@ -495,7 +497,7 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
-            self.run_gemm(device, &GemmOp::new(go, x, &part, None, &gm), ev)?;
+            ev.extend(self.run_gemm(device, &GemmOp::new(go, x, &part, None, &gm))?);
             ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
         }
         Ok(())
@@ -506,7 +508,7 @@ impl ClDevice {
         match algo {
             ConvAlgo::Direct => self.bwd_direct(op, &mut ev)?,
             ConvAlgo::Im2col => self.bwd_im2col(device, op, &mut ev)?,
-            ConvAlgo::Winograd => self.bwd_winograd(device, op, &mut ev)?,
+            ConvAlgo::Winograd => ev = self.bwd_winograd(device, op)?,
             ConvAlgo::Pointwise => self.bwd_pointwise(device, op, &mut ev)?,
         }
         if let Some(gb) = gr.gb {

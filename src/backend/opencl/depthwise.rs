@@ -4,8 +4,9 @@
 #![allow(clippy::too_many_arguments)]
 
 use crate::Device;
-use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::autotune::{self, Source, TuneKey};
 use crate::backend::opencl::abi::depthwise as abi;
+use crate::backend::opencl::conv::nchw_key;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
@@ -35,13 +36,14 @@ fn arg(g: &DwGeom) -> [i32; 8] {
 
 /// The autotune key of `kernel` for `g`, with one family-specific flag.
 fn key(kernel: &'static str, g: &DwGeom, extra: i64) -> TuneKey {
+    let [n, c, h, w] = nchw_key(g.n, g.c, g.h, g.w);
     TuneKey::new(
         kernel,
         &[
-            ("n", bucket(g.n)),
-            ("c", g.c as i64),
-            ("h", bucket(g.h)),
-            ("w", bucket(g.w)),
+            n,
+            c,
+            h,
+            w,
             ("k", g.k as i64),
             ("s", g.s as i64),
             ("p", g.p as i64),

@@ -144,7 +144,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
-        self.run_gemm(device, &GemmOp::new(&u, &v, &m, None, &gm), &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(&u, &v, &m, None, &gm))?);
         let k = self.wino_kernel(wm, abi::WINO_OUTPUT)?;
         let [n, f, oh, ow, th, tw] = tl.out_dims(g);
         let args = abi::WinoOutput {
@@ -222,7 +222,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
-        self.run_gemm(device, &GemmOp::new(&dm, &v, &mw, None, &gm), &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(&dm, &v, &mw, None, &gm))?);
         let k = self.wino_kernel(wm, abi::WINO_GRAD_FILTER)?;
         let args = abi::WinoGradFilter {
             F: g.f as i32,
@@ -272,13 +272,9 @@ impl ClDevice {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn bwd_winograd(
-        &self,
-        device: &Device,
-        op: &ConvBwd<'_>,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    pub(super) fn bwd_winograd(&self, device: &Device, op: &ConvBwd<'_>) -> Result<Vec<Event>> {
         let (_, w, go, gr, g) = op.parts();
+        let mut ev = Vec::new();
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
             let k = self.kernel(
@@ -295,7 +291,7 @@ impl ClDevice {
                 wr: wr.storage(),
             };
             ev.push(self.run(&k, &args, &[g.f * g.c], None)?);
-            let op = ConvFwd {
+            let flipped = ConvFwd {
                 x: go,
                 w: &wr,
                 bias: None,
@@ -303,8 +299,9 @@ impl ClDevice {
                 g: &g.grad_x_as_conv(),
                 relu: false,
             };
-            ev.extend(self.fwd_winograd(device, &op)?);
+            ev.extend(self.fwd_winograd(device, &flipped)?);
         }
-        self.wino_grad_w(device, op, ev)
+        self.wino_grad_w(device, op, &mut ev)?;
+        Ok(ev)
     }
 }
