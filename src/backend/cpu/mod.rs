@@ -159,6 +159,22 @@ pub(crate) mod host {
         Ok(bytemuck::cast_slice::<u32, f32>(&access::read(t)?[..])[..t.numel()].to_vec())
     }
 
+    /// Calls `f(p, a, b)` for each of `planes` planes and each pixel (a, b) of an `oh`×`ow` output plane.
+    pub(crate) fn each_pixel(
+        planes: usize,
+        oh: usize,
+        ow: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        for p in 0..planes {
+            for a in 0..oh {
+                for b in 0..ow {
+                    f(p, a, b);
+                }
+            }
+        }
+    }
+
     /// Writes `v` over the start of tensor `t`'s storage.
     pub(crate) fn write_pod<T: bytemuck::Pod>(t: &Tensor, v: &[T]) -> Result<()> {
         t.device()

@@ -1,7 +1,7 @@
 //! Reference data movement in plain Rust.
 
 use crate::backend::cpu::CpuDevice;
-use crate::backend::cpu::host::write_pod;
+use crate::backend::cpu::host::{each_pixel, write_pod};
 use crate::contract::ShapeKernels;
 use crate::contract::reduce::Ori;
 use crate::contract::shape::{Block, Pad, TopK};
@@ -124,26 +124,22 @@ impl ShapeKernels for CpuDevice {
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
         let mut d = crate::tensor::host_vec(dst.numel(), 0f32)?;
-        for p in 0..planes {
-            for a in 0..oh {
-                for b in 0..ow {
-                    let (hs, ws) = (
-                        pad_src(a as isize - top as isize, h, reflect),
-                        pad_src(b as isize - left as isize, w, reflect),
-                    );
-                    let (Some(hh), Some(ww)) = (hs, ws) else {
-                        continue;
-                    };
-                    let (xi, yi) = ((p * h + hh) * w + ww, (p * oh + a) * ow + b);
-                    if back {
-                        // The reference scatters (the kernel gathers), so the two are checked against each other.
-                        d[xi] += s[yi];
-                    } else {
-                        d[yi] = s[xi];
-                    }
-                }
+        each_pixel(planes, oh, ow, |p, a, b| {
+            let (hs, ws) = (
+                pad_src(a as isize - top as isize, h, reflect),
+                pad_src(b as isize - left as isize, w, reflect),
+            );
+            let (Some(hh), Some(ww)) = (hs, ws) else {
+                return;
+            };
+            let (xi, yi) = ((p * h + hh) * w + ww, (p * oh + a) * ow + b);
+            if back {
+                // The reference scatters (the kernel gathers), so the two are checked against each other.
+                d[xi] += s[yi];
+            } else {
+                d[yi] = s[xi];
             }
-        }
+        });
         write_pod(dst, &d)
     }
 }
