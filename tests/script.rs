@@ -103,7 +103,8 @@ fn every_limit_is_enforced() {
     );
     assert_eq!(r.error.map(|e| e.kind), Some("limit".into()));
     // A limit the script passes names the setting in its error.
-    let over: [(&str, fn(&mut Limits), &str); 2] = [
+    type SetLimit = fn(&mut Limits);
+    let over: [(&str, SetLimit, &str); 2] = [
         (
             "zeros([1000, 1000])",
             |l| l.max_tensor_elements = 10_000,

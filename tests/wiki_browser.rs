@@ -176,7 +176,7 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
 
 #[test]
 fn browser_navigates_toggles_theme_and_searches() {
-    let Some((_driver, s, base)) = browse(|| start_wiki()) else {
+    let Some((_driver, s, base)) = browse(start_wiki) else {
         return;
     };
 
@@ -409,7 +409,7 @@ fn browser_navigates_toggles_theme_and_searches() {
 
 #[test]
 fn browser_layout_fits_a_phone_and_a_desktop() {
-    let Some((_driver, s, base)) = browse(|| start_wiki()) else {
+    let Some((_driver, s, base)) = browse(start_wiki) else {
         return;
     };
     let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
