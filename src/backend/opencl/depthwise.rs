@@ -3,11 +3,13 @@
 
 #![allow(clippy::too_many_arguments)]
 
+use std::sync::Arc;
+
 use crate::Device;
 use crate::autotune::{self, Source, TuneKey};
 use crate::backend::opencl::abi::depthwise as abi;
 use crate::backend::opencl::conv::nchw_key;
-use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::program::{ClKernel, Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
 use crate::error::{Error, Result};
@@ -165,11 +167,7 @@ impl ClDevice {
                 self.run(&kern, &args, &[items], Some(&[128]))
             }
             DwAlgo::Local => {
-                let kern = self.kernel(
-                    abi::FAMILY,
-                    &Defines::new().set("KS", g.k).set("SS", g.s),
-                    abi::DW_FWD_LOCAL,
-                )?;
+                let kern = self.dw_local_kernel(g, abi::DW_FWD_LOCAL)?;
                 self.run(
                     &kern,
                     &args,
@@ -178,11 +176,7 @@ impl ClDevice {
                 )
             }
             DwAlgo::Rows => {
-                let kern = self.kernel(
-                    abi::FAMILY,
-                    &Defines::new().set("RK", g.k).set("RS", g.s),
-                    abi::DW_FWD_ROWS,
-                )?;
+                let kern = self.dw_rows_kernel(g, abi::DW_FWD_ROWS)?;
                 self.run(&kern, &args_k, &[g.n * g.c * g.oh], None)
             }
             DwAlgo::Tile => {
@@ -194,6 +188,18 @@ impl ClDevice {
                 self.run(&kern, &args_k, &[out.numel()], Some(&[64]))
             }
         }
+    }
+
+    /// The local-memory kernel `name`, built for the filter size and stride of `g` (`KS`, `SS`).
+    fn dw_local_kernel(&self, g: &DwGeom, name: &str) -> Result<Arc<ClKernel>> {
+        let d = Defines::new().set("KS", g.k).set("SS", g.s);
+        self.kernel(abi::FAMILY, &d, name)
+    }
+
+    /// The row kernel `name`, built for the filter size and stride of `g` (`RK`, `RS`).
+    fn dw_rows_kernel(&self, g: &DwGeom, name: &str) -> Result<Arc<ClKernel>> {
+        let d = Defines::new().set("RK", g.k).set("RS", g.s);
+        self.kernel(abi::FAMILY, &d, name)
     }
 
     fn dw_candidates(&self, g: &DwGeom) -> Vec<DwAlgo> {
@@ -286,11 +292,7 @@ impl ClDevice {
                     ev.push(self.run(&kern, &plain, &[g.n * g.c * g.h], None)?);
                 }
                 _ if matches!(a, DwAlgo::Rows | DwAlgo::Local) || a.walks_rows() => {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        abi::DW_BWD_X_ROWS,
-                    )?;
+                    let kern = self.dw_rows_kernel(g, abi::DW_BWD_X_ROWS)?;
                     ev.push(self.run(&kern, &with_k, &[g.n * g.c * g.h], None)?);
                 }
                 _ => {
@@ -332,11 +334,7 @@ impl ClDevice {
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
                 let (bands_per, rows) = (bands_per as i32, rows as i32);
                 if a == DwAlgo::Local && self.dw_local_ok(g) {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("KS", g.k).set("SS", g.s),
-                        abi::DW_BWD_WEIGHT_LOCAL,
-                    )?;
+                    let kern = self.dw_local_kernel(g, abi::DW_BWD_WEIGHT_LOCAL)?;
                     let args = abi::DwBwdWeightLocal {
                         g: arg(g),
                         bands_per,
@@ -347,11 +345,7 @@ impl ClDevice {
                     };
                     ev.push(self.run(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 } else {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        abi::DW_BWD_W_ROWS,
-                    )?;
+                    let kern = self.dw_rows_kernel(g, abi::DW_BWD_W_ROWS)?;
                     let args = abi::DwBwdWRows {
                         g: arg(g),
                         K: k,
