@@ -141,6 +141,11 @@ enum TuneAction {
     },
 }
 
+/// Prints `v` as pretty JSON on standard output.
+fn print_json(v: &impl serde::Serialize) {
+    println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+}
+
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -285,10 +290,7 @@ fn devices(selector: Option<&str>, json: bool) -> netcl::Result<()> {
     };
     let list = netcl::list_devices()?;
     if json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&list).unwrap_or_default()
-        );
+        print_json(&list);
         return Ok(());
     }
     let default = chosen.or_else(|| Device::select(None).map(|d| d.info().index).ok());
@@ -460,10 +462,7 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
         TuneAction::List { json } => {
             let snap = autotune::cache_snapshot()?;
             if json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&snap).unwrap_or_default()
-                );
+                print_json(&snap);
                 return Ok(());
             }
             println!(
@@ -569,7 +568,7 @@ fn run_file(
     let r = netcl::script::run_with_inputs(&device, &code, &limits, inputs, progress);
     watchdog.disarm();
     if json {
-        println!("{}", serde_json::to_string_pretty(&r).unwrap_or_default());
+        print_json(&r);
     } else {
         for o in &r.outputs {
             match o {

@@ -3,6 +3,8 @@
 //! its throughput after warm-up when its output is not a terminal, and `tune warm` measures once and then answers
 //! from the cache.
 
+mod common;
+
 use std::process::{Command, Stdio};
 
 fn netcl() -> Command {
@@ -51,17 +53,12 @@ fn listings_end_quietly_when_the_reader_goes_away() {
 fn export_finds_the_documentation_from_another_directory() {
     let cwd = scratch("cwd");
     let out_dir = cwd.join("site");
-    let out = netcl()
-        .arg("export")
-        .arg(&out_dir)
-        .current_dir(&cwd)
-        .env_remove("NETCL_WIKI_CONTENT")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    common::output_ok(
+        netcl()
+            .arg("export")
+            .arg(&out_dir)
+            .current_dir(&cwd)
+            .env_remove("NETCL_WIKI_CONTENT"),
     );
     assert!(out_dir.join("api/ops/index.html").is_file());
     let missing = netcl()

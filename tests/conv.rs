@@ -64,38 +64,34 @@ fn direct_and_im2col_on_random_shapes() {
     }
 }
 
-#[test]
-fn winograd_on_odd_sizes_and_paddings() {
+/// Checks `algo` with a K×K filter on each (n, c, h, w, filters, padding) of `cases`, fusing ReLU into case
+/// `relu_case`; case i is seeded `seed + i`.
+fn odd_sizes(algo: ConvAlgo, k: usize, relu_case: usize, seed: u64, cases: &[[usize; 6]]) {
     let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f, p)) in [
-        (1, 3, 7, 9, 5, 1),
-        (2, 17, 6, 5, 9, 0),
-        (1, 4, 5, 5, 3, 2),
-        (3, 8, 10, 11, 16, 1),
-    ]
-    .iter()
-    .enumerate()
-    {
+    for (i, &[n, c, h, w, f, p]) in cases.iter().enumerate() {
         let o = Conv2dOptions::new()
             .padding(p)
-            .algo(ConvAlgo::Winograd)
-            .fuse_relu(i == 1);
-        check(&dev, [n, c, h, w], f, [3, 3], &o, 100 + i as u64);
+            .algo(algo)
+            .fuse_relu(i == relu_case);
+        check(&dev, [n, c, h, w], f, [k, k], &o, seed + i as u64);
     }
 }
 
 #[test]
-fn pointwise_on_odd_sizes() {
-    let Some(dev) = opencl_device() else { return };
-    for (i, &(n, c, h, w, f)) in [(1, 3, 7, 9, 5), (3, 33, 5, 5, 17), (2, 8, 1, 1, 70)]
-        .iter()
-        .enumerate()
-    {
-        let o = Conv2dOptions::new()
-            .algo(ConvAlgo::Pointwise)
-            .fuse_relu(i == 0);
-        check(&dev, [n, c, h, w], f, [1, 1], &o, 200 + i as u64);
-    }
+fn winograd_and_pointwise_on_odd_sizes_and_paddings() {
+    let winograd = [
+        [1, 3, 7, 9, 5, 1],
+        [2, 17, 6, 5, 9, 0],
+        [1, 4, 5, 5, 3, 2],
+        [3, 8, 10, 11, 16, 1],
+    ];
+    odd_sizes(ConvAlgo::Winograd, 3, 1, 100, &winograd);
+    let pointwise = [
+        [1, 3, 7, 9, 5, 0],
+        [3, 33, 5, 5, 17, 0],
+        [2, 8, 1, 1, 70, 0],
+    ];
+    odd_sizes(ConvAlgo::Pointwise, 1, 0, 200, &pointwise);
 }
 
 #[test]
@@ -273,13 +269,7 @@ fn winograd_tile_sizes() {
 #[ignore = "run by winograd_tile_sizes with NETCL_AUTOTUNE_FORCE set"]
 fn winograd_tile_child() {
     let dev = opencl_device().expect("an OpenCL device");
-    let want = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
-    let forced = |kernel: &str| {
-        want.split(';')
-            .find_map(|e| e.strip_prefix(&format!("{kernel}=")))
-            .unwrap()
-            .to_owned()
-    };
+    let forced = |kernel: &str| common::forced_label(kernel).unwrap();
     let (tile, layout) = (forced("wino_tile"), forced("wino_grad_w_layout"));
     if tile != "2" && tile != "4" {
         // A label that is not a candidate: a clear error naming the candidates, and no output.

@@ -126,13 +126,19 @@ fn every_algorithm_on_odd_shapes() {
     }
 }
 
-#[test]
-fn block_algorithms_reject_large_filters() {
-    let Some(dev) = opencl_device() else {
-        return;
-    };
+/// The device with zero input (1, 2, 20, 20) and a 9×9 depthwise filter, beyond the K ≤ 7 algorithms.
+fn large_filter() -> Option<(Device, Tensor, Tensor)> {
+    let dev = opencl_device()?;
     let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
     let w = Tensor::zeros(&dev, &[2, 1, 9, 9]).unwrap();
+    Some((dev, x, w))
+}
+
+#[test]
+fn block_algorithms_reject_large_filters() {
+    let Some((dev, x, w)) = large_filter() else {
+        return;
+    };
     // Every block algorithm: the last six of ALL.
     for algo in ALL[4..].iter().copied() {
         let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(algo)).unwrap_err();
@@ -152,11 +158,9 @@ fn block_algorithms_reject_large_filters() {
 
 #[test]
 fn local_rejects_large_filters_and_strides() {
-    let Some(dev) = opencl_device() else {
+    let Some((_, x, w)) = large_filter() else {
         return;
     };
-    let x = Tensor::zeros(&dev, &[1, 2, 20, 20]).unwrap();
-    let w = Tensor::zeros(&dev, &[2, 1, 9, 9]).unwrap();
     let e = ops::depthwise_conv2d_algo(&x, &w, None, 1, 0, Some(DwAlgo::Local)).unwrap_err();
     assert!(e.to_string().contains("K ≤ 7"), "{e}");
     // Every other algorithm handles it.
@@ -253,13 +257,7 @@ fn backward_kernel_variants() {
 #[ignore = "run by backward_kernel_variants with NETCL_AUTOTUNE_FORCE set"]
 fn backward_variant_child() {
     let dev = opencl_device().expect("an OpenCL device");
-    let force = std::env::var("NETCL_AUTOTUNE_FORCE").unwrap();
-    let label = |kernel: &str| {
-        force.split(';').find_map(|e| {
-            let (k, l) = e.split_once('=')?;
-            (k == kernel).then(|| l.to_owned())
-        })
-    };
+    let label = common::forced_label;
     let gather = label("dwconv_bwd_x_s2").unwrap();
     if gather == "3x3" {
         let x = Tensor::zeros(&dev, &[1, 2, 9, 9]).unwrap();

@@ -277,24 +277,16 @@ fn a_missing_entry_and_an_unknown_name_are_reported() {
     let page = "## Symbols\n\n| Item | Kind |\n|---|---|\n| `Tensor` | struct |\n| `NoSuchThing` | fn |\n\n\
                 See `tensor::Tensor`, `netcl::tensor::Vanished` and `Tensor::reshape`.\n";
     let problems = page_problems("tensor", page, &all);
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.contains("`NoSuchThing` is not an item")),
-        "{problems:?}"
-    );
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.contains("`tensor::Vanished` names no item")),
-        "{problems:?}"
-    );
-    assert!(
-        problems
-            .iter()
-            .any(|p| p.contains("public item `DType` has no symbol-table row")),
-        "{problems:?}"
-    );
+    for want in [
+        "`NoSuchThing` is not an item",
+        "`tensor::Vanished` names no item",
+        "public item `DType` has no symbol-table row",
+    ] {
+        assert!(
+            problems.iter().any(|p| p.contains(want)),
+            "{want}: {problems:?}"
+        );
+    }
     assert!(
         !problems.iter().any(|p| p.contains("`Tensor` has no")),
         "{problems:?}"

@@ -53,8 +53,8 @@ fn post(body: Vec<u8>) -> (u16, serde_json::Value) {
 
 /// Rhai-ish code: fragments of the playground's language glued at random.
 fn code() -> impl Strategy<Value = String> {
-    let piece = prop_oneof![
-        prop::sample::select(vec![
+    glued(
+        vec![
             "ones([",
             "rand([",
             "randn([",
@@ -82,11 +82,10 @@ fn code() -> impl Strategy<Value = String> {
             "}",
             "sum_all(",
             "softmax(",
-        ])
-        .prop_map(String::from),
+        ],
         "[a-z0-9_ ]{0,8}",
-    ];
-    prop::collection::vec(piece, 0..24).prop_map(|v| v.concat())
+        24,
+    )
 }
 
 proptest! {
@@ -126,10 +125,20 @@ fn content() -> &'static Content {
     CONTENT.get_or_init(|| Content::load(&wiki_support::content_dir()).unwrap())
 }
 
+/// Up to `max` pieces glued together, each one of `tokens` or a match of the regex `free`.
+fn glued(
+    tokens: Vec<&'static str>,
+    free: &'static str,
+    max: usize,
+) -> impl Strategy<Value = String> {
+    let piece = prop_oneof![prop::sample::select(tokens).prop_map(String::from), free];
+    prop::collection::vec(piece, 0..max).prop_map(|v| v.concat())
+}
+
 /// Markdown-ish text: the syntax the renderer handles, glued at random.
 fn markdown() -> impl Strategy<Value = String> {
-    let piece = prop_oneof![
-        prop::sample::select(vec![
+    glued(
+        vec![
             "# ",
             "## ",
             "\n",
@@ -159,11 +168,10 @@ fn markdown() -> impl Strategy<Value = String> {
             "[^1]",
             "\t",
             "é🙂",
-        ])
-        .prop_map(String::from),
+        ],
         "[ -~]{0,12}",
-    ];
-    prop::collection::vec(piece, 0..40).prop_map(|v| v.concat())
+        40,
+    )
 }
 
 proptest! {

@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::config::Config;
 use serde_json::{Value, json};
-use wiki_support::{Served, TestEngine, app_with, send};
+use wiki_support::{Served, TestEngine, app_with, get_with, send};
 
 fn worker_command() -> Vec<String> {
     vec![env!("CARGO_BIN_EXE_netcl").into(), "worker".into()]
@@ -452,14 +452,7 @@ async fn cross_origin_runs_and_foreign_hosts_are_refused() {
     )
     .await;
     assert_eq!(a.status, StatusCode::MISDIRECTED_REQUEST, "{}", a.text());
-    let page = send(
-        &app,
-        Request::get("/")
-            .header("host", "evil.example")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let page = get_with(&app, "/", ("host", "evil.example")).await;
     assert_eq!(page.status, StatusCode::MISDIRECTED_REQUEST);
     // The wiki's own page, same origin: runs.
     let a = send(

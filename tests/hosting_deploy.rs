@@ -8,7 +8,7 @@ mod hosting_support;
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use hosting_support::{deploy, root, tool};
+use hosting_support::{deploy, packaged_tool, root};
 use netcl::wiki::config::Config;
 use netcl::wiki::metrics::Gauges;
 use serde_json::Value;
@@ -301,10 +301,7 @@ fn the_manifests_image_and_unit_agree_with_the_replica_config() {
 
 #[test]
 fn the_caddyfile_validates() {
-    let Some(caddy) = tool(
-        "caddy",
-        "apt-get install -y caddy; scripts/install-deps.sh --test",
-    ) else {
+    let Some(caddy) = packaged_tool("caddy") else {
         return;
     };
     let out = Command::new(caddy)

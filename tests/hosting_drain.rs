@@ -15,6 +15,16 @@ fn config(dir: &std::path::Path, text: &str) -> std::path::PathBuf {
     path
 }
 
+/// A replica started in a new scratch folder `name` with the config `text` and the shared kernel cache.
+fn start(name: &str, text: &str) -> (std::path::PathBuf, Replica) {
+    let dir = scratch(name);
+    let cfg = config(&dir, text);
+    let env = cache_env(&dir);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let server = Replica::start(&cfg, &[], &env);
+    (dir, server)
+}
+
 fn metric(text: &str, name: &str) -> Option<f64> {
     text.lines()
         .find_map(|l| l.strip_prefix(&format!("{name} ")))
@@ -23,14 +33,10 @@ fn metric(text: &str, name: &str) -> Option<f64> {
 
 #[test]
 fn sigterm_fails_readyz_at_once_and_lets_the_run_in_flight_finish() {
-    let dir = scratch("drain");
-    let cfg = config(
-        &dir,
+    let (dir, mut server) = start(
+        "drain",
         "drain_delay_ms = 1500\nshutdown_grace_ms = 10000\nsse_heartbeat_ms = 250\n",
     );
-    let env = cache_env(&dir);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut server = Replica::start(&cfg, &[], &env);
     let ready = server.wait_ready("", Duration::from_secs(90));
     assert_eq!(ready["ready"], true, "{ready}");
     assert!(
@@ -149,14 +155,10 @@ fn sigterm_fails_readyz_at_once_and_lets_the_run_in_flight_finish() {
 
 #[test]
 fn readyz_names_the_reason_when_no_worker_can_start_and_probes_skip_the_host_check() {
-    let dir = scratch("unready");
-    let cfg = config(
-        &dir,
+    let (dir, mut server) = start(
+        "unready",
         "playground_worker_command = [\"/nonexistent/netcl-worker\"]\nallowed_hosts = [\"docs.example.com\"]\n",
     );
-    let env = cache_env(&dir);
-    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-    let mut server = Replica::start(&cfg, &[], &env);
     // A probe by address, as the kubelet sends it.
     let by_ip = [("Host", "10.1.2.3:8080")];
     let start = Instant::now();

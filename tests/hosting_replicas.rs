@@ -7,6 +7,7 @@
 //! files are used as they are; only the upstream addresses in `netcl-upstream.conf` are replaced by the test's
 //! ports, and the test writes `netcl-token.conf` from `netcl-token.conf.example` with its own token.
 
+mod common;
 mod hosting_support;
 
 use std::io::{BufRead, BufReader, Write};
@@ -18,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use hosting_support::{
-    Answer, Replica, cache_env, deploy, free_port, request, scratch, stream, tool,
+    Replica, cache_env, deploy, free_port, packaged_tool, request, scratch, stream, tool,
 };
 
 /// The cookie the oauth2-proxy stand-in accepts as a signed-in reader.
@@ -216,10 +217,7 @@ const PAGES: [&str; 6] = [
 
 #[test]
 fn two_replicas_behind_nginx_answer_alike_and_one_dying_loses_only_its_in_flight_requests() {
-    let Some(nginx) = tool(
-        "nginx",
-        "apt-get install -y nginx; scripts/install-deps.sh --test",
-    ) else {
+    let Some(nginx) = packaged_tool("nginx") else {
         return;
     };
     let dir = scratch("replicas");
@@ -335,73 +333,66 @@ fn two_replicas_behind_nginx_answer_alike_and_one_dying_loses_only_its_in_flight
     let records = Arc::new(Mutex::new(Vec::<Rec>::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let t0 = Instant::now();
+    // A client thread repeats its probe (the request's name, status and whether it completed), recording
+    // each request, until stopped.
+    let client = |pause: u64, mut probe: Box<dyn FnMut() -> (String, u16, bool) + Send>| {
+        let (records, stop) = (Arc::clone(&records), Arc::clone(&stop));
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let start = t0.elapsed();
+                let (what, status, complete) = probe();
+                let end = t0.elapsed();
+                let rec = Rec {
+                    start,
+                    end,
+                    what,
+                    status,
+                    complete,
+                };
+                records.lock().unwrap().push(rec);
+                std::thread::sleep(Duration::from_millis(pause));
+            }
+        })
+    };
     let mut clients = Vec::new();
     for i in 0..3 {
-        let (records, stop, via) = (Arc::clone(&records), Arc::clone(&stop), via.clone());
-        clients.push(std::thread::spawn(move || {
-            let mut n = i;
-            while !stop.load(Ordering::Relaxed) {
+        let (via, mut n) = (via.clone(), i);
+        clients.push(client(
+            5,
+            Box::new(move || {
                 let path = PAGES[n % PAGES.len()];
                 n += 1;
-                let start = t0.elapsed();
-                let answer = request(&via, "GET", path, &[SIGNED_IN], None);
-                let (status, complete) = match &answer {
-                    Ok(a) => (a.status, !a.body.is_empty()),
+                match request(&via, "GET", path, &[SIGNED_IN], None) {
+                    Ok(a) => (format!("GET {path}"), a.status, !a.body.is_empty()),
+                    Err(_) => (format!("GET {path}"), 0, false),
+                }
+            }),
+        ));
+    }
+    let runner = via.clone();
+    clients.push(client(
+        400,
+        Box::new(move || {
+            let answer = request(&runner, "POST", "/wiki/api/run", &[SIGNED_IN], Some(SMALL));
+            let (status, complete) = match &answer {
+                Ok(a) => (a.status, a.json()["ok"] == true),
+                Err(_) => (0, false),
+            };
+            ("POST /wiki/api/run".into(), status, complete)
+        }),
+    ));
+    let streamer = via.clone();
+    clients.push(client(
+        0,
+        Box::new(move || {
+            let (status, complete) =
+                match stream(&streamer, "/wiki/api/run/stream", &[SIGNED_IN], PACED) {
+                    Ok((s, lines)) => (s, lines.iter().any(|(_, l)| l == "event: result")),
                     Err(_) => (0, false),
                 };
-                records.lock().unwrap().push(Rec {
-                    start,
-                    end: t0.elapsed(),
-                    what: format!("GET {path}"),
-                    status,
-                    complete,
-                });
-                std::thread::sleep(Duration::from_millis(5));
-            }
-        }));
-    }
-    {
-        let (records, stop, via) = (Arc::clone(&records), Arc::clone(&stop), via.clone());
-        clients.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let start = t0.elapsed();
-                let answer: std::io::Result<Answer> =
-                    request(&via, "POST", "/wiki/api/run", &[SIGNED_IN], Some(SMALL));
-                let (status, complete) = match &answer {
-                    Ok(a) => (a.status, a.json()["ok"] == true),
-                    Err(_) => (0, false),
-                };
-                records.lock().unwrap().push(Rec {
-                    start,
-                    end: t0.elapsed(),
-                    what: "POST /wiki/api/run".into(),
-                    status,
-                    complete,
-                });
-                std::thread::sleep(Duration::from_millis(400));
-            }
-        }));
-    }
-    {
-        let (records, stop, via) = (Arc::clone(&records), Arc::clone(&stop), via.clone());
-        clients.push(std::thread::spawn(move || {
-            while !stop.load(Ordering::Relaxed) {
-                let start = t0.elapsed();
-                let (status, complete) =
-                    match stream(&via, "/wiki/api/run/stream", &[SIGNED_IN], PACED) {
-                        Ok((s, lines)) => (s, lines.iter().any(|(_, l)| l == "event: result")),
-                        Err(_) => (0, false),
-                    };
-                records.lock().unwrap().push(Rec {
-                    start,
-                    end: t0.elapsed(),
-                    what: "POST /wiki/api/run/stream".into(),
-                    status,
-                    complete,
-                });
-            }
-        }));
-    }
+            ("POST /wiki/api/run/stream".into(), status, complete)
+        }),
+    ));
     std::thread::sleep(Duration::from_millis(2500));
     let killed_at_wall = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -476,10 +467,7 @@ fn two_replicas_behind_nginx_answer_alike_and_one_dying_loses_only_its_in_flight
 /// stands in for the real one).
 #[test]
 fn the_tls_site_config_passes_nginx_t() {
-    let Some(nginx) = tool(
-        "nginx",
-        "apt-get install -y nginx; scripts/install-deps.sh --test",
-    ) else {
+    let Some(nginx) = packaged_tool("nginx") else {
         return;
     };
     let Some(openssl) = tool("openssl", "apt-get install -y openssl") else {
@@ -488,28 +476,23 @@ fn the_tls_site_config_passes_nginx_t() {
     let dir = scratch("nginx-t");
     let conf = dir.join("conf");
     std::fs::create_dir_all(conf.join("tmp")).unwrap();
-    let made = Command::new(openssl)
-        .args([
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=docs.example.com",
-            "-keyout",
-        ])
-        .arg(dir.join("privkey.pem"))
-        .arg("-out")
-        .arg(dir.join("fullchain.pem"))
-        .output()
-        .unwrap();
-    assert!(
-        made.status.success(),
-        "{}",
-        String::from_utf8_lossy(&made.stderr)
+    common::output_ok(
+        Command::new(openssl)
+            .args([
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "1",
+                "-subj",
+                "/CN=docs.example.com",
+                "-keyout",
+            ])
+            .arg(dir.join("privkey.pem"))
+            .arg("-out")
+            .arg(dir.join("fullchain.pem")),
     );
     for file in [
         "netcl-locations.conf",

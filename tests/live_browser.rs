@@ -38,12 +38,9 @@ fn js_num(s: &Session, script: &str) -> f64 {
 
 #[test]
 fn browser_compares_devices_side_by_side_and_plots_the_loss() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_playground_wiki(120_000)) else {
         return;
     };
-    let addr = start_playground_wiki(120_000);
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
 
     // The convolution page's conv example, on every device.
     s.go(&format!("{base}/docs/concepts/convolution"));
@@ -191,25 +188,23 @@ fn browser_compares_devices_side_by_side_and_plots_the_loss() {
     s.wait_for("the training result", RUN_WAIT, || {
         js_str(&s, "var r = document.querySelector('#fit-example .run-result'); return r ? (r.getAttribute('data-state') || '') : ''") == "ok"
     });
-    let lines = js_num(
-        &s,
-        "return document.querySelectorAll('#fit-example .run-curve svg polyline').length",
-    );
+    // How many elements of the example's curve match `sel`.
+    let count = |sel: &str| {
+        js_num(
+            &s,
+            &format!("return document.querySelectorAll('#fit-example {sel}').length"),
+        )
+    };
+    let lines = count(".run-curve svg polyline");
     assert_eq!(lines, 1.0, "one line: the loss");
     let field = js_str(
         &s,
         "return document.querySelector('#fit-example .run-curve polyline').getAttribute('data-field')",
     );
     assert!(field.ends_with("loss"), "{field}");
-    let axes = js_num(
-        &s,
-        "return document.querySelectorAll('#fit-example .run-curve-axes > line:not(.tick)').length",
-    );
+    let axes = count(".run-curve-axes > line:not(.tick)");
     assert_eq!(axes, 2.0, "an x and a y axis");
-    let ticks = js_num(
-        &s,
-        "return document.querySelectorAll('#fit-example .run-curve-axes text').length",
-    );
+    let ticks = count(".run-curve-axes text");
     assert!(
         ticks >= 10.0,
         "tick labels on both axes and an axis label: {ticks}"

@@ -7,7 +7,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 use netcl::Device;
 use netcl::io::npz::read_npz;
@@ -62,14 +61,7 @@ fn a_model_saved_by_netcl_032_predicts_the_same_here() {
 
 #[test]
 fn a_model_saved_here_loads_in_netcl_032() {
-    let has_netcl = Command::new("python3")
-        .args(["-c", "import netcl, pyopencl"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !has_netcl {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
-        );
+    if !common::has_netcl() {
         return;
     }
     let dev = Device::builtin();
@@ -109,17 +101,5 @@ fn a_model_saved_here_loads_in_netcl_032() {
         ],
     )
     .expect("io");
-    let out = Command::new("python3")
-        .arg("tests/fixtures/check_netcl_loads.py")
-        .arg(&path)
-        .arg(&io)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "netcl 0.3.2 disagreed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    common::python_check_passes("tests/fixtures/check_netcl_loads.py", [&path, &io]);
 }

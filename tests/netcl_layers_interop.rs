@@ -14,7 +14,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use netcl::io::npz::{NpyArray, read_npz, write_npz};
 use netcl::nn::Module;
@@ -108,19 +107,6 @@ fn a_checkpoint_of_every_composite_layer_saved_by_netcl_predicts_the_same_here()
     }
 }
 
-fn has_netcl() -> bool {
-    let ok = Command::new("python3")
-        .args(["-c", "import netcl, pyopencl"])
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        eprintln!(
-            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
-        );
-    }
-    ok
-}
-
 fn scratch() -> PathBuf {
     let d = std::env::temp_dir().join(format!("netcl-layers-interop-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("dir");
@@ -150,23 +136,12 @@ fn write_io(path: &Path, x: &NpyArray, y: &Tensor) {
 }
 
 fn netcl_agrees(args: &[&str]) {
-    let out = Command::new("python3")
-        .arg("tests/fixtures/netcl_layers.py")
-        .args(args)
-        .output()
-        .expect("python");
-    assert!(
-        out.status.success(),
-        "netcl 0.3.2 disagreed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+    common::python_check_passes("tests/fixtures/netcl_layers.py", args);
 }
 
 #[test]
 fn model_files_and_checkpoints_saved_here_load_in_netcl_032() {
-    if !has_netcl() {
+    if !common::has_netcl() {
         return;
     }
     let dev = Device::builtin();

@@ -38,8 +38,19 @@ fn post_request(uri: &str, body: &Value) -> Request<Body> {
         .unwrap()
 }
 
+/// The response to posting `code` to `uri`, before its body is read (a stream stays open).
+async fn open(app: &Router, uri: &str, code: &str) -> axum::response::Response {
+    let request = post_request(uri, &json!({ "code": code }));
+    app.clone().oneshot(request).await.unwrap()
+}
+
 async fn post(app: &Router, uri: &str, body: &Value) -> Answer {
     send(app, post_request(uri, body)).await
+}
+
+/// `/api/run` of `code` under the requested `limits`.
+async fn run_limited(app: &Router, code: &str, limits: Value) -> Answer {
+    post(app, "/api/run", &json!({"code": code, "limits": limits})).await
 }
 
 async fn run(app: &Router, code: &str) -> Value {
@@ -86,11 +97,8 @@ async fn next_chunk(stream: &mut axum::body::BodyDataStream) -> Option<String> {
 #[tokio::test]
 async fn a_run_answers_outputs_value_timings_and_device() {
     let (app, _state) = server(|_| {});
-    let r = run(
-        &app,
-        "let a = tensor([1.0, 2.0, 3.0]);\nprint(\"hello\");\ninspect(a * 2.0, \"a2\");\nsum_all(a).item()",
-    )
-    .await;
+    let code = "let a = tensor([1.0, 2.0, 3.0]);\nprint(\"hello\");\ninspect(a * 2.0, \"a2\");\nsum_all(a).item()";
+    let r = run(&app, code).await;
     assert_eq!(r["ok"], true, "{r}");
     assert_eq!(r["value"], "6.0");
     assert_eq!(r["outputs"][0], json!({"kind": "text", "text": "hello"}));
@@ -142,76 +150,45 @@ async fn every_limit_is_enforced() {
     let body = post(&app, "/api/run", &json!({"code": "x".repeat(5000)})).await;
     assert_eq!(body.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(body.json()["error"]["kind"], "body_too_large");
-    let declared = send(
-        &app,
-        Request::post("/api/run")
-            .header("content-length", "100000")
-            .body(Body::from("x".repeat(100_000)))
-            .unwrap(),
+    let raw = |header: (&str, &str), body: Body| {
+        let request = Request::post("/api/run").header(header.0, header.1);
+        send(&app, request.body(body).unwrap())
+    };
+    let declared = raw(
+        ("content-length", "100000"),
+        Body::from("x".repeat(100_000)),
     )
     .await;
     assert_eq!(declared.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert_eq!(declared.json()["error"]["kind"], "body_too_large");
-    let bad = send(
-        &app,
-        Request::post("/api/run")
-            .header("content-type", "application/json")
-            .body(Body::from("{code"))
-            .unwrap(),
-    )
-    .await;
+    let bad = raw(("content-type", "application/json"), Body::from("{code")).await;
     assert_eq!(bad.status, StatusCode::BAD_REQUEST);
     assert_eq!(bad.json()["error"]["kind"], "bad_request");
-    let limited = |code: &str, limits: Value| json!({"code": code, "limits": limits});
-    let r = post(
-        &app,
-        "/api/run",
-        &limited(
-            "let i = 0; loop { i += 1; }",
-            json!({"max_operations": 1000}),
+    // Each limit stops its run; the elements limits are named in the message.
+    let loop_forever = "let i = 0; loop { i += 1; }";
+    let many_tensors = "for i in 0..10 { let t = zeros([100]); }";
+    for (code, limits, named) in [
+        (loop_forever, json!({"max_operations": 1000}), None),
+        (
+            "zeros([100, 100])",
+            json!({"max_tensor_elements": 1000}),
+            Some("max_tensor_elements"),
         ),
-    )
-    .await
-    .json();
-    assert_eq!(r["error"]["kind"], "limit", "{r}");
-    let r = post(
-        &app,
-        "/api/run",
-        &limited("zeros([100, 100])", json!({"max_tensor_elements": 1000})),
-    )
-    .await
-    .json();
-    assert_eq!(r["error"]["kind"], "limit");
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_tensor_elements")
-    );
-    let r = post(
-        &app,
-        "/api/run",
-        &limited(
-            "for i in 0..10 { let t = zeros([100]); }",
+        (
+            many_tensors,
             json!({"max_run_elements": 500}),
+            Some("max_run_elements"),
         ),
-    )
-    .await
-    .json();
-    assert!(
-        r["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("max_run_elements"),
-        "{r}"
-    );
-    let r = post(
+    ] {
+        let r = run_limited(&app, code, limits).await.json();
+        assert_eq!(r["error"]["kind"], "limit", "{r}");
+        let message = r["error"]["message"].as_str().unwrap_or_default();
+        assert!(named.is_none_or(|n| message.contains(n)), "{r}");
+    }
+    let r = run_limited(
         &app,
-        "/api/run",
-        &limited(
-            "for i in 0..100 { print(\"line of output\"); }",
-            json!({"max_output_bytes": 300}),
-        ),
+        "for i in 0..100 { print(\"line of output\"); }",
+        json!({"max_output_bytes": 300}),
     )
     .await
     .json();
@@ -223,12 +200,7 @@ async fn every_limit_is_enforced() {
         "{last}"
     );
     // A request cannot raise a limit above the server's.
-    let r = post(
-        &app,
-        "/api/run",
-        &limited("1", json!({"max_operations": u64::MAX})),
-    )
-    .await;
+    let r = run_limited(&app, "1", json!({"max_operations": u64::MAX})).await;
     assert_eq!(r.status, StatusCode::OK);
 }
 
@@ -292,14 +264,7 @@ async fn a_full_queue_answers_busy_and_a_run_can_be_cancelled() {
         c.playground_queue = 0;
         c.playground_limits.max_operations = u64::MAX;
     });
-    let response = app
-        .clone()
-        .oneshot(post_request(
-            "/api/run/stream",
-            &json!({"code": "let i = 0;\nloop { i += 1; }"}),
-        ))
-        .await
-        .unwrap();
+    let response = open(&app, "/api/run/stream", "let i = 0;\nloop { i += 1; }").await;
     assert_eq!(response.headers()["content-type"], "text/event-stream");
     let mut stream = response.into_body().into_data_stream();
     let first = next_chunk(&mut stream).await.unwrap();
@@ -332,14 +297,7 @@ async fn a_full_queue_answers_busy_and_a_run_can_be_cancelled() {
 #[tokio::test]
 async fn closing_the_stream_stops_the_run() {
     let (app, state) = server(|c| c.playground_limits.max_operations = u64::MAX);
-    let response = app
-        .clone()
-        .oneshot(post_request(
-            "/api/run?stream=1",
-            &json!({"code": "loop { }"}),
-        ))
-        .await
-        .unwrap();
+    let response = open(&app, "/api/run?stream=1", "loop { }").await;
     let mut stream = response.into_body().into_data_stream();
     next_chunk(&mut stream).await.unwrap();
     let pool = state.playground().unwrap().pool();

@@ -32,6 +32,33 @@ fn loaders(seed: u64) -> (DataLoader, DataLoader) {
     (train, test)
 }
 
+/// Every parameter's values, in order.
+fn weights(model: &dyn Module) -> Vec<Vec<f32>> {
+    model
+        .parameters()
+        .iter()
+        .map(|p| p.value().to_vec().expect("r"))
+        .collect()
+}
+
+/// `fit` without validation data, with the default options and no progress callback.
+fn fit_plain(
+    model: &mut netcl::nn::Sequential,
+    opt: &mut Optimizer,
+    dev: &Device,
+    train: &DataLoader,
+) -> netcl::Result<Vec<netcl::train::EpochMetrics>> {
+    fit(
+        model,
+        opt,
+        dev,
+        train,
+        None,
+        &FitOptions::default(),
+        &mut |_| {},
+    )
+}
+
 #[test]
 fn a_small_cnn_learns_the_digits() {
     let dev = common::opencl_device().unwrap_or_else(Device::builtin);
@@ -93,16 +120,7 @@ fn checkpoints_restore_the_optimizer() {
     let mut model = build_sequential(&dev, &preset("example_mlp", 1, 8, 10).expect("preset"), 3)
         .expect("model");
     let mut opt = Optimizer::adamw(model.parameters(), 0.01, 0.01).expect("adamw");
-    fit(
-        &mut model,
-        &mut opt,
-        &dev,
-        &train,
-        None,
-        &FitOptions::default(),
-        &mut |_| {},
-    )
-    .expect("fit");
+    fit_plain(&mut model, &mut opt, &dev, &train).expect("fit");
     let path = std::env::temp_dir().join(format!("netcl-ckpt-{}.npz", std::process::id()));
     netcl::io::save_checkpoint(&model, &opt, &path).expect("save");
     let (mut m2, state) = netcl::io::load_checkpoint(&dev, &path).expect("load");
@@ -120,16 +138,8 @@ fn checkpoints_restore_the_optimizer() {
         o.step().expect("step");
         o.zero_grad();
     }
-    let w1: Vec<Vec<f32>> = model
-        .parameters()
-        .iter()
-        .map(|p| p.value().to_vec().expect("r"))
-        .collect();
-    let w2: Vec<Vec<f32>> = m2
-        .parameters()
-        .iter()
-        .map(|p| p.value().to_vec().expect("r"))
-        .collect();
+    let w1 = weights(&model);
+    let w2 = weights(&m2);
     assert_eq!(w1, w2);
 }
 
@@ -205,29 +215,12 @@ fn bad_models_and_files_are_clear_errors() {
     let e = netcl::io::load_model(&dev, &misshapen).expect_err("misshapen tensor");
     assert!(e.to_string().contains("0:weight"), "{e}");
     // Out-of-range labels stop training with a clear error and change nothing.
-    let before: Vec<Vec<f32>> = model
-        .parameters()
-        .iter()
-        .map(|p| p.value().to_vec().expect("r"))
-        .collect();
+    let before = weights(&model);
     let bad = netcl::data::InMemory::new(vec![0.0; 2 * 64], &[1, 8, 8], vec![3, 12]).expect("data");
     let loader = DataLoader::new(Arc::new(bad), 2).expect("loader");
     let mut opt = Optimizer::sgd(model.parameters(), 0.1, 0.0, 0.0).expect("sgd");
-    let e = fit(
-        &mut model,
-        &mut opt,
-        &dev,
-        &loader,
-        None,
-        &FitOptions::default(),
-        &mut |_| {},
-    )
-    .expect_err("label 12");
+    let e = fit_plain(&mut model, &mut opt, &dev, &loader).expect_err("label 12");
     assert!(e.to_string().contains("label 12"), "{e}");
-    let after: Vec<Vec<f32>> = model
-        .parameters()
-        .iter()
-        .map(|p| p.value().to_vec().expect("r"))
-        .collect();
+    let after = weights(&model);
     assert_eq!(before, after);
 }

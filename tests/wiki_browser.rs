@@ -15,12 +15,9 @@ use wiki_support::{content_dir, scratch};
 
 #[test]
 fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_playground_wiki(30_000)) else {
         return;
     };
-    let addr = start_playground_wiki(30_000);
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
     let block = ".code-block[data-runnable='true']";
 
     // The autotune page's pointwise-convolution example runs and shows its output, decision table, timings and
@@ -179,12 +176,9 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
 
 #[test]
 fn browser_navigates_toggles_theme_and_searches() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(start_wiki) else {
         return;
     };
-    let addr = start_wiki();
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
 
     // A page loads with its layout.
     s.go(&format!("{base}/docs/quickstart"));
@@ -244,12 +238,7 @@ fn browser_navigates_toggles_theme_and_searches() {
         s.js("return document.activeElement.id"),
         json!("search-input")
     );
-    let input = s.find("#search-input");
-    s.call(
-        "POST",
-        &format!("/element/{input}/value"),
-        Some(json!({"text": "autotune cache"})),
-    );
+    s.type_into("#search-input", "autotune cache");
     s.wait_until("search results", || {
         s.js("return document.querySelectorAll('#search-results a').length")
             .as_u64()
@@ -274,12 +263,7 @@ fn browser_navigates_toggles_theme_and_searches() {
         s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length"),
         json!(2)
     );
-    let filter = s.find("#autotune-filter");
-    s.call(
-        "POST",
-        &format!("/element/{filter}/value"),
-        Some(json!({"text": "reduce"})),
-    );
+    s.type_into("#autotune-filter", "reduce");
     s.wait_until("the client-side filter", || {
         s.js("return document.querySelectorAll('.tune-entry:not([hidden])').length") == json!(1)
     });
@@ -338,12 +322,7 @@ fn browser_navigates_toggles_theme_and_searches() {
     });
     assert_eq!(s.text("article h1"), "Device");
     s.keys(&["/"]);
-    let input = s.find("#search-input");
-    s.call(
-        "POST",
-        &format!("/element/{input}/value"),
-        Some(json!({"text": "autotune"})),
-    );
+    s.type_into("#search-input", "autotune");
     s.wait_until("offline search results", || {
         s.js("var a = document.querySelector('#search-results a'); return a ? a.getAttribute('href') : ''")
             .as_str()
@@ -430,12 +409,9 @@ fn browser_navigates_toggles_theme_and_searches() {
 
 #[test]
 fn browser_layout_fits_a_phone_and_a_desktop() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(start_wiki) else {
         return;
     };
-    let addr = start_wiki();
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    let base = format!("http://{addr}");
     let content = netcl::wiki::content::Content::load(&content_dir()).unwrap();
     let mut routes: Vec<String> = content
         .ordered()

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use netcl::wiki::content::Content;
-use wiki_support::{FailingEngine, SlowEngine, TestEngine, app, app_with, content_dir, get, send};
+use wiki_support::{
+    FailingEngine, SlowEngine, TestEngine, app, app_with, content_dir, get, get_with, send,
+};
 
 /// Whether `html` holds `text` HTML-escaped (askama writes `&#60;`, the Markdown renderer `&lt;`).
 fn has_escaped(html: &str, text: &str) -> bool {
@@ -29,6 +31,13 @@ fn assert_secure(answer: &wiki_support::Answer) {
     assert!(!csp.contains("unsafe-inline"), "csp: {csp}");
     assert_eq!(answer.header("x-content-type-options"), "nosniff");
     assert!(!answer.header("referrer-policy").is_empty());
+}
+
+/// `GET uri`, which must answer 200.
+async fn get_ok(app: &axum::Router, uri: &str) -> wiki_support::Answer {
+    let answer = get(app, uri).await;
+    assert_eq!(answer.status, StatusCode::OK, "{uri}");
+    answer
 }
 
 #[tokio::test]
@@ -83,16 +92,16 @@ async fn pages_have_toc_breadcrumbs_prev_next_and_rendered_features() {
     assert!(html.contains("<math>"), "inline math is MathML");
     assert!(html.contains("class=\"copy-btn\""));
     let overview = get(&app, "/docs/architecture/overview").await.text();
-    assert!(
-        overview.contains("<figure class=\"diagram\"><svg"),
-        "inline svg diagram"
-    );
-    assert!(
-        overview.contains("src=\"/docs/architecture/modules.svg\""),
-        "svg image link rewritten"
-    );
-    let svg = get(&app, "/docs/architecture/modules.svg").await;
-    assert_eq!(svg.status, StatusCode::OK);
+    for (want, what) in [
+        ("<figure class=\"diagram\"><svg", "inline svg diagram"),
+        (
+            "src=\"/docs/architecture/modules.svg\"",
+            "svg image link rewritten",
+        ),
+    ] {
+        assert!(overview.contains(want), "{what}");
+    }
+    let svg = get_ok(&app, "/docs/architecture/modules.svg").await;
     assert_eq!(svg.header("content-type"), "image/svg+xml");
     let quickstart = get(&app, "/docs/quickstart").await.text();
     assert!(quickstart.contains("<div class=\"admonition tip\""));
@@ -113,8 +122,7 @@ async fn static_assets_llms_health_and_metrics() {
         assert!(answer.header("content-type").starts_with(ty), "{path}");
         assert!(answer.header("cache-control").contains("max-age"), "{path}");
     }
-    let llms = get(&app, "/llms.txt").await;
-    assert_eq!(llms.status, StatusCode::OK);
+    let llms = get_ok(&app, "/llms.txt").await;
     let llms = llms.text();
     for page in Content::load(&content_dir()).unwrap().pages.values() {
         assert!(
@@ -123,30 +131,23 @@ async fn static_assets_llms_health_and_metrics() {
             page.path
         );
     }
-    let health = get(&app, "/healthz").await;
-    assert_eq!(health.status, StatusCode::OK);
+    let health = get_ok(&app, "/healthz").await;
     assert_eq!(health.json()["status"], "ok");
     get(&app, "/docs/nope").await;
     let metrics = get(&app, "/metrics").await.text();
-    assert!(
-        metrics.contains("netcl_wiki_requests_total{route=\"page\",status=\"2xx\"}"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1"),
-        "{metrics}"
-    );
-    assert!(
-        metrics.contains("netcl_wiki_request_duration_seconds_bucket{le=\"+Inf\"}"),
-        "{metrics}"
-    );
+    for line in [
+        "netcl_wiki_requests_total{route=\"page\",status=\"2xx\"}",
+        "netcl_wiki_requests_total{route=\"not_found\",status=\"4xx\"} 1",
+        "netcl_wiki_request_duration_seconds_bucket{le=\"+Inf\"}",
+    ] {
+        assert!(metrics.contains(line), "{metrics}");
+    }
 }
 
 #[tokio::test]
 async fn search_html_and_json() {
     let app = app();
-    let api = get(&app, "/api/search?q=autotune+cache").await;
-    assert_eq!(api.status, StatusCode::OK);
+    let api = get_ok(&app, "/api/search?q=autotune+cache").await;
     let json = api.json();
     let results = json["results"].as_array().unwrap();
     assert!(!results.is_empty());
@@ -166,8 +167,7 @@ async fn search_html_and_json() {
             .any(|r| r["page"] == "concepts/device"),
         "{typo}"
     );
-    let page = get(&app, "/search?q=devices").await;
-    assert_eq!(page.status, StatusCode::OK);
+    let page = get_ok(&app, "/search?q=devices").await;
     let html = page.text();
     assert!(html.contains("result"), "{html}");
     assert!(html.contains("<mark>"), "{html}");
@@ -179,8 +179,7 @@ async fn search_html_and_json() {
 #[tokio::test]
 async fn devices_and_autotune_pages_show_engine_data() {
     let app = app();
-    let devices = get(&app, "/devices").await;
-    assert_eq!(devices.status, StatusCode::OK);
+    let devices = get_ok(&app, "/devices").await;
     let html = devices.text();
     assert!(
         has_escaped(&html, "Test <b>GPU</b>"),
@@ -223,11 +222,9 @@ async fn engine_failures_are_reported_not_fatal() {
     let api = get(&app, "/api/devices").await;
     assert_eq!(api.status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(api.json()["error"]["kind"], "engine");
-    let page = get(&app, "/devices").await;
-    assert_eq!(page.status, StatusCode::OK);
+    let page = get_ok(&app, "/devices").await;
     assert!(page.text().contains("no OpenCL platform"));
-    let tune = get(&app, "/autotune").await;
-    assert_eq!(tune.status, StatusCode::OK);
+    let tune = get_ok(&app, "/autotune").await;
     assert!(tune.text().contains("cache unreadable"));
     assert_eq!(
         get(&app, "/api/autotune").await.status,
@@ -270,8 +267,7 @@ async fn hostile_requests_get_4xx_and_escaped_output() {
         assert!(!body.contains("root:x:0"), "{uri}");
         assert!(!body.contains("[package]"), "{uri}");
     }
-    let xss = get(&app, "/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E").await;
-    assert_eq!(xss.status, StatusCode::OK);
+    let xss = get_ok(&app, "/search?q=%3Cscript%3Ealert(1)%3C%2Fscript%3E").await;
     let html = xss.text();
     assert!(!html.contains("<script>alert"), "{html}");
     assert!(has_escaped(&html, "<script>alert(1)</script>"), "{html}");
@@ -319,27 +315,13 @@ async fn hostile_requests_get_4xx_and_escaped_output() {
 #[tokio::test]
 async fn gzip_etag_and_head() {
     let app = app();
-    let gz = send(
-        &app,
-        Request::get("/docs/faq")
-            .header("accept-encoding", "gzip")
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let gz = get_with(&app, "/docs/faq", ("accept-encoding", "gzip")).await;
     assert_eq!(gz.status, StatusCode::OK);
     assert_eq!(gz.header("content-encoding"), "gzip");
     assert_eq!(&gz.body[..2], &[0x1f, 0x8b]);
     let etag = gz.header("etag");
     assert!(!etag.is_empty());
-    let again = send(
-        &app,
-        Request::get("/docs/faq")
-            .header("if-none-match", etag)
-            .body(Body::empty())
-            .unwrap(),
-    )
-    .await;
+    let again = get_with(&app, "/docs/faq", ("if-none-match", &etag)).await;
     assert_eq!(again.status, StatusCode::NOT_MODIFIED);
     assert!(again.body.is_empty());
     let head = send(
@@ -356,8 +338,7 @@ async fn base_path_prefixes_every_route_and_link() {
         c.base_path = "/wiki".into();
         c.edit_url = Some("https://example.org/edit/".into());
     });
-    let home = get(&app, "/wiki/").await;
-    assert_eq!(home.status, StatusCode::OK);
+    let home = get_ok(&app, "/wiki/").await;
     let html = home.text();
     assert!(html.contains("href=\"/wiki/docs/quickstart\""));
     assert!(html.contains("href=\"/wiki/static/site.css\""));
@@ -520,8 +501,7 @@ async fn api_pages_anchor_every_item_and_search_finds_items_first() {
 #[tokio::test]
 async fn site_chrome_details() {
     let app = app();
-    let favicon = get(&app, "/favicon.ico").await;
-    assert_eq!(favicon.status, StatusCode::OK);
+    let favicon = get_ok(&app, "/favicon.ico").await;
     assert_eq!(favicon.header("content-type"), "image/x-icon");
     let home = get(&app, "/").await.text();
     assert!(

@@ -28,7 +28,11 @@ fn matmul_sources(result: &Value) -> Vec<String> {
         .as_array()
         .into_iter()
         .flatten()
-        .filter(|d| d["kernel"].as_str().is_some_and(|k| k.starts_with("matmul")))
+        .filter(|d| {
+            d["kernel"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("matmul"))
+        })
         .map(|d| d["source"].as_str().unwrap_or("").to_owned())
         .collect()
 }
@@ -64,7 +68,10 @@ fn a_worker_measures_a_finished_job_while_idle_and_the_next_run_uses_the_winner(
     let first = result_of(&mut lines, "first");
     assert_eq!(first["ok"], true, "{first}");
     let sources = matmul_sources(&first);
-    assert!(!sources.is_empty(), "the run made a matmul decision: {first}");
+    assert!(
+        !sources.is_empty(),
+        "the run made a matmul decision: {first}"
+    );
     assert!(
         sources.iter().all(|s| s == "heuristic" || s == "database"),
         "a first run answers without measuring: {sources:?}"
@@ -87,7 +94,10 @@ fn a_worker_measures_a_finished_job_while_idle_and_the_next_run_uses_the_winner(
         }
         std::thread::sleep(Duration::from_millis(100));
     };
-    assert!(measured, "no matmul winner was stored while the worker was idle");
+    assert!(
+        measured,
+        "no matmul winner was stored while the worker was idle"
+    );
 
     send(&mut stdin, "second");
     let second = result_of(&mut lines, "second");

@@ -22,6 +22,17 @@ use crate::tensor::Tensor;
 /// The backward function of one node: output gradient → one optional gradient per parent.
 pub type BackwardFn = Box<dyn Fn(&Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync>;
 
+/// Records the op `op` of `parents` with value `value`, whose gradients `backward` maps from the output's:
+/// `Ok(Var::from_op(op, value, parents, Box::new(backward)))`.
+pub(crate) fn record(
+    op: &'static str,
+    value: Tensor,
+    parents: &[&Var],
+    backward: impl Fn(&Tensor) -> Result<Vec<Option<Tensor>>> + Send + Sync + 'static,
+) -> Result<Var> {
+    Ok(Var::from_op(op, value, parents, Box::new(backward)))
+}
+
 struct GradFn {
     op: &'static str,
     parents: Vec<Var>,

@@ -1,7 +1,7 @@
 //! Differentiable ops: each computes its value with `crate::ops` and records how to map the output gradient
 //! back to its inputs. Gradients of broadcast operands are summed back to their shapes (`reduce_to_shape`).
 
-use super::Var;
+use super::{Var, record};
 use crate::error::{Error, Result};
 use crate::ops::{self, Conv2dOptions, Pool2d, UnaryOp};
 use crate::tensor::{DType, Tensor};
@@ -19,29 +19,21 @@ fn unbroadcast(g: &Tensor, shape: &[usize]) -> Result<Tensor> {
 pub fn add(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::add(a.value(), b.value())?;
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-    Ok(Var::from_op(
-        "add",
-        out,
-        &[a, b],
-        Box::new(move |g| Ok(vec![Some(unbroadcast(g, &sa)?), Some(unbroadcast(g, &sb)?)])),
-    ))
+    record("add", out, &[a, b], move |g| {
+        Ok(vec![Some(unbroadcast(g, &sa)?), Some(unbroadcast(g, &sb)?)])
+    })
 }
 
 /// `a − b` with broadcasting.
 pub fn sub(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::sub(a.value(), b.value())?;
     let (sa, sb) = (a.shape().to_vec(), b.shape().to_vec());
-    Ok(Var::from_op(
-        "sub",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            Ok(vec![
-                Some(unbroadcast(g, &sa)?),
-                Some(unbroadcast(&ops::neg(g)?, &sb)?),
-            ])
-        }),
-    ))
+    record("sub", out, &[a, b], move |g| {
+        Ok(vec![
+            Some(unbroadcast(g, &sa)?),
+            Some(unbroadcast(&ops::neg(g)?, &sb)?),
+        ])
+    })
 }
 
 /// `a · b` elementwise with broadcasting.
@@ -49,78 +41,57 @@ pub fn mul(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::mul(a.value(), b.value())?;
     let (ta, tb) = (a.value().clone(), b.value().clone());
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    Ok(Var::from_op(
-        "mul",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = if ra {
-                Some(unbroadcast(&ops::mul(g, &tb)?, ta.shape())?)
-            } else {
-                None
-            };
-            let gb = if rb {
-                Some(unbroadcast(&ops::mul(g, &ta)?, tb.shape())?)
-            } else {
-                None
-            };
-            Ok(vec![ga, gb])
-        }),
-    ))
+    record("mul", out, &[a, b], move |g| {
+        let ga = if ra {
+            Some(unbroadcast(&ops::mul(g, &tb)?, ta.shape())?)
+        } else {
+            None
+        };
+        let gb = if rb {
+            Some(unbroadcast(&ops::mul(g, &ta)?, tb.shape())?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 /// `a / b` elementwise with broadcasting.
 pub fn div(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::div(a.value(), b.value())?;
     let (ta, tb, o) = (a.value().clone(), b.value().clone(), out.clone());
-    Ok(Var::from_op(
-        "div",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = ops::div(g, &tb)?;
-            // d(a/b)/db = −(a/b)/b
-            let gb = ops::fused("-(x0 * x1) / x2", &[g, &o, &tb])?;
-            Ok(vec![
-                Some(unbroadcast(&ga, ta.shape())?),
-                Some(unbroadcast(&gb, tb.shape())?),
-            ])
-        }),
-    ))
+    record("div", out, &[a, b], move |g| {
+        let ga = ops::div(g, &tb)?;
+        // d(a/b)/db = −(a/b)/b
+        let gb = ops::fused("-(x0 * x1) / x2", &[g, &o, &tb])?;
+        Ok(vec![
+            Some(unbroadcast(&ga, ta.shape())?),
+            Some(unbroadcast(&gb, tb.shape())?),
+        ])
+    })
 }
 
 /// `x + s`.
 pub fn add_scalar(x: &Var, s: f32) -> Result<Var> {
     let out = ops::add_scalar(x.value(), s)?;
-    Ok(Var::from_op(
-        "add_scalar",
-        out,
-        &[x],
-        Box::new(|g| Ok(vec![Some(g.clone())])),
-    ))
+    record("add_scalar", out, &[x], |g| Ok(vec![Some(g.clone())]))
 }
 
 /// `x · s`.
 pub fn mul_scalar(x: &Var, s: f32) -> Result<Var> {
     let out = ops::mul_scalar(x.value(), s)?;
-    Ok(Var::from_op(
-        "mul_scalar",
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::mul_scalar(g, s)?)])),
-    ))
+    record("mul_scalar", out, &[x], move |g| {
+        Ok(vec![Some(ops::mul_scalar(g, s)?)])
+    })
 }
 
 /// Any unary op of [`UnaryOp`] (activations, `exp`, `log`, `sqrt`, …).
 pub fn unary(op: UnaryOp, x: &Var) -> Result<Var> {
     let out = ops::unary(op, x.value())?;
     let xv = x.value().clone();
-    Ok(Var::from_op(
-        op.name(),
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::unary_backward(op, &xv, g)?)])),
-    ))
+    record(op.name(), out, &[x], move |g| {
+        Ok(vec![Some(ops::unary_backward(op, &xv, g)?)])
+    })
 }
 
 /// `max(x, 0)`.
@@ -142,17 +113,12 @@ pub fn tanh(x: &Var) -> Result<Var> {
 pub fn sum_all(x: &Var) -> Result<Var> {
     let out = ops::sum_all(x.value())?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "sum_all",
-        out,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::add(
-                &Tensor::zeros(g.device(), &shape)?,
-                g,
-            )?)])
-        }),
-    ))
+    record("sum_all", out, &[x], move |g| {
+        Ok(vec![Some(ops::add(
+            &Tensor::zeros(g.device(), &shape)?,
+            g,
+        )?)])
+    })
 }
 
 /// The mean of every element (a rank-0 result).
@@ -166,29 +132,21 @@ pub fn sum(x: &Var, axes: Option<&[isize]>, keepdims: bool) -> Result<Var> {
     let out = ops::sum(x.value(), axes, keepdims)?;
     let shape = x.shape().to_vec();
     let kept = ops::sum(x.value(), axes, true).map(|t| t.shape().to_vec())?;
-    Ok(Var::from_op(
-        "sum",
-        out,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::add(
-                &Tensor::zeros(g.device(), &shape)?,
-                &g.reshape(&kept)?,
-            )?)])
-        }),
-    ))
+    record("sum", out, &[x], move |g| {
+        Ok(vec![Some(ops::add(
+            &Tensor::zeros(g.device(), &shape)?,
+            &g.reshape(&kept)?,
+        )?)])
+    })
 }
 
 /// A view with another shape; the gradient is reshaped back.
 pub fn reshape(x: &Var, shape: &[usize]) -> Result<Var> {
     let out = x.value().reshape(shape)?;
     let orig = x.shape().to_vec();
-    Ok(Var::from_op(
-        "reshape",
-        out,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(g.reshape(&orig)?)])),
-    ))
+    record("reshape", out, &[x], move |g| {
+        Ok(vec![Some(g.reshape(&orig)?)])
+    })
 }
 
 /// `(N, …) → (N, rest)`.
@@ -205,24 +163,19 @@ pub fn matmul(a: &Var, b: &Var) -> Result<Var> {
     let out = ops::matmul(a.value(), b.value())?;
     let (ta, tb) = (a.value().clone(), b.value().clone());
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    Ok(Var::from_op(
-        "matmul",
-        out,
-        &[a, b],
-        Box::new(move |g| {
-            let ga = if ra {
-                Some(ops::matmul_t(g, &tb, false, true)?)
-            } else {
-                None
-            };
-            let gb = if rb {
-                Some(ops::matmul_t(&ta, g, true, false)?)
-            } else {
-                None
-            };
-            Ok(vec![ga, gb])
-        }),
-    ))
+    record("matmul", out, &[a, b], move |g| {
+        let ga = if ra {
+            Some(ops::matmul_t(g, &tb, false, true)?)
+        } else {
+            None
+        };
+        let gb = if rb {
+            Some(ops::matmul_t(&ta, g, true, false)?)
+        } else {
+            None
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 /// `x @ w + b` with netcl's weight layout `w` (in, out); `x` of more than two dimensions is flattened to (N, in).
@@ -242,36 +195,48 @@ pub fn linear(x: &Var, w: &Var, b: Option<&Var>) -> Result<Var> {
 /// 2-D convolution (NCHW, weights F×C/g×KH×KW) with an optional bias; `opts.fuse_relu` applies ReLU.
 pub fn conv2d(x: &Var, w: &Var, b: Option<&Var>, opts: &Conv2dOptions) -> Result<Var> {
     let out = ops::conv2d(x.value(), w.value(), b.map(Var::value), opts)?;
-    let (tx, tw, y) = (x.value().clone(), w.value().clone(), out.clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
+    let y = out.clone();
     let o = Conv2dOptions {
         fuse_relu: false,
         ..opts.clone()
     };
     let relu = opts.fuse_relu;
+    let name = if relu { "conv2d_relu" } else { "conv2d" };
+    record_conv(name, out, x, w, b, move |g, tx, tw, has_b, need_x| {
+        let g = if relu {
+            ops::unary_backward(UnaryOp::Relu, &y, g)?
+        } else {
+            g.clone()
+        };
+        ops::conv2d_backward(tx, tw, &g, has_b, need_x, &o)
+    })
+}
+
+/// Records a convolution of `x` by `w` with the optional bias `b` (its parents in that order), whose value is
+/// `out`: `grads(g, x, w, has_b, need_x)` gives the gradients of x (when needed), w and b (with a bias).
+fn record_conv(
+    name: &'static str,
+    out: Tensor,
+    x: &Var,
+    w: &Var,
+    b: Option<&Var>,
+    grads: impl Fn(&Tensor, &Tensor, &Tensor, bool, bool) -> Result<ops::Conv2dGrads>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<Var> {
+    let (tx, tw) = (x.value().clone(), w.value().clone());
+    let (need_x, has_b) = (x.requires_grad(), b.is_some());
     let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    Ok(Var::from_op(
-        if relu { "conv2d_relu" } else { "conv2d" },
-        out,
-        &parents,
-        Box::new(move |g| {
-            let g = if relu {
-                ops::unary_backward(UnaryOp::Relu, &y, g)?
-            } else {
-                g.clone()
-            };
-            let gr = ops::conv2d_backward(&tx, &tw, &g, has_b, need_x, &o)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        }),
-    ))
+    parents.extend(b);
+    record(name, out, &parents, move |g| {
+        let gr = grads(g, &tx, &tw, has_b, need_x)?;
+        let mut v = vec![gr.grad_x, Some(gr.grad_w)];
+        if has_b {
+            v.push(gr.grad_b);
+        }
+        Ok(v)
+    })
 }
 
 /// Depthwise convolution (weights C×1×K×K) with an optional bias.
@@ -283,26 +248,16 @@ pub fn depthwise_conv2d(
     pad: usize,
 ) -> Result<Var> {
     let out = ops::depthwise_conv2d(x.value(), w.value(), b.map(Var::value), stride, pad)?;
-    let (tx, tw) = (x.value().clone(), w.value().clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
-    let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    Ok(Var::from_op(
+    record_conv(
         "depthwise_conv2d",
         out,
-        &parents,
-        Box::new(move |g| {
-            let gr = ops::depthwise_conv2d_backward(&tx, &tw, g, has_b, need_x, stride, pad)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        }),
-    ))
+        x,
+        w,
+        b,
+        move |g, tx, tw, has_b, need_x| {
+            ops::depthwise_conv2d_backward(tx, tw, g, has_b, need_x, stride, pad)
+        },
+    )
 }
 
 /// Transposed convolution (weights Cin×Cout/g×KH×KW) with an optional bias.
@@ -313,27 +268,17 @@ pub fn conv_transpose2d(
     opts: &ops::ConvTranspose2dOptions,
 ) -> Result<Var> {
     let out = ops::conv_transpose2d(x.value(), w.value(), b.map(Var::value), opts)?;
-    let (tx, tw) = (x.value().clone(), w.value().clone());
-    let need_x = x.requires_grad();
-    let has_b = b.is_some();
     let o = opts.clone();
-    let mut parents = vec![x, w];
-    if let Some(b) = b {
-        parents.push(b);
-    }
-    Ok(Var::from_op(
+    record_conv(
         "conv_transpose2d",
         out,
-        &parents,
-        Box::new(move |g| {
-            let gr = ops::conv_transpose2d_backward(&tx, &tw, g, has_b, need_x, &o)?;
-            let mut v = vec![gr.grad_x, Some(gr.grad_w)];
-            if has_b {
-                v.push(gr.grad_b);
-            }
-            Ok(v)
-        }),
-    ))
+        x,
+        w,
+        b,
+        move |g, tx, tw, has_b, need_x| {
+            ops::conv_transpose2d_backward(tx, tw, g, has_b, need_x, &o)
+        },
+    )
 }
 
 /// Max pooling; the backward routes each gradient to its window's maximum.
@@ -341,43 +286,32 @@ pub fn max_pool2d(x: &Var, p: Pool2d) -> Result<Var> {
     let out = ops::max_pool2d(x.value(), p)?;
     let y = out.y.clone();
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "max_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::max_pool2d_backward(g, &out, &shape, p)?)])),
-    ))
+    record("max_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::max_pool2d_backward(g, &out, &shape, p)?)])
+    })
 }
 
 /// Average pooling (padding counted in the divisor when `count_include_pad`).
 pub fn avg_pool2d(x: &Var, p: Pool2d, count_include_pad: bool) -> Result<Var> {
     let y = ops::avg_pool2d(x.value(), p, count_include_pad)?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "avg_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::avg_pool2d_backward(
-                g,
-                &shape,
-                p,
-                count_include_pad,
-            )?)])
-        }),
-    ))
+    record("avg_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::avg_pool2d_backward(
+            g,
+            &shape,
+            p,
+            count_include_pad,
+        )?)])
+    })
 }
 
 /// The mean over each H×W plane: (N, C, H, W) → (N, C, 1, 1).
 pub fn global_avg_pool2d(x: &Var) -> Result<Var> {
     let y = ops::global_avg_pool2d(x.value())?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "global_avg_pool2d",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::global_avg_pool2d_backward(g, &shape)?)])),
-    ))
+    record("global_avg_pool2d", y, &[x], move |g| {
+        Ok(vec![Some(ops::global_avg_pool2d_backward(g, &shape)?)])
+    })
 }
 
 /// Training-mode batch normalisation: returns the output and the updated running statistics.
@@ -435,98 +369,92 @@ pub fn batch_norm2d_eval(
 
 /// Layer normalisation over the last `normalized` dimensions with scale and shift.
 pub fn layer_norm(x: &Var, normalized: usize, gamma: &Var, beta: &Var, eps: f32) -> Result<Var> {
-    let out = ops::layer_norm(
-        x.value(),
-        normalized,
-        Some(gamma.value()),
-        Some(beta.value()),
-        eps,
-    )?;
-    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    Ok(Var::from_op(
+    let (g, b) = (Some(gamma.value()), Some(beta.value()));
+    let out = ops::layer_norm(x.value(), normalized, g, b, eps)?;
+    record_norm(
         "layer_norm",
-        out.y,
-        &[x, gamma, beta],
-        Box::new(move |g| {
-            let gr = ops::layer_norm_backward(&tx, g, &stats, normalized, Some(&tg), true)?;
-            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-        }),
-    ))
+        out,
+        x,
+        gamma,
+        beta,
+        move |x, g, stats, gamma| {
+            ops::layer_norm_backward(x, g, stats, normalized, Some(gamma), true)
+        },
+    )
 }
 
 /// Group normalisation of N×C×H×W with per-channel scale and shift.
 pub fn group_norm(x: &Var, groups: usize, gamma: &Var, beta: &Var, eps: f32) -> Result<Var> {
-    let out = ops::group_norm(
-        x.value(),
-        groups,
-        Some(gamma.value()),
-        Some(beta.value()),
-        eps,
-    )?;
-    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
-    Ok(Var::from_op(
+    let (g, b) = (Some(gamma.value()), Some(beta.value()));
+    let out = ops::group_norm(x.value(), groups, g, b, eps)?;
+    record_norm(
         "group_norm",
-        out.y,
-        &[x, gamma, beta],
-        Box::new(move |g| {
-            let gr = ops::group_norm_backward(&tx, g, &stats, groups, Some(&tg), true)?;
-            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-        }),
-    ))
+        out,
+        x,
+        gamma,
+        beta,
+        move |x, g, stats, gamma| ops::group_norm_backward(x, g, stats, groups, Some(gamma), true),
+    )
+}
+
+/// Records a normalisation of `x` with scale `gamma` and shift `beta` (its parents in that order) whose
+/// forward gave `out`: `grads(x, g, out, gamma)` gives the gradients of all three.
+fn record_norm(
+    name: &'static str,
+    out: ops::NormOut,
+    x: &Var,
+    gamma: &Var,
+    beta: &Var,
+    grads: impl Fn(&Tensor, &Tensor, &ops::NormOut, &Tensor) -> Result<ops::NormGrads>
+    + Send
+    + Sync
+    + 'static,
+) -> Result<Var> {
+    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), out.clone());
+    record(name, out.y, &[x, gamma, beta], move |g| {
+        let gr = grads(&tx, g, &stats, &tg)?;
+        Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
+    })
 }
 
 /// Inverted dropout with the counter-based generator: zeroes with probability `p`, scales the rest by 1/(1−p).
 pub fn dropout(x: &Var, p: f32, seed: u64) -> Result<Var> {
     let y = ops::dropout(x.value(), p, seed)?;
-    Ok(Var::from_op(
-        "dropout",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::dropout_backward(g, p, seed)?)])),
-    ))
+    record("dropout", y, &[x], move |g| {
+        Ok(vec![Some(ops::dropout_backward(g, p, seed)?)])
+    })
 }
 
 /// Softmax along `axis`.
 pub fn softmax(x: &Var, axis: isize) -> Result<Var> {
     let y = ops::softmax(x.value(), axis)?;
     let yc = y.clone();
-    Ok(Var::from_op(
-        "softmax",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::softmax_backward(&yc, g, axis)?)])),
-    ))
+    record("softmax", y, &[x], move |g| {
+        Ok(vec![Some(ops::softmax_backward(&yc, g, axis)?)])
+    })
 }
 
 /// Log-softmax along `axis`.
 pub fn log_softmax(x: &Var, axis: isize) -> Result<Var> {
     let y = ops::log_softmax(x.value(), axis)?;
     let yc = y.clone();
-    Ok(Var::from_op(
-        "log_softmax",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::log_softmax_backward(&yc, g, axis)?)])),
-    ))
+    record("log_softmax", y, &[x], move |g| {
+        Ok(vec![Some(ops::log_softmax_backward(&yc, g, axis)?)])
+    })
 }
 
 /// Mean cross-entropy of logits (N, C) against i32 labels (N); rows labelled `ignore_index` are skipped.
 pub fn cross_entropy(logits: &Var, labels: &Tensor, ignore_index: i32) -> Result<Var> {
     let y = ops::cross_entropy(logits.value(), labels, ignore_index)?;
     let (tl, lab) = (logits.value().clone(), labels.clone());
-    Ok(Var::from_op(
-        "cross_entropy",
-        y,
-        &[logits],
-        Box::new(move |g| {
-            Ok(vec![Some(ops::cross_entropy_backward(
-                &tl,
-                &lab,
-                g,
-                ignore_index,
-            )?)])
-        }),
-    ))
+    record("cross_entropy", y, &[logits], move |g| {
+        Ok(vec![Some(ops::cross_entropy_backward(
+            &tl,
+            &lab,
+            g,
+            ignore_index,
+        )?)])
+    })
 }
 
 /// Negative log-likelihood of log-probabilities (N, C) against i32 labels: the mean of −logp[label].
@@ -542,10 +470,11 @@ pub fn nll_loss(logp: &Var, labels: &Tensor) -> Result<Var> {
     mul_scalar(&picked, -1.0 / logp.shape()[0].max(1) as f32)
 }
 
-fn same_shape(a: &Var, b: &Var, op: &str) -> Result<()> {
+/// Fails unless `b` (called `what` in op `op`'s message) has the shape of `a`.
+pub(crate) fn same_shape(a: &Var, b: &Var, op: &str, what: &str) -> Result<()> {
     if a.shape() != b.shape() {
         return Err(Error::shape_mismatch(
-            format!("{op} target"),
+            format!("{op} {what}"),
             a.shape(),
             b.shape(),
         ));
@@ -555,20 +484,20 @@ fn same_shape(a: &Var, b: &Var, op: &str) -> Result<()> {
 
 /// Mean squared error (a mean, not netcl's sum).
 pub fn mse_loss(pred: &Var, target: &Var) -> Result<Var> {
-    same_shape(pred, target, "mse_loss")?;
+    same_shape(pred, target, "mse_loss", "target")?;
     let d = sub(pred, target)?;
     mean_all(&mul(&d, &d)?)
 }
 
 /// Mean absolute error.
 pub fn l1_loss(pred: &Var, target: &Var) -> Result<Var> {
-    same_shape(pred, target, "l1_loss")?;
+    same_shape(pred, target, "l1_loss", "target")?;
     mean_all(&unary(UnaryOp::Abs, &sub(pred, target)?)?)
 }
 
 /// Mean smooth-L1 (Huber with threshold `beta`): 0.5d²/β where |d| < β, else |d| − 0.5β.
 pub fn smooth_l1_loss(pred: &Var, target: &Var, beta: f32) -> Result<Var> {
-    same_shape(pred, target, "smooth_l1_loss")?;
+    same_shape(pred, target, "smooth_l1_loss", "target")?;
     if !(beta.is_finite() && beta > 0.0) {
         return Err(Error::Invalid(format!(
             "smooth_l1_loss: beta {beta} must be finite and > 0"
@@ -599,7 +528,7 @@ pub fn smooth_l1_loss(pred: &Var, target: &Var, beta: f32) -> Result<Var> {
 
 /// Mean binary cross-entropy of probabilities `p` (clamped to [1e-7, 1 − 1e-7]) against targets in [0, 1].
 pub fn bce_loss(p: &Var, target: &Var) -> Result<Var> {
-    same_shape(p, target, "bce_loss")?;
+    same_shape(p, target, "bce_loss", "target")?;
     let (tp, tt) = (p.value().clone(), target.value().clone());
     let e = ops::fused(
         "-(x1 * log(clamp(x0, 1e-7, 1 - 1e-7)) + (1 - x1) * log(1 - clamp(x0, 1e-7, 1 - 1e-7)))",
@@ -626,7 +555,7 @@ pub fn bce_loss(p: &Var, target: &Var) -> Result<Var> {
 
 /// Mean binary cross-entropy from logits, computed stably: max(x, 0) − x·t + log(1 + e^−|x|).
 pub fn bce_with_logits_loss(x: &Var, target: &Var) -> Result<Var> {
-    same_shape(x, target, "bce_with_logits_loss")?;
+    same_shape(x, target, "bce_with_logits_loss", "target")?;
     let (tx, tt) = (x.value().clone(), target.value().clone());
     let e = ops::fused("max(x0, 0) - x0 * x1 + log1p(exp(-abs(x0)))", &[&tx, &tt])?;
     let elem = Var::from_op(

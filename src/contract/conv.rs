@@ -2,6 +2,7 @@
 
 use serde::Serialize;
 
+use crate::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -71,28 +72,16 @@ impl ConvGeom {
     }
     /// Which algorithms can compute this convolution.
     pub(crate) fn eligible(&self, algo: ConvAlgo) -> bool {
+        // Both fast paths need unit strides and one group.
+        let unit = (self.sh, self.sw, self.groups) == (1, 1, 1);
         match algo {
             ConvAlgo::Direct | ConvAlgo::Im2col => true,
             ConvAlgo::Winograd => {
-                self.kh == 3
-                    && self.kw == 3
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.dh == 1
-                    && self.dw == 1
-                    && self.groups == 1
+                unit && (self.kh, self.kw, self.dh, self.dw) == (3, 3, 1, 1)
                     && self.ph <= 2
                     && self.pw <= 2
             }
-            ConvAlgo::Pointwise => {
-                self.kh == 1
-                    && self.kw == 1
-                    && self.sh == 1
-                    && self.sw == 1
-                    && self.ph == 0
-                    && self.pw == 0
-                    && self.groups == 1
-            }
+            ConvAlgo::Pointwise => unit && (self.kh, self.kw, self.ph, self.pw) == (1, 1, 0, 0),
         }
     }
     /// The geometry of the stride-1 convolution that computes grad_x of this one (Winograd backward):
@@ -126,31 +115,35 @@ pub(crate) struct ConvGrads<'a> {
     pub gb: Option<&'a Tensor>,
 }
 
+operands! {
+    /// The operands of one forward convolution: `out = conv(x, w) + bias` of geometry `g`, ReLU applied when
+    /// `relu`.
+    ConvFwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        bias: Option<&'a Tensor>,
+        out: &'a Tensor,
+        g: &'a ConvGeom,
+        relu: bool,
+    }
+}
+
+operands! {
+    /// The operands of one backward convolution: the gradients `gr` asks for of `conv(x, w) + b` of geometry
+    /// `g`, given `go` (the gradient of the output).
+    ConvBwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        go: &'a Tensor,
+        gr: &'a ConvGrads<'a>,
+        g: &'a ConvGeom,
+    }
+}
+
 /// Device primitives of the convolution family.
 pub(crate) trait ConvKernels {
-    /// `out = conv(x, w) + bias`, optional ReLU, with a forced or measured algorithm.
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_fwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
-    /// The requested gradients of `conv(x, w) + b` given `go` (the gradient of the output).
-    #[allow(clippy::too_many_arguments)]
-    fn conv2d_bwd(
-        &self,
-        device: &crate::Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        grads: &ConvGrads<'_>,
-        g: &ConvGeom,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()>;
+    /// `op.out = conv(op.x, op.w) + op.bias`, optional ReLU, with a forced or measured algorithm.
+    fn conv2d_fwd(&self, device: &Device, op: &ConvFwd<'_>, algo: Option<ConvAlgo>) -> Result<()>;
+    /// The gradients `op.gr` asks for.
+    fn conv2d_bwd(&self, device: &Device, op: &ConvBwd<'_>, algo: Option<ConvAlgo>) -> Result<()>;
 }

@@ -89,31 +89,34 @@ impl DwGeom {
     }
 }
 
+operands! {
+    /// The operands of one forward depthwise convolution: `out = depthwise(x, w) + bias` of geometry `g`.
+    DwFwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        bias: Option<&'a Tensor>,
+        out: &'a Tensor,
+        g: &'a DwGeom,
+    }
+}
+
+operands! {
+    /// The operands of one backward depthwise convolution: grad_w into `gw` and, when `gx` is given, grad_x,
+    /// of geometry `g`, given `go` (the gradient of the output).
+    DwBwd {
+        x: &'a Tensor,
+        w: &'a Tensor,
+        go: &'a Tensor,
+        gx: Option<&'a Tensor>,
+        gw: &'a Tensor,
+        g: &'a DwGeom,
+    }
+}
+
 /// Device primitives of depthwise convolution.
 pub(crate) trait DepthwiseKernels {
-    /// `out = depthwise(x, w) + bias`.
-    #[allow(clippy::too_many_arguments)]
-    fn dw_fwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()>;
-    /// grad_x (optional) and grad_w given grad_out.
-    #[allow(clippy::too_many_arguments)]
-    fn dw_bwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()>;
+    /// `op.out = depthwise(op.x, op.w) + op.bias`, with a forced or measured algorithm.
+    fn dw_fwd(&self, device: &Device, op: &DwFwd<'_>, algo: Option<DwAlgo>) -> Result<()>;
+    /// grad_w and, when asked for, grad_x.
+    fn dw_bwd(&self, device: &Device, op: &DwBwd<'_>, algo: Option<DwAlgo>) -> Result<()>;
 }

@@ -1,5 +1,6 @@
 //! The GEMM contract: one strided, batched product descriptor ([`Gemm`]) and the primitives that run it.
 
+use crate::Device;
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -140,28 +141,23 @@ impl Gemm {
     }
 }
 
+operands! {
+    /// The operands of one product: `c = g(a, b)`, plus the bias `g` asks for.
+    GemmOp {
+        a: &'a Tensor,
+        b: &'a Tensor,
+        c: &'a Tensor,
+        bias: Option<&'a Tensor>,
+        g: &'a Gemm,
+    }
+}
+
 /// Device primitives for matrix products.
 pub(crate) trait GemmKernels {
     /// Computes `g` into `c` (every element of every `C[b]` is written).
-    fn gemm(
-        &self,
-        device: &crate::Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<()>;
+    fn gemm(&self, device: &Device, op: &GemmOp<'_>) -> Result<()>;
     /// The labels of the candidates the autotuner would measure for `g`.
     fn gemm_labels(&self, g: &Gemm) -> Vec<String>;
     /// Computes `g` with the candidate labelled `label` (bypassing the autotuner).
-    fn gemm_forced(
-        &self,
-        device: &crate::Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        g: &Gemm,
-        label: &str,
-    ) -> Result<()>;
+    fn gemm_forced(&self, device: &Device, op: &GemmOp<'_>, label: &str) -> Result<()>;
 }

@@ -5,6 +5,34 @@
 //! movement. The op front-ends in `ops/` validate, plan and call these traits; `backend/cpu` and
 //! `backend/opencl` implement them. Adding a backend means implementing this module's traits, nothing else.
 
+/// A `Copy` struct of one kernel call's borrowed operands, and its `parts()`: every field, in order, as a
+/// tuple (so a backend binds them in one line).
+macro_rules! operands {
+    ($(#[$m:meta])* $name:ident { $($f:ident: $t:ty),+ $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy)]
+        pub(crate) struct $name<'a> {
+            $(pub $f: $t),+
+        }
+
+        impl<'a> $name<'a> {
+            /// The operands, in field order.
+            #[inline]
+            #[allow(dead_code, clippy::too_many_arguments)]
+            pub(crate) fn new($($f: $t),+) -> Self {
+                Self { $($f),+ }
+            }
+
+            /// Every field, in order.
+            #[inline]
+            #[allow(clippy::type_complexity)]
+            pub(crate) fn parts(&self) -> ($($t),+) {
+                ($(self.$f),+)
+            }
+        }
+    };
+}
+
 pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod depthwise;

@@ -15,16 +15,21 @@ pub enum Upsample {
     },
 }
 
+operands! {
+    /// One upsampling pass of `mode` between the shapes `xs` (input) and `ys` (output): forward (`back` false:
+    /// `src` is x, `dst` is y) or backward (`back` true: `src` is the gradient of y, `dst` that of x).
+    Upsampling {
+        mode: Upsample,
+        xs: &'a [usize],
+        ys: &'a [usize],
+        src: &'a Tensor,
+        dst: &'a Tensor,
+        back: bool,
+    }
+}
+
 /// Device primitives for resizing.
 pub(crate) trait ResizeKernels {
-    /// Forward (`back` false: x → y) or backward (`back` true: gradient of y → gradient of x).
-    fn upsample(
-        &self,
-        mode: Upsample,
-        x_shape: &[usize],
-        y_shape: &[usize],
-        src: &Tensor,
-        dst: &Tensor,
-        back: bool,
-    ) -> Result<()>;
+    /// Runs the pass `op`.
+    fn upsample(&self, op: &Upsampling<'_>) -> Result<()>;
 }

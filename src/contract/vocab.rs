@@ -305,20 +305,24 @@ pub static RELU: OpDef = op_grad(
     "(($0)>0.0f?($g):0.0f)",
     |a, g| if a[0] > 0.0 { g } else { 0.0 },
 );
+/// `x` where `x > 0`, else `neg(a)`: the host side of the two-operand ramps (leaky ReLU, ELU).
+fn ramp(a: &[f32], neg: fn(&[f32]) -> f32) -> f32 {
+    if a[0] > 0.0 { a[0] } else { neg(a) }
+}
+
+/// The gradient `g` where `x > 0`, else `neg(a, g)`.
+fn ramp_grad(a: &[f32], g: f32, neg: fn(&[f32], f32) -> f32) -> f32 {
+    if a[0] > 0.0 { g } else { neg(a, g) }
+}
+
 /// `x > 0 ? x : slope·x`, operands `(x, slope)`
 pub static LEAKY_RELU: OpDef = op_grad(
     "leaky_relu",
     2,
     "lrelu($0,$1)",
-    |a| {
-        if a[0] > 0.0 {
-            a[0]
-        } else {
-            (a[1] as f64 * a[0] as f64) as f32
-        }
-    },
+    |a| ramp(a, |a| (a[1] as f64 * a[0] as f64) as f32),
     "(($0)>0.0f?($g):($1)*($g))",
-    |a, g| if a[0] > 0.0 { g } else { a[1] * g },
+    |a, g| ramp_grad(a, g, |a, g| a[1] * g),
 );
 /// `1 / (1 + e^−x)`
 pub static SIGMOID: OpDef = op_grad(
@@ -344,52 +348,39 @@ pub static TANH: OpDef = op_grad(
         (g as f64 * (1.0 - t * t)) as f32
     },
 );
+/// A unary op whose value is `cl($0)` in OpenCL and `f` on the host, and whose gradient is `g·grad` in
+/// OpenCL and `g·d` on the host, both taking `GLIM`'s limits at ±∞.
+macro_rules! gated_op {
+    ($name:literal; $cl:literal, $f:ident; $grad:literal, $d:ident) => {
+        op_grad(
+            $name,
+            1,
+            concat!($cl, "($0)"),
+            |a| gated(a[0], $f),
+            concat!("(isinf($0)?GLIM($0,$g):($g)*", $grad, ")"),
+            |a, g| gated_grad(a[0], g, $d),
+        )
+    };
+}
 /// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
-pub static GELU_TANH: OpDef = op_grad(
-    "gelu_tanh",
-    1,
-    "gelu_t($0)",
-    |a| gated(a[0], gelu_tanh),
-    "(isinf($0)?GLIM($0,$g):($g)*gelu_t_d($0))",
-    |a, g| gated_grad(a[0], g, gelu_tanh_d),
-);
+pub static GELU_TANH: OpDef =
+    gated_op!("gelu_tanh"; "gelu_t", gelu_tanh; "gelu_t_d($0)", gelu_tanh_d);
 /// `0.5x(1 + erf(x/√2))`
-pub static GELU_ERF: OpDef = op_grad(
-    "gelu_erf",
-    1,
-    "gelu_e($0)",
-    |a| gated(a[0], gelu_erf),
-    "(isinf($0)?GLIM($0,$g):($g)*gelu_e_d($0))",
-    |a, g| gated_grad(a[0], g, gelu_erf_d),
-);
+pub static GELU_ERF: OpDef = gated_op!("gelu_erf"; "gelu_e", gelu_erf; "gelu_e_d($0)", gelu_erf_d);
 /// `x·sigmoid(x)` (swish)
-pub static SILU: OpDef = op_grad(
-    "silu",
-    1,
-    "silu_f($0)",
-    |a| gated(a[0], silu),
-    "(isinf($0)?GLIM($0,$g):($g)*sigm($0)*(1.0f+($0)*(1.0f-sigm($0))))",
-    |a, g| gated_grad(a[0], g, silu_d),
-);
+pub static SILU: OpDef =
+    gated_op!("silu"; "silu_f", silu; "sigm($0)*(1.0f+($0)*(1.0f-sigm($0)))", silu_d);
 /// `x > 0 ? x : alpha(e^x − 1)`, operands `(x, alpha)`
 pub static ELU: OpDef = op_grad(
     "elu",
     2,
     "elu_f($0,$1)",
-    |a| {
-        if a[0] > 0.0 {
-            a[0]
-        } else {
-            (a[1] as f64 * (a[0] as f64).exp_m1()) as f32
-        }
-    },
+    |a| ramp(a, |a| (a[1] as f64 * (a[0] as f64).exp_m1()) as f32),
     "(($0)>0.0f?($g):($g)*($1)*exp($0))",
     |a, g| {
-        if a[0] > 0.0 {
-            g
-        } else {
+        ramp_grad(a, g, |a, g| {
             (g as f64 * a[1] as f64 * (a[0] as f64).exp()) as f32
-        }
+        })
     },
 );
 /// `ln(1 + e^x)`, computed stably as `max(x,0) + ln(1 + e^−|x|)`

@@ -2,27 +2,36 @@
 //! names: `Identity`, `Softmax`, `PReLU`, `AdaptiveAvgPool2d`, `Embedding`, `RMSNorm`, `PositionalEmbedding`,
 //! `TiedLinear`, and the containers `ModuleList` and `ModuleDict`.
 
+use crate::autograd::record;
 use serde_json::{Map, Value, json};
 
 use super::graph_ops::{linear_last, matmul_nt, narrow};
-use super::{LayerConfig, Module};
+use super::{LayerConfig, Module, args, positive};
 use crate::autograd::{Var, attention as aga, ops as ag};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops;
 use crate::tensor::{DType, Tensor};
 
-fn args(v: Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
-    if v == 0 {
+/// A learnable table (rows, cols) drawn from N(0, init_std²), for `Embedding` and `PositionalEmbedding`;
+/// `dims` names the two sizes for the error messages.
+fn normal_table(
+    device: &Device,
+    layer: &str,
+    dims: [(&str, usize); 2],
+    init_std: f32,
+    seed: u64,
+) -> Result<Var> {
+    for (name, v) in dims {
+        positive(v, name, layer)?;
+    }
+    if !(init_std.is_finite() && init_std >= 0.0) {
         return Err(Error::Invalid(format!(
-            "{layer}: {what} must be at least 1"
+            "{layer}: init_std {init_std} must be finite and ≥ 0"
         )));
     }
-    Ok(())
+    let t = Tensor::randn(device, &[dims[0].1, dims[1].1], 0.0, init_std, seed)?;
+    Ok(Var::param(t))
 }
 
 /// Every entry of `state` renamed `"{prefix}.{name}"` (the state of a sub-layer inside a composite one).
@@ -37,21 +46,9 @@ pub(crate) fn prefixed(prefix: &str, state: Vec<(String, Tensor)>) -> Vec<(Strin
 pub struct Identity;
 
 impl Module for Identity {
-    fn type_name(&self) -> &'static str {
-        "Identity"
-    }
+    module_state!("Identity", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         Ok(x.clone())
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
     }
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
@@ -62,21 +59,9 @@ impl Module for Identity {
 pub struct Softmax;
 
 impl Module for Softmax {
-    fn type_name(&self) -> &'static str {
-        "Softmax"
-    }
+    module_state!("Softmax", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::softmax(x, -1)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
     }
     fn config_args(&self) -> Map<String, Value> {
         Map::new()
@@ -95,7 +80,7 @@ pub struct PReLU {
 impl PReLU {
     /// `num_parameters` slopes (the input's channel count, or 1 shared), each starting at `init`.
     pub fn new(device: &Device, num_parameters: usize, init: f32) -> Result<Self> {
-        positive(num_parameters, "num_parameters", "PReLU")?;
+        positive!("PReLU"; num_parameters);
         if !init.is_finite() {
             return Err(Error::Invalid(format!("PReLU: init {init} is not finite")));
         }
@@ -109,33 +94,14 @@ impl PReLU {
 }
 
 impl Module for PReLU {
-    fn type_name(&self) -> &'static str {
-        "PReLU"
-    }
+    module_state!("PReLU", params[alpha]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let y = ops::prelu(x.value(), self.alpha.value())?;
         let (tx, ta) = (x.value().clone(), self.alpha.value().clone());
-        Ok(Var::from_op(
-            "prelu",
-            y,
-            &[x, &self.alpha],
-            Box::new(move |g| {
-                let (gx, ga) = ops::prelu_backward(&tx, &ta, g)?;
-                Ok(vec![Some(gx), Some(ga)])
-            }),
-        ))
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.alpha.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("alpha".into(), self.alpha.value().clone())]
+        record("prelu", y, &[x, &self.alpha], move |g| {
+            let (gx, ga) = ops::prelu_backward(&tx, &ta, g)?;
+            Ok(vec![Some(gx), Some(ga)])
+        })
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_parameters": self.n, "init": self.init}))
@@ -159,21 +125,9 @@ impl AdaptiveAvgPool2d {
 }
 
 impl Module for AdaptiveAvgPool2d {
-    fn type_name(&self) -> &'static str {
-        "AdaptiveAvgPool2d"
-    }
+    module_state!("AdaptiveAvgPool2d", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::global_avg_pool2d(x)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"output_size": 1}))
@@ -197,21 +151,17 @@ impl Embedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive(num_embeddings, "num_embeddings", "Embedding")?;
-        positive(embedding_dim, "embedding_dim", "Embedding")?;
-        if !(init_std.is_finite() && init_std >= 0.0) {
-            return Err(Error::Invalid(format!(
-                "Embedding: init_std {init_std} must be finite and ≥ 0"
-            )));
-        }
         Ok(Embedding {
-            weight: Var::param(Tensor::randn(
+            weight: normal_table(
                 device,
-                &[num_embeddings, embedding_dim],
-                0.0,
+                "Embedding",
+                [
+                    ("num_embeddings", num_embeddings),
+                    ("embedding_dim", embedding_dim),
+                ],
                 init_std,
                 seed,
-            )?),
+            )?,
             init_std,
             training: true,
         })
@@ -240,23 +190,9 @@ pub(crate) fn as_indices(x: &Tensor, layer: &str) -> Result<Tensor> {
 }
 
 impl Module for Embedding {
-    fn type_name(&self) -> &'static str {
-        "Embedding"
-    }
+    module_state!("Embedding", params[weight]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         aga::embedding(&self.weight, &as_indices(x.value(), "Embedding")?)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.weight.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".into(), self.weight.value().clone())]
     }
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
@@ -275,7 +211,7 @@ pub struct RMSNorm {
 impl RMSNorm {
     /// γ = 1.
     pub fn new(device: &Device, dim: usize, eps: f32) -> Result<Self> {
-        positive(dim, "dim", "RMSNorm")?;
+        positive!("RMSNorm"; dim);
         if !(eps.is_finite() && eps > 0.0) {
             return Err(Error::Invalid(format!("RMSNorm: eps {eps} must be > 0")));
         }
@@ -288,9 +224,7 @@ impl RMSNorm {
 }
 
 impl Module for RMSNorm {
-    fn type_name(&self) -> &'static str {
-        "RMSNorm"
-    }
+    module_state!("RMSNorm", params[gamma]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let d = self.gamma.shape()[0];
         if x.shape().last() != Some(&d) {
@@ -300,18 +234,6 @@ impl Module for RMSNorm {
             )));
         }
         aga::rms_norm(x, &self.gamma, self.eps)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("gamma".into(), self.gamma.value().clone())]
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"dim": self.gamma.shape()[0], "eps": self.eps}))
@@ -339,21 +261,14 @@ impl PositionalEmbedding {
         init_std: f32,
         seed: u64,
     ) -> Result<Self> {
-        positive(max_len, "max_len", "PositionalEmbedding")?;
-        positive(d_model, "d_model", "PositionalEmbedding")?;
-        if !(init_std.is_finite() && init_std >= 0.0) {
-            return Err(Error::Invalid(format!(
-                "PositionalEmbedding: init_std {init_std} must be finite and ≥ 0"
-            )));
-        }
         Ok(PositionalEmbedding {
-            weight: Var::param(Tensor::randn(
+            weight: normal_table(
                 device,
-                &[max_len, d_model],
-                0.0,
+                "PositionalEmbedding",
+                [("max_len", max_len), ("d_model", d_model)],
                 init_std,
                 seed,
-            )?),
+            )?,
             init_std,
             training: true,
         })
@@ -372,9 +287,7 @@ impl PositionalEmbedding {
 }
 
 impl Module for PositionalEmbedding {
-    fn type_name(&self) -> &'static str {
-        "PositionalEmbedding"
-    }
+    module_state!("PositionalEmbedding", params[weight]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         let e = self.weight.shape()[1];
@@ -384,18 +297,6 @@ impl Module for PositionalEmbedding {
             )));
         }
         ag::add(x, &self.positions(s[s.len() - 2])?)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.weight.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![("weight".into(), self.weight.value().clone())]
     }
     fn config_args(&self) -> Map<String, Value> {
         let s = self.weight.shape();
@@ -428,9 +329,7 @@ impl TiedLinear {
 }
 
 impl Module for TiedLinear {
-    fn type_name(&self) -> &'static str {
-        "TiedLinear"
-    }
+    module_state!("TiedLinear", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let (v, e) = (self.weight.shape()[0], self.weight.shape()[1]);
         let s = x.shape().to_vec();
@@ -444,16 +343,6 @@ impl Module for TiedLinear {
         let mut shape = s[..s.len() - 1].to_vec();
         shape.push(v);
         ag::reshape(&y, &shape)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
     }
     fn config_args(&self) -> Map<String, Value> {
         match self.tied_to {
@@ -483,23 +372,11 @@ impl ModuleList {
 }
 
 impl Module for ModuleList {
-    fn type_name(&self) -> &'static str {
-        "ModuleList"
-    }
+    module_state!("ModuleList", layers);
     fn forward(&mut self, _x: &Var) -> Result<Var> {
         Err(Error::Invalid(
             "ModuleList is not callable; iterate over it or use Sequential".into(),
         ))
-    }
-    fn parameters(&self) -> Vec<Var> {
-        self.layers.iter().flat_map(|l| l.parameters()).collect()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.layers.iter_mut().for_each(|l| l.set_training(on));
-    }
-    fn is_training(&self) -> bool {
-        self.training
     }
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         self.layers

@@ -2,6 +2,7 @@
 //! axis permutation, a slice along one axis, batched products with either side transposed, and a `Linear`
 //! applied over the last dimension of an input of any rank.
 
+use crate::autograd::record;
 use crate::autograd::{Var, ops as ag};
 use crate::error::{Error, Result};
 use crate::ops;
@@ -14,37 +15,29 @@ pub(crate) fn permute(x: &Var, dims: &[usize]) -> Result<Var> {
     for (k, &d) in dims.iter().enumerate() {
         inv[d] = k;
     }
-    Ok(Var::from_op(
-        "permute",
-        y,
-        &[x],
-        Box::new(move |g| Ok(vec![Some(ops::permute(g, &inv)?)])),
-    ))
+    record("permute", y, &[x], move |g| {
+        Ok(vec![Some(ops::permute(g, &inv)?)])
+    })
 }
 
 /// Elements `start..start + len` of `axis`; the gradient is placed back between zeros.
 pub(crate) fn narrow(x: &Var, axis: usize, start: usize, len: usize) -> Result<Var> {
     let y = ops::narrow(x.value(), axis as isize, start, len)?;
     let shape = x.shape().to_vec();
-    Ok(Var::from_op(
-        "narrow",
-        y,
-        &[x],
-        Box::new(move |g| {
-            let dev = g.device();
-            let mut before = shape.clone();
-            before[axis] = start;
-            let mut after = shape.clone();
-            after[axis] = shape[axis] - start - len;
-            let zb = Tensor::zeros(dev, &before)?;
-            let za = Tensor::zeros(dev, &after)?;
-            let parts: Vec<&Tensor> = [&zb, g, &za]
-                .into_iter()
-                .filter(|t| t.shape()[axis] > 0)
-                .collect();
-            Ok(vec![Some(ops::cat(&parts, axis as isize)?)])
-        }),
-    ))
+    record("narrow", y, &[x], move |g| {
+        let dev = g.device();
+        let mut before = shape.clone();
+        before[axis] = start;
+        let mut after = shape.clone();
+        after[axis] = shape[axis] - start - len;
+        let zb = Tensor::zeros(dev, &before)?;
+        let za = Tensor::zeros(dev, &after)?;
+        let parts: Vec<&Tensor> = [&zb, g, &za]
+            .into_iter()
+            .filter(|t| t.shape()[axis] > 0)
+            .collect();
+        Ok(vec![Some(ops::cat(&parts, axis as isize)?)])
+    })
 }
 
 /// `n` equal pieces of the last axis (netcl's `chunk(x, n, axis=-1)`).
@@ -69,29 +62,24 @@ pub(crate) fn bmm(a: &Var, b: &Var, trans_a: bool, trans_b: bool) -> Result<Var>
     let y = ops::bmm(a.value(), b.value(), trans_a, trans_b)?;
     let (ta, tb) = (a.value().clone(), b.value().clone());
     let (ra, rb) = (a.requires_grad(), b.requires_grad());
-    Ok(Var::from_op(
-        "bmm",
-        y,
-        &[a, b],
-        Box::new(move |g| {
-            // C = op(A)·op(B): dop(A) = G·op(B)ᵀ, dop(B) = op(A)ᵀ·G, then undo each op.
-            let ga = if !ra {
-                None
-            } else if trans_a {
-                Some(ops::bmm(&tb, g, trans_b, true)?)
-            } else {
-                Some(ops::bmm(g, &tb, false, !trans_b)?)
-            };
-            let gb = if !rb {
-                None
-            } else if trans_b {
-                Some(ops::bmm(g, &ta, true, trans_a)?)
-            } else {
-                Some(ops::bmm(&ta, g, !trans_a, false)?)
-            };
-            Ok(vec![ga, gb])
-        }),
-    ))
+    record("bmm", y, &[a, b], move |g| {
+        // C = op(A)·op(B): dop(A) = G·op(B)ᵀ, dop(B) = op(A)ᵀ·G, then undo each op.
+        let ga = if !ra {
+            None
+        } else if trans_a {
+            Some(ops::bmm(&tb, g, trans_b, true)?)
+        } else {
+            Some(ops::bmm(g, &tb, false, !trans_b)?)
+        };
+        let gb = if !rb {
+            None
+        } else if trans_b {
+            Some(ops::bmm(g, &ta, true, trans_a)?)
+        } else {
+            Some(ops::bmm(&ta, g, !trans_a, false)?)
+        };
+        Ok(vec![ga, gb])
+    })
 }
 
 /// `x @ wᵀ` for 2-D `x` (M, K) and `w` (N, K).
@@ -99,20 +87,15 @@ pub(crate) fn matmul_nt(x: &Var, w: &Var) -> Result<Var> {
     let y = ops::matmul_t(x.value(), w.value(), false, true)?;
     let (tx, tw) = (x.value().clone(), w.value().clone());
     let (rx, rw) = (x.requires_grad(), w.requires_grad());
-    Ok(Var::from_op(
-        "matmul_nt",
-        y,
-        &[x, w],
-        Box::new(move |g| {
-            let gx = if rx { Some(ops::matmul(g, &tw)?) } else { None };
-            let gw = if rw {
-                Some(ops::matmul_t(g, &tx, true, false)?)
-            } else {
-                None
-            };
-            Ok(vec![gx, gw])
-        }),
-    ))
+    record("matmul_nt", y, &[x, w], move |g| {
+        let gx = if rx { Some(ops::matmul(g, &tw)?) } else { None };
+        let gw = if rw {
+            Some(ops::matmul_t(g, &tx, true, false)?)
+        } else {
+            None
+        };
+        Ok(vec![gx, gw])
+    })
 }
 
 /// `x @ w + b` over the last dimension of `x` (any rank ≥ 1): the leading dimensions are kept, as netcl's

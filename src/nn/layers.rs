@@ -1,43 +1,19 @@
 //! The layers.
 
+use crate::autograd::record;
 use serde_json::{Map, Value, json};
 
-use super::Module;
 use super::init::{constant, kaiming_uniform, xavier_uniform};
+use super::{Module, args, positive};
 use crate::autograd::{Var, ops as ag};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::{Conv2dOptions, ConvTranspose2dOptions, Pool2d, UnaryOp};
 use crate::tensor::Tensor;
 
-fn args(v: Value) -> Map<String, Value> {
-    v.as_object().cloned().unwrap_or_default()
-}
-
-fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
-    if v == 0 {
-        Err(Error::Invalid(format!(
-            "{layer}: {what} must be at least 1"
-        )))
-    } else {
-        Ok(())
-    }
-}
-
-/// The parameters of a layer with a weight and an optional bias, in that order.
-fn weight_bias_params(weight: &Var, bias: &Option<Var>) -> Vec<Var> {
-    std::iter::once(weight.clone())
-        .chain(bias.clone())
-        .collect()
-}
-
-/// The state of a layer with a weight and an optional bias: `weight`, then `bias` when present.
-fn weight_bias_state(weight: &Var, bias: &Option<Var>) -> Vec<(String, Tensor)> {
-    let mut v = vec![("weight".to_owned(), weight.value().clone())];
-    if let Some(b) = bias {
-        v.push(("bias".into(), b.value().clone()));
-    }
-    v
+/// He-uniform weights (a = √5) of `shape`.
+fn he_uniform(device: &Device, shape: &[usize], fan_in: usize, seed: u64) -> Result<Tensor> {
+    kaiming_uniform(device, shape, fan_in, 5f32.sqrt(), seed)
 }
 
 /// A bias of `n` values uniform in ±1/√fan_in, seeded from the layer's seed.
@@ -50,6 +26,11 @@ fn uniform_bias(device: &Device, n: usize, fan_in: usize, seed: u64) -> Result<V
         bound,
         crate::rng::hash(seed, 1),
     )?))
+}
+
+/// Fails unless `x` is N×C×H×W with `c` channels.
+fn expect_nchw(x: &Var, c: usize, layer: &str) -> Result<()> {
+    expect_channels(x, 4, 1, c, layer)
 }
 
 fn expect_channels(x: &Var, rank: usize, dim: usize, want: usize, layer: &str) -> Result<()> {
@@ -83,8 +64,7 @@ impl Linear {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        positive(in_features, "in_features", "Linear")?;
-        positive(out_features, "out_features", "Linear")?;
+        positive!("Linear"; in_features, out_features);
         let w = xavier_uniform(
             device,
             &[in_features, out_features],
@@ -92,11 +72,9 @@ impl Linear {
             out_features,
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_features, in_features, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_features, in_features, seed))
+            .transpose()?;
         Ok(Linear {
             weight: Var::param(w),
             bias: b,
@@ -108,9 +86,7 @@ impl Linear {
 }
 
 impl Module for Linear {
-    fn type_name(&self) -> &'static str {
-        "Linear"
-    }
+    module_state!("Linear", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         if s.len() > 2 && s.last() == Some(&self.in_f) {
@@ -125,18 +101,6 @@ impl Module for Linear {
             )));
         }
         ag::linear(x, &self.weight, self.bias.as_ref())
-    }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(
@@ -173,34 +137,22 @@ impl Conv2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (in_channels, "in_channels"),
-            (out_channels, "out_channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-            (dilation, "dilation"),
-            (groups, "groups"),
-        ] {
-            positive(v, n, "Conv2d")?;
-        }
+        positive!("Conv2d"; in_channels, out_channels, kernel_size, stride, dilation, groups);
         if !in_channels.is_multiple_of(groups) || !out_channels.is_multiple_of(groups) {
             return Err(Error::Invalid(format!(
                 "Conv2d: groups {groups} must divide in_channels {in_channels} and out_channels {out_channels}"
             )));
         }
         let fan_in = in_channels / groups * kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[out_channels, in_channels / groups, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_channels, fan_in, seed))
+            .transpose()?;
         let opts = Conv2dOptions {
             stride: [stride; 2],
             padding: [pad; 2],
@@ -221,14 +173,10 @@ impl Conv2d {
 }
 
 impl Module for Conv2d {
-    fn type_name(&self) -> &'static str {
-        "Conv2d"
-    }
+    module_state!("Conv2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.in_c,
             &format!(
                 "Conv2d({}→{}, {}×{})",
@@ -236,18 +184,6 @@ impl Module for Conv2d {
             ),
         )?;
         ag::conv2d(x, &self.weight, self.bias.as_ref(), &self.opts)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
@@ -282,26 +218,17 @@ impl DepthwiseConv2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (channels, "channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-        ] {
-            positive(v, n, "DepthwiseConv2d")?;
-        }
+        positive!("DepthwiseConv2d"; channels, kernel_size, stride);
         let fan_in = kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[channels, 1, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, channels, fan_in, seed))
+            .transpose()?;
         Ok(DepthwiseConv2d {
             weight: Var::param(w),
             bias: b,
@@ -315,30 +242,14 @@ impl DepthwiseConv2d {
 }
 
 impl Module for DepthwiseConv2d {
-    fn type_name(&self) -> &'static str {
-        "DepthwiseConv2d"
-    }
+    module_state!("DepthwiseConv2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.c,
             &format!("DepthwiseConv2d({}, {}×{})", self.c, self.k, self.k),
         )?;
         ag::depthwise_conv2d(x, &self.weight, self.bias.as_ref(), self.stride, self.pad)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(
@@ -373,27 +284,17 @@ impl ConvTranspose2d {
         bias: bool,
         seed: u64,
     ) -> Result<Self> {
-        for (v, n) in [
-            (in_channels, "in_channels"),
-            (out_channels, "out_channels"),
-            (kernel_size, "kernel_size"),
-            (stride, "stride"),
-        ] {
-            positive(v, n, "ConvTranspose2d")?;
-        }
+        positive!("ConvTranspose2d"; in_channels, out_channels, kernel_size, stride);
         let fan_in = out_channels * kernel_size * kernel_size;
-        let w = kaiming_uniform(
+        let w = he_uniform(
             device,
             &[in_channels, out_channels, kernel_size, kernel_size],
             fan_in,
-            5f32.sqrt(),
             seed,
         )?;
-        let b = if bias {
-            Some(uniform_bias(device, out_channels, fan_in, seed)?)
-        } else {
-            None
-        };
+        let b = bias
+            .then(|| uniform_bias(device, out_channels, fan_in, seed))
+            .transpose()?;
         let opts = ConvTranspose2dOptions {
             conv: Conv2dOptions {
                 stride: [stride; 2],
@@ -415,30 +316,14 @@ impl ConvTranspose2d {
 }
 
 impl Module for ConvTranspose2d {
-    fn type_name(&self) -> &'static str {
-        "ConvTranspose2d"
-    }
+    module_state!("ConvTranspose2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.in_c,
             &format!("ConvTranspose2d({}→{})", self.in_c, self.out_c),
         )?;
         ag::conv_transpose2d(x, &self.weight, self.bias.as_ref(), &self.opts)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        weight_bias_params(&self.weight, &self.bias)
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        weight_bias_state(&self.weight, &self.bias)
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
@@ -467,7 +352,7 @@ pub struct BatchNorm2d {
 impl BatchNorm2d {
     /// γ = 1, β = 0, running mean 0 and variance 1.
     pub fn new(device: &Device, num_features: usize, momentum: f32, eps: f32) -> Result<Self> {
-        positive(num_features, "num_features", "BatchNorm2d")?;
+        positive!("BatchNorm2d"; num_features);
         if !((0.0..=1.0).contains(&momentum) && eps > 0.0 && eps.is_finite()) {
             return Err(Error::Invalid(format!(
                 "BatchNorm2d: momentum {momentum} must be in [0, 1] and eps {eps} > 0"
@@ -487,11 +372,9 @@ impl BatchNorm2d {
 }
 
 impl Module for BatchNorm2d {
-    fn type_name(&self) -> &'static str {
-        "BatchNorm2d"
-    }
+    module_state!("BatchNorm2d", params [gamma, beta] buffers [running_mean, running_var]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(x, 4, 1, self.c, &format!("BatchNorm2d({})", self.c))?;
+        expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
         if self.training {
             let (y, rm, rv) = ag::batch_norm2d_train(
                 x,
@@ -517,23 +400,6 @@ impl Module for BatchNorm2d {
             )
         }
     }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-            ("running_mean".into(), self.running_mean.clone()),
-            ("running_var".into(), self.running_var.clone()),
-        ]
-    }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
     }
@@ -553,7 +419,7 @@ pub struct LayerNorm {
 impl LayerNorm {
     /// γ = 1, β = 0.
     pub fn new(device: &Device, normalized_shape: usize, eps: f32) -> Result<Self> {
-        positive(normalized_shape, "normalized_shape", "LayerNorm")?;
+        positive!("LayerNorm"; normalized_shape);
         Ok(LayerNorm {
             gamma: Var::param(constant(device, &[normalized_shape], 1.0)?),
             beta: Var::param(constant(device, &[normalized_shape], 0.0)?),
@@ -565,9 +431,7 @@ impl LayerNorm {
 }
 
 impl Module for LayerNorm {
-    fn type_name(&self) -> &'static str {
-        "LayerNorm"
-    }
+    module_state!("LayerNorm", params [gamma, beta]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         if x.shape().last() != Some(&self.n) {
             return Err(Error::Shape(format!(
@@ -578,21 +442,6 @@ impl Module for LayerNorm {
             )));
         }
         ag::layer_norm(x, 1, &self.gamma, &self.beta, self.eps)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-        ]
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"normalized_shape": self.n, "eps": self.eps}))
@@ -614,7 +463,7 @@ pub struct GroupNorm {
 impl GroupNorm {
     /// γ = 1, β = 0; `num_groups` must divide `num_channels`.
     pub fn new(device: &Device, num_groups: usize, num_channels: usize, eps: f32) -> Result<Self> {
-        positive(num_groups, "num_groups", "GroupNorm")?;
+        positive!("GroupNorm"; num_groups);
         if !num_channels.is_multiple_of(num_groups) {
             return Err(Error::Invalid(format!(
                 "GroupNorm: {num_groups} groups do not divide {num_channels} channels"
@@ -632,33 +481,14 @@ impl GroupNorm {
 }
 
 impl Module for GroupNorm {
-    fn type_name(&self) -> &'static str {
-        "GroupNorm"
-    }
+    module_state!("GroupNorm", params [gamma, beta]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_channels(
+        expect_nchw(
             x,
-            4,
-            1,
             self.c,
             &format!("GroupNorm({}, {})", self.groups, self.c),
         )?;
         ag::group_norm(x, self.groups, &self.gamma, &self.beta, self.eps)
-    }
-    fn parameters(&self) -> Vec<Var> {
-        vec![self.gamma.clone(), self.beta.clone()]
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        vec![
-            ("gamma".into(), self.gamma.value().clone()),
-            ("beta".into(), self.beta.value().clone()),
-        ]
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_groups": self.groups, "num_channels": self.c, "eps": self.eps}))
@@ -704,18 +534,7 @@ impl Module for Activation {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::unary(self.op, x)
     }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
-    }
+    module_state!(flag);
     fn config_args(&self) -> Map<String, Value> {
         match self.op {
             UnaryOp::LeakyRelu(s) => args(json!({"negative_slope": s})),
@@ -756,27 +575,13 @@ impl Dropout {
 }
 
 impl Module for Dropout {
-    fn type_name(&self) -> &'static str {
-        "Dropout"
-    }
+    module_state!("Dropout", flag);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         if !self.training || self.p == 0.0 {
             return Ok(x.clone());
         }
         self.calls += 1;
         ag::dropout(x, self.p, crate::rng::hash(self.base, self.calls))
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
     }
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"p": self.p, "seed": self.seed}))
@@ -794,31 +599,16 @@ macro_rules! pool_layer {
         impl $name {
             /// A square window `kernel_size` with `stride` and `padding` (at most half the window).
             pub fn new(kernel_size: usize, stride: usize, padding: usize) -> Result<Self> {
-                positive(kernel_size, "kernel_size", $type_name)?;
-                positive(stride, "stride", $type_name)?;
+                positive!($type_name; kernel_size, stride);
                 Ok($name { p: Pool2d::square(kernel_size, stride, padding), training: true })
             }
         }
 
         impl Module for $name {
-            fn type_name(&self) -> &'static str {
-                $type_name
-            }
+            module_state!($type_name, flag);
             fn forward(&mut self, x: &Var) -> Result<Var> {
                 let f: fn(&Var, Pool2d) -> Result<Var> = $fwd;
                 f(x, self.p)
-            }
-            fn parameters(&self) -> Vec<Var> {
-                Vec::new()
-            }
-            fn set_training(&mut self, on: bool) {
-                self.training = on;
-            }
-            fn is_training(&self) -> bool {
-                self.training
-            }
-            fn state_dict(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
             }
             fn config_args(&self) -> Map<String, Value> {
                 args(json!({"kernel_size": self.p.kernel.0, "stride": self.p.stride.0, "padding": self.p.padding.0}))
@@ -846,22 +636,10 @@ macro_rules! stateless {
         pub struct $name;
 
         impl Module for $name {
-            fn type_name(&self) -> &'static str {
-                $type_name
-            }
+            module_state!($type_name, stateless);
             fn forward(&mut self, x: &Var) -> Result<Var> {
                 let f: fn(&Var) -> Result<Var> = $fwd;
                 f(x)
-            }
-            fn parameters(&self) -> Vec<Var> {
-                Vec::new()
-            }
-            fn set_training(&mut self, _on: bool) {}
-            fn is_training(&self) -> bool {
-                false
-            }
-            fn state_dict(&self) -> Vec<(String, Tensor)> {
-                Vec::new()
             }
             fn config_args(&self) -> Map<String, Value> {
                 Map::new()
@@ -892,7 +670,7 @@ pub struct Upsample {
 impl Upsample {
     /// Scales height and width by `scale_factor` ≥ 1.
     pub fn new(scale_factor: usize, mode: crate::ops::Upsample) -> Result<Self> {
-        positive(scale_factor, "scale_factor", "Upsample")?;
+        positive!("Upsample"; scale_factor);
         Ok(Upsample {
             factor: scale_factor,
             mode,
@@ -901,9 +679,7 @@ impl Upsample {
 }
 
 impl Module for Upsample {
-    fn type_name(&self) -> &'static str {
-        "Upsample"
-    }
+    module_state!("Upsample", stateless);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let s = x.shape();
         if s.len() != 4 {
@@ -914,26 +690,11 @@ impl Module for Upsample {
         let size = (s[2] * self.factor, s[3] * self.factor);
         let (mode, in_shape) = (self.mode, s.to_vec());
         let y = crate::ops::upsample(x.value(), size, mode)?;
-        Ok(Var::from_op(
-            "upsample",
-            y,
-            &[x],
-            Box::new(move |g| {
-                Ok(vec![Some(crate::ops::upsample_backward(
-                    g, &in_shape, mode,
-                )?)])
-            }),
-        ))
-    }
-    fn parameters(&self) -> Vec<Var> {
-        Vec::new()
-    }
-    fn set_training(&mut self, _on: bool) {}
-    fn is_training(&self) -> bool {
-        false
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        Vec::new()
+        record("upsample", y, &[x], move |g| {
+            Ok(vec![Some(crate::ops::upsample_backward(
+                g, &in_shape, mode,
+            )?)])
+        })
     }
     fn config_args(&self) -> Map<String, Value> {
         let (mode, align) = match self.mode {

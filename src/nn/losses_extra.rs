@@ -3,6 +3,7 @@
 //! and the multi-class hinge.
 
 use super::graph_ops::matmul_nt;
+use crate::autograd::ops::same_shape;
 use crate::autograd::{Var, ops as ag};
 use crate::error::{Error, Result};
 use crate::ops::{self, UnaryOp};
@@ -28,17 +29,6 @@ fn rows(x: &Var, op: &str, what: &str) -> Result<(usize, usize)> {
     }
 }
 
-fn same(a: &Var, b: &Var, op: &str, what: &str) -> Result<()> {
-    if a.shape() != b.shape() {
-        return Err(Error::shape_mismatch(
-            format!("{op} {what}"),
-            a.shape(),
-            b.shape(),
-        ));
-    }
-    Ok(())
-}
-
 /// Σ over the last axis of (a − b)²: (N, D) → (N).
 fn sq_dist(a: &Var, b: &Var) -> Result<Var> {
     let d = ag::sub(a, b)?;
@@ -57,8 +47,8 @@ pub fn triplet_loss(
 ) -> Result<Var> {
     let op = "triplet_loss";
     rows(anchor, op, "anchor")?;
-    same(anchor, positive, op, "positive")?;
-    same(anchor, negative, op, "negative")?;
+    same_shape(anchor, positive, op, "positive")?;
+    same_shape(anchor, negative, op, "negative")?;
     let (mut dp, mut dn) = (sq_dist(anchor, positive)?, sq_dist(anchor, negative)?);
     match distance {
         "squared" => {}
@@ -114,7 +104,7 @@ pub fn contrastive_loss(
 ) -> Result<Var> {
     let op = "contrastive_loss";
     let (n, _) = rows(x1, op, "x1")?;
-    same(x1, x2, op, "x2")?;
+    same_shape(x1, x2, op, "x2")?;
     let y = pair_labels(labels, n, op)?;
     let not_y = ops::rsub_scalar(&y, 1.0)?;
     let d_sq = sq_dist(x1, x2)?;
@@ -148,7 +138,7 @@ pub fn info_nce_loss(
 ) -> Result<Var> {
     let op = "info_nce_loss";
     let (n, _) = rows(queries, op, "queries")?;
-    same(queries, keys, op, "keys")?;
+    same_shape(queries, keys, op, "keys")?;
     if !(temperature.is_finite() && temperature > 0.0) {
         return Err(Error::Invalid(format!(
             "{op}: temperature {temperature} must be positive"

@@ -6,6 +6,150 @@
 //! layouts follow netcl: `Linear` stores its weight as (in, out), `Conv2d` as (F, C/groups, KH, KW),
 //! `BatchNorm2d` holds `gamma`, `beta`, `running_mean`, `running_var`.
 
+/// The `Module` methods that only depend on which tensors a layer owns and how it keeps its mode:
+/// `parameters`, `set_training`, `is_training` and `state_dict`; with a leading `"Name",` also `type_name`.
+///
+/// - `module_state!(stateless)`: no parameters, no state, always in evaluation mode.
+/// - `module_state!(flag)`: no parameters, no state, the mode kept in a `training` field.
+/// - `module_state!(weight_bias)`: a `weight` and an optional `bias`, saved as `weight` then `bias`.
+/// - `module_state!(layers)`: the parameters and mode of the `layers` field's layers, the mode also kept in
+///   a `training` field (the container writes its own `state_dict`).
+/// - `module_state!(parts [a, b])`: the parameters of the sub-layers `a`, `b` in turn, and their state under
+///   `a.` and `b.` (the layer writes its own mode methods, or takes `module_state!(@mode)`, or
+///   `module_state!(@mode a)` to pass the mode on to its sub-layer `a` too).
+/// - `module_state!(params [a, b] buffers [c])`: the `Var` fields `a`, `b` are the parameters; the state is
+///   each of them under its field name, then the `Tensor` fields `c` (the `buffers` part may be left out).
+macro_rules! module_state {
+    ($name:literal, stateless) => {
+        module_state!(stateless);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (stateless) => {
+        fn parameters(&self) -> Vec<Var> {
+            Vec::new()
+        }
+        fn set_training(&mut self, _on: bool) {}
+        fn is_training(&self) -> bool {
+            false
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            Vec::new()
+        }
+    };
+    ($name:literal, layers) => {
+        module_state!(layers);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (layers) => {
+        fn parameters(&self) -> Vec<Var> {
+            self.layers.iter().flat_map(|l| l.parameters()).collect()
+        }
+        fn set_training(&mut self, on: bool) {
+            self.training = on;
+            self.layers.iter_mut().for_each(|l| l.set_training(on));
+        }
+        fn is_training(&self) -> bool {
+            self.training
+        }
+    };
+    ($name:literal, parts [$($p:ident),+]) => {
+        module_state!(parts [$($p),+]);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (parts [$($p:ident),+]) => {
+        fn parameters(&self) -> Vec<Var> {
+            let mut v = Vec::new();
+            $(v.extend($crate::nn::Module::parameters(&self.$p));)+
+            v
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            let mut s = Vec::new();
+            $(s.extend($crate::nn::extra::prefixed(
+                stringify!($p),
+                $crate::nn::Module::state_dict(&self.$p),
+            ));)+
+            s
+        }
+    };
+    (@mode $($sub:ident),*) => {
+        fn set_training(&mut self, on: bool) {
+            self.training = on;
+            $(self.$sub.set_training(on);)*
+        }
+        fn is_training(&self) -> bool {
+            self.training
+        }
+    };
+    ($name:literal, flag) => {
+        module_state!(flag);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (flag) => {
+        module_state!(@mode);
+        fn parameters(&self) -> Vec<Var> {
+            Vec::new()
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            Vec::new()
+        }
+    };
+    ($name:literal, weight_bias) => {
+        module_state!(weight_bias);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (weight_bias) => {
+        module_state!(@mode);
+        fn parameters(&self) -> Vec<Var> {
+            std::iter::once(self.weight.clone())
+                .chain(self.bias.clone())
+                .collect()
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            let mut v = vec![("weight".to_owned(), self.weight.value().clone())];
+            if let Some(b) = &self.bias {
+                v.push(("bias".into(), b.value().clone()));
+            }
+            v
+        }
+    };
+    ($name:literal, params [$($p:ident),*] $(buffers [$($b:ident),*])?) => {
+        module_state!(params [$($p),*] $(buffers [$($b),*])?);
+        fn type_name(&self) -> &'static str {
+            $name
+        }
+    };
+    (params [$($p:ident),*] $(buffers [$($b:ident),*])?) => {
+        module_state!(@mode);
+        fn parameters(&self) -> Vec<Var> {
+            vec![$(self.$p.clone()),*]
+        }
+        fn state_dict(&self) -> Vec<(String, Tensor)> {
+            vec![
+                $((stringify!($p).to_owned(), self.$p.value().clone()),)*
+                $($((stringify!($b).to_owned(), self.$b.clone()),)*)?
+            ]
+        }
+    };
+}
+
+/// Fails with the argument's name unless each of the `usize` variables is at least 1:
+/// `positive!("Conv2d"; in_channels, stride)`.
+macro_rules! positive {
+    ($layer:expr; $($v:ident),+) => {
+        $(positive($v, stringify!($v), $layer)?;)+
+    };
+}
+
 pub mod extra;
 mod graph_ops;
 pub mod init;
@@ -38,6 +182,21 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::ops::UnaryOp;
 use crate::tensor::Tensor;
+
+/// A JSON object's entries (an empty map for any other value).
+fn args(v: Value) -> Map<String, Value> {
+    v.as_object().cloned().unwrap_or_default()
+}
+
+/// Fails unless `v`, the argument `what` of `layer`, is at least 1.
+fn positive(v: usize, what: &str, layer: &str) -> Result<()> {
+    if v == 0 {
+        return Err(Error::Invalid(format!(
+            "{layer}: {what} must be at least 1"
+        )));
+    }
+    Ok(())
+}
 
 /// A layer or a container of layers.
 pub trait Module {
@@ -175,9 +334,7 @@ impl Sequential {
 }
 
 impl Module for Sequential {
-    fn type_name(&self) -> &'static str {
-        "Sequential"
-    }
+    module_state!("Sequential", layers);
 
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let mut h = x.clone();
@@ -193,19 +350,6 @@ impl Module for Sequential {
             })?;
         }
         Ok(h)
-    }
-
-    fn parameters(&self) -> Vec<Var> {
-        self.layers.iter().flat_map(|l| l.parameters()).collect()
-    }
-
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.layers.iter_mut().for_each(|l| l.set_training(on));
-    }
-
-    fn is_training(&self) -> bool {
-        self.training
     }
 
     fn state_dict(&self) -> Vec<(String, Tensor)> {

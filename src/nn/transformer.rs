@@ -154,17 +154,6 @@ fn lin_params(l: &Linear) -> Vec<Var> {
         .collect()
 }
 
-macro_rules! training_flag {
-    () => {
-        fn set_training(&mut self, on: bool) {
-            self.training = on;
-        }
-        fn is_training(&self) -> bool {
-            self.training
-        }
-    };
-}
-
 /// Multi-head attention with separate q, k, v and output projections (netcl's `MultiheadAttention`);
 /// `forward(x)` is self-attention, [`MultiheadAttention::attend`] takes separate query, key and value.
 pub struct MultiheadAttention {
@@ -231,30 +220,11 @@ impl MultiheadAttention {
 }
 
 impl Module for MultiheadAttention {
-    fn type_name(&self) -> &'static str {
-        "MultiheadAttention"
-    }
+    module_state!("MultiheadAttention", parts [q_proj, k_proj, v_proj, out_proj]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         self.attend(x, x, x)
     }
-    fn parameters(&self) -> Vec<Var> {
-        [&self.q_proj, &self.k_proj, &self.v_proj, &self.out_proj]
-            .into_iter()
-            .flat_map(lin_params)
-            .collect()
-    }
-    training_flag!();
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        [
-            ("q_proj", &self.q_proj),
-            ("k_proj", &self.k_proj),
-            ("v_proj", &self.v_proj),
-            ("out_proj", &self.out_proj),
-        ]
-        .into_iter()
-        .flat_map(|(n, l)| prefixed(n, l.state_dict()))
-        .collect()
-    }
+    module_state!(@mode);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"embed_dim": self.dim(), "num_heads": self.heads, "bias": self.bias}))
     }
@@ -301,32 +271,14 @@ impl TransformerEncoderLayer {
 }
 
 impl Module for TransformerEncoderLayer {
-    fn type_name(&self) -> &'static str {
-        "TransformerEncoderLayer"
-    }
+    module_state!("TransformerEncoderLayer", parts [self_attn, linear1, linear2, norm1, norm2]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let a = self.self_attn.forward(x)?;
         let x = self.norm1.forward(&ag::add(x, &a)?)?;
         let h = lin_fwd(&self.linear2, &ag::relu(&lin_fwd(&self.linear1, &x)?)?)?;
         self.norm2.forward(&ag::add(&x, &h)?)
     }
-    fn parameters(&self) -> Vec<Var> {
-        let mut p = self.self_attn.parameters();
-        p.extend(lin_params(&self.linear1));
-        p.extend(lin_params(&self.linear2));
-        p.extend(self.norm1.parameters());
-        p.extend(self.norm2.parameters());
-        p
-    }
-    training_flag!();
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut s = prefixed("self_attn", self.self_attn.state_dict());
-        s.extend(prefixed("linear1", self.linear1.state_dict()));
-        s.extend(prefixed("linear2", self.linear2.state_dict()));
-        s.extend(prefixed("norm1", self.norm1.state_dict()));
-        s.extend(prefixed("norm2", self.norm2.state_dict()));
-        s
-    }
+    module_state!(@mode);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "d_model": self.self_attn.dim(), "nhead": self.self_attn.heads,
@@ -381,9 +333,7 @@ impl CausalSelfAttention {
 }
 
 impl Module for CausalSelfAttention {
-    fn type_name(&self) -> &'static str {
-        "CausalSelfAttention"
-    }
+    module_state!("CausalSelfAttention", parts [qkv, out_proj]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let e = self.dim();
         let (b, s) = bse(x, e, "CausalSelfAttention")?;
@@ -401,17 +351,7 @@ impl Module for CausalSelfAttention {
         let y = lin_fwd(&self.out_proj, &merge_heads(&o)?)?;
         self.out_drop.apply(&y, self.training)
     }
-    fn parameters(&self) -> Vec<Var> {
-        let mut p = lin_params(&self.qkv);
-        p.extend(lin_params(&self.out_proj));
-        p
-    }
-    training_flag!();
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut s = prefixed("qkv", self.qkv.state_dict());
-        s.extend(prefixed("out_proj", self.out_proj.state_dict()));
-        s
-    }
+    module_state!(@mode);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "embed_dim": self.dim(), "num_heads": self.heads, "causal": self.causal,
@@ -490,38 +430,14 @@ impl TransformerBlock {
 }
 
 impl Module for TransformerBlock {
-    fn type_name(&self) -> &'static str {
-        "TransformerBlock"
-    }
+    module_state!("TransformerBlock", parts [ln1, attn, ln2, fc1, fc2]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let x = ag::add(x, &self.attn.forward(&self.ln1.forward(x)?)?)?;
         let h = ag::unary(self.act, &lin_fwd(&self.fc1, &self.ln2.forward(&x)?)?)?;
         let h = self.drop.apply(&lin_fwd(&self.fc2, &h)?, self.training)?;
         ag::add(&x, &h)
     }
-    fn parameters(&self) -> Vec<Var> {
-        let mut p = self.ln1.parameters();
-        p.extend(self.attn.parameters());
-        p.extend(self.ln2.parameters());
-        p.extend(lin_params(&self.fc1));
-        p.extend(lin_params(&self.fc2));
-        p
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.attn.set_training(on);
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut s = prefixed("ln1", self.ln1.state_dict());
-        s.extend(prefixed("attn", self.attn.state_dict()));
-        s.extend(prefixed("ln2", self.ln2.state_dict()));
-        s.extend(prefixed("fc1", self.fc1.state_dict()));
-        s.extend(prefixed("fc2", self.fc2.state_dict()));
-        s
-    }
+    module_state!(@mode attn);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "d_model": self.attn.dim(), "num_heads": self.attn.heads,
@@ -791,7 +707,7 @@ impl Module for RotaryAttention {
         p.extend(self.k_norm.clone());
         p
     }
-    training_flag!();
+    module_state!(@mode);
     fn state_dict(&self) -> Vec<(String, Tensor)> {
         let mut s = prefixed("qkv", self.qkv.state_dict());
         s.extend(prefixed("proj", self.proj.state_dict()));
@@ -847,26 +763,12 @@ impl SwiGLU {
 }
 
 impl Module for SwiGLU {
-    fn type_name(&self) -> &'static str {
-        "SwiGLU"
-    }
+    module_state!("SwiGLU", parts [gate, up, down]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let g = ag::unary(UnaryOp::Silu, &lin_fwd(&self.gate, x)?)?;
         lin_fwd(&self.down, &ag::mul(&g, &lin_fwd(&self.up, x)?)?)
     }
-    fn parameters(&self) -> Vec<Var> {
-        [&self.gate, &self.up, &self.down]
-            .into_iter()
-            .flat_map(lin_params)
-            .collect()
-    }
-    training_flag!();
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut s = prefixed("gate", self.gate.state_dict());
-        s.extend(prefixed("up", self.up.state_dict()));
-        s.extend(prefixed("down", self.down.state_dict()));
-        s
-    }
+    module_state!(@mode);
     fn config_args(&self) -> Map<String, Value> {
         args(json!({
             "dim": self.gate.weight.shape()[0], "hidden": self.gate.weight.shape()[1], "bias": self.bias,
@@ -940,34 +842,12 @@ impl DecoderBlock {
 }
 
 impl Module for DecoderBlock {
-    fn type_name(&self) -> &'static str {
-        "DecoderBlock"
-    }
+    module_state!("DecoderBlock", parts [norm1, attn, norm2, ffn]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let a = self.attn.forward(&self.norm1.forward(x)?)?;
         self.rest(x, &a)
     }
-    fn parameters(&self) -> Vec<Var> {
-        let mut p = self.norm1.parameters();
-        p.extend(self.attn.parameters());
-        p.extend(self.norm2.parameters());
-        p.extend(self.ffn.parameters());
-        p
-    }
-    fn set_training(&mut self, on: bool) {
-        self.training = on;
-        self.attn.set_training(on);
-    }
-    fn is_training(&self) -> bool {
-        self.training
-    }
-    fn state_dict(&self) -> Vec<(String, Tensor)> {
-        let mut s = prefixed("norm1", self.norm1.state_dict());
-        s.extend(prefixed("attn", self.attn.state_dict()));
-        s.extend(prefixed("norm2", self.norm2.state_dict()));
-        s.extend(prefixed("ffn", self.ffn.state_dict()));
-        s
-    }
+    module_state!(@mode attn);
     fn config_args(&self) -> Map<String, Value> {
         let a = self.attn.config_args();
         args(json!({

@@ -10,7 +10,7 @@
 #![allow(clippy::too_many_arguments)]
 
 pub use crate::contract::conv::ConvAlgo;
-use crate::contract::conv::{ConvGeom, ConvGrads};
+use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom, ConvGrads};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -164,7 +164,8 @@ fn geom(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeo
     Ok(geom)
 }
 
-fn check_inputs(op: &str, ts: &[&Tensor]) -> Result<()> {
+/// Every tensor of `ts` is f32 and on the device of the first.
+pub(super) fn check_inputs(op: &str, ts: &[&Tensor]) -> Result<()> {
     for t in ts {
         t.expect_dtype(DType::F32, op)?;
     }
@@ -233,9 +234,17 @@ pub fn conv2d(
     if out.numel() == 0 {
         return Ok(out);
     }
+    let op = ConvFwd {
+        x,
+        w,
+        bias,
+        out: &out,
+        g: &g,
+        relu: opts.fuse_relu,
+    };
     x.device()
         .backend()
-        .conv2d_fwd(x.device(), x, w, bias, &out, &g, opts.fuse_relu, opts.algo)?;
+        .conv2d_fwd(x.device(), &op, opts.algo)?;
     Ok(out)
 }
 
@@ -319,8 +328,15 @@ fn backward_into(
         }
         return Ok(());
     }
-    dev.backend()
-        .conv2d_bwd(dev, x, w, go, &ConvGrads { gx, gw, gb }, g, algo)
+    let gr = ConvGrads { gx, gw, gb };
+    let op = ConvBwd {
+        x,
+        w,
+        go,
+        gr: &gr,
+        g,
+    };
+    dev.backend().conv2d_bwd(dev, &op, algo)
 }
 
 /// Options of [`conv_transpose2d`].
@@ -464,8 +480,15 @@ pub fn conv_transpose2d_backward(
     let grad_x = if need_grad_x && x.numel() > 0 {
         let gx = Tensor::empty(dev, x.shape(), DType::F32)?;
         if grad_out.numel() > 0 {
-            dev.backend()
-                .conv2d_fwd(dev, grad_out, w, None, &gx, &g, false, algo)?;
+            let op = ConvFwd {
+                x: grad_out,
+                w,
+                bias: None,
+                out: &gx,
+                g: &g,
+                relu: false,
+            };
+            dev.backend().conv2d_fwd(dev, &op, algo)?;
         } else {
             dev.backend().fill(gx.storage(), [0; 4], gx.numel() * 4)?;
         }
@@ -535,17 +558,17 @@ pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
 
 /// The per-channel sum of `go` (N, F, OH, OW) through the device's backward primitive (bias gradient only).
 fn cl_or_cpu_bias_grad(dev: &crate::Device, go: &Tensor, gb: &Tensor, g: &ConvGeom) -> Result<()> {
-    dev.backend().conv2d_bwd(
-        dev,
+    let gr = ConvGrads {
+        gx: None,
+        gw: None,
+        gb: Some(gb),
+    };
+    let op = ConvBwd {
+        x: go,
+        w: go,
         go,
-        go,
-        go,
-        &ConvGrads {
-            gx: None,
-            gw: None,
-            gb: Some(gb),
-        },
+        gr: &gr,
         g,
-        None,
-    )
+    };
+    dev.backend().conv2d_bwd(dev, &op, None)
 }

@@ -14,9 +14,9 @@
 
 #![allow(clippy::too_many_arguments)]
 
-use super::conv::Conv2dGrads;
+use super::conv::{Conv2dGrads, check_inputs};
 pub use crate::contract::depthwise::DwAlgo;
-use crate::contract::depthwise::DwGeom;
+use crate::contract::depthwise::{DwBwd, DwFwd, DwGeom};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -69,13 +69,6 @@ fn geom(op: &str, x: &[usize], w: &[usize], stride: usize, pad: usize) -> Result
     Ok(g)
 }
 
-fn check(op: &str, ts: &[&Tensor]) -> Result<()> {
-    for t in ts {
-        t.expect_dtype(DType::F32, op)?;
-    }
-    ts[0].same_device(&ts[1..], op)
-}
-
 /// Depthwise convolution of `x` (N, C, H, W) with `w` (C, 1, K, K), plus an optional bias (C).
 pub fn depthwise_conv2d(
     x: &Tensor,
@@ -96,10 +89,10 @@ pub fn depthwise_conv2d_algo(
     pad: usize,
     algo: Option<DwAlgo>,
 ) -> Result<Tensor> {
-    check("depthwise_conv2d", &[x, w])?;
+    check_inputs("depthwise_conv2d", &[x, w])?;
     let g = geom("depthwise_conv2d", x.shape(), w.shape(), stride, pad)?;
     if let Some(b) = bias {
-        check("depthwise_conv2d", &[x, b])?;
+        check_inputs("depthwise_conv2d", &[x, b])?;
         if b.shape() != [g.c] {
             return Err(Error::shape_mismatch(
                 "depthwise_conv2d bias",
@@ -110,9 +103,14 @@ pub fn depthwise_conv2d_algo(
     }
     let out = Tensor::empty(x.device(), &[g.n, g.c, g.oh, g.ow], DType::F32)?;
     if out.numel() > 0 {
-        x.device()
-            .backend()
-            .dw_fwd(x.device(), x, w, bias, &out, &g, algo)?;
+        let op = DwFwd {
+            x,
+            w,
+            bias,
+            out: &out,
+            g: &g,
+        };
+        x.device().backend().dw_fwd(x.device(), &op, algo)?;
     }
     Ok(out)
 }
@@ -143,7 +141,7 @@ pub fn depthwise_conv2d_backward_algo(
     pad: usize,
     algo: Option<DwAlgo>,
 ) -> Result<Conv2dGrads> {
-    check("depthwise_conv2d_backward", &[x, w, grad_out])?;
+    check_inputs("depthwise_conv2d_backward", &[x, w, grad_out])?;
     let g = geom(
         "depthwise_conv2d_backward",
         x.shape(),
@@ -170,8 +168,15 @@ pub fn depthwise_conv2d_backward_algo(
             dev.backend().fill(t.storage(), [0; 4], t.numel() * 4)?;
         }
     } else {
-        dev.backend()
-            .dw_bwd(dev, x, w, grad_out, gx.as_ref(), &gw, &g, algo)?;
+        let op = DwBwd {
+            x,
+            w,
+            go: grad_out,
+            gx: gx.as_ref(),
+            gw: &gw,
+            g: &g,
+        };
+        dev.backend().dw_bwd(dev, &op, algo)?;
     }
     let gb = if has_bias {
         Some(super::conv::bias_grad(grad_out)?)

@@ -6,7 +6,7 @@
 //! variants of both for long reductions. The convolution family reuses the same descriptor with its own
 //! tuning keys (e.g. `conv2d_pointwise_gemm`).
 
-use crate::contract::gemm::Gemm;
+use crate::contract::gemm::{Gemm, GemmOp};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -25,42 +25,17 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 /// `op(a) · op(b)` for 2-D tensors, where `op` transposes when the flag is set (`a` is stored k×m when
 /// `trans_a`, `b` is stored n×k when `trans_b`).
 pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    check_f32(&[a, b], "matmul")?;
-    if a.rank() != 2 || b.rank() != 2 {
-        return Err(Error::Shape(format!(
-            "matmul needs 2-D tensors, got {:?} and {:?} (use bmm for batches)",
-            a.shape(),
-            b.shape()
-        )));
-    }
-    let (m, ka) = if trans_a {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
-    if ka != kb {
-        return Err(Error::Shape(format!(
-            "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}{}, b {:?}{}); the inner sizes must match",
-            a.shape(),
-            if trans_a { " transposed" } else { "" },
-            b.shape(),
-            if trans_b { " transposed" } else { "" }
-        )));
-    }
-    let out = Tensor::empty(a.device(), &[m, n], DType::F32)?;
-    run(
-        a,
-        b,
-        &out,
-        None,
-        &Gemm::dense(m, n, ka, 1, trans_a, trans_b, false),
-    )?;
+    let g = matmul_desc(a, b, trans_a, trans_b)?;
+    let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
+    run(a, b, &out, None, &g)?;
     Ok(out)
+}
+
+/// The (rows, cols) of `op(t)` for the last two dimensions of `t`: swapped when `trans`.
+fn op_dims(t: &Tensor, trans: bool) -> (usize, usize) {
+    let s = t.shape();
+    let (r, c) = (s[s.len() - 2], s[s.len() - 1]);
+    if trans { (c, r) } else { (r, c) }
 }
 
 /// Batched product of 3-D tensors: `out[i] = op(a[i]) · op(b[i])`. A batch of 1 on either side is shared by
@@ -88,16 +63,7 @@ fn bmm_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm
         )));
     }
     let batch = ba.max(bb);
-    let (m, ka) = if trans_a {
-        (a.shape()[2], a.shape()[1])
-    } else {
-        (a.shape()[1], a.shape()[2])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[2], b.shape()[1])
-    } else {
-        (b.shape()[1], b.shape()[2])
-    };
+    let ((m, ka), (kb, n)) = (op_dims(a, trans_a), op_dims(b, trans_b));
     if ka != kb {
         return Err(Error::Shape(format!(
             "bmm: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}, b {:?}); the inner sizes must match",
@@ -136,9 +102,8 @@ fn forced(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], label: &str) -> Res
     let out = Tensor::empty(a.device(), shape, DType::F32)?;
     g.check(a, b, &out, None)?;
     if out.numel() > 0 {
-        a.device()
-            .backend()
-            .gemm_forced(a.device(), a, b, &out, g, label)?;
+        let op = GemmOp::new(a, b, &out, None, g);
+        a.device().backend().gemm_forced(a.device(), &op, label)?;
     }
     Ok(out)
 }
@@ -147,24 +112,19 @@ fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<G
     check_f32(&[a, b], "matmul")?;
     if a.rank() != 2 || b.rank() != 2 {
         return Err(Error::Shape(format!(
-            "matmul needs 2-D tensors, got {:?} and {:?}",
+            "matmul needs 2-D tensors, got {:?} and {:?} (use bmm for batches)",
             a.shape(),
             b.shape()
         )));
     }
-    let (m, ka) = if trans_a {
-        (a.shape()[1], a.shape()[0])
-    } else {
-        (a.shape()[0], a.shape()[1])
-    };
-    let (kb, n) = if trans_b {
-        (b.shape()[1], b.shape()[0])
-    } else {
-        (b.shape()[0], b.shape()[1])
-    };
+    let ((m, ka), (kb, n)) = (op_dims(a, trans_a), op_dims(b, trans_b));
     if ka != kb {
         return Err(Error::Shape(format!(
-            "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n}; the inner sizes must match"
+            "matmul: op(a) is {m}×{ka} but op(b) is {kb}×{n} (a {:?}{}, b {:?}{}); the inner sizes must match",
+            a.shape(),
+            if trans_a { " transposed" } else { "" },
+            b.shape(),
+            if trans_b { " transposed" } else { "" }
         )));
     }
     Ok(Gemm::dense(m, n, ka, 1, trans_a, trans_b, false))
@@ -208,5 +168,7 @@ pub(crate) fn run(
     if g.m == 0 || g.n == 0 || g.batch == 0 {
         return Ok(());
     }
-    c.device().backend().gemm(c.device(), a, b, c, bias, g)
+    c.device()
+        .backend()
+        .gemm(c.device(), &GemmOp::new(a, b, c, bias, g))
 }

@@ -2,6 +2,7 @@
 
 use super::limit;
 pub use crate::contract::resize::Upsample;
+use crate::contract::resize::Upsampling;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -28,9 +29,8 @@ pub fn upsample(x: &Tensor, size: (usize, usize), mode: Upsample) -> Result<Tens
         )));
     }
     if y.numel() > 0 {
-        x.device()
-            .backend()
-            .upsample(mode, x.shape(), &shape, x, &y, false)?;
+        let op = Upsampling::new(mode, x.shape(), &shape, x, &y, false);
+        x.device().backend().upsample(&op)?;
     }
     Ok(y)
 }
@@ -58,9 +58,8 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
     let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
     limit(grad, "upsample_backward")?;
     if gx.numel() > 0 {
-        grad.device()
-            .backend()
-            .upsample(mode, input_shape, grad.shape(), grad, &gx, true)?;
+        let op = Upsampling::new(mode, input_shape, grad.shape(), grad, &gx, true);
+        grad.device().backend().upsample(&op)?;
     }
     Ok(gx)
 }

@@ -206,6 +206,13 @@ pub fn index_select(x: &Tensor, axis: isize, indices: &Tensor) -> Result<Tensor>
     Ok(y)
 }
 
+/// The first of the i32 values of `t` outside 0..n, if any.
+pub(crate) fn first_outside(t: &Tensor, n: usize) -> Result<Option<i32>> {
+    Ok(t.to_vec::<i32>()?
+        .into_iter()
+        .find(|&k| k < 0 || k as usize >= n))
+}
+
 /// `[N, classes]` f32 with a 1 at each label; a label outside `0..classes` is an error.
 pub fn one_hot(labels: &Tensor, classes: usize) -> Result<Tensor> {
     labels.expect_dtype(DType::I32, "one_hot")?;
@@ -215,11 +222,7 @@ pub fn one_hot(labels: &Tensor, classes: usize) -> Result<Tensor> {
             labels.shape()
         )));
     }
-    if let Some(bad) = labels
-        .to_vec::<i32>()?
-        .into_iter()
-        .find(|&k| k < 0 || k as usize >= classes)
-    {
+    if let Some(bad) = first_outside(labels, classes)? {
         return Err(Error::Invalid(format!(
             "one_hot: label {bad} is outside 0..{classes}"
         )));

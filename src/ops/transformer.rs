@@ -7,17 +7,8 @@ use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
-use super::shape::index_select;
-
-fn limit(t: &Tensor, op: &str) -> Result<()> {
-    if t.numel() > i32::MAX as usize {
-        return Err(Error::Limit(format!(
-            "{op}: {} elements exceed the 2^31-1 per-op limit",
-            t.numel()
-        )));
-    }
-    Ok(())
-}
+use super::limit;
+use super::shape::{first_outside, index_select};
 
 /// Rotary position embedding of x [..., S, D] (D even): each pair (x[2t], x[2t+1]) of the row at sequence
 /// position s is rotated by `positions[s]·base^(−2t/D)`; `positions` (i32 [S]) defaults to 0..S. With
@@ -135,11 +126,7 @@ pub fn causal_mask(device: &Device, s: usize) -> Result<Tensor> {
 
 fn check_indices(idx: &Tensor, n: usize, op: &str) -> Result<()> {
     idx.expect_dtype(DType::I32, &format!("{op} indices"))?;
-    if let Some(bad) = idx
-        .to_vec::<i32>()?
-        .into_iter()
-        .find(|&k| k < 0 || k as usize >= n)
-    {
+    if let Some(bad) = first_outside(idx, n)? {
         return Err(Error::Invalid(format!(
             "{op}: index {bad} is outside 0..{n} (the table's rows)"
         )));

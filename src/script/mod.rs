@@ -469,8 +469,7 @@ fn report_activity(sink: Progress) -> activity::ObserverGuard {
     activity::observe(move |a| {
         // Compile time of this run so far: the playground does not count it against the run's time limit, up
         // to an allowance.
-        let compile_ms =
-            (crate::backend::opencl::program::compile_ms_total() - compile0).round();
+        let compile_ms = (crate::backend::opencl::program::compile_ms_total() - compile0).round();
         let mut v = match *a {
             Activity::Building {
                 family,

@@ -109,3 +109,87 @@ pub fn child_test_output(name: &str, force: &str, out: &std::process::Output) ->
     );
     text
 }
+
+/// Runs `python3 script args…` (a check against netcl 0.3.2) and fails with its output unless it succeeds.
+pub fn python_check_passes<S: AsRef<std::ffi::OsStr>>(
+    script: &str,
+    args: impl IntoIterator<Item = S>,
+) {
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .args(args)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "netcl 0.3.2 disagreed: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{}", String::from_utf8_lossy(&out.stdout));
+}
+
+/// Whether python3 can import netcl 0.3.2 and pyopencl; says loudly that the test is skipped when not.
+pub fn has_netcl() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import netcl, pyopencl"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        eprintln!(
+            "\n!!!!!!!! SKIPPED: python3 cannot import netcl 0.3.2 (pip install pyopencl netcl==0.3.2) !!!!!!!!\n"
+        );
+    }
+    ok
+}
+
+/// The label `NETCL_AUTOTUNE_FORCE` (`kernel=label;…`, set by a parent test) forces for `kernel`.
+pub fn forced_label(kernel: &str) -> Option<String> {
+    let force = std::env::var("NETCL_AUTOTUNE_FORCE").ok()?;
+    force.split(';').find_map(|e| {
+        let (k, l) = e.split_once('=')?;
+        (k == kernel).then(|| l.to_owned())
+    })
+}
+
+/// The central difference (step `h`) of `loss` in entry `i` of `x`, whose values are `base`; `x` holds
+/// `base` again afterwards.
+pub fn central_difference(
+    x: &netcl::autograd::Var,
+    base: &[f32],
+    i: usize,
+    h: f32,
+    mut loss: impl FnMut() -> f32,
+) -> f32 {
+    let dev = x.value().device().clone();
+    let mut at = |d: f32| {
+        let mut v = base.to_vec();
+        v[i] += d;
+        x.value()
+            .assign(&Tensor::from_slice(&dev, &v, x.shape()).expect("t"))
+            .expect("assign");
+        loss()
+    };
+    let fd = (at(h) - at(-h)) / (2.0 * h);
+    x.value()
+        .assign(&Tensor::from_slice(&dev, base, x.shape()).expect("t"))
+        .expect("restore");
+    fd
+}
+
+/// Fails unless `r` is an error whose message contains `want`; `case` names the bad input.
+pub fn assert_refused<T>(r: netcl::Result<T>, case: &str, want: &str) {
+    let e = r.map(|_| ()).expect_err(case);
+    assert!(e.to_string().contains(want), "{e}");
+}
+
+/// Runs `cmd` to completion and fails with its standard error unless it succeeded.
+pub fn output_ok(cmd: &mut std::process::Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -53,6 +53,14 @@ pub fn tool(program: &str, install: &str) -> Option<PathBuf> {
     found
 }
 
+/// `program` as [`tool`] finds it, installed by Debian's package of that name and the test dependencies.
+pub fn packaged_tool(program: &str) -> Option<PathBuf> {
+    tool(
+        program,
+        &format!("apt-get install -y {program}; scripts/install-deps.sh --test"),
+    )
+}
+
 /// An answer: status, headers (names in lower case) and the body (chunked bodies decoded).
 #[derive(Debug, Clone)]
 pub struct Answer {

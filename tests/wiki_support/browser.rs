@@ -246,6 +246,16 @@ impl Session {
         self.wait_for(what, WAIT, check);
     }
 
+    /// Types `text` into the element `selector`.
+    pub fn type_into(&self, selector: &str, text: &str) {
+        let el = self.find(selector);
+        self.call(
+            "POST",
+            &format!("/element/{el}/value"),
+            Some(json!({ "text": text })),
+        );
+    }
+
     pub fn wait_for(&self, what: &str, wait: Duration, check: impl Fn() -> bool) {
         let deadline = Instant::now() + wait;
         while !check() {
@@ -346,6 +356,15 @@ pub fn open_session(
         .unwrap_or_else(|| panic!("no session: {answer}"))
         .to_string();
     (driver, Session { port, id })
+}
+
+/// A browser session on a wiki that `start` serves (it returns the address), with the wiki's base URL; `None`
+/// where [`browsers`] finds none.
+pub fn browse(start: impl FnOnce() -> SocketAddr) -> Option<(Driver, Session, String)> {
+    let (chromium, chromedriver) = browsers()?;
+    let addr = start();
+    let (driver, s) = open_session(&chromium, &chromedriver);
+    Some((driver, s, format!("http://{addr}")))
 }
 
 /// The browser binaries, or `None` (skipped) outside CI when they are missing.

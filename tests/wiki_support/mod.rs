@@ -257,3 +257,15 @@ pub async fn send(app: &Router, request: Request<Body>) -> Answer {
 pub async fn get(app: &Router, uri: &str) -> Answer {
     send(app, Request::get(uri).body(Body::empty()).unwrap()).await
 }
+
+/// `GET uri` with the one header `name: value`.
+pub async fn get_with(app: &Router, uri: &str, (name, value): (&str, &str)) -> Answer {
+    send(
+        app,
+        Request::get(uri)
+            .header(name, value)
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await
+}

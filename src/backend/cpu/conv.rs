@@ -1,23 +1,11 @@
 //! The reference convolution on the built-in device: direct loops with f64 accumulation (every algorithm
 //! request computes the same mathematical result, so the reference ignores it).
 
-use crate::backend::cpu::{CpuDevice, access as cpu_access};
-use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
+use crate::Device;
+use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::{read_f32 as host, store_f64 as store};
+use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
 use crate::error::Result;
-use crate::{Device, Tensor};
-
-fn host(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec())
-}
-
-fn store(t: &Tensor, v: &[f64]) -> Result<()> {
-    let mut w = cpu_access::write(t)?;
-    let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
-    for (d, s) in o.iter_mut().zip(v) {
-        *d = *s as f32;
-    }
-    Ok(())
-}
 
 /// Calls `f(n, f, c, oh, ow, y, x, kh, kw)` for every (output, tap) pair that reads an in-bounds input.
 fn for_each_tap(
@@ -53,17 +41,8 @@ fn for_each_tap(
 }
 
 impl ConvKernels for CpuDevice {
-    fn conv2d_fwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-        _algo: Option<ConvAlgo>,
-    ) -> Result<()> {
+    fn conv2d_fwd(&self, _: &Device, op: &ConvFwd<'_>, _: Option<ConvAlgo>) -> Result<()> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let (xv, wv) = (host(x)?, host(w)?);
         let cg = g.c / g.groups;
         let mut acc = crate::tensor::host_vec(g.n * g.f * g.p(), 0f64)?;
@@ -89,16 +68,8 @@ impl ConvKernels for CpuDevice {
         store(out, &acc)
     }
 
-    fn conv2d_bwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        grads: &ConvGrads<'_>,
-        g: &ConvGeom,
-        _algo: Option<ConvAlgo>,
-    ) -> Result<()> {
+    fn conv2d_bwd(&self, _: &Device, op: &ConvBwd<'_>, _: Option<ConvAlgo>) -> Result<()> {
+        let (x, w, go, grads, g) = op.parts();
         let gov = host(go)?;
         let cg = g.c / g.groups;
         let goi = |n: usize, f: usize, oh: usize, ow: usize| {

@@ -1,22 +1,10 @@
 //! The reference depthwise convolution on the built-in device: direct loops with f64 accumulation.
 
-use crate::backend::cpu::{CpuDevice, access as cpu_access};
-use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
+use crate::Device;
+use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::{read_f32 as host, store_f64 as store};
+use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
 use crate::error::Result;
-use crate::{Device, Tensor};
-
-fn host(t: &Tensor) -> Result<Vec<f32>> {
-    Ok(bytemuck::cast_slice::<u32, f32>(&cpu_access::read(t)?[..])[..t.numel()].to_vec())
-}
-
-fn store(t: &Tensor, v: &[f64]) -> Result<()> {
-    let mut w = cpu_access::write(t)?;
-    let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
-    for (d, s) in o.iter_mut().zip(v) {
-        *d = *s as f32;
-    }
-    Ok(())
-}
 
 /// Calls `f(nc, c, oh, ow, y, x, tap)` for every in-bounds (output, tap) pair.
 fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, usize)) {
@@ -41,16 +29,8 @@ fn taps(g: &DwGeom, mut f: impl FnMut(usize, usize, usize, usize, usize, usize, 
 }
 
 impl DepthwiseKernels for CpuDevice {
-    fn dw_fwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-        _algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_fwd(&self, _device: &Device, op: &DwFwd<'_>, _algo: Option<DwAlgo>) -> Result<()> {
+        let (x, w, bias, out, g) = op.parts();
         let (xv, wv) = (host(x)?, host(w)?);
         let mut acc = crate::tensor::host_vec(g.n * g.c * g.oh * g.ow, 0f64)?;
         if let Some(b) = bias {
@@ -66,17 +46,8 @@ impl DepthwiseKernels for CpuDevice {
         store(out, &acc)
     }
 
-    fn dw_bwd(
-        &self,
-        _device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-        _algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_bwd(&self, _device: &Device, op: &DwBwd<'_>, _algo: Option<DwAlgo>) -> Result<()> {
+        let (x, w, go, gx, gw, g) = op.parts();
         let (xv, wv, gov) = (host(x)?, host(w)?, host(go)?);
         if let Some(gx) = gx {
             let mut acc = crate::tensor::host_vec(g.n * g.c * g.h * g.w, 0f64)?;

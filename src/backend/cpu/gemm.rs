@@ -1,9 +1,9 @@
 //! The reference product on the built-in device: f64 accumulation, row by row.
 
+use crate::Device;
 use crate::backend::cpu::{CpuDevice, access as cpu_access};
-use crate::contract::gemm::{BiasMode, Gemm, GemmKernels};
+use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmOp};
 use crate::error::Result;
-use crate::{Device, Tensor};
 
 /// `C[b] = op(A[b]) · op(B[b])` (+ bias, ReLU) on host slices, accumulating in f64.
 pub(crate) fn gemm_host(a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]>, g: &Gemm) {
@@ -48,15 +48,8 @@ pub(crate) fn gemm_host(a: &[f32], b: &[f32], c: &mut [f32], bias: Option<&[f32]
 }
 
 impl GemmKernels for CpuDevice {
-    fn gemm(
-        &self,
-        _device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<()> {
+    fn gemm(&self, _device: &Device, op: &GemmOp<'_>) -> Result<()> {
+        let (a, b, c, bias, g) = op.parts();
         // Read the inputs into owned vectors first: `c` may share storage with nothing here, but a and b may
         // be the same tensor.
         let av: Vec<f32> =
@@ -80,20 +73,12 @@ impl GemmKernels for CpuDevice {
         vec!["reference".into()]
     }
 
-    fn gemm_forced(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        g: &Gemm,
-        label: &str,
-    ) -> Result<()> {
+    fn gemm_forced(&self, device: &Device, op: &GemmOp<'_>, label: &str) -> Result<()> {
         if label != "reference" {
             return Err(crate::Error::Invalid(format!(
                 "gemm candidate `{label}` does not exist on the built-in device (it has `reference`)"
             )));
         }
-        self.gemm(device, a, b, c, None, g)
+        self.gemm(device, op)
     }
 }

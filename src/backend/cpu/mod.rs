@@ -154,6 +154,44 @@ pub(crate) mod host {
     use super::access;
     use crate::{Result, Tensor};
 
+    /// A copy of a host tensor's f32 elements.
+    pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
+        Ok(bytemuck::cast_slice::<u32, f32>(&access::read(t)?[..])[..t.numel()].to_vec())
+    }
+
+    /// Calls `f(p, a, b)` for each of `planes` planes and each pixel (a, b) of an `oh`×`ow` output plane.
+    pub(crate) fn each_pixel(
+        planes: usize,
+        oh: usize,
+        ow: usize,
+        mut f: impl FnMut(usize, usize, usize),
+    ) {
+        for p in 0..planes {
+            for a in 0..oh {
+                for b in 0..ow {
+                    f(p, a, b);
+                }
+            }
+        }
+    }
+
+    /// Writes `v` over the start of tensor `t`'s storage.
+    pub(crate) fn write_pod<T: bytemuck::Pod>(t: &Tensor, v: &[T]) -> Result<()> {
+        t.device()
+            .backend()
+            .write(t.storage(), 0, bytemuck::cast_slice(v))
+    }
+
+    /// Stores f64 accumulators into a host tensor as f32 (as many as both hold).
+    pub(crate) fn store_f64(t: &Tensor, v: &[f64]) -> Result<()> {
+        let mut w = access::write(t)?;
+        let o = &mut bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..t.numel()];
+        for (d, s) in o.iter_mut().zip(v) {
+            *d = *s as f32;
+        }
+        Ok(())
+    }
+
     /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
     pub(crate) fn map_f32<R>(
         inputs: &[&Tensor],

@@ -1,6 +1,7 @@
 //! Reference pooling in plain Rust (f64 accumulation).
 
 use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::write_pod;
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
@@ -63,12 +64,8 @@ impl PoolKernels for CpuDevice {
                 bi[o] = k as i32;
             }
         });
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&best))?;
-        idx.device()
-            .backend()
-            .write(idx.storage(), 0, bytemuck::cast_slice(&bi))
+        write_pod(y, &best)?;
+        write_pod(idx, &bi)
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, _p: &Pool2d, gx: &Tensor) -> Result<()> {
         let (gs, is) = (g.to_vec::<f32>()?, idx.to_vec::<i32>()?);
@@ -80,9 +77,7 @@ impl PoolKernels for CpuDevice {
                 out[(o / ohw) * hw + i as usize] += gv;
             }
         }
-        gx.device()
-            .backend()
-            .write(gx.storage(), 0, bytemuck::cast_slice(&out))
+        write_pod(gx, &out)
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
         let xs = x.to_vec::<f32>()?;
@@ -96,9 +91,7 @@ impl PoolKernels for CpuDevice {
             .zip(&cnt)
             .map(|(a, c)| (*a / *c as f64) as f32)
             .collect();
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&out))
+        write_pod(y, &out)
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
         let gs = g.to_vec::<f32>()?;
@@ -108,9 +101,7 @@ impl PoolKernels for CpuDevice {
             out[base + k] += gs[o] as f64 / cnt[o] as f64
         });
         let out: Vec<f32> = out.into_iter().map(|v| v as f32).collect();
-        gx.device()
-            .backend()
-            .write(gx.storage(), 0, bytemuck::cast_slice(&out))
+        write_pod(gx, &out)
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
         let hw = gx.shape()[2] * gx.shape()[3];

@@ -1,9 +1,9 @@
 //! Upsampling on the built-in device: the separable taps in f64.
 
 use crate::backend::cpu::CpuDevice;
-use crate::contract::resize::{ResizeKernels, Upsample};
+use crate::backend::cpu::host::{each_pixel, write_pod};
+use crate::contract::resize::{ResizeKernels, Upsample, Upsampling};
 use crate::error::Result;
-use crate::tensor::Tensor;
 
 /// Reference taps of output `o` along one axis: (input index, weight) pairs.
 fn taps(mode: Upsample, o: usize, inp: usize, out: usize) -> [(usize, f64); 2] {
@@ -28,38 +28,25 @@ fn taps(mode: Upsample, o: usize, inp: usize, out: usize) -> [(usize, f64); 2] {
 }
 
 impl ResizeKernels for CpuDevice {
-    fn upsample(
-        &self,
-        mode: Upsample,
-        xs: &[usize],
-        ys: &[usize],
-        src: &Tensor,
-        dst: &Tensor,
-        back: bool,
-    ) -> Result<()> {
+    fn upsample(&self, op: &Upsampling<'_>) -> Result<()> {
+        let (mode, xs, ys, src, dst, back) = op.parts();
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
         let mut d = crate::tensor::host_vec(dst.numel(), 0f64)?;
-        for p in 0..planes {
-            for a in 0..oh {
-                for b in 0..ow {
-                    let yi = (p * oh + a) * ow + b;
-                    for (hh, wa) in taps(mode, a, h, oh) {
-                        for (ww, wb) in taps(mode, b, w, ow) {
-                            let xi = (p * h + hh) * w + ww;
-                            if back {
-                                d[xi] += wa * wb * s[yi] as f64;
-                            } else {
-                                d[yi] += wa * wb * s[xi] as f64;
-                            }
-                        }
+        each_pixel(planes, oh, ow, |p, a, b| {
+            let yi = (p * oh + a) * ow + b;
+            for (hh, wa) in taps(mode, a, h, oh) {
+                for (ww, wb) in taps(mode, b, w, ow) {
+                    let xi = (p * h + hh) * w + ww;
+                    if back {
+                        d[xi] += wa * wb * s[yi] as f64;
+                    } else {
+                        d[yi] += wa * wb * s[xi] as f64;
                     }
                 }
             }
-        }
+        });
         let d: Vec<f32> = d.into_iter().map(|v| v as f32).collect();
-        dst.device()
-            .backend()
-            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
+        write_pod(dst, &d)
     }
 }

@@ -1,6 +1,7 @@
 //! Reference data movement in plain Rust.
 
 use crate::backend::cpu::CpuDevice;
+use crate::backend::cpu::host::{each_pixel, write_pod};
 use crate::contract::ShapeKernels;
 use crate::contract::reduce::Ori;
 use crate::contract::shape::{Block, Pad, TopK};
@@ -65,12 +66,8 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        vals.device()
-            .backend()
-            .write(vals.storage(), 0, bytemuck::cast_slice(&vs))?;
-        idx.device()
-            .backend()
-            .write(idx.storage(), 0, bytemuck::cast_slice(&is))
+        write_pod(vals, &vs)?;
+        write_pod(idx, &is)
     }
 
     fn permute(&self, x: &Tensor, oshape: &[usize], istride: &[usize], y: &Tensor) -> Result<()> {
@@ -96,9 +93,7 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn index_select(&self, x: &Tensor, idx: &Tensor, v: Ori, y: &Tensor) -> Result<()> {
@@ -110,9 +105,7 @@ impl ShapeKernels for CpuDevice {
                 ys.extend_from_slice(&xs[(oo * a + k as usize) * i..(oo * a + k as usize + 1) * i]);
             }
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
@@ -121,9 +114,7 @@ impl ShapeKernels for CpuDevice {
         for (n, &l) in labels.to_vec::<i32>()?.iter().enumerate() {
             ys[n * c + l as usize] = 1.0;
         }
-        y.device()
-            .backend()
-            .write(y.storage(), 0, bytemuck::cast_slice(&ys))
+        write_pod(y, &ys)
     }
 
     fn pad2d(&self, src: &Tensor, dst: &Tensor, pad: Pad) -> Result<()> {
@@ -133,28 +124,22 @@ impl ShapeKernels for CpuDevice {
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
         let s = src.to_vec::<f32>()?;
         let mut d = crate::tensor::host_vec(dst.numel(), 0f32)?;
-        for p in 0..planes {
-            for a in 0..oh {
-                for b in 0..ow {
-                    let (hs, ws) = (
-                        pad_src(a as isize - top as isize, h, reflect),
-                        pad_src(b as isize - left as isize, w, reflect),
-                    );
-                    let (Some(hh), Some(ww)) = (hs, ws) else {
-                        continue;
-                    };
-                    let (xi, yi) = ((p * h + hh) * w + ww, (p * oh + a) * ow + b);
-                    if back {
-                        // The reference scatters (the kernel gathers), so the two are checked against each other.
-                        d[xi] += s[yi];
-                    } else {
-                        d[yi] = s[xi];
-                    }
-                }
+        each_pixel(planes, oh, ow, |p, a, b| {
+            let (hs, ws) = (
+                pad_src(a as isize - top as isize, h, reflect),
+                pad_src(b as isize - left as isize, w, reflect),
+            );
+            let (Some(hh), Some(ww)) = (hs, ws) else {
+                return;
+            };
+            let (xi, yi) = ((p * h + hh) * w + ww, (p * oh + a) * ow + b);
+            if back {
+                // The reference scatters (the kernel gathers), so the two are checked against each other.
+                d[xi] += s[yi];
+            } else {
+                d[yi] = s[xi];
             }
-        }
-        dst.device()
-            .backend()
-            .write(dst.storage(), 0, bytemuck::cast_slice(&d))
+        });
+        write_pod(dst, &d)
     }
 }

@@ -48,38 +48,7 @@ mod tests {
     use crate::backend::opencl::program::{Defines, kernel_source};
     use crate::memory::Allocator;
 
-    /// The builds that together compile every kernel of `family` (the defines its launches use).
-    fn builds(family: &str) -> Vec<Defines> {
-        let d = Defines::new;
-        match family {
-            "depthwise" => vec![
-                d(),
-                d().set("RK", 3).set("RS", 1),
-                d().set("KS", 3).set("SS", 2),
-                d().set("BK", 3)
-                    .set("BS", 2)
-                    .set("VW", 8)
-                    .set("BY", 2)
-                    .set("XLOOP", 1),
-                d().set("GK", 3).set("GC", 2).set("GP", 1),
-            ],
-            "gemm" => {
-                let base = || d().set("TRANS_A", 0).set("TRANS_B", 0);
-                vec![
-                    base()
-                        .set("TM", 32)
-                        .set("TN", 32)
-                        .set("TK", 8)
-                        .set("RM", 4)
-                        .set("RN", 4),
-                    base().set("SK", 8).set("PX", 4).set("LS", 64),
-                    base().set("MR", 4).set("VW", 8).set("NB", 2),
-                ]
-            }
-            "winograd" => vec![d().set("WM", 2)],
-            _ => vec![d()],
-        }
-    }
+    include!("abi_builds.rs");
 
     fn opencl() -> Option<crate::Device> {
         let ci = std::env::var("CI").is_ok_and(|v| v == "true" || v == "1");

@@ -12,8 +12,8 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::conv as abi;
 use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, kernel_source};
-use crate::contract::conv::{ConvAlgo, ConvGeom, ConvGrads, ConvKernels};
-use crate::contract::gemm::{BiasMode, Gemm, GemmTune};
+use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
+use crate::contract::gemm::{BiasMode, Gemm, GemmOp, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -54,6 +54,16 @@ fn cl_args(g: &ConvGeom) -> ([i32; 8], [i32; 8]) {
     (a, b)
 }
 
+/// The batch, channel and spatial fields of a convolution's tune key (N, H and W bucketed).
+pub(super) fn nchw_key(n: usize, c: usize, h: usize, w: usize) -> [(&'static str, i64); 4] {
+    [
+        ("n", bucket(n)),
+        ("c", c as i64),
+        ("h", bucket(h)),
+        ("w", bucket(w)),
+    ]
+}
+
 /// The geometry key of `kernel`, one of the general algorithm choices; their candidates run the conv, GEMM
 /// and Winograd kernels.
 pub(super) fn algo_key(
@@ -61,11 +71,9 @@ pub(super) fn algo_key(
     g: &ConvGeom,
     extra: &[(&'static str, i64)],
 ) -> TuneKey {
-    let mut k = vec![
-        ("n", bucket(g.n)),
-        ("c", g.c as i64),
-        ("h", bucket(g.h)),
-        ("w", bucket(g.w)),
+    let mut k = Vec::with_capacity(14 + extra.len());
+    k.extend(nchw_key(g.n, g.c, g.h, g.w));
+    k.extend([
         ("f", g.f as i64),
         ("kh", g.kh as i64),
         ("kw", g.kw as i64),
@@ -76,7 +84,7 @@ pub(super) fn algo_key(
         ("dh", g.dh as i64),
         ("dw", g.dw as i64),
         ("groups", g.groups as i64),
-    ];
+    ]);
     k.extend_from_slice(extra);
     TuneKey::new(kernel, &k)
         .source(kernel_source("conv").unwrap_or_default())
@@ -113,22 +121,14 @@ fn general_default(cands: &[ConvAlgo], g: &ConvGeom) -> usize {
 }
 
 impl ClDevice {
-    pub(super) fn run_gemm(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    /// Checks and runs one product; returns its launch events (none for an empty product).
+    pub(super) fn run_gemm(&self, device: &Device, op: &GemmOp<'_>) -> Result<Vec<Event>> {
+        let (a, b, c, bias, g) = op.parts();
         g.check(a, b, c, bias)?;
         if g.m == 0 || g.n == 0 || g.batch == 0 {
-            return Ok(());
+            return Ok(Vec::new());
         }
-        ev.extend(self.gemm_events(device, a, b, c, bias, g)?);
-        Ok(())
+        self.gemm_events(device, op)
     }
 
     /// Samples per im2col chunk.
@@ -140,15 +140,8 @@ impl ClDevice {
 
     // ------------------------------------------------------------------------------------------ forward
 
-    fn fwd_direct(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    fn fwd_direct(&self, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let (g0, g1) = cl_args(g);
         let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_DIRECT_FWD)?;
         let args = abi::ConvDirectFwd {
@@ -185,16 +178,8 @@ impl ClDevice {
         self.run(&k, &args, &[g.c * g.kh * g.kw, nb], None)
     }
 
-    fn fwd_im2col(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    fn fwd_im2col(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let (cg, fg, kk, p) = (g.c / g.groups, g.f / g.groups, g.kh * g.kw, g.p());
         let chunk = self.col_chunk(g);
         let col = Tensor::empty(device, &[chunk * g.c * kk * p], DType::F32)?;
@@ -232,15 +217,10 @@ impl ClDevice {
                         shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
                     ),
                 };
-                self.run_gemm(
+                ev.extend(self.run_gemm(
                     device,
-                    w,
-                    &col,
-                    out,
-                    if fused { bias } else { None },
-                    &gm,
-                    &mut ev,
-                )?;
+                    &GemmOp::new(w, &col, out, if fused { bias } else { None }, &gm),
+                )?);
             }
             n0 += nb;
         }
@@ -261,16 +241,8 @@ impl ClDevice {
         Ok(ev)
     }
 
-    fn fwd_pointwise(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    fn fwd_pointwise(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let p = g.p();
         let gm = Gemm {
             bias: if bias.is_some() {
@@ -286,42 +258,21 @@ impl ClDevice {
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
-        self.run_gemm(device, w, x, out, bias, &gm, &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(w, x, out, bias, &gm))?);
         Ok(ev)
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn fwd_algo(
-        &self,
-        device: &Device,
-        algo: ConvAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    fn fwd_algo(&self, device: &Device, algo: ConvAlgo, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
         match algo {
-            ConvAlgo::Direct => self.fwd_direct(x, w, bias, out, g, relu),
-            ConvAlgo::Im2col => self.fwd_im2col(device, x, w, bias, out, g, relu),
-            ConvAlgo::Winograd => self.fwd_winograd(device, x, w, bias, out, g, relu),
-            ConvAlgo::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
+            ConvAlgo::Direct => self.fwd_direct(op),
+            ConvAlgo::Im2col => self.fwd_im2col(device, op),
+            ConvAlgo::Winograd => self.fwd_winograd(device, op),
+            ConvAlgo::Pointwise => self.fwd_pointwise(device, op),
         }
     }
 
     /// The general path: direct, im2col or Winograd, whichever is eligible and fastest.
-    #[allow(clippy::too_many_arguments)]
-    fn fwd_general(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    fn fwd_general(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (_, _, bias, _, g, relu) = op.parts();
         let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
             .into_iter()
             .filter(|a| g.eligible(*a))
@@ -333,9 +284,9 @@ impl ClDevice {
         );
         let default = general_default(&cands, g);
         let algo = autotune::tune(device, &key, &cands, default, |a| {
-            events_ms(&self.fwd_algo(device, *a, x, w, bias, out, g, relu)?)
+            events_ms(&self.fwd_algo(device, *a, op)?)
         })?;
-        self.fwd_algo(device, algo, x, w, bias, out, g, relu)
+        self.fwd_algo(device, algo, op)
     }
 
     // ------------------------------------------------------------------------------------------ backward
@@ -388,15 +339,8 @@ impl ClDevice {
         Ok(())
     }
 
-    fn bwd_direct(
-        &self,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    fn bwd_direct(&self, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
+        let (x, w, go, gr, g) = op.parts();
         let (g0, g1) = cl_args(g);
         let d = Defines::new();
         if let Some(gx) = gr.gx {
@@ -443,18 +387,8 @@ impl ClDevice {
         };
         self.run(&k, &args, &[len], None)
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn bwd_im2col(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    fn bwd_im2col(&self, device: &Device, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
+        let (x, w, go, gr, g) = op.parts();
         let (cg, fg, kk, p) = (g.c / g.groups, g.f / g.groups, g.kh * g.kw, g.p());
         let chunk = self.col_chunk(g);
         let col = Tensor::empty(device, &[chunk * g.c * kk * p], DType::F32)?;
@@ -493,7 +427,7 @@ impl ClDevice {
                             shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
                         ),
                     };
-                    self.run_gemm(device, go, &col, part, None, &gm, ev)?;
+                    ev.extend(self.run_gemm(device, &GemmOp::new(go, &col, part, None, &gm))?);
                 }
                 ev.push(self.sum_batches(part, gw, g.f * cg * kk, nb, n0 > 0)?);
             }
@@ -522,7 +456,7 @@ impl ClDevice {
                             shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
                         ),
                     };
-                    self.run_gemm(device, w, go, &col, None, &gm, ev)?;
+                    ev.extend(self.run_gemm(device, &GemmOp::new(w, go, &col, None, &gm))?);
                 }
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
                 let args = abi::ConvCol2im {
@@ -539,18 +473,8 @@ impl ClDevice {
         }
         Ok(())
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn bwd_pointwise(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    fn bwd_pointwise(&self, device: &Device, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
+        let (x, w, go, gr, g) = op.parts();
         let p = g.p();
         if let Some(gx) = gr.gx {
             let gm = Gemm {
@@ -560,7 +484,7 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
             };
-            self.run_gemm(device, w, go, gx, None, &gm, ev)?;
+            ev.extend(self.run_gemm(device, &GemmOp::new(w, go, gx, None, &gm))?);
         }
         if let Some(gw) = gr.gw {
             // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further),
@@ -573,29 +497,19 @@ impl ClDevice {
                 ),
                 ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
             };
-            self.run_gemm(device, go, x, &part, None, &gm, ev)?;
+            ev.extend(self.run_gemm(device, &GemmOp::new(go, x, &part, None, &gm))?);
             ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
         }
         Ok(())
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn bwd_algo(
-        &self,
-        device: &Device,
-        algo: ConvAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-    ) -> Result<Vec<Event>> {
+    fn bwd_algo(&self, device: &Device, algo: ConvAlgo, op: &ConvBwd<'_>) -> Result<Vec<Event>> {
+        let (_, _, go, gr, g) = op.parts();
         let mut ev = Vec::new();
         match algo {
-            ConvAlgo::Direct => self.bwd_direct(x, w, go, gr, g, &mut ev)?,
-            ConvAlgo::Im2col => self.bwd_im2col(device, x, w, go, gr, g, &mut ev)?,
-            ConvAlgo::Winograd => self.bwd_winograd(device, x, w, go, gr, g, &mut ev)?,
-            ConvAlgo::Pointwise => self.bwd_pointwise(device, x, w, go, gr, g, &mut ev)?,
+            ConvAlgo::Direct => self.bwd_direct(op, &mut ev)?,
+            ConvAlgo::Im2col => self.bwd_im2col(device, op, &mut ev)?,
+            ConvAlgo::Winograd => ev = self.bwd_winograd(device, op)?,
+            ConvAlgo::Pointwise => self.bwd_pointwise(device, op, &mut ev)?,
         }
         if let Some(gb) = gr.gb {
             self.bias_grad(device, go, gb, g, &mut ev)?;
@@ -634,15 +548,8 @@ impl ClDevice {
         }
     }
 
-    fn bwd_general(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-    ) -> Result<Vec<Event>> {
+    fn bwd_general(&self, device: &Device, op: &ConvBwd<'_>) -> Result<Vec<Event>> {
+        let (_, _, _, gr, g) = op.parts();
         let cands: Vec<ConvAlgo> = [ConvAlgo::Im2col, ConvAlgo::Winograd, ConvAlgo::Direct]
             .into_iter()
             .filter(|a| g.eligible(*a))
@@ -658,64 +565,61 @@ impl ClDevice {
         );
         let default = general_default(&cands, g);
         let algo = autotune::tune(device, &key, &cands, default, |a| {
-            events_ms(&self.bwd_algo(device, *a, x, w, go, gr, g)?)
+            events_ms(&self.bwd_algo(device, *a, op)?)
         })?;
-        self.bwd_algo(device, algo, x, w, go, gr, g)
+        self.bwd_algo(device, algo, op)
+    }
+}
+
+impl ClDevice {
+    /// One pass of netcl's dispatch: a forced `algo` runs (recorded under the first of `keys`); a
+    /// pointwise-eligible geometry runs the measured choice (under the second of `keys`) between the general
+    /// path and the pointwise kernels; anything else takes the general path. `run(None)` is the general
+    /// path, `run(Some(a))` algorithm `a`.
+    fn dispatch(
+        &self,
+        device: &Device,
+        g: &ConvGeom,
+        algo: Option<ConvAlgo>,
+        keys: (impl FnOnce() -> TuneKey, impl FnOnce() -> TuneKey),
+        run: impl Fn(Option<ConvAlgo>) -> Result<Vec<Event>>,
+    ) -> Result<()> {
+        if let Some(a) = algo {
+            autotune::record_choice(device, &(keys.0)(), &a, Source::Forced, "algo option");
+            run(Some(a))?;
+            return Ok(());
+        }
+        if g.eligible(ConvAlgo::Pointwise) {
+            let choice = self.pointwise_select(device, &(keys.1)(), |c| match c {
+                PwChoice::Legacy => run(None),
+                PwChoice::Pointwise => run(Some(ConvAlgo::Pointwise)),
+            })?;
+            if choice == PwChoice::Pointwise {
+                run(Some(ConvAlgo::Pointwise))?;
+                return Ok(());
+            }
+        }
+        run(None)?;
+        Ok(())
     }
 }
 
 impl ConvKernels for ClDevice {
-    fn conv2d_fwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()> {
-        if let Some(a) = algo {
-            autotune::record_choice(
-                device,
-                &algo_key(
-                    "conv2d_fwd_algo",
-                    g,
-                    &[("bias", bias.is_some() as i64), ("relu", relu as i64)],
-                ),
-                &a,
-                Source::Forced,
-                "algo option",
-            );
-            self.fwd_algo(device, a, x, w, bias, out, g, relu)?;
-            return Ok(());
-        }
-        if g.eligible(ConvAlgo::Pointwise) {
-            let key = pointwise_key("conv2d_pointwise_fwd_select", g, bias.is_some(), relu);
-            let choice = self.pointwise_select(device, &key, |c| match c {
-                PwChoice::Legacy => self.fwd_general(device, x, w, bias, out, g, relu),
-                PwChoice::Pointwise => self.fwd_pointwise(device, x, w, bias, out, g, relu),
-            })?;
-            if choice == PwChoice::Pointwise {
-                self.fwd_pointwise(device, x, w, bias, out, g, relu)?;
-                return Ok(());
-            }
-        }
-        self.fwd_general(device, x, w, bias, out, g, relu)?;
-        Ok(())
+    fn conv2d_fwd(&self, device: &Device, op: &ConvFwd<'_>, algo: Option<ConvAlgo>) -> Result<()> {
+        let (_, _, bias, _, g, relu) = op.parts();
+        let flags = [("bias", bias.is_some() as i64), ("relu", relu as i64)];
+        let keys = (
+            || algo_key("conv2d_fwd_algo", g, &flags),
+            || pointwise_key("conv2d_pointwise_fwd_select", g, bias.is_some(), relu),
+        );
+        self.dispatch(device, g, algo, keys, |a| match a {
+            Some(a) => self.fwd_algo(device, a, op),
+            None => self.fwd_general(device, op),
+        })
     }
 
-    fn conv2d_bwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        algo: Option<ConvAlgo>,
-    ) -> Result<()> {
+    fn conv2d_bwd(&self, device: &Device, op: &ConvBwd<'_>, algo: Option<ConvAlgo>) -> Result<()> {
+        let (_, _, go, gr, g) = op.parts();
         if gr.gx.is_none() && gr.gw.is_none() {
             if let Some(gb) = gr.gb {
                 let mut ev = Vec::new();
@@ -728,34 +632,20 @@ impl ConvKernels for ClDevice {
             ("gw", gr.gw.is_some() as i64),
             ("gb", gr.gb.is_some() as i64),
         ];
-        if let Some(a) = algo {
-            autotune::record_choice(
-                device,
-                &algo_key("conv2d_bwd_algo", g, &flags),
-                &a,
-                Source::Forced,
-                "algo option",
-            );
-            self.bwd_algo(device, a, x, w, go, gr, g)?;
-            return Ok(());
-        }
-        if g.eligible(ConvAlgo::Pointwise) {
-            let key = pointwise_key(
-                "conv2d_pointwise_bwd_select",
-                g,
-                gr.gb.is_some(),
-                gr.gx.is_some(),
-            );
-            let choice = self.pointwise_select(device, &key, |c| match c {
-                PwChoice::Legacy => self.bwd_general(device, x, w, go, gr, g),
-                PwChoice::Pointwise => self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g),
-            })?;
-            if choice == PwChoice::Pointwise {
-                self.bwd_algo(device, ConvAlgo::Pointwise, x, w, go, gr, g)?;
-                return Ok(());
-            }
-        }
-        self.bwd_general(device, x, w, go, gr, g)?;
-        Ok(())
+        let keys = (
+            || algo_key("conv2d_bwd_algo", g, &flags),
+            || {
+                pointwise_key(
+                    "conv2d_pointwise_bwd_select",
+                    g,
+                    gr.gb.is_some(),
+                    gr.gx.is_some(),
+                )
+            },
+        );
+        self.dispatch(device, g, algo, keys, |a| match a {
+            Some(a) => self.bwd_algo(device, a, op),
+            None => self.bwd_general(device, op),
+        })
     }
 }

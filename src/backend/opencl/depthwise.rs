@@ -3,12 +3,15 @@
 
 #![allow(clippy::too_many_arguments)]
 
+use std::sync::Arc;
+
 use crate::Device;
-use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::autotune::{self, Source, TuneKey};
 use crate::backend::opencl::abi::depthwise as abi;
-use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::conv::nchw_key;
+use crate::backend::opencl::program::{ClKernel, Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
-use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwGeom};
+use crate::contract::depthwise::{DepthwiseKernels, DwAlgo, DwBwd, DwFwd, DwGeom};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -35,13 +38,14 @@ fn arg(g: &DwGeom) -> [i32; 8] {
 
 /// The autotune key of `kernel` for `g`, with one family-specific flag.
 fn key(kernel: &'static str, g: &DwGeom, extra: i64) -> TuneKey {
+    let [n, c, h, w] = nchw_key(g.n, g.c, g.h, g.w);
     TuneKey::new(
         kernel,
         &[
-            ("n", bucket(g.n)),
-            ("c", g.c as i64),
-            ("h", bucket(g.h)),
-            ("w", bucket(g.w)),
+            n,
+            c,
+            h,
+            w,
             ("k", g.k as i64),
             ("s", g.s as i64),
             ("p", g.p as i64),
@@ -123,15 +127,8 @@ impl ClDevice {
             .set("XLOOP", a.walks_rows() as usize)
     }
 
-    fn dw_fwd_with(
-        &self,
-        a: DwAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-    ) -> Result<Event> {
+    fn dw_fwd_with(&self, a: DwAlgo, op: &DwFwd<'_>) -> Result<Event> {
+        let (x, w, bias, out, g) = op.parts();
         let hb = bias.is_some() as i32;
         let b = bias.unwrap_or(w);
         self.dw_eligible(a, g)?;
@@ -170,11 +167,7 @@ impl ClDevice {
                 self.run(&kern, &args, &[items], Some(&[128]))
             }
             DwAlgo::Local => {
-                let kern = self.kernel(
-                    abi::FAMILY,
-                    &Defines::new().set("KS", g.k).set("SS", g.s),
-                    abi::DW_FWD_LOCAL,
-                )?;
+                let kern = self.dw_local_kernel(g, abi::DW_FWD_LOCAL)?;
                 self.run(
                     &kern,
                     &args,
@@ -183,11 +176,7 @@ impl ClDevice {
                 )
             }
             DwAlgo::Rows => {
-                let kern = self.kernel(
-                    abi::FAMILY,
-                    &Defines::new().set("RK", g.k).set("RS", g.s),
-                    abi::DW_FWD_ROWS,
-                )?;
+                let kern = self.dw_rows_kernel(g, abi::DW_FWD_ROWS)?;
                 self.run(&kern, &args_k, &[g.n * g.c * g.oh], None)
             }
             DwAlgo::Tile => {
@@ -199,6 +188,18 @@ impl ClDevice {
                 self.run(&kern, &args_k, &[out.numel()], Some(&[64]))
             }
         }
+    }
+
+    /// The local-memory kernel `name`, built for the filter size and stride of `g` (`KS`, `SS`).
+    fn dw_local_kernel(&self, g: &DwGeom, name: &str) -> Result<Arc<ClKernel>> {
+        let d = Defines::new().set("KS", g.k).set("SS", g.s);
+        self.kernel(abi::FAMILY, &d, name)
+    }
+
+    /// The row kernel `name`, built for the filter size and stride of `g` (`RK`, `RS`).
+    fn dw_rows_kernel(&self, g: &DwGeom, name: &str) -> Result<Arc<ClKernel>> {
+        let d = Defines::new().set("RK", g.k).set("RS", g.s);
+        self.kernel(abi::FAMILY, &d, name)
     }
 
     fn dw_candidates(&self, g: &DwGeom) -> Vec<DwAlgo> {
@@ -228,19 +229,8 @@ impl ClDevice {
         let rows = g.oh.div_ceil(per_n).max(1);
         (g.oh.div_ceil(rows).max(1), rows)
     }
-
-    #[allow(clippy::too_many_arguments)]
-    fn dw_bwd_with(
-        &self,
-        device: &Device,
-        a: DwAlgo,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-    ) -> Result<Vec<Event>> {
+    fn dw_bwd_with(&self, device: &Device, a: DwAlgo, op: &DwBwd<'_>) -> Result<Vec<Event>> {
+        let (x, w, go, gx, gw, g) = op.parts();
         let mut ev = Vec::new();
         let k = g.k as i32;
         if let Some(gx) = gx {
@@ -276,7 +266,14 @@ impl ClDevice {
                         &[wf.numel()],
                         None,
                     )?);
-                    ev.push(self.dw_fwd_with(a, go, &wf, None, gx, &gg)?);
+                    let flipped = DwFwd {
+                        x: go,
+                        w: &wf,
+                        bias: None,
+                        out: gx,
+                        g: &gg,
+                    };
+                    ev.push(self.dw_fwd_with(a, &flipped)?);
                 }
                 _ if matches!(a, DwAlgo::Block1x4 | DwAlgo::Block1x8 | DwAlgo::Block4x2) => {
                     let gather = if g.s == 2 {
@@ -295,11 +292,7 @@ impl ClDevice {
                     ev.push(self.run(&kern, &plain, &[g.n * g.c * g.h], None)?);
                 }
                 _ if matches!(a, DwAlgo::Rows | DwAlgo::Local) || a.walks_rows() => {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        abi::DW_BWD_X_ROWS,
-                    )?;
+                    let kern = self.dw_rows_kernel(g, abi::DW_BWD_X_ROWS)?;
                     ev.push(self.run(&kern, &with_k, &[g.n * g.c * g.h], None)?);
                 }
                 _ => {
@@ -341,11 +334,7 @@ impl ClDevice {
                 let part = Tensor::empty(device, &[g.c * bands * g.k * g.k], DType::F32)?;
                 let (bands_per, rows) = (bands_per as i32, rows as i32);
                 if a == DwAlgo::Local && self.dw_local_ok(g) {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("KS", g.k).set("SS", g.s),
-                        abi::DW_BWD_WEIGHT_LOCAL,
-                    )?;
+                    let kern = self.dw_local_kernel(g, abi::DW_BWD_WEIGHT_LOCAL)?;
                     let args = abi::DwBwdWeightLocal {
                         g: arg(g),
                         bands_per,
@@ -356,11 +345,7 @@ impl ClDevice {
                     };
                     ev.push(self.run(&kern, &args, &[g.c * 256, bands], Some(&[256, 1]))?);
                 } else {
-                    let kern = self.kernel(
-                        abi::FAMILY,
-                        &Defines::new().set("RK", g.k).set("RS", g.s),
-                        abi::DW_BWD_W_ROWS,
-                    )?;
+                    let kern = self.dw_rows_kernel(g, abi::DW_BWD_W_ROWS)?;
                     let args = abi::DwBwdWRows {
                         g: arg(g),
                         K: k,
@@ -509,48 +494,31 @@ impl ClDevice {
 }
 
 impl DepthwiseKernels for ClDevice {
-    fn dw_fwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_fwd(&self, device: &Device, op: &DwFwd<'_>, algo: Option<DwAlgo>) -> Result<()> {
+        let (_, _, bias, _, g) = op.parts();
         let a = self.dw_choose(
             device,
             "dwconv_fwd_algo",
             g,
             bias.is_some() as i64,
             algo,
-            |a| events_ms(&[self.dw_fwd_with(*a, x, w, bias, out, g)?]),
+            |a| events_ms(&[self.dw_fwd_with(*a, op)?]),
         )?;
-        self.dw_fwd_with(a, x, w, bias, out, g)?;
+        self.dw_fwd_with(a, op)?;
         Ok(())
     }
 
-    fn dw_bwd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gx: Option<&Tensor>,
-        gw: &Tensor,
-        g: &DwGeom,
-        algo: Option<DwAlgo>,
-    ) -> Result<()> {
+    fn dw_bwd(&self, device: &Device, op: &DwBwd<'_>, algo: Option<DwAlgo>) -> Result<()> {
+        let (_, _, _, gx, _, g) = op.parts();
         let a = self.dw_choose(
             device,
             "dwconv_bwd_algo",
             g,
             gx.is_some() as i64,
             algo,
-            |a| events_ms(&self.dw_bwd_with(device, *a, x, w, go, gx, gw, g)?),
+            |a| events_ms(&self.dw_bwd_with(device, *a, op)?),
         )?;
-        self.dw_bwd_with(device, a, x, w, go, gx, gw, g)?;
+        self.dw_bwd_with(device, a, op)?;
         Ok(())
     }
 }

@@ -11,8 +11,8 @@ use crate::backend::opencl::Event;
 use crate::backend::opencl::abi::gemm as abi;
 use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, ProgramSpec, kernel_source, quick_key};
+use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmOp, GemmTune};
 use crate::device::DeviceType;
-use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmTune};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -155,6 +155,50 @@ fn tiled_pad(tm: usize, tn: usize, tk: usize) -> usize {
         .map_or(4, |c| c.5)
 }
 
+/// The K split of `g` under candidate `cand`: (number of splits, K elements per split, a multiple of 16).
+#[inline]
+fn split_plan(g: &Gemm, cand: GemmCand) -> (usize, usize) {
+    let kd = g.k.max(1);
+    let l = kd.div_ceil(cand.splits.clamp(1, kd)).div_ceil(16) * 16;
+    (kd.div_ceil(l), l)
+}
+
+/// For the tiled kernel writing the output at `c` = (offset, row stride, batch stride): whether every row
+/// and batch start of A, B and the output lies on a multiple of 4 elements (float4 global access), and
+/// whether the batches fold into the columns (`flat` asked for, aligned, unsplit and [`ClDevice::flat_ok`]).
+#[inline]
+fn tiled_access(g: &Gemm, c: (usize, usize, usize), splits: usize, flat: bool) -> (bool, bool) {
+    let (off_c, ldc, s_c) = c;
+    let aligned = [
+        g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, ldc, off_c, s_c,
+    ]
+    .iter()
+    .all(|v| v % 4 == 0);
+    (
+        aligned,
+        flat && aligned && splits == 1 && ClDevice::flat_ok(g),
+    )
+}
+
+/// The defines of the tiled kernel with tile `t` = (TM, TN, TK, RM, RN, KS) on top of `base`.
+fn tiled_defines(base: Defines, t: [usize; 6], aligned: bool, flat: bool) -> Defines {
+    let [tm, tn, tk, rm, rn, ks] = t;
+    base.set("TM", tm)
+        .set("TN", tn)
+        .set("TK", tk)
+        .set("RM", rm)
+        .set("RN", rn)
+        .set("KS", ks)
+        .set("PAD", tiled_pad(tm, tn, tk))
+        .set("VEC", aligned as i32)
+        .set("FLAT", flat as i32)
+}
+
+/// The defines of the register-blocked kernels (packed and in place) on top of `base`.
+fn blocked_defines(base: Defines, mr: usize, vw: usize, nb: usize) -> Defines {
+    base.set("MR", mr).set("VW", vw).set("NB", nb)
+}
+
 impl ClDevice {
     /// The candidates for `g`. They depend only on what `g`'s tune key holds (bucketed sizes and flags), so a
     /// cached winner always names one of them.
@@ -291,9 +335,7 @@ impl ClDevice {
         let base = Defines::new()
             .set("TRANS_A", g.trans_a as i32)
             .set("TRANS_B", g.trans_b as i32);
-        let kd = g.k.max(1);
-        let l = kd.div_ceil(cand.splits.clamp(1, kd)).div_ceil(16) * 16;
-        let splits = kd.div_ceil(l);
+        let (splits, _) = split_plan(g, cand);
         let mut v: Vec<ProgramSpec> = Vec::with_capacity(4);
         let defines = match cand.algo {
             Algo::Tiled {
@@ -305,30 +347,17 @@ impl ClDevice {
                 ks,
                 flat,
             } => {
-                let (off_c, ldc, s_c) = if splits > 1 {
+                let c = if splits > 1 {
                     (0, g.n, g.m * g.n)
                 } else {
                     (g.off_c, g.ldc, g.s_c)
                 };
-                let aligned = [
-                    g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, ldc, off_c, s_c,
-                ]
-                .iter()
-                .all(|v| v % 4 == 0);
-                let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
-                base.set("TM", tm)
-                    .set("TN", tn)
-                    .set("TK", tk)
-                    .set("RM", rm)
-                    .set("RN", rn)
-                    .set("KS", ks)
-                    .set("PAD", tiled_pad(tm, tn, tk))
-                    .set("VEC", aligned as i32)
-                    .set("FLAT", flat as i32)
+                let (aligned, flat) = tiled_access(g, c, splits, flat);
+                tiled_defines(base, [tm, tn, tk, rm, rn, ks], aligned, flat)
             }
             Algo::SmallK { px, ls } => base.set("SK", g.k.max(1)).set("PX", px).set("LS", ls),
             Algo::Packed { mr, vw, nb, .. } | Algo::Reg { mr, vw, nb, .. } => {
-                base.set("MR", mr).set("VW", vw).set("NB", nb)
+                blocked_defines(base, mr, vw, nb)
             }
         };
         let kernels: &[&'static str] = match cand.algo {
@@ -350,17 +379,12 @@ impl ClDevice {
     pub(crate) fn gemm_with(
         &self,
         device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
+        op: &GemmOp<'_>,
         cand: GemmCand,
     ) -> Result<Vec<Event>> {
+        let (a, b, c, bias, g) = op.parts();
         let kd = g.k.max(1);
-        let mut splits = cand.splits.clamp(1, kd);
-        let l = kd.div_ceil(splits).div_ceil(16) * 16;
-        splits = kd.div_ceil(l);
+        let (splits, l) = split_plan(g, cand);
         let partial = if splits > 1 {
             Some(Tensor::empty(
                 device,
@@ -419,13 +443,7 @@ impl ClDevice {
                 ks,
                 flat,
             } => {
-                // float4 global access needs every row start and batch start on a multiple of 4 elements.
-                let aligned = [
-                    g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, ldc, off_c, s_c,
-                ]
-                .iter()
-                .all(|v| v % 4 == 0);
-                let flat = flat && aligned && splits == 1 && Self::flat_ok(g);
+                let (aligned, flat) = tiled_access(g, (off_c, ldc, s_c), splits, flat);
                 let key = [
                     g.trans_a as usize,
                     g.trans_b as usize,
@@ -439,16 +457,7 @@ impl ClDevice {
                     flat as usize,
                 ];
                 let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_TILED, &key), || {
-                    base()
-                        .set("TM", tm)
-                        .set("TN", tn)
-                        .set("TK", tk)
-                        .set("RM", rm)
-                        .set("RN", rn)
-                        .set("KS", ks)
-                        .set("PAD", tiled_pad(tm, tn, tk))
-                        .set("VEC", aligned as i32)
-                        .set("FLAT", flat as i32)
+                    tiled_defines(base(), [tm, tn, tk, rm, rn, ks], aligned, flat)
                 })?;
                 let (wx, wy) = (tn / rn, tm / rm);
                 let (cols, zz) = if flat { (g.n * g.batch, 1) } else { (g.n, z) };
@@ -489,7 +498,7 @@ impl ClDevice {
                 let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let kernel = |name| {
                     self.kernel_by(quick_key(abi::FAMILY, name, &blocked), || {
-                        base().set("MR", mr).set("VW", vw).set("NB", nb)
+                        blocked_defines(base(), mr, vw, nb)
                     })
                 };
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
@@ -511,7 +520,8 @@ impl ClDevice {
                 // On a CPU a fixed work-group keeps PoCL to one compiled work-group function per kernel (it
                 // compiles one per local size, and picks the local size from the shape when none is given);
                 // the kernels skip the items past the panels.
-                let pack_local: Option<&[usize]> = (self.info.kind == DeviceType::Cpu).then_some(&[1, 4, 1]);
+                let pack_local: Option<&[usize]> =
+                    (self.info.kind == DeviceType::Cpu).then_some(&[1, 4, 1]);
                 evs.push(self.run(&ka, &pack_a, &[g.k.div_ceil(32), pm, ba], pack_local)?);
                 let kb = kernel(abi::GEMM_PACK_B)?;
                 let pack_b = abi::GemmPackB {
@@ -557,7 +567,7 @@ impl ClDevice {
                 let blocked = [g.trans_a as usize, g.trans_b as usize, mr, vw, nb];
                 let (pm, pn) = (g.m.div_ceil(mr), g.n.div_ceil(nr));
                 let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_REG, &blocked), || {
-                    base().set("MR", mr).set("VW", vw).set("NB", nb)
+                    blocked_defines(base(), mr, vw, nb)
                 })?;
                 evs.push(self.run(&k, &args, &[pn, pm, z], Some(&[1, ly, 1]))?);
             }
@@ -584,15 +594,8 @@ impl ClDevice {
     }
 
     /// The measured (or cached) best candidate for `g`, under its tune key ([`tune_key`]).
-    pub(crate) fn gemm_choice(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<GemmCand> {
+    pub(crate) fn gemm_choice(&self, device: &Device, op: &GemmOp<'_>) -> Result<GemmCand> {
+        let g = op.g;
         // A repeated question is answered before the candidate list is built (most of a call's host time).
         let key = tune_key(g);
         if let Some(c) = autotune::answered(device, &key) {
@@ -613,36 +616,20 @@ impl ClDevice {
         });
         autotune::tune(device, &key, &cands, default, |cand| {
             prebuild();
-            events_ms(&self.gemm_with(device, a, b, c, bias, g, *cand)?)
+            events_ms(&self.gemm_with(device, op, *cand)?)
         })
     }
 
     /// Chooses and runs the product; returns the launch events.
-    pub(crate) fn gemm_events(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<Vec<Event>> {
-        let cand = self.gemm_choice(device, a, b, c, bias, g)?;
-        self.gemm_with(device, a, b, c, bias, g, cand)
+    pub(crate) fn gemm_events(&self, device: &Device, op: &GemmOp<'_>) -> Result<Vec<Event>> {
+        let cand = self.gemm_choice(device, op)?;
+        self.gemm_with(device, op, cand)
     }
 }
 
 impl GemmKernels for ClDevice {
-    fn gemm(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        bias: Option<&Tensor>,
-        g: &Gemm,
-    ) -> Result<()> {
-        self.gemm_events(device, a, b, c, bias, g).map(|_| ())
+    fn gemm(&self, device: &Device, op: &GemmOp<'_>) -> Result<()> {
+        self.gemm_events(device, op).map(|_| ())
     }
 
     fn gemm_labels(&self, g: &Gemm) -> Vec<String> {
@@ -652,15 +639,8 @@ impl GemmKernels for ClDevice {
             .collect()
     }
 
-    fn gemm_forced(
-        &self,
-        device: &Device,
-        a: &Tensor,
-        b: &Tensor,
-        c: &Tensor,
-        g: &Gemm,
-        label: &str,
-    ) -> Result<()> {
+    fn gemm_forced(&self, device: &Device, op: &GemmOp<'_>, label: &str) -> Result<()> {
+        let g = op.g;
         let cands = self.gemm_candidates(g);
         let labels = self.gemm_labels(g);
         let Some(i) = labels.iter().position(|l| l == label) else {
@@ -668,7 +648,6 @@ impl GemmKernels for ClDevice {
                 "gemm candidate `{label}` is not one of {labels:?}"
             )));
         };
-        self.gemm_with(device, a, b, c, None, g, cands[i])
-            .map(|_| ())
+        self.gemm_with(device, op, cands[i]).map(|_| ())
     }
 }

@@ -6,20 +6,12 @@
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::resize as abi;
 use crate::backend::opencl::program::Defines;
-use crate::contract::resize::{ResizeKernels, Upsample};
+use crate::contract::resize::{ResizeKernels, Upsample, Upsampling};
 use crate::error::Result;
-use crate::tensor::Tensor;
 
 impl ResizeKernels for ClDevice {
-    fn upsample(
-        &self,
-        mode: Upsample,
-        xs: &[usize],
-        ys: &[usize],
-        src: &Tensor,
-        dst: &Tensor,
-        back: bool,
-    ) -> Result<()> {
+    fn upsample(&self, op: &Upsampling<'_>) -> Result<()> {
+        let (mode, xs, ys, src, dst, back) = op.parts();
         let (bil, align) = match mode {
             Upsample::Nearest => (0, 0),
             Upsample::Bilinear { align_corners } => (1, u8::from(align_corners)),

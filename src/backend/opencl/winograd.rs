@@ -6,8 +6,8 @@ use crate::autotune::{self, bucket, shape_key};
 use crate::backend::opencl::abi::{conv as conv_abi, winograd as abi};
 use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
-use crate::contract::conv::{ConvGeom, ConvGrads};
-use crate::contract::gemm::{Gemm, GemmTune};
+use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom};
+use crate::contract::gemm::{Gemm, GemmOp, GemmTune};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -119,13 +119,9 @@ impl ClDevice {
         &self,
         device: &Device,
         wm: usize,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
+        op: &ConvFwd<'_>,
     ) -> Result<Vec<Event>> {
+        let (x, w, bias, out, g, relu) = op.parts();
         let tl = WinoTiles::new(g, wm);
         let (al2, nt) = (tl.al2, tl.nt);
         let u = Tensor::empty(device, &[al2, g.f, g.c], DType::F32)?;
@@ -148,7 +144,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
-        self.run_gemm(device, &u, &v, &m, None, &gm, &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(&u, &v, &m, None, &gm))?);
         let k = self.wino_kernel(wm, abi::WINO_OUTPUT)?;
         let [n, f, oh, ow, th, tw] = tl.out_dims(g);
         let args = abi::WinoOutput {
@@ -169,17 +165,8 @@ impl ClDevice {
     }
 
     /// Winograd forward with the output tile size (2×2 or 4×4) chosen by measurement (`wino_tile`).
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn fwd_winograd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        bias: Option<&Tensor>,
-        out: &Tensor,
-        g: &ConvGeom,
-        relu: bool,
-    ) -> Result<Vec<Event>> {
+    pub(super) fn fwd_winograd(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
+        let (_, _, bias, _, g, relu) = op.parts();
         let key = algo_key(
             "wino_tile",
             g,
@@ -187,9 +174,9 @@ impl ClDevice {
         );
         // First choice before measurement: 4×4 output tiles, the winner of every recorded shape.
         let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
-            events_ms(&self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)?)
+            events_ms(&self.fwd_winograd_tile(device, wm, op)?)
         })?;
-        self.fwd_winograd_tile(device, wm, x, w, bias, out, g, relu)
+        self.fwd_winograd_tile(device, wm, op)
     }
 
     /// grad_w of a Winograd-eligible convolution in the Winograd domain (F(3×3, wm×wm)): the input transform
@@ -235,7 +222,7 @@ impl ClDevice {
             tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
-        self.run_gemm(device, &dm, &v, &mw, None, &gm, &mut ev)?;
+        ev.extend(self.run_gemm(device, &GemmOp::new(&dm, &v, &mw, None, &gm))?);
         let k = self.wino_kernel(wm, abi::WINO_GRAD_FILTER)?;
         let args = abi::WinoGradFilter {
             F: g.f as i32,
@@ -247,16 +234,12 @@ impl ClDevice {
         Ok(ev)
     }
 
-    /// Winograd grad_w with the tile size chosen by measurement (`wino_grad_w_tile`).
-    fn wino_grad_w(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        go: &Tensor,
-        gw: &Tensor,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    /// Winograd grad_w, when `op` asks for it, with the tile size chosen by measurement (`wino_grad_w_tile`).
+    fn wino_grad_w(&self, device: &Device, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
+        let (x, _, go, gr, g) = op.parts();
+        let Some(gw) = gr.gw else {
+            return Ok(());
+        };
         let key = algo_key("wino_grad_w_tile", g, &[]);
         let wm = autotune::tune(device, &key, &WINO_TILES, 1, |&wm| {
             let vt = self.wino_grad_w_vt(device, wm, x, go, gw, g)?;
@@ -289,16 +272,9 @@ impl ClDevice {
     }
 
     #[allow(clippy::too_many_arguments)]
-    pub(super) fn bwd_winograd(
-        &self,
-        device: &Device,
-        x: &Tensor,
-        w: &Tensor,
-        go: &Tensor,
-        gr: &ConvGrads<'_>,
-        g: &ConvGeom,
-        ev: &mut Vec<Event>,
-    ) -> Result<()> {
+    pub(super) fn bwd_winograd(&self, device: &Device, op: &ConvBwd<'_>) -> Result<Vec<Event>> {
+        let (_, w, go, gr, g) = op.parts();
+        let mut ev = Vec::new();
         if let Some(gx) = gr.gx {
             let wr = Tensor::empty(device, &[g.c, g.f, g.kh, g.kw], DType::F32)?;
             let k = self.kernel(
@@ -315,11 +291,17 @@ impl ClDevice {
                 wr: wr.storage(),
             };
             ev.push(self.run(&k, &args, &[g.f * g.c], None)?);
-            ev.extend(self.fwd_winograd(device, go, &wr, None, gx, &g.grad_x_as_conv(), false)?);
+            let flipped = ConvFwd {
+                x: go,
+                w: &wr,
+                bias: None,
+                out: gx,
+                g: &g.grad_x_as_conv(),
+                relu: false,
+            };
+            ev.extend(self.fwd_winograd(device, &flipped)?);
         }
-        if let Some(gw) = gr.gw {
-            self.wino_grad_w(device, x, go, gw, g, ev)?;
-        }
-        Ok(())
+        self.wino_grad_w(device, op, &mut ev)?;
+        Ok(ev)
     }
 }
