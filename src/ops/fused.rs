@@ -9,11 +9,12 @@
 //! same expression (in any spelling) builds once per device. The built-in device evaluates the tree.
 
 use super::limit;
+use super::policy::{OpClass, output_dtype};
 use crate::contract::fused::plan;
 pub use crate::contract::fused::{ALIASES, Expr, MAX_INPUTS, function_names};
 pub use crate::contract::vocab::{Grad, OPS, OpDef};
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 use super::elementwise::broadcast_shape;
 
@@ -67,13 +68,13 @@ pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
 fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> {
     let first = inputs[0];
     let mut shape: Vec<usize> = base.to_vec();
+    let dtype = output_dtype(OpClass::Store16, inputs, "fused")?;
     for t in inputs {
-        t.expect_dtype(DType::F32, "fused")?;
         shape = broadcast_shape(&shape, t.shape())?;
     }
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let p = plan(&shapes, &shape)?;
-    let out = Tensor::empty(first.device(), &shape, DType::F32)?;
+    let out = Tensor::empty(first.device(), &shape, dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }
