@@ -115,3 +115,25 @@ pub(crate) fn store_as(t: Tensor, dtype: DType) -> Result<Tensor> {
         t.cast(dtype)
     }
 }
+
+/// Runs `f` (an op whose kernels read f32 only: GEMM, convolutions, attention, pooling, …) on `inputs` widened
+/// to f32 on the device, and stores its output in the dtype the policy gives for `inputs`. All-f32 inputs
+/// outside [`autocast`] go straight through. Converting costs one extra pass over each f16 input and the
+/// output, which is small beside these compute-bound ops; their kernels stay one f32 source each.
+pub(crate) fn via_f32(
+    inputs: &[&Tensor],
+    op: &str,
+    f: impl FnOnce(&[&Tensor]) -> Result<Tensor>,
+) -> Result<Tensor> {
+    if current().is_none() && inputs.iter().all(|t| t.dtype() != DType::F16) {
+        return f(inputs);
+    }
+    let dtype = output_dtype(OpClass::Store16, inputs, op)?;
+    let wide: Vec<Tensor> = inputs.iter().map(|t| widen(t)).collect::<Result<_>>()?;
+    let refs: Vec<&Tensor> = wide.iter().collect();
+    let out = {
+        let _f32 = autocast(false);
+        f(&refs)?
+    };
+    store_as(out, dtype)
+}
