@@ -54,6 +54,12 @@ pub mod data;
 pub mod io;
 pub mod nn;
 pub mod optim;
+/// Mixed precision, as netcl names it: the dtype policy and its [`autocast`] scope (from [`ops::policy`]) and
+/// loss scaling with [`GradScaler`] (from [`optim`]).
+pub mod amp {
+    pub use crate::ops::policy::{AutocastGuard, OpClass, Policy, autocast, current, promote};
+    pub use crate::optim::GradScaler;
+}
 #[cfg(feature = "script")]
 pub mod script;
 pub mod train;

@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 use super::fused::fused_as;
-use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
+use super::policy::{OpClass, autocast, expect_float, output_dtype, store_as, widen};
 
 /// A fused expression whose result is kept in f32: statistics and intermediates (OpClass::Keep32), whatever the
 /// inputs' storage (f16 inputs are read as halves).
@@ -71,6 +71,8 @@ fn check_param(p: Option<&Tensor>, want: &[usize], x: &Tensor, what: &str, op: &
 
 /// Mean and 1/√(biased var + ε) over `axes` (kept as size 1).
 fn stats(x: &Tensor, axes: &[isize], eps: f32) -> Result<(Tensor, Tensor)> {
+    // Statistics are f32 whatever the policy (OpClass::Keep32).
+    let _keep = autocast(false);
     let m = mean(x, Some(axes), true)?;
     let var = mean(&fz("(x0 - x1) * (x0 - x1)", &[x, &m])?, Some(axes), true)?;
     let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&var, eps)?)?;
@@ -222,14 +224,17 @@ pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut>
         ));
     };
     check_param(gamma, &[d], x, "gamma", "rms_norm")?;
-    let ms = mean(&fz("x0 * x0", &[x])?, Some(&[-1]), true)?;
-    let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
+    let (zero, rstd) = {
+        let _keep = autocast(false);
+        let ms = mean(&fz("x0 * x0", &[x])?, Some(&[-1]), true)?;
+        let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
+        (mul_scalar(&ms, 0.0)?, rstd)
+    };
     let dt = output_dtype(OpClass::Store16, &[x], "rms_norm")?;
     let y = match gamma {
         Some(g) => fused_as("x0 * x1 * x2", &[x, &rstd, &g.reshape(&[d])?], dt)?,
         None => fused_as("x0 * x1", &[x, &rstd], dt)?,
     };
-    let zero = mul_scalar(&ms, 0.0)?;
     Ok(NormOut {
         y,
         mean: zero,
@@ -449,10 +454,12 @@ pub fn batch_norm2d_with(
         let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let m = running_mean.reshape(&[1, c, 1, 1])?;
+        let keep = autocast(false);
         let rstd = unary(
             UnaryOp::Rsqrt,
             &add_scalar(&running_var.reshape(&[1, c, 1, 1])?, eps)?,
         )?;
+        drop(keep);
         let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
         Ok(BatchNormOut {
             out: NormOut { y, mean: m, rstd },

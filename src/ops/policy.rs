@@ -65,13 +65,16 @@ pub fn autocast(enabled: bool) -> AutocastGuard {
     AutocastGuard { previous }
 }
 
-/// Fails unless `t` holds floats (f32 or f16), naming `op`.
+/// Fails unless `t` holds floats (f32, the working type, or f16), naming `op`: a dtype mismatch that expects
+/// f32.
 pub(crate) fn expect_float(t: &Tensor, op: &str) -> Result<()> {
     match t.dtype() {
         DType::F32 | DType::F16 => Ok(()),
-        d => Err(Error::DType(format!(
-            "{op}: expected an f32 or f16 tensor, got {d}"
-        ))),
+        d => Err(Error::DTypeMismatch {
+            op: op.to_owned(),
+            expected: DType::F32.name(),
+            got: d.name(),
+        }),
     }
 }
 
