@@ -96,6 +96,8 @@ mod docs_pages {
     mod modules {}
     #[doc = include_str!("../web-wiki/content/concepts/optimizers.md")]
     mod optimizers {}
+    #[doc = include_str!("../web-wiki/content/concepts/mixed-precision.md")]
+    mod mixed_precision {}
     #[doc = include_str!("../web-wiki/content/concepts/training.md")]
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]

@@ -6,6 +6,7 @@
 //! and images in order, the autotune decisions and kernel launches the run caused, timings, the device, or a
 //! structured error with its line and column.
 
+mod ampbind;
 mod attnbind;
 mod bindings;
 mod layerbind;
@@ -36,6 +37,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     attnbind::register(engine, ctx);
     layerbind::register(engine, ctx);
     nnbind::register(engine, ctx);
+    ampbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
 

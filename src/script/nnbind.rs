@@ -25,7 +25,7 @@ pub(crate) struct Model(pub(crate) Rc<RefCell<Sequential>>);
 
 /// An optimiser handle in scripts.
 #[derive(Clone)]
-pub(crate) struct Opt(Rc<RefCell<Optimizer>>);
+pub(crate) struct Opt(pub(crate) Rc<RefCell<Optimizer>>);
 
 fn configs(list: &Array) -> R<Vec<LayerConfig>> {
     let v = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_array(list.clone()))
