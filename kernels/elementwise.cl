@@ -25,10 +25,10 @@ static inline float fminn(float a, float b) { return (isnan(a) || isnan(b)) ? a 
 
 // An aligned float4 read of an f32 buffer, or four halves through LDX4 (A_HALF, B_HALF, OUT_HALF: kernels/prelude.cl).
 #define ALD4_0(p, i) (*(__global const float4*)((p) + (i)))
-#define ALD4_1(p, i) LDX4_1(p, i)
+#define ALD4_1(p, i) LDXA4_1(p, i)
 #define ALD4(h, p, i) NCL_CAT(ALD4_, h)(p, i)
 #define AST4_0(v, p, i) (*(__global float4*)((p) + (i)) = (v))
-#define AST4_1(v, p, i) STX4_1(v, p, i)
+#define AST4_1(v, p, i) STXA4_1(v, p, i)
 #define AST4(h, v, p, i) NCL_CAT(AST4_, h)(v, p, i)
 
 // Same-shape inputs: four elements per work-item, scalar tail. Buffers start aligned and i is a multiple of 4,
@@ -128,13 +128,13 @@ __kernel void binary_bcast(const int n, const int rank, const int8 shape, const 
 __kernel void binary_scalar(const int n, const float s, __global const float* a, __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
-        const float4 x = LDX4(A_HALF, a, i);
+        const float4 x = LDXA4(A_HALF, a, i);
         float4 r;
         r.s0 = SOP(x.s0, s);
         r.s1 = SOP(x.s1, s);
         r.s2 = SOP(x.s2, s);
         r.s3 = SOP(x.s3, s);
-        STX4(OUT_HALF, r, out, i);
+        STXA4(OUT_HALF, r, out, i);
     } else {
         for (int j = i; j < n; ++j) STX(OUT_HALF, SOP(LDX(A_HALF, a, j), s), out, j);
     }

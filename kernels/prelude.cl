@@ -38,6 +38,14 @@
 #define STX_1(v, p, i) vstore_half_rte((v), (i), (__global half*)(p))
 #define STX4_0(v, p, i) vstore4((v), 0, (p) + (i))
 #define STX4_1(v, p, i) vstore_half4_rte((v), 0, (__global half*)(p) + (i))
+// The same for i a multiple of 4 (and the buffer's start aligned): vloada_half4 / vstorea_half4_rte may then
+// move the four halves as one 8-byte access, where vload_half4 (2-byte alignment) may take four.
+#define LDXA4(h, p, i) NCL_CAT(LDXA4_, h)(p, i)
+#define STXA4(h, v, p, i) NCL_CAT(STXA4_, h)(v, p, i)
+#define LDXA4_0(p, i) LDX4_0(p, i)
+#define LDXA4_1(p, i) vloada_half4((i) >> 2, (__global const half*)(p))
+#define STXA4_0(v, p, i) STX4_0(v, p, i)
+#define STXA4_1(v, p, i) vstorea_half4_rte((v), (i) >> 2, (__global half*)(p))
 #ifndef A_HALF
 #define A_HALF 0
 #endif

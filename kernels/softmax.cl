@@ -75,14 +75,14 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     // R % 4 == 0, so every row starts 16-byte aligned (an f16 row 8-byte aligned, read as 4 halves a time).
 #if IN_HALF
     __global const half* p = (__global const half*)x + (size_t)o * R;
-#define P4(j) vload_half4((j), p)
+#define P4(j) vloada_half4((j), p)
 #else
     __global const float4* p = (__global const float4*)(x + (size_t)o * R);
 #define P4(j) p[j]
 #endif
 #if OUT_HALF
     __global half* q = (__global half*)y + (size_t)o * R;
-#define Q4(j, v) vstore_half4_rte((v), (j), q)
+#define Q4(j, v) vstorea_half4_rte((v), (j), q)
 #else
     __global float4* q = (__global float4*)(y + (size_t)o * R);
 #define Q4(j, v) (q[j] = (v))
