@@ -44,27 +44,38 @@ static inline float silu_f(float v) { return isinf(v) ? XLIM(v) : v * sigm(v); }
 static inline float hswish(float v) { return isinf(v) ? XLIM(v) : v * hsig(v); }
 // END op vocabulary helpers
 
+// f16 storage (kernels/prelude.cl): with FUSED_HALF set, H0..H5 (each 0 or 1) say which inputs hold halves and
+// OUT_HALF whether the output does.
+#ifndef FUSED_HALF
+#define H0 0
+#define H1 0
+#define H2 0
+#define H3 0
+#define H4 0
+#define H5 0
+#endif
+
 __kernel void fused_same(const int n, __global const float* a0, __global const float* a1, __global const float* a2,
                          __global const float* a3, __global const float* a4, __global const float* a5, __global float* out) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    const float x0 = a0[i];
+    const float x0 = LDX(H0, a0, i);
 #if NIN > 1
-    const float x1 = a1[i];
+    const float x1 = LDX(H1, a1, i);
 #endif
 #if NIN > 2
-    const float x2 = a2[i];
+    const float x2 = LDX(H2, a2, i);
 #endif
 #if NIN > 3
-    const float x3 = a3[i];
+    const float x3 = LDX(H3, a3, i);
 #endif
 #if NIN > 4
-    const float x4 = a4[i];
+    const float x4 = LDX(H4, a4, i);
 #endif
 #if NIN > 5
-    const float x5 = a5[i];
+    const float x5 = LDX(H5, a5, i);
 #endif
-    out[i] = EXPR;
+    STX(OUT_HALF, EXPR, out, i);
 }
 
 #define STEP(k)                                   \
@@ -88,23 +99,23 @@ __kernel void fused_bcast(const int n, const int rank, const int8 shape, const i
     if (i >= n) return;
     int rem = i, i0 = 0, i1 = 0, i2 = 0, i3 = 0, i4 = 0, i5 = 0;
     STEP(0) STEP(1) STEP(2) STEP(3) STEP(4) STEP(5) STEP(6) STEP(7)
-    const float x0 = a0[i0];
+    const float x0 = LDX(H0, a0, i0);
 #if NIN > 1
-    const float x1 = a1[i1];
+    const float x1 = LDX(H1, a1, i1);
 #endif
 #if NIN > 2
-    const float x2 = a2[i2];
+    const float x2 = LDX(H2, a2, i2);
 #endif
 #if NIN > 3
-    const float x3 = a3[i3];
+    const float x3 = LDX(H3, a3, i3);
 #endif
 #if NIN > 4
-    const float x4 = a4[i4];
+    const float x4 = LDX(H4, a4, i4);
 #endif
 #if NIN > 5
-    const float x5 = a5[i5];
+    const float x5 = LDX(H5, a5, i5);
 #endif
-    out[i] = EXPR;
+    STX(OUT_HALF, EXPR, out, i);
 }
 
 // At most three collapsed dimensions (d0 outermost): a 3-D range (d2, d1, d0) with per-input strides and no
@@ -115,22 +126,22 @@ __kernel void fused_3d(const int d0, const int d1, const int d2, const int8 s0, 
     const int x = get_global_id(0);
     if (x >= d2) return;
     YZ_BEGIN(y, d1, z, d0)
-    const float x0 = a0[z * s0.s0 + y * s0.s1 + x * s0.s2];
+    const float x0 = LDX(H0, a0, z * s0.s0 + y * s0.s1 + x * s0.s2);
 #if NIN > 1
-    const float x1 = a1[z * s1.s0 + y * s1.s1 + x * s1.s2];
+    const float x1 = LDX(H1, a1, z * s1.s0 + y * s1.s1 + x * s1.s2);
 #endif
 #if NIN > 2
-    const float x2 = a2[z * s2.s0 + y * s2.s1 + x * s2.s2];
+    const float x2 = LDX(H2, a2, z * s2.s0 + y * s2.s1 + x * s2.s2);
 #endif
 #if NIN > 3
-    const float x3 = a3[z * s3.s0 + y * s3.s1 + x * s3.s2];
+    const float x3 = LDX(H3, a3, z * s3.s0 + y * s3.s1 + x * s3.s2);
 #endif
 #if NIN > 4
-    const float x4 = a4[z * s4.s0 + y * s4.s1 + x * s4.s2];
+    const float x4 = LDX(H4, a4, z * s4.s0 + y * s4.s1 + x * s4.s2);
 #endif
 #if NIN > 5
-    const float x5 = a5[z * s5.s0 + y * s5.s1 + x * s5.s2];
+    const float x5 = LDX(H5, a5, z * s5.s0 + y * s5.s1 + x * s5.s2);
 #endif
-    out[(z * d1 + y) * d2 + x] = EXPR;
+    STX(OUT_HALF, EXPR, out, (z * d1 + y) * d2 + x);
     }
 }

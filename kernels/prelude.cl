@@ -18,3 +18,43 @@
     const int y = get_global_id(1);    \
     if (y < (d1) && z < (d0)) {
 #endif
+
+// f16 storage. LDX(h, p, i) reads element i of buffer p as a float and STX(h, v, p, i) writes v there; LDX4 and
+// STX4 move four elements from element i on. h is a define that expands to 0 or 1 (A_HALF, B_HALF, IN_HALF,
+// OUT_HALF, ...): with 1 the buffer holds halves, read with vload_half and written with vstore_half_rte (core
+// OpenCL C 1.2, no cl_khr_fp16 needed), so storage is 16-bit while the maths stays f32; with 0 the access is
+// the plain float access, so an f32 build compiles to what it would without these macros.
+#define NCL_CAT_(a, b) a##b
+#define NCL_CAT(a, b) NCL_CAT_(a, b)
+#define LDX(h, p, i) NCL_CAT(LDX_, h)(p, i)
+#define LDX4(h, p, i) NCL_CAT(LDX4_, h)(p, i)
+#define STX(h, v, p, i) NCL_CAT(STX_, h)(v, p, i)
+#define STX4(h, v, p, i) NCL_CAT(STX4_, h)(v, p, i)
+#define LDX_0(p, i) ((p)[i])
+#define LDX_1(p, i) vload_half((i), (__global const half*)(p))
+#define LDX4_0(p, i) vload4(0, (p) + (i))
+#define LDX4_1(p, i) vload_half4(0, (__global const half*)(p) + (i))
+#define STX_0(v, p, i) ((p)[i] = (v))
+#define STX_1(v, p, i) vstore_half_rte((v), (i), (__global half*)(p))
+#define STX4_0(v, p, i) vstore4((v), 0, (p) + (i))
+#define STX4_1(v, p, i) vstore_half4_rte((v), 0, (__global half*)(p) + (i))
+// The same for i a multiple of 4 (and the buffer's start aligned): vloada_half4 / vstorea_half4_rte may then
+// move the four halves as one 8-byte access, where vload_half4 (2-byte alignment) may take four.
+#define LDXA4(h, p, i) NCL_CAT(LDXA4_, h)(p, i)
+#define STXA4(h, v, p, i) NCL_CAT(STXA4_, h)(v, p, i)
+#define LDXA4_0(p, i) LDX4_0(p, i)
+#define LDXA4_1(p, i) vloada_half4((i) >> 2, (__global const half*)(p))
+#define STXA4_0(v, p, i) STX4_0(v, p, i)
+#define STXA4_1(v, p, i) vstorea_half4_rte((v), (i) >> 2, (__global half*)(p))
+#ifndef A_HALF
+#define A_HALF 0
+#endif
+#ifndef B_HALF
+#define B_HALF 0
+#endif
+#ifndef IN_HALF
+#define IN_HALF 0
+#endif
+#ifndef OUT_HALF
+#define OUT_HALF 0
+#endif

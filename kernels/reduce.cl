@@ -41,6 +41,22 @@
         acc = t_;                                                \
     }
 
+// f16 storage of the input x (IN_HALF, kernels/prelude.cl): XT is its element type and XLD/XLD4/XLD8(k, p) load
+// element k / vector k with vload(_half)N, so sums, means and extremes of f16 tensors accumulate in f32.
+// Partials and outputs are f32. Without IN_HALF every load is the float load it always was.
+#if IN_HALF
+#define XT half
+#define XLD(k, p) vload_half((k), (p))
+#define XLD4(k, p) vload_half4((k), (p))
+// Eight halves as two vload_half4: with vload_half8, the row max on PoCL (CPU) ended in a segmentation fault.
+#define XLD8(k, p) ((float8)(vload_half4(2 * (k), (p)), vload_half4(2 * (k) + 1, (p))))
+#else
+#define XT float
+#define XLD(k, p) ((p)[k])
+#define XLD4(k, p) vload4((k), (p))
+#define XLD8(k, p) vload8((k), (p))
+#endif
+
 #define RED4(a) COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3))
 #define RED8(a) COMB(COMB(COMB((a).s0, (a).s1), COMB((a).s2, (a).s3)), COMB(COMB((a).s4, (a).s5), COMB((a).s6, (a).s7)))
 
@@ -53,7 +69,7 @@ __kernel void red_row_wg(const int O, const int R, const int rc, const int G, co
     for (int o = get_global_id(1); o < O; o += get_global_size(1)) {
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
-    __global const float* row = x + o * R + start;
+    __global const XT* row = (__global const XT*)x + o * R + start;
     const int len = end - start;
     const int n4 = len >> 2;
     float4 a4 = (float4)(IDENT);
@@ -62,10 +78,10 @@ __kernel void red_row_wg(const int O, const int R, const int rc, const int G, co
     __global const float4* row4 = (__global const float4*)row;
     for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(row4[k]));
 #else
-    for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(vload4(k, row)));
+    for (int k = lid; k < n4; k += L) a4 = COMB(a4, PRE(XLD4(k, row)));
 #endif
     float acc = RED4(a4);
-    for (int i = (n4 << 2) + lid; i < len; i += L) acc = COMB(acc, PRE(row[i]));
+    for (int i = (n4 << 2) + lid; i < len; i += L) acc = COMB(acc, PRE(XLD(i, row)));
     sc[lid] = acc;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L >> 1; s > 0; s >>= 1) {
@@ -85,12 +101,12 @@ __kernel void red_row_chunk(const int R, const int rc, const int G, const int to
     const int g = t - o * G;
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
-    __global const float* row = x + o * R;
+    __global const XT* row = (__global const XT*)x + o * R;
     float8 a8 = (float8)(IDENT);
     int i = start;
-    for (; i + 8 <= end; i += 8) a8 = COMB(a8, PRE(vload8(0, row + i)));
+    for (; i + 8 <= end; i += 8) a8 = COMB(a8, PRE(XLD8(0, row + i)));
     float acc = RED8(a8);
-    for (; i < end; ++i) acc = COMB(acc, PRE(row[i]));
+    for (; i < end; ++i) acc = COMB(acc, PRE(XLD(i, row)));
     out[out_off + t] = acc * scale;
 }
 
@@ -101,26 +117,31 @@ __kernel void red_col(const int O, const int R, const int I, const int rc, const
     YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
-    __global const float* p = x + o * R * I + i;
+    __global const XT* p = (__global const XT*)x + o * R * I + i;
 #if V == 4
-    // V == 4 only when I % 4 == 0: every load is 16-byte aligned.
+    // V == 4 only when I % 4 == 0: every load is 16-byte aligned (an f16 load reads row r's 4 halves).
+#if IN_HALF
+#define P4(k) vload_half4((k), p)
+#else
     __global const float4* p4 = (__global const float4*)p;
+#define P4(k) p4[k]
+#endif
     const int I4 = I >> 2;
     float4 acc = (float4)(IDENT);
 #if KAHAN
     float4 comp = (float4)(0.0f);
-    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(p4[r * I4]), (float4)(0.0f), float4);
+    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(P4(r * I4)), (float4)(0.0f), float4);
 #else
-    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(p4[r * I4]));
+    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(P4(r * I4)));
 #endif
     vstore4(acc * scale, 0, out + out_off + (o * G + g) * I + i);
 #else
     float acc = IDENT;
 #if KAHAN
     float comp = 0.0f;
-    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(p[r * I]), 0.0f, float);
+    for (int r = start; r < end; ++r) KSTEP(acc, comp, PRE(XLD(r * I, p)), 0.0f, float);
 #else
-    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(p[r * I]));
+    for (int r = start; r < end; ++r) acc = COMB(acc, PRE(XLD(r * I, p)));
 #endif
     out[out_off + (o * G + g) * I + i] = acc * scale;
 #endif
@@ -140,7 +161,7 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
     YZ_BEGIN(g, G, o, O)
     const int start = min(R, g * rc);
     const int end = min(R, start + rc);
-    __global const float* p = x + o * R * I + i;
+    __global const XT* p = (__global const XT*)x + o * R * I + i;
     float8 acc[NB];
     float8 comp[NB];
     for (int k = 0; k < NB; ++k) {
@@ -150,9 +171,9 @@ __kernel void red_col_blk(const int O, const int R, const int I, const int rc, c
     for (int r = start; r < end; ++r) {
         for (int k = 0; k < NB; ++k) {
 #if KAHAN
-            KSTEP(acc[k], comp[k], PRE(vload8(k, p + r * I)), (float8)(0.0f), float8);
+            KSTEP(acc[k], comp[k], PRE(XLD8(k, p + r * I)), (float8)(0.0f), float8);
 #else
-            acc[k] = COMB(acc[k], PRE(vload8(k, p + r * I)));
+            acc[k] = COMB(acc[k], PRE(XLD8(k, p + r * I)));
 #endif
         }
     }
@@ -175,8 +196,8 @@ __kernel void red_col_stream(const int O, const int R, const int I, const int rc
     const int i8 = I >> 3;
     for (int k = 0; k < i8; ++k) vstore8((float8)(IDENT), k, q);
     for (int r = start; r < end; ++r) {
-        __global const float* p = x + (o * R + r) * I;
-        for (int k = 0; k < i8; ++k) vstore8(COMB(vload8(k, q), PRE(vload8(k, p))), k, q);
+        __global const XT* p = (__global const XT*)x + (o * R + r) * I;
+        for (int k = 0; k < i8; ++k) vstore8(COMB(vload8(k, q), PRE(XLD8(k, p))), k, q);
     }
     for (int k = 0; k < i8; ++k) vstore8(vload8(k, q) * scale, k, q);
 }
@@ -188,12 +209,12 @@ __kernel void red_col_stream(const int O, const int R, const int I, const int rc
         if (t >= O * I) return;                                                                           \
         const int o = t / I;                                                                              \
         const int i = t - o * I;                                                                          \
-        __global const float* p = x + o * R * I + i;                                                      \
-        float best = p[0];                                                                                \
+        __global const XT* p = (__global const XT*)x + o * R * I + i;                                     \
+        float best = XLD(0, p);                                                                           \
         int bi = 0;                                                                                       \
         if (!isnan(best)) {                                                                               \
             for (int r = 1; r < R; ++r) {                                                                 \
-                const float v = p[r * I];                                                                 \
+                const float v = XLD(r * I, p);                                                            \
                 if (isnan(v)) { bi = r; break; }                                                          \
                 if (BETTER(v, best)) { best = v; bi = r; }                                                \
             }                                                                                             \

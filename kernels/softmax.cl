@@ -6,6 +6,8 @@
 //                             float4 per work-item), so the row is read once and written once (GPUs);
 //   sm_col / smb_col:         I > 1, one work-item per (o, i), coalesced across i.
 // Backward: softmax gx = y·(g − Σg·y); log_softmax gx = g − e^y·Σg, from the forward output y.
+// f16 storage (LDX/STX of kernels/prelude.cl): forward IN_HALF for x, OUT_HALF for y; backward IN_HALF for y,
+// B_HALF for g, OUT_HALF for gx. The maths is f32; an f16 output is rounded once.
 
 #ifndef LOG
 #define LOG 0
@@ -17,10 +19,9 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int o = get_group_id(0);
-    __global const float* p = x + o * R;
-    __global float* q = y + o * R;
+    const int b = o * R;
     float m = -INFINITY;
-    for (int r = lid; r < R; r += L) m = nmax(m, p[r]);
+    for (int r = lid; r < R; r += L) m = nmax(m, LDX(IN_HALF, x, b + r));
     sc[lid] = m;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L >> 1; s > 0; s >>= 1) {
@@ -30,7 +31,7 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
     m = sc[0];
     barrier(CLK_LOCAL_MEM_FENCE);
     float z = 0.0f;
-    for (int r = lid; r < R; r += L) z += exp(p[r] - m);
+    for (int r = lid; r < R; r += L) z += exp(LDX(IN_HALF, x, b + r) - m);
     sc[lid] = z;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L >> 1; s > 0; s >>= 1) {
@@ -40,10 +41,10 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
     z = sc[0];
 #if LOG
     const float lz = log(z);
-    for (int r = lid; r < R; r += L) q[r] = p[r] - m - lz;
+    for (int r = lid; r < R; r += L) STX(OUT_HALF, LDX(IN_HALF, x, b + r) - m - lz, y, b + r);
 #else
     const float iz = 1.0f / z;
-    for (int r = lid; r < R; r += L) q[r] = exp(p[r] - m) * iz;
+    for (int r = lid; r < R; r += L) STX(OUT_HALF, exp(LDX(IN_HALF, x, b + r) - m) * iz, y, b + r);
 #endif
 }
 
@@ -71,14 +72,26 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const int L = get_local_size(0);
     const int o = get_group_id(0);
     const int R4 = R >> 2;
-    // R % 4 == 0, so every row starts 16-byte aligned.
+    // R % 4 == 0, so every row starts 16-byte aligned (an f16 row 8-byte aligned, read as 4 halves a time).
+#if IN_HALF
+    __global const half* p = (__global const half*)x + (size_t)o * R;
+#define P4(j) vloada_half4((j), p)
+#else
     __global const float4* p = (__global const float4*)(x + (size_t)o * R);
+#define P4(j) p[j]
+#endif
+#if OUT_HALF
+    __global half* q = (__global half*)y + (size_t)o * R;
+#define Q4(j, v) vstorea_half4_rte((v), (j), q)
+#else
     __global float4* q = (__global float4*)(y + (size_t)o * R);
+#define Q4(j, v) (q[j] = (v))
+#endif
     float4 v[SM_K];
     float m = -INFINITY;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        v[k] = j < R4 ? p[j] : (float4)(-INFINITY);
+        v[k] = j < R4 ? P4(j) : (float4)(-INFINITY);
         m = nmax(m, MAX4(v[k]));
     }
     GROUP_REDUCE(m, nmax)
@@ -97,13 +110,13 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const float lz = m + log(z);
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        if (j < R4) q[j] = v[k] - lz;
+        if (j < R4) Q4(j, v[k] - lz);
     }
 #else
     const float iz = 1.0f / z;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        if (j < R4) q[j] = v[k] * iz;
+        if (j < R4) Q4(j, v[k] * iz);
     }
 #endif
 }
@@ -111,19 +124,24 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
 __kernel void sm_row_serial(const int O, const int R, __global const float* x, __global float* y) {
     const int o = get_global_id(0);
     if (o >= O) return;
-    __global const float* p = x + o * R;
-    __global float* q = y + o * R;
+    const int b = o * R;
     float m = -INFINITY;
-    for (int r = 0; r < R; ++r) m = nmax(m, p[r]);
+    for (int r = 0; r < R; ++r) m = nmax(m, LDX(IN_HALF, x, b + r));
     float z = 0.0f;
 #if LOG
-    for (int r = 0; r < R; ++r) z += exp(p[r] - m);
+    for (int r = 0; r < R; ++r) z += exp(LDX(IN_HALF, x, b + r) - m);
     const float lz = log(z);
-    for (int r = 0; r < R; ++r) q[r] = p[r] - m - lz;
+    for (int r = 0; r < R; ++r) STX(OUT_HALF, LDX(IN_HALF, x, b + r) - m - lz, y, b + r);
+#elif OUT_HALF
+    // An f16 output is written once, rounded once: the exponentials are computed again rather than stored.
+    for (int r = 0; r < R; ++r) z += exp(LDX(IN_HALF, x, b + r) - m);
+    const float iz = 1.0f / z;
+    for (int r = 0; r < R; ++r) STX(1, exp(LDX(IN_HALF, x, b + r) - m) * iz, y, b + r);
 #else
+    __global float* q = y + b;
     // One exp per element: the numerators are stored, then scaled.
     for (int r = 0; r < R; ++r) {
-        const float e = exp(p[r] - m);
+        const float e = exp(LDX(IN_HALF, x, b + r) - m);
         q[r] = e;
         z += e;
     }
@@ -137,18 +155,22 @@ __kernel void sm_col(const int O, const int R, const int I, __global const float
     if (t >= O * I) return;
     const int o = t / I;
     const int i = t - o * I;
-    __global const float* p = x + o * R * I + i;
-    __global float* q = y + o * R * I + i;
+    const int b = o * R * I + i;
     float m = -INFINITY;
-    for (int r = 0; r < R; ++r) m = nmax(m, p[r * I]);
+    for (int r = 0; r < R; ++r) m = nmax(m, LDX(IN_HALF, x, b + r * I));
     float z = 0.0f;
 #if LOG
-    for (int r = 0; r < R; ++r) z += exp(p[r * I] - m);
+    for (int r = 0; r < R; ++r) z += exp(LDX(IN_HALF, x, b + r * I) - m);
     const float lz = log(z);
-    for (int r = 0; r < R; ++r) q[r * I] = p[r * I] - m - lz;
+    for (int r = 0; r < R; ++r) STX(OUT_HALF, LDX(IN_HALF, x, b + r * I) - m - lz, y, b + r * I);
+#elif OUT_HALF
+    for (int r = 0; r < R; ++r) z += exp(LDX(IN_HALF, x, b + r * I) - m);
+    const float iz = 1.0f / z;
+    for (int r = 0; r < R; ++r) STX(1, exp(LDX(IN_HALF, x, b + r * I) - m) * iz, y, b + r * I);
 #else
+    __global float* q = y + b;
     for (int r = 0; r < R; ++r) {
-        const float e = exp(p[r * I] - m);
+        const float e = exp(LDX(IN_HALF, x, b + r * I) - m);
         q[r * I] = e;
         z += e;
     }
@@ -170,10 +192,9 @@ __kernel void smb_row_wg(const int R, __global const float* y, __global const fl
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int o = get_group_id(0);
-    __global const float* py = y + o * R;
-    __global const float* pg = g + o * R;
+    const int b = o * R;
     float d = 0.0f;
-    for (int r = lid; r < R; r += L) d += DOT_TERM(py[r], pg[r]);
+    for (int r = lid; r < R; r += L) d += DOT_TERM(LDX(IN_HALF, y, b + r), LDX(B_HALF, g, b + r));
     sc[lid] = d;
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int s = L >> 1; s > 0; s >>= 1) {
@@ -181,18 +202,17 @@ __kernel void smb_row_wg(const int R, __global const float* y, __global const fl
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     d = sc[0];
-    for (int r = lid; r < R; r += L) gx[o * R + r] = GRAD(py[r], pg[r], d);
+    for (int r = lid; r < R; r += L) STX(OUT_HALF, GRAD(LDX(IN_HALF, y, b + r), LDX(B_HALF, g, b + r), d), gx, b + r);
 }
 
 __kernel void smb_row_serial(const int O, const int R, __global const float* y, __global const float* g,
                              __global float* gx) {
     const int o = get_global_id(0);
     if (o >= O) return;
-    __global const float* py = y + o * R;
-    __global const float* pg = g + o * R;
+    const int b = o * R;
     float d = 0.0f;
-    for (int r = 0; r < R; ++r) d += DOT_TERM(py[r], pg[r]);
-    for (int r = 0; r < R; ++r) gx[o * R + r] = GRAD(py[r], pg[r], d);
+    for (int r = 0; r < R; ++r) d += DOT_TERM(LDX(IN_HALF, y, b + r), LDX(B_HALF, g, b + r));
+    for (int r = 0; r < R; ++r) STX(OUT_HALF, GRAD(LDX(IN_HALF, y, b + r), LDX(B_HALF, g, b + r), d), gx, b + r);
 }
 
 __kernel void smb_col(const int O, const int R, const int I, __global const float* y, __global const float* g,
@@ -203,8 +223,11 @@ __kernel void smb_col(const int O, const int R, const int I, __global const floa
     const int i = t - o * I;
     const int base = o * R * I + i;
     float d = 0.0f;
-    for (int r = 0; r < R; ++r) d += DOT_TERM(y[base + r * I], g[base + r * I]);
-    for (int r = 0; r < R; ++r) gx[base + r * I] = GRAD(y[base + r * I], g[base + r * I], d);
+    for (int r = 0; r < R; ++r) d += DOT_TERM(LDX(IN_HALF, y, base + r * I), LDX(B_HALF, g, base + r * I));
+    for (int r = 0; r < R; ++r) {
+        const int k = base + r * I;
+        STX(OUT_HALF, GRAD(LDX(IN_HALF, y, k), LDX(B_HALF, g, k), d), gx, k);
+    }
 }
 
 // Cross-entropy rows: loss_n = log Σ e^x − x[label] for labels in [0, C); 0 for ignored rows.

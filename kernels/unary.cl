@@ -1,6 +1,7 @@
 // Unary ops and activations, forward and backward. F(v) and DF(v, g) are defined per build on scalars and may
 // use the op's parameters p0 and p1, which are kernel arguments (a new slope or bound never builds a program).
 // The backward recomputes what it needs from the forward input x; a NaN input gives a NaN gradient.
+// f16 storage (kernels/prelude.cl): IN_HALF for x, B_HALF for the gradient g, OUT_HALF for out.
 
 #ifndef F
 #define F(v) (v)
@@ -45,15 +46,15 @@ static inline float hswish(float v) { return isinf(v) ? XLIM(v) : v * hsig(v); }
 __kernel void unary_fwd(const int n, const float p0, const float p1, __global const float* x, __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
-        const float4 v = vload4(0, x + i);
+        const float4 v = LDXA4(IN_HALF, x, i);
         float4 r;
         r.s0 = F(v.s0);
         r.s1 = F(v.s1);
         r.s2 = F(v.s2);
         r.s3 = F(v.s3);
-        vstore4(r, 0, out + i);
+        STXA4(OUT_HALF, r, out, i);
     } else {
-        for (int j = i; j < n; ++j) out[j] = F(x[j]);
+        for (int j = i; j < n; ++j) STX(OUT_HALF, F(LDX(IN_HALF, x, j)), out, j);
     }
 }
 
@@ -63,15 +64,15 @@ __kernel void unary_bwd(const int n, const float p0, const float p1, __global co
                         __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
-        const float4 v = vload4(0, x + i);
-        const float4 d = vload4(0, g + i);
+        const float4 v = LDXA4(IN_HALF, x, i);
+        const float4 d = LDXA4(B_HALF, g, i);
         float4 r;
         r.s0 = DFN(v.s0, d.s0);
         r.s1 = DFN(v.s1, d.s1);
         r.s2 = DFN(v.s2, d.s2);
         r.s3 = DFN(v.s3, d.s3);
-        vstore4(r, 0, out + i);
+        STXA4(OUT_HALF, r, out, i);
     } else {
-        for (int j = i; j < n; ++j) out[j] = DFN(x[j], g[j]);
+        for (int j = i; j < n; ++j) STX(OUT_HALF, DFN(LDX(IN_HALF, x, j), LDX(B_HALF, g, j)), out, j);
     }
 }

@@ -54,6 +54,12 @@ pub mod data;
 pub mod io;
 pub mod nn;
 pub mod optim;
+/// Mixed precision, as netcl names it: the dtype policy and its [`autocast`] scope (from [`ops::policy`]) and
+/// loss scaling with [`GradScaler`] (from [`optim`]).
+pub mod amp {
+    pub use crate::ops::policy::{AutocastGuard, OpClass, Policy, autocast, current, promote};
+    pub use crate::optim::GradScaler;
+}
 #[cfg(feature = "script")]
 pub mod script;
 pub mod train;
@@ -90,6 +96,8 @@ mod docs_pages {
     mod modules {}
     #[doc = include_str!("../web-wiki/content/concepts/optimizers.md")]
     mod optimizers {}
+    #[doc = include_str!("../web-wiki/content/concepts/mixed-precision.md")]
+    mod mixed_precision {}
     #[doc = include_str!("../web-wiki/content/concepts/training.md")]
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]

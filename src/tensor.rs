@@ -21,7 +21,8 @@ pub enum DType {
     F32,
     /// 32-bit signed integer (labels, indices).
     I32,
-    /// 16-bit float, storage only, on devices with `cl_khr_fp16` and on the built-in device.
+    /// 16-bit IEEE float, for storage: on every device (kernels read it with `vload_half` and write it with
+    /// `vstore_half_rte`, core OpenCL C 1.2, so no `cl_khr_fp16` is needed) and computed with in f32.
     F16,
 }
 
@@ -132,12 +133,6 @@ impl Tensor {
         if max > 0 && bytes as u64 > max {
             return Err(Error::Limit(format!(
                 "shape {shape:?} of {dtype} needs {bytes} bytes; the device's largest allocation is {max} bytes ({})",
-                device.name()
-            )));
-        }
-        if dtype == DType::F16 && !device.info().fp16 {
-            return Err(Error::DType(format!(
-                "{} has no cl_khr_fp16, so it cannot hold f16 tensors",
                 device.name()
             )));
         }
@@ -394,27 +389,24 @@ impl Tensor {
         self.device.backend().write(self.storage(), 0, &host)
     }
 
-    /// Converts to `dtype` (through the host; f16 conversion rounds to nearest even).
+    /// Converts to `dtype` with a kernel on the device (no host round trip). To f16: round to nearest even,
+    /// above 65504 infinity, NaN kept. To i32: truncated towards zero and saturated, NaN giving 0.
     pub fn cast(&self, dtype: DType) -> Result<Tensor> {
         if dtype == self.dtype {
             return Ok(self.clone());
         }
-        let v = self.to_f32_vec()?;
-        match dtype {
-            DType::F32 => Tensor::from_slice(&self.device, &v, &self.shape),
-            DType::I32 => {
-                let iv: Vec<i32> = v.iter().map(|x| *x as i32).collect();
-                Tensor::from_slice(&self.device, &iv, &self.shape)
-            }
-            DType::F16 => {
-                let t = Tensor::empty(&self.device, &self.shape, DType::F16)?;
-                let h: Vec<u16> = v.into_iter().map(crate::half::f32_to_f16).collect();
-                self.device
-                    .backend()
-                    .write(t.storage(), 0, bytemuck::cast_slice(&h))?;
-                Ok(t)
-            }
+        if self.numel > i32::MAX as usize {
+            return Err(Error::Limit(format!(
+                "cast: {} elements exceed the kernels' limit of {}",
+                self.numel,
+                i32::MAX
+            )));
         }
+        let t = Tensor::empty(&self.device, &self.shape, dtype)?;
+        if self.numel > 0 {
+            self.device.backend().cast(self, &t)?;
+        }
+        Ok(t)
     }
 
     /// Checks that every tensor lives on the same device as `self`.

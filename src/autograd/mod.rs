@@ -191,7 +191,8 @@ impl Var {
                 self.shape()
             )));
         }
-        let seed = Tensor::full(self.0.value.device(), self.shape(), 1.0)?;
+        let seed =
+            Tensor::full(self.0.value.device(), self.shape(), 1.0)?.cast(self.0.value.dtype())?;
         self.backward_with(seed)
     }
 
@@ -253,8 +254,10 @@ impl Var {
                                 pg.shape(),
                             ));
                         }
+                        // A gradient has its tensor's dtype (f16 activations, f32 master weights).
+                        let pg = crate::ops::policy::store_as(pg, p.0.value.dtype())?;
                         let merged = match pending.remove(&p.0.id) {
-                            Some(prev) => crate::ops::add(&prev, &pg)?,
+                            Some(prev) => add_same(&prev, &pg)?,
                             None => pg,
                         };
                         pending.insert(p.0.id, merged);
@@ -273,10 +276,16 @@ fn accumulate_into(node: &Var, g: Tensor) -> Result<()> {
         .lock()
         .map_err(|_| Error::Invalid("gradient lock poisoned".into()))?;
     *slot = Some(match slot.take() {
-        Some(prev) => crate::ops::add(&prev, &g)?,
+        Some(prev) => add_same(&prev, &g)?,
         None => g,
     });
     Ok(())
+}
+
+/// `a + b` for two gradients of one tensor, in their dtype whatever the mixed-precision policy says.
+fn add_same(a: &Tensor, b: &Tensor) -> Result<Tensor> {
+    let _keep = crate::ops::policy::autocast(false);
+    crate::ops::add(a, b)
 }
 
 /// Nodes reachable from `root` through parents that require gradients, parents before children.

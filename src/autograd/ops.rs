@@ -124,6 +124,8 @@ pub fn sum_all(x: &Var) -> Result<Var> {
 /// The mean of every element (a rank-0 result).
 pub fn mean_all(x: &Var) -> Result<Var> {
     let n = x.value().numel().max(1) as f32;
+    // A mean is a reduction into a loss: f32 under the mixed-precision policy too.
+    let _keep = crate::ops::policy::autocast(false);
     mul_scalar(&sum_all(x)?, 1.0 / n)
 }
 

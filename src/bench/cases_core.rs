@@ -54,9 +54,7 @@ pub(super) fn cases() -> Vec<Case> {
             work: |small| Work::Bytes(2.0 * large_bytes(small)),
             setup: |dev, small| {
                 let a = Tensor::randn(dev, &large(small), 0.0, 1.0, 4)?;
-                Ok(Box::new(move || {
-                    Ok(vec![ops::elementwise::device_copy(&a)?])
-                }))
+                Ok(Box::new(move || Ok(vec![ops::elementwise::copy(&a)?])))
             },
         },
         Case {

@@ -16,6 +16,7 @@
 mod cases_attention;
 mod cases_conv;
 mod cases_core;
+mod cases_half;
 mod cases_reduce;
 
 use std::time::Instant;
@@ -101,6 +102,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(cases_core::cases());
     v.extend(cases_conv::cases());
     v.extend(cases_reduce::cases());
+    v.extend(cases_half::cases());
     v.extend(cases_attention::cases());
     v
 }
@@ -210,7 +212,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
 /// Whether `name` is one of the large-tensor cases.
 fn is_large(name: &str) -> bool {
     // Full-size attention is tens of GFLOP, minutes in the reference's f64 loops.
-    name.ends_with("_large") || name.starts_with("attention_fwd")
+    name.ends_with("_large") || name.ends_with("_large_f16") || name.starts_with("attention_fwd")
 }
 
 fn round1(x: f64) -> f64 {

@@ -185,8 +185,11 @@ pub(crate) trait BinaryKernels {
         swap: bool,
         out: &Tensor,
     ) -> Result<()>;
-    /// Copies the f32 elements of `x` into `out` (same size) with a kernel, so the copy is timed like an op.
-    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()>;
+    /// Copies the elements of `x` into `out` (same size and dtype, f32 or f16) with a kernel, so the copy is
+    /// timed like an op.
+    fn copy_dense(&self, x: &Tensor, out: &Tensor) -> Result<()>;
+    /// Converts the elements of `x` into `out`'s dtype (same size; f16 rounded to nearest even).
+    fn cast(&self, x: &Tensor, out: &Tensor) -> Result<()>;
 }
 
 #[cfg(test)]

@@ -55,9 +55,25 @@ pub enum Step {
 /// Device primitives for in-place updates.
 pub(crate) trait UpdateKernels {
     /// Applies `step` to `p` with gradient `g` and state buffers `state` (SGD: [v]; Adam: [m, v]; RMSProp: [s, b]).
-    fn update(&self, step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()>;
+    /// With `skip` (a GradScaler state buffer) the step changes nothing when its found-inf flag is set.
+    fn update(
+        &self,
+        step: &Step,
+        p: &Tensor,
+        g: &Tensor,
+        state: &[&Tensor],
+        skip: Option<&Tensor>,
+    ) -> Result<()>;
     /// shadow ← d·shadow + (1 − d)·p.
     fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()>;
     /// x ← s·x.
     fn scale_inplace(&self, s: f32, x: &Tensor) -> Result<()>;
+    /// GradScaler state [scale, good steps, found-inf, 1/scale]: clears the flag and sets 1/scale.
+    fn amp_begin(&self, state: &Tensor) -> Result<()>;
+    /// g ← g/scale in place (f32 or f16), raising the flag where a result is not finite.
+    fn amp_unscale(&self, g: &Tensor, state: &Tensor) -> Result<()>;
+    /// out ← x·scale.
+    fn amp_scale(&self, x: &Tensor, state: &Tensor, out: &Tensor) -> Result<()>;
+    /// Backs the scale off after an overflow, or counts a good step and grows it every `interval` of them.
+    fn amp_update(&self, growth: f32, backoff: f32, interval: i32, state: &Tensor) -> Result<()>;
 }

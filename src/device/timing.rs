@@ -98,6 +98,22 @@ pub(crate) fn record(
     });
 }
 
+thread_local! {
+    static HOST_READS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Counts one device→host read made by this thread (called by the OpenCL backend's read; the built-in
+/// device's memory is the host's).
+pub(crate) fn count_host_read() {
+    HOST_READS.with(|c| c.set(c.get() + 1));
+}
+
+/// How many device→host reads from OpenCL devices this thread has made so far (every tensor read back, every
+/// value the host needed): a loop that should stay on the device can check that this does not grow.
+pub fn host_reads() -> u64 {
+    HOST_READS.with(Cell::get)
+}
+
 /// Turns recording of this thread's kernel launches on or off (off discards what was recorded).
 pub fn record_launches(on: bool) {
     RECORDING.with(|rec| {

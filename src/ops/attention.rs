@@ -6,6 +6,7 @@
 //! the same thing — local-memory tiles for GPUs, private per-row accumulators for CPU OpenCL — and the tuner
 //! picks per device and shape class; `*_with` forces one.
 
+use super::policy::{OpClass, autocast, current, output_dtype, store_as, widen};
 pub use crate::contract::attention::{AttnAlgo, DecodeAlgo, MAX_HEAD_DIM};
 use crate::contract::attention::{AttnGrads, AttnShape, DecodeShape};
 use crate::error::{Error, Result};
@@ -105,6 +106,18 @@ pub fn flash_attention_with(
     scale: Option<f32>,
     algo: Option<AttnAlgo>,
 ) -> Result<AttentionOut> {
+    if current().is_some() || [q, k, v].iter().any(|t| t.dtype() == DType::F16) {
+        // f16 (or the mixed policy): q, k, v widened on the device, the output stored in the policy's dtype,
+        // the log-sum-exp kept f32.
+        let dt = output_dtype(OpClass::Store16, &[q, k, v], "flash_attention")?;
+        let (qw, kw, vw) = (widen(q)?, widen(k)?, widen(v)?);
+        let _f32 = autocast(false);
+        let r = flash_attention_with(&qw, &kw, &vw, causal, scale, algo)?;
+        return Ok(AttentionOut {
+            out: store_as(r.out, dt)?,
+            lse: r.lse,
+        });
+    }
     let op = "flash_attention";
     let [b, h, s, d] = check_qkv(q, k, v, op)?;
     let p = AttnShape {
@@ -151,6 +164,24 @@ pub fn flash_attention_backward_with(
     scale: Option<f32>,
     algo: Option<AttnAlgo>,
 ) -> Result<AttentionGrads> {
+    if [q, k, v, &fwd.out, grad]
+        .iter()
+        .any(|t| t.dtype() == DType::F16)
+    {
+        // Widened on the device; each gradient is stored in its tensor's dtype.
+        let w = AttentionOut {
+            out: widen(&fwd.out)?,
+            lse: fwd.lse.clone(),
+        };
+        let (qw, kw, vw, gw) = (widen(q)?, widen(k)?, widen(v)?, widen(grad)?);
+        let _f32 = autocast(false);
+        let g = flash_attention_backward_with(&qw, &kw, &vw, &w, &gw, causal, scale, algo)?;
+        return Ok(AttentionGrads {
+            dq: store_as(g.dq, q.dtype())?,
+            dk: store_as(g.dk, k.dtype())?,
+            dv: store_as(g.dv, v.dtype())?,
+        });
+    }
     let op = "flash_attention_backward";
     let [b, h, s, d] = check_qkv(q, k, v, op)?;
     q.same_device(&[&fwd.out, &fwd.lse, grad], op)?;

@@ -9,6 +9,7 @@
 
 #![allow(clippy::too_many_arguments)]
 
+use super::policy::{store_as, via_f32, widen};
 pub use crate::contract::conv::ConvAlgo;
 use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom, ConvGrads};
 use crate::error::{Error, Result};
@@ -217,7 +218,22 @@ fn check_algo(op: &str, g: &ConvGeom, algo: Option<ConvAlgo>) -> Result<()> {
 /// assert_eq!(y.to_vec::<f32>()?, vec![4.0, 6.0, 4.0, 6.0, 9.0, 6.0, 4.0, 6.0, 4.0]);
 /// # Ok::<(), netcl::Error>(())
 /// ```
+///
+/// f16 inputs are widened to f32 on the device and the output stored back in f16 ([`crate::ops::policy`]).
 pub fn conv2d(
+    x: &Tensor,
+    w: &Tensor,
+    bias: Option<&Tensor>,
+    opts: &Conv2dOptions,
+) -> Result<Tensor> {
+    let mut ins = vec![x, w];
+    ins.extend(bias);
+    via_f32(&ins, "conv2d", |t| {
+        conv2d_f32(t[0], t[1], t.get(2).copied(), opts)
+    })
+}
+
+fn conv2d_f32(
     x: &Tensor,
     w: &Tensor,
     bias: Option<&Tensor>,
@@ -270,6 +286,16 @@ pub fn conv2d_backward(
     need_grad_x: bool,
     opts: &Conv2dOptions,
 ) -> Result<Conv2dGrads> {
+    if [x, w, grad_out].iter().any(|t| t.dtype() == DType::F16) {
+        // Widened on the device; each gradient is stored in its tensor's dtype.
+        let (xw, ww, gw) = (widen(x)?, widen(w)?, widen(grad_out)?);
+        let g = conv2d_backward(&xw, &ww, &gw, has_bias, need_grad_x, opts)?;
+        return Ok(Conv2dGrads {
+            grad_x: g.grad_x.map(|t| store_as(t, x.dtype())).transpose()?,
+            grad_w: store_as(g.grad_w, w.dtype())?,
+            grad_b: g.grad_b,
+        });
+    }
     check_inputs("conv2d_backward", &[x, w, grad_out])?;
     let g = geom("conv2d_backward", x.shape(), w.shape(), opts)?;
     if grad_out.shape() != g.y_shape() {

@@ -6,10 +6,11 @@
 //! NCHW) run a division-free kernel with float4 loads; deeper plans run the general kernel.
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype};
 use crate::contract::elementwise::BroadcastPlan;
 pub use crate::contract::elementwise::{BinaryOp, MAX_BROADCAST_RANK};
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
 
 /// The broadcast shape of `a` and `b` (NumPy rules: align right; sizes must match or be 1).
 pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
@@ -40,25 +41,26 @@ pub fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
     Ok(out)
 }
 
-/// A copy of `x` (f32) made by a device kernel: the yardstick of the memory-bound benchmarks.
-pub(crate) fn device_copy(x: &Tensor) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, "device_copy")?;
-    limit(x, "device_copy")?;
-    let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+/// A copy of `x` (f32 or f16, same dtype) made by a device kernel, with its own storage: the yardstick of the
+/// memory-bound benchmarks.
+pub fn copy(x: &Tensor) -> Result<Tensor> {
+    expect_float(x, "copy")?;
+    limit(x, "copy")?;
+    let out = Tensor::empty(x.device(), x.shape(), x.dtype())?;
     if out.numel() > 0 {
-        x.device().backend().copy_f32(x, &out)?;
+        x.device().backend().copy_dense(x, &out)?;
     }
     Ok(out)
 }
 
-/// `op(a, b)` with broadcasting; both inputs f32 on one device.
+/// `op(a, b)` with broadcasting; both inputs f32 or f16 on one device. The output is f16 when both are f16
+/// (or under [`crate::ops::policy::autocast`]), else f32 (see [`crate::ops::policy`]); the maths is f32.
 pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
     a.same_device(&[b], op.name())?;
-    a.expect_dtype(DType::F32, op.name())?;
-    b.expect_dtype(DType::F32, op.name())?;
+    let dtype = output_dtype(OpClass::Store16, &[a, b], op.name())?;
     let shape = broadcast_shape(a.shape(), b.shape())?;
     let plan = BroadcastPlan::new(a.shape(), b.shape(), &shape)?;
-    let out = Tensor::empty(a.device(), &shape, DType::F32)?;
+    let out = Tensor::empty(a.device(), &shape, dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }
@@ -94,8 +96,8 @@ pub fn minimum(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `op(a, s)`, or `op(s, a)` when `swap`, for a tensor `a` and a scalar `s` (passed as a kernel argument).
 pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Tensor> {
-    a.expect_dtype(DType::F32, op.name())?;
-    let out = Tensor::empty(a.device(), a.shape(), DType::F32)?;
+    let dtype = output_dtype(OpClass::Store16, &[a], op.name())?;
+    let out = Tensor::empty(a.device(), a.shape(), dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }

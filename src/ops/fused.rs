@@ -9,6 +9,7 @@
 //! same expression (in any spelling) builds once per device. The built-in device evaluates the tree.
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype};
 use crate::contract::fused::plan;
 pub use crate::contract::fused::{ALIASES, Expr, MAX_INPUTS, function_names};
 pub use crate::contract::vocab::{Grad, OPS, OpDef};
@@ -29,6 +30,16 @@ pub fn fused(expr: &str, inputs: &[&Tensor]) -> Result<Tensor> {
 
 /// Evaluates a parsed expression over `inputs` with broadcasting.
 pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
+    fused_checked(e, inputs, None)
+}
+
+/// [`fused`] with the output stored as `dtype` (f32 or f16) whatever the inputs' dtypes: the norms keep their
+/// statistics in f32 and write their outputs in the policy's dtype in the same pass.
+pub(crate) fn fused_as(expr: &str, inputs: &[&Tensor], dtype: DType) -> Result<Tensor> {
+    fused_checked(&Expr::parse(expr)?, inputs, Some(dtype))
+}
+
+fn fused_checked(e: &Expr, inputs: &[&Tensor], dtype: Option<DType>) -> Result<Tensor> {
     let Some(first) = inputs.first() else {
         return Err(Error::Invalid(
             "fused: at least one input tensor is needed".into(),
@@ -48,7 +59,7 @@ pub fn fused_expr(e: &Expr, inputs: &[&Tensor]) -> Result<Tensor> {
         )));
     }
     first.same_device(&inputs[1..], "fused")?;
-    fused_shaped(e, inputs, first.shape())
+    fused_shaped(e, inputs, first.shape(), dtype)
 }
 
 /// `x` repeated along its size-1 (or missing leading) axes to `shape` (NumPy broadcasting; the gradient of a
@@ -60,20 +71,34 @@ pub fn broadcast_to(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
             x.shape()
         )));
     }
-    fused_shaped(&Expr::parse("x0")?, &[x], shape)
+    fused_shaped(&Expr::parse("x0")?, &[x], shape, None)
 }
 
 /// Evaluates `e` over `inputs` broadcast together with `base` (the output shape is their common shape).
-fn fused_shaped(e: &Expr, inputs: &[&Tensor], base: &[usize]) -> Result<Tensor> {
+/// `dtype` overrides the output dtype the policy gives (see [`crate::ops::policy`]).
+fn fused_shaped(
+    e: &Expr,
+    inputs: &[&Tensor],
+    base: &[usize],
+    dtype: Option<DType>,
+) -> Result<Tensor> {
     let first = inputs[0];
     let mut shape: Vec<usize> = base.to_vec();
+    let dtype = match dtype {
+        Some(d) => {
+            for t in inputs {
+                expect_float(t, "fused")?;
+            }
+            d
+        }
+        None => output_dtype(OpClass::Store16, inputs, "fused")?,
+    };
     for t in inputs {
-        t.expect_dtype(DType::F32, "fused")?;
         shape = broadcast_shape(&shape, t.shape())?;
     }
     let shapes: Vec<&[usize]> = inputs.iter().map(|t| t.shape()).collect();
     let p = plan(&shapes, &shape)?;
-    let out = Tensor::empty(first.device(), &shape, DType::F32)?;
+    let out = Tensor::empty(first.device(), &shape, dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }

@@ -6,6 +6,7 @@
 //! variants of both for long reductions. The convolution family reuses the same descriptor with its own
 //! tuning keys (e.g. `conv2d_pointwise_gemm`).
 
+use super::policy::via_f32;
 use crate::contract::gemm::{Gemm, GemmOp};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -24,7 +25,15 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 
 /// `op(a) · op(b)` for 2-D tensors, where `op` transposes when the flag is set (`a` is stored k×m when
 /// `trans_a`, `b` is stored n×k when `trans_b`).
+///
+/// f16 inputs are widened to f32 on the device and the product stored back in f16 ([`crate::ops::policy`]).
 pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    via_f32(&[a, b], "matmul", |t| {
+        matmul_f32(t[0], t[1], trans_a, trans_b)
+    })
+}
+
+fn matmul_f32(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
     let g = matmul_desc(a, b, trans_a, trans_b)?;
     let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
     run(a, b, &out, None, &g)?;
@@ -41,6 +50,10 @@ fn op_dims(t: &Tensor, trans: bool) -> (usize, usize) {
 /// Batched product of 3-D tensors: `out[i] = op(a[i]) · op(b[i])`. A batch of 1 on either side is shared by
 /// every batch of the other.
 pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    via_f32(&[a, b], "bmm", |t| bmm_f32(t[0], t[1], trans_a, trans_b))
+}
+
+fn bmm_f32(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
     let g = bmm_desc(a, b, trans_a, trans_b)?;
     let out = Tensor::empty(a.device(), &[g.batch, g.m, g.n], DType::F32)?;
     run(a, b, &out, None, &g)?;

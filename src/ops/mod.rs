@@ -10,6 +10,7 @@ pub mod elementwise;
 pub mod fused;
 pub mod gemm;
 pub mod norm;
+pub mod policy;
 pub mod pool;
 pub mod reduce;
 pub mod resize;

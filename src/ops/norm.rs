@@ -12,7 +12,14 @@ pub use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, MAX_HELD};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
-use super::fused::fused;
+use super::fused::fused_as;
+use super::policy::{OpClass, autocast, expect_float, output_dtype, store_as, widen};
+
+/// A fused expression whose result is kept in f32: statistics and intermediates (OpClass::Keep32), whatever the
+/// inputs' storage (f16 inputs are read as halves).
+fn fz(e: &str, inputs: &[&Tensor]) -> Result<Tensor> {
+    fused_as(e, inputs, DType::F32)
+}
 use super::reduce::{mean, sum};
 use super::{UnaryOp, add_scalar, mul_scalar, unary};
 
@@ -50,7 +57,7 @@ fn check_eps(eps: f32, op: &str) -> Result<()> {
 fn check_param(p: Option<&Tensor>, want: &[usize], x: &Tensor, what: &str, op: &str) -> Result<()> {
     if let Some(p) = p {
         x.same_device(&[p], op)?;
-        p.expect_dtype(DType::F32, op)?;
+        expect_float(p, op)?;
         if p.numel() != want.iter().product::<usize>() {
             return Err(Error::shape_mismatch(
                 format!("{op} {what} for input {:?}", x.shape()),
@@ -64,8 +71,10 @@ fn check_param(p: Option<&Tensor>, want: &[usize], x: &Tensor, what: &str, op: &
 
 /// Mean and 1/√(biased var + ε) over `axes` (kept as size 1).
 fn stats(x: &Tensor, axes: &[isize], eps: f32) -> Result<(Tensor, Tensor)> {
+    // Statistics are f32 whatever the policy (OpClass::Keep32).
+    let _keep = autocast(false);
     let m = mean(x, Some(axes), true)?;
-    let var = mean(&fused("(x0 - x1) * (x0 - x1)", &[x, &m])?, Some(axes), true)?;
+    let var = mean(&fz("(x0 - x1) * (x0 - x1)", &[x, &m])?, Some(axes), true)?;
     let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&var, eps)?)?;
     Ok((m, rstd))
 }
@@ -78,12 +87,14 @@ fn affine(
     gamma: Option<&Tensor>,
     beta: Option<&Tensor>,
 ) -> Result<Tensor> {
-    // One fused kernel: the normalised value is never stored.
+    // One fused kernel: the normalised value is never stored. The output is stored like x (or f16 under the
+    // mixed policy: OpClass::Store16), the statistics are f32.
+    let dt = output_dtype(OpClass::Store16, &[x], "normalisation")?;
     match (gamma, beta) {
-        (Some(g), Some(b)) => fused("(x0 - x1) * x2 * x3 + x4", &[x, m, rstd, g, b]),
-        (Some(g), None) => fused("(x0 - x1) * x2 * x3", &[x, m, rstd, g]),
-        (None, Some(b)) => fused("(x0 - x1) * x2 + x3", &[x, m, rstd, b]),
-        (None, None) => fused("(x0 - x1) * x2", &[x, m, rstd]),
+        (Some(g), Some(b)) => fused_as("(x0 - x1) * x2 * x3 + x4", &[x, m, rstd, g, b], dt),
+        (Some(g), None) => fused_as("(x0 - x1) * x2 * x3", &[x, m, rstd, g], dt),
+        (None, Some(b)) => fused_as("(x0 - x1) * x2 + x3", &[x, m, rstd, b], dt),
+        (None, None) => fused_as("(x0 - x1) * x2", &[x, m, rstd], dt),
     }
 }
 
@@ -103,26 +114,27 @@ fn backward(
     center: bool,
 ) -> Result<NormGrads> {
     let xhat = if center {
-        fused("(x0 - x1) * x2", &[x, m, rstd])?
+        fz("(x0 - x1) * x2", &[x, m, rstd])?
     } else {
-        fused("x0 * x1", &[x, rstd])?
+        fz("x0 * x1", &[x, rstd])?
     };
     let gh = match gamma {
-        Some(gm) => fused("x0 * x1", &[g, gm])?,
+        Some(gm) => fz("x0 * x1", &[g, gm])?,
         None => g.clone(),
     };
-    let mgx = mean(&fused("x0 * x1", &[&gh, &xhat])?, Some(axes), true)?;
+    let mgx = mean(&fz("x0 * x1", &[&gh, &xhat])?, Some(axes), true)?;
     let dx = if center {
         let mg = mean(&gh, Some(axes), true)?;
-        let t = fused("x0 - x1 - x2 * x3", &[&gh, &mg, &xhat, &mgx])?;
-        fused("x0 * x1", &[&t, rstd])?
+        let t = fz("x0 - x1 - x2 * x3", &[&gh, &mg, &xhat, &mgx])?;
+        // The input's gradient is stored in the input's dtype.
+        fused_as("x0 * x1", &[&t, rstd], x.dtype())?
     } else {
-        fused("(x0 - x2 * x3) * x1", &[&gh, rstd, &xhat, &mgx])?
+        fused_as("(x0 - x2 * x3) * x1", &[&gh, rstd, &xhat, &mgx], x.dtype())?
     };
     let dgamma = match gamma {
-        Some(_) => Some(
-            sum(&fused("x0 * x1", &[g, &xhat])?, Some(param_axes), false)?.reshape(param_shape)?,
-        ),
+        Some(_) => {
+            Some(sum(&fz("x0 * x1", &[g, &xhat])?, Some(param_axes), false)?.reshape(param_shape)?)
+        }
         None => None,
     };
     let dbeta = if has_beta {
@@ -141,7 +153,7 @@ pub fn layer_norm(
     beta: Option<&Tensor>,
     eps: f32,
 ) -> Result<NormOut> {
-    x.expect_dtype(DType::F32, "layer_norm")?;
+    expect_float(x, "layer_norm")?;
     check_eps(eps, "layer_norm")?;
     let r = x.rank();
     if normalized == 0 || normalized > r {
@@ -204,7 +216,7 @@ pub fn layer_norm_backward(
 
 /// RMS normalisation over the last dimension: `x / √(mean(x²) + ε) · γ`.
 pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut> {
-    x.expect_dtype(DType::F32, "rms_norm")?;
+    expect_float(x, "rms_norm")?;
     check_eps(eps, "rms_norm")?;
     let Some(&d) = x.shape().last() else {
         return Err(Error::Shape(
@@ -212,13 +224,17 @@ pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut>
         ));
     };
     check_param(gamma, &[d], x, "gamma", "rms_norm")?;
-    let ms = mean(&fused("x0 * x0", &[x])?, Some(&[-1]), true)?;
-    let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
-    let y = match gamma {
-        Some(g) => fused("x0 * x1 * x2", &[x, &rstd, &g.reshape(&[d])?])?,
-        None => fused("x0 * x1", &[x, &rstd])?,
+    let (zero, rstd) = {
+        let _keep = autocast(false);
+        let ms = mean(&fz("x0 * x0", &[x])?, Some(&[-1]), true)?;
+        let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
+        (mul_scalar(&ms, 0.0)?, rstd)
     };
-    let zero = mul_scalar(&ms, 0.0)?;
+    let dt = output_dtype(OpClass::Store16, &[x], "rms_norm")?;
+    let y = match gamma {
+        Some(g) => fused_as("x0 * x1 * x2", &[x, &rstd, &g.reshape(&[d])?], dt)?,
+        None => fused_as("x0 * x1", &[x, &rstd], dt)?,
+    };
     Ok(NormOut {
         y,
         mean: zero,
@@ -264,7 +280,7 @@ pub fn rms_norm_backward(
 }
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
-    x.expect_dtype(DType::F32, op)?;
+    expect_float(x, op)?;
     match *x.shape() {
         [n, c, h, w] => Ok([n, c, h, w]),
         _ => Err(Error::Shape(format!(
@@ -293,14 +309,15 @@ pub fn group_norm(
     check_param(beta, &[c], x, "beta", "group_norm")?;
     let xg = x.reshape(&[n, groups, c / groups * h * w])?;
     let (m, rstd) = stats(&xg, &[2], eps)?;
-    let xhat = fused("(x0 - x1) * x2", &[&xg, &m, &rstd])?.reshape(&[n, c, h * w])?;
+    let xhat = fz("(x0 - x1) * x2", &[&xg, &m, &rstd])?.reshape(&[n, c, h * w])?;
     let g = gamma.map(|t| t.reshape(&[c, 1])).transpose()?;
     let b = beta.map(|t| t.reshape(&[c, 1])).transpose()?;
+    let dt = output_dtype(OpClass::Store16, &[x], "group_norm")?;
     let y = match (&g, &b) {
-        (Some(g), Some(b)) => fused("x0 * x1 + x2", &[&xhat, g, b])?,
-        (Some(g), None) => fused("x0 * x1", &[&xhat, g])?,
-        (None, Some(b)) => fused("x0 + x1", &[&xhat, b])?,
-        (None, None) => xhat,
+        (Some(g), Some(b)) => fused_as("x0 * x1 + x2", &[&xhat, g, b], dt)?,
+        (Some(g), None) => fused_as("x0 * x1", &[&xhat, g], dt)?,
+        (None, Some(b)) => fused_as("x0 + x1", &[&xhat, b], dt)?,
+        (None, None) => store_as(xhat, dt)?,
     };
     Ok(NormOut {
         y: y.reshape(&[n, c, h, w])?,
@@ -332,24 +349,20 @@ pub fn group_norm_backward(
         )));
     }
     let xg = x.reshape(&[n, groups, c / groups * h * w])?;
-    let xhat = fused("(x0 - x1) * x2", &[&xg, &out.mean, &out.rstd])?.reshape(&[n, c, h * w])?;
+    let xhat = fz("(x0 - x1) * x2", &[&xg, &out.mean, &out.rstd])?.reshape(&[n, c, h * w])?;
     let g3 = grad.reshape(&[n, c, h * w])?;
     let gh = match gamma {
-        Some(gm) => fused("x0 * x1", &[&g3, &gm.reshape(&[c, 1])?])?,
+        Some(gm) => fz("x0 * x1", &[&g3, &gm.reshape(&[c, 1])?])?,
         None => g3.clone(),
     };
     let ghg = gh.reshape(&[n, groups, c / groups * h * w])?;
     let xhg = xhat.reshape(&[n, groups, c / groups * h * w])?;
     let mg = mean(&ghg, Some(&[2]), true)?;
-    let mgx = mean(&fused("x0 * x1", &[&ghg, &xhg])?, Some(&[2]), true)?;
-    let dx = fused("x0 - x1 - x2 * x3", &[&ghg, &mg, &xhg, &mgx])?;
-    let dx = fused("x0 * x1", &[&dx, &out.rstd])?.reshape(&[n, c, h, w])?;
+    let mgx = mean(&fz("x0 * x1", &[&ghg, &xhg])?, Some(&[2]), true)?;
+    let dx = fz("x0 - x1 - x2 * x3", &[&ghg, &mg, &xhg, &mgx])?;
+    let dx = fused_as("x0 * x1", &[&dx, &out.rstd], x.dtype())?.reshape(&[n, c, h, w])?;
     let dgamma = match gamma {
-        Some(_) => Some(sum(
-            &fused("x0 * x1", &[&g3, &xhat])?,
-            Some(&[0, 2]),
-            false,
-        )?),
+        Some(_) => Some(sum(&fz("x0 * x1", &[&g3, &xhat])?, Some(&[0, 2]), false)?),
         None => None,
     };
     let dbeta = if has_beta {
@@ -422,8 +435,11 @@ pub fn batch_norm2d_with(
     check_param(Some(running_mean), &[c], x, "running_mean", "batch_norm2d")?;
     check_param(Some(running_var), &[c], x, "running_var", "batch_norm2d")?;
     if training {
-        batch_norm_train(
-            x,
+        // The training kernels read f32: an f16 input is widened on the device and the output stored back in
+        // the policy's dtype (the statistics stay f32).
+        let dt = output_dtype(OpClass::Store16, &[x], "batch_norm2d")?;
+        let mut out = batch_norm_train(
+            &widen(x)?,
             gamma,
             beta,
             running_mean,
@@ -431,15 +447,19 @@ pub fn batch_norm2d_with(
             momentum,
             eps,
             algo,
-        )
+        )?;
+        out.out.y = store_as(out.out.y, dt)?;
+        Ok(out)
     } else {
         let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let m = running_mean.reshape(&[1, c, 1, 1])?;
+        let keep = autocast(false);
         let rstd = unary(
             UnaryOp::Rsqrt,
             &add_scalar(&running_var.reshape(&[1, c, 1, 1])?, eps)?,
         )?;
+        drop(keep);
         let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
         Ok(BatchNormOut {
             out: NormOut { y, mean: m, rstd },

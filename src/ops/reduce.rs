@@ -8,6 +8,7 @@
 //! across I; each may split R into G chunks (two stages) when O·I alone gives too little parallelism.
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
 pub(crate) use crate::contract::reduce::Ori;
 pub use crate::contract::reduce::{ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
 use crate::error::{Error, Result};
@@ -52,7 +53,9 @@ pub fn reduce_with(
     keepdims: bool,
     algo: Option<ReduceAlgo>,
 ) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, op.name())?;
+    // f16 inputs are read as halves and accumulated in f32; the result is f32 (OpClass::Keep32: a sum can
+    // leave f16's range, and reductions feed losses and statistics).
+    let dtype = output_dtype(OpClass::Keep32, &[x], op.name())?;
     limit(x, op.name())?;
     let shape = x.shape().to_vec();
     let axes = normalize_axes(axes, shape.len(), op.name())?;
@@ -80,7 +83,7 @@ pub fn reduce_with(
             op.name()
         )));
     }
-    let out = Tensor::empty(x.device(), &out_shape, DType::F32)?;
+    let out = Tensor::empty(x.device(), &out_shape, dtype)?;
     if out.numel() == 0 {
         return Ok(out);
     }
@@ -168,7 +171,7 @@ pub fn sum_all(x: &Tensor) -> Result<Tensor> {
 
 fn arg_reduce(max: bool, x: &Tensor, axis: isize, keepdims: bool) -> Result<Tensor> {
     let name = if max { "argmax" } else { "argmin" };
-    x.expect_dtype(DType::F32, name)?;
+    expect_float(x, name)?;
     limit(x, name)?;
     let shape = x.shape();
     let a = normalize_axes(Some(&[axis]), shape.len(), name)?[0];
@@ -227,20 +230,23 @@ pub fn reduce_to_shape_with(
             "reduce_to_shape: a work-group algorithm needs at least one group per output".into(),
         ));
     }
-    grad.expect_dtype(DType::F32, "reduce_to_shape")?;
+    expect_float(grad, "reduce_to_shape")?;
     limit(grad, "reduce_to_shape")?;
     let plan = RtsPlan::new(grad.shape(), target_shape)?;
     if grad.shape() == target_shape {
         return grad.deep_clone();
     }
+    // An f16 gradient is widened on the device, summed in f32 and stored back as f16 (the gradient keeps its
+    // tensor's dtype).
+    let wide = widen(grad)?;
     let out = Tensor::empty(grad.device(), target_shape, DType::F32)?;
     if out.numel() == 0 {
-        return Ok(out);
+        return store_as(out, grad.dtype());
     }
     grad.device()
         .backend()
-        .reduce_to_shape(grad.device(), grad, &out, &plan, algo)?;
-    Ok(out)
+        .reduce_to_shape(grad.device(), &wide, &out, &plan, algo)?;
+    store_as(out, grad.dtype())
 }
 
 /// √(Σ over every tensor of Σx²): the global L2 norm used for gradient clipping, as a rank-0 tensor.
@@ -252,7 +258,7 @@ pub fn global_l2_norm(tensors: &[&Tensor]) -> Result<Tensor> {
     let dev = first.device();
     let parts = Tensor::zeros(dev, &[tensors.len()])?;
     for (k, t) in tensors.iter().enumerate() {
-        t.expect_dtype(DType::F32, "global_l2_norm")?;
+        expect_float(t, "global_l2_norm")?;
         limit(t, "global_l2_norm")?;
         if t.numel() == 0 {
             continue;

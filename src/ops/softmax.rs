@@ -7,6 +7,7 @@
 //! OpenCL); other axes run one work-item per (o, i), coalesced across i.
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
 pub use crate::contract::softmax::SoftmaxAlgo;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -14,7 +15,7 @@ use crate::tensor::{DType, Tensor};
 use super::reduce::{Ori, normalize_axes};
 
 fn view(x: &Tensor, axis: isize, op: &str) -> Result<Ori> {
-    x.expect_dtype(DType::F32, op)?;
+    expect_float(x, op)?;
     limit(x, op)?;
     let shape = x.shape();
     if shape.is_empty() {
@@ -31,7 +32,8 @@ fn view(x: &Tensor, axis: isize, op: &str) -> Result<Ori> {
 fn forward(log: bool, x: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Result<Tensor> {
     let name = if log { "log_softmax" } else { "softmax" };
     let v = view(x, axis, name)?;
-    let y = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    let dtype = output_dtype(OpClass::Store16, &[x], name)?;
+    let y = Tensor::empty(x.device(), x.shape(), dtype)?;
     if y.numel() > 0 {
         x.device()
             .backend()
@@ -54,7 +56,7 @@ fn backward(
     };
     let v = view(y, axis, name)?;
     y.same_device(&[g], name)?;
-    g.expect_dtype(DType::F32, name)?;
+    expect_float(g, name)?;
     if g.shape() != y.shape() {
         return Err(Error::shape_mismatch(
             format!("{name} gradient"),
@@ -62,7 +64,8 @@ fn backward(
             g.shape(),
         ));
     }
-    let gx = Tensor::empty(y.device(), y.shape(), DType::F32)?;
+    // The input's gradient is stored like the output y (the input's dtype, or f16 under the policy).
+    let gx = Tensor::empty(y.device(), y.shape(), y.dtype())?;
     if gx.numel() > 0 {
         y.device()
             .backend()
@@ -109,7 +112,7 @@ pub fn softmax_backward_with(
 
 fn check_ce(logits: &Tensor, labels: &Tensor) -> Result<()> {
     logits.same_device(&[labels], "cross_entropy")?;
-    logits.expect_dtype(DType::F32, "cross_entropy")?;
+    expect_float(logits, "cross_entropy")?;
     labels.expect_dtype(DType::I32, "cross_entropy labels")?;
     let s = logits.shape();
     if s.len() != 2 || labels.shape() != [s[0]] {
@@ -129,6 +132,8 @@ fn check_ce(logits: &Tensor, labels: &Tensor) -> Result<()> {
 
 fn ce_stats(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tensor> {
     check_ce(logits, labels)?;
+    // The loss is f32 (OpClass::Keep32); f16 logits are widened on the device first.
+    let logits = &widen(logits)?;
     let dev = logits.device();
     let stats = Tensor::empty(dev, &[3], DType::F32)?;
     dev.backend()
@@ -168,23 +173,26 @@ pub fn cross_entropy_backward(
 ) -> Result<Tensor> {
     let stats = ce_stats(logits, labels, ignore_index)?;
     logits.same_device(&[grad], "cross_entropy_backward")?;
-    grad.expect_dtype(DType::F32, "cross_entropy_backward")?;
+    expect_float(grad, "cross_entropy_backward")?;
     if grad.numel() != 1 {
         return Err(Error::Shape(format!(
             "cross_entropy_backward: the output gradient must be a scalar, got {:?}",
             grad.shape()
         )));
     }
+    // The logits' gradient keeps their dtype: computed from the widened logits, then stored back.
+    let wide = widen(logits)?;
+    let grad = widen(grad)?;
     let gx = Tensor::empty(logits.device(), logits.shape(), DType::F32)?;
     if gx.numel() > 0 {
         logits.device().backend().cross_entropy_backward(
-            logits,
+            &wide,
             labels,
             ignore_index,
             &stats,
-            grad,
+            &grad,
             &gx,
         )?;
     }
-    Ok(gx)
+    store_as(gx, logits.dtype())
 }

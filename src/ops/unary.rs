@@ -6,21 +6,23 @@
 //! activation needs to be kept; hard_swish's backward is one fused kernel.
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype};
 pub use crate::contract::unary::{UnaryOp, erf};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 fn check(op: UnaryOp, x: &Tensor) -> Result<()> {
     op.validate()?;
-    x.expect_dtype(DType::F32, op.name())?;
+    expect_float(x, op.name())?;
     limit(x, op.name())?;
     Ok(())
 }
 
-/// `op(x)` elementwise.
+/// `op(x)` elementwise, on f32 or f16 (the output's dtype: [`crate::ops::policy`]).
 pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
     check(op, x)?;
-    let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    let dtype = output_dtype(OpClass::Store16, &[x], op.name())?;
+    let out = Tensor::empty(x.device(), x.shape(), dtype)?;
     if out.numel() > 0 {
         x.device().backend().unary(op, x, &out)?;
     }
@@ -31,7 +33,7 @@ pub fn unary(op: UnaryOp, x: &Tensor) -> Result<Tensor> {
 pub fn unary_backward(op: UnaryOp, x: &Tensor, grad: &Tensor) -> Result<Tensor> {
     check(op, x)?;
     x.same_device(&[grad], op.name())?;
-    grad.expect_dtype(DType::F32, op.name())?;
+    expect_float(grad, op.name())?;
     if grad.shape() != x.shape() {
         return Err(Error::shape_mismatch(
             format!("{} backward gradient", op.name()),
@@ -39,7 +41,8 @@ pub fn unary_backward(op: UnaryOp, x: &Tensor, grad: &Tensor) -> Result<Tensor> 
             grad.shape(),
         ));
     }
-    let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    // The gradient of x is stored in x's dtype.
+    let out = Tensor::empty(x.device(), x.shape(), x.dtype())?;
     if out.numel() > 0 {
         x.device().backend().unary_backward(op, x, grad, &out)?;
     }

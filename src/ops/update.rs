@@ -26,6 +26,18 @@ fn check(p: &Tensor, others: &[&Tensor], what: &str) -> Result<()> {
 
 /// Applies one optimiser step to `p` in place. `state` holds the step's buffers, zero-initialised by the caller.
 pub fn apply_step(step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()> {
+    apply_step_unless(step, p, g, state, None)
+}
+
+/// [`apply_step`] that, with `skip` (a GradScaler state buffer), changes nothing when the buffer's found-inf
+/// flag is set: the kernel reads the flag, so the host reads nothing.
+pub(crate) fn apply_step_unless(
+    step: &Step,
+    p: &Tensor,
+    g: &Tensor,
+    state: &[&Tensor],
+    skip: Option<&Tensor>,
+) -> Result<()> {
     let want = match step {
         Step::Sgd { .. } => 1,
         Step::Adam { .. } | Step::RmsProp { .. } => 2,
@@ -42,7 +54,64 @@ pub fn apply_step(step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Res
     if p.numel() == 0 {
         return Ok(());
     }
-    p.device().backend().update(step, p, g, state)
+    if let Some(s) = skip {
+        check_scaler(s, p)?;
+    }
+    p.device().backend().update(step, p, g, state, skip)
+}
+
+/// A GradScaler state buffer: four f32 on `like`'s device.
+fn check_scaler(state: &Tensor, like: &Tensor) -> Result<()> {
+    state.expect_dtype(DType::F32, "grad scaler state")?;
+    like.same_device(&[state], "grad scaler")?;
+    if state.shape() != [4] {
+        return Err(Error::shape_mismatch(
+            "grad scaler state",
+            &[4],
+            state.shape(),
+        ));
+    }
+    Ok(())
+}
+
+/// Clears a GradScaler state's found-inf flag and computes 1/scale on the device.
+pub(crate) fn amp_begin(state: &Tensor) -> Result<()> {
+    check_scaler(state, state)?;
+    state.device().backend().amp_begin(state)
+}
+
+/// Divides the gradient `g` (f32 or f16) by the scale in place, raising the state's flag on a non-finite value.
+pub(crate) fn amp_unscale(g: &Tensor, state: &Tensor) -> Result<()> {
+    check_scaler(state, g)?;
+    super::policy::expect_float(g, "unscale")?;
+    limit(g, "unscale")?;
+    if g.numel() == 0 {
+        return Ok(());
+    }
+    g.device().backend().amp_unscale(g, state)
+}
+
+/// `x · scale` in x's dtype.
+pub(crate) fn amp_scale(x: &Tensor, state: &Tensor) -> Result<Tensor> {
+    check_scaler(state, x)?;
+    super::policy::expect_float(x, "scale")?;
+    limit(x, "scale")?;
+    let out = Tensor::empty(x.device(), x.shape(), x.dtype())?;
+    if out.numel() > 0 {
+        x.device().backend().amp_scale(x, state, &out)?;
+    }
+    Ok(out)
+}
+
+/// Backs the scale off after an overflow, else counts a good step and grows the scale every `interval`.
+pub(crate) fn amp_update(growth: f32, backoff: f32, interval: u32, state: &Tensor) -> Result<()> {
+    check_scaler(state, state)?;
+    let interval = i32::try_from(interval)
+        .map_err(|_| Error::Invalid(format!("growth_interval {interval} exceeds {}", i32::MAX)))?;
+    state
+        .device()
+        .backend()
+        .amp_update(growth, backoff, interval, state)
 }
 
 /// Exponential moving average of weights: shadow ← d·shadow + (1 − d)·p, in place.

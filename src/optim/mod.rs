@@ -10,13 +10,15 @@
 
 mod schedule;
 
+mod scaler;
+pub use scaler::GradScaler;
 pub use schedule::{CosineAnnealingLR, ReduceLROnPlateau, StepLR, WarmupCosine};
 
 use serde::{Deserialize, Serialize};
 
 use crate::autograd::Var;
 use crate::error::{Error, Result};
-use crate::ops::update::{Step, apply_step, ema_update, scale_inplace};
+use crate::ops::update::{Step, apply_step_unless, ema_update, scale_inplace};
 use crate::tensor::Tensor;
 
 /// Which update rule, with its hyper-parameters (the learning rate lives in [`Optimizer`]).
@@ -283,6 +285,12 @@ impl Optimizer {
 
     /// One update of every parameter that has a gradient (frozen ones and those without a gradient are skipped).
     pub fn step(&mut self) -> Result<()> {
+        self.step_unless(None)
+    }
+
+    /// [`Optimizer::step`] whose kernels skip the update on the device when the found-inf flag of the
+    /// GradScaler state `skip` is set (see [`GradScaler`]).
+    pub(crate) fn step_unless(&mut self, skip: Option<&Tensor>) -> Result<()> {
         self.t += 1;
         let t = self.t as i32;
         for (p, st) in self.params.iter().zip(self.state.iter_mut()) {
@@ -341,7 +349,7 @@ impl Optimizer {
                 },
             };
             let refs: Vec<&Tensor> = st.iter().collect();
-            apply_step(&step, p.value(), &g, &refs)?;
+            apply_step_unless(&step, p.value(), &g, &refs, skip)?;
         }
         Ok(())
     }

@@ -6,6 +6,7 @@
 //! and images in order, the autotune decisions and kernel launches the run caused, timings, the device, or a
 //! structured error with its line and column.
 
+mod ampbind;
 mod attnbind;
 mod bindings;
 pub mod files;
@@ -42,6 +43,7 @@ fn register_all(engine: &mut Engine, ctx: &Shared) {
     nnbind::register(engine, ctx);
     files::register(engine, ctx);
     textbind::register(engine, ctx);
+    ampbind::register(engine, ctx);
     bindings::register_output(engine, ctx);
 }
 

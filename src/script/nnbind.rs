@@ -22,7 +22,7 @@ use crate::train::{FitEvent, FitOptions, fit};
 
 /// An optimiser handle in scripts.
 #[derive(Clone)]
-pub(crate) struct Opt(Rc<RefCell<Optimizer>>);
+pub(crate) struct Opt(pub(crate) Rc<RefCell<Optimizer>>);
 
 fn configs(list: &Array) -> R<Vec<LayerConfig>> {
     let v = rhai::serde::from_dynamic::<serde_json::Value>(&Dynamic::from_array(list.clone()))

@@ -1,13 +1,23 @@
 //! Elementwise binary ops on the built-in device, walking the broadcast plan.
 
 use crate::backend::cpu::CpuDevice;
+use crate::contract::Backend;
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 impl BinaryKernels for CpuDevice {
-    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
-        crate::backend::cpu::host::map_f32(&[x], out, |ins, o| o.copy_from_slice(ins[0]))
+    fn copy_dense(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        self.copy(x.storage(), out.storage(), x.numel() * x.dtype().size())
+    }
+
+    fn cast(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        let src = crate::backend::cpu::host::read_f32(x)?;
+        if out.dtype() == DType::I32 {
+            let v: Vec<i32> = src.iter().map(|&x| x as i32).collect();
+            return self.write(out.storage(), 0, bytemuck::cast_slice(&v));
+        }
+        crate::backend::cpu::host::write_f32(out, &src)
     }
 
     fn binary(

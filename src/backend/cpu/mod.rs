@@ -152,11 +152,41 @@ pub(crate) mod access {
 /// Host f32 views of built-in device tensors, for the reference implementations.
 pub(crate) mod host {
     use super::access;
+    use crate::half::{f16_to_f32, f32_to_f16};
+    use crate::tensor::DType;
     use crate::{Result, Tensor};
 
-    /// A copy of a host tensor's f32 elements.
+    /// The elements of `t` widened to f32 (f16 exactly, i32 rounded to nearest).
     pub(crate) fn read_f32(t: &Tensor) -> Result<Vec<f32>> {
-        Ok(bytemuck::cast_slice::<u32, f32>(&access::read(t)?[..])[..t.numel()].to_vec())
+        let w = access::read(t)?;
+        let n = t.numel();
+        Ok(match t.dtype() {
+            DType::F32 => bytemuck::cast_slice::<u32, f32>(&w[..])[..n].to_vec(),
+            DType::I32 => bytemuck::cast_slice::<u32, i32>(&w[..])[..n]
+                .iter()
+                .map(|&v| v as f32)
+                .collect(),
+            DType::F16 => bytemuck::cast_slice::<u32, u16>(&w[..])[..n]
+                .iter()
+                .map(|&h| f16_to_f32(h))
+                .collect(),
+        })
+    }
+
+    /// Writes `v` into the float tensor `out`, rounding to nearest even where `out` is f16.
+    pub(crate) fn write_f32(out: &Tensor, v: &[f32]) -> Result<()> {
+        let mut w = access::write(out)?;
+        let n = out.numel().min(v.len());
+        match out.dtype() {
+            DType::F16 => {
+                let o = &mut bytemuck::cast_slice_mut::<u32, u16>(&mut w[..])[..n];
+                for (o, &x) in o.iter_mut().zip(v) {
+                    *o = f32_to_f16(x);
+                }
+            }
+            _ => bytemuck::cast_slice_mut::<u32, f32>(&mut w[..])[..n].copy_from_slice(&v[..n]),
+        }
+        Ok(())
     }
 
     /// Calls `f(p, a, b)` for each of `planes` planes and each pixel (a, b) of an `oh`×`ow` output plane.
@@ -192,12 +222,21 @@ pub(crate) mod host {
         Ok(())
     }
 
-    /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input).
+    /// Runs `f` over the f32 elements of `inputs` and the output `out` (which must not alias an input). f16
+    /// tensors are widened to f32 before and the output rounded back after, as the OpenCL kernels do per element.
     pub(crate) fn map_f32<R>(
         inputs: &[&Tensor],
         out: &Tensor,
         f: impl FnOnce(&[&[f32]], &mut [f32]) -> R,
     ) -> Result<R> {
+        if out.dtype() == DType::F16 || inputs.iter().any(|t| t.dtype() == DType::F16) {
+            let wide: Vec<Vec<f32>> = inputs.iter().map(|t| read_f32(t)).collect::<Result<_>>()?;
+            let slices: Vec<&[f32]> = wide.iter().map(Vec::as_slice).collect();
+            let mut o = crate::tensor::host_vec(out.numel(), 0f32)?;
+            let r = f(&slices, &mut o);
+            write_f32(out, &o)?;
+            return Ok(r);
+        }
         let guards: Vec<_> = inputs
             .iter()
             .map(|t| access::read(t))

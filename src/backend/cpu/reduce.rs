@@ -55,7 +55,7 @@ impl ReduceKernels for CpuDevice {
     ) -> Result<()> {
         // `out` may be a slot buffer written in several calls: read it first, then write it back whole.
         let mut cur = out.to_vec::<f32>()?;
-        let xs = x.to_vec::<f32>()?;
+        let xs = x.to_f32_vec()?;
         for o in 0..v.o {
             for i in 0..v.i {
                 let vals = (0..v.r).map(|r| xs[(o * v.r + r) * v.i + i]);
@@ -69,7 +69,7 @@ impl ReduceKernels for CpuDevice {
     }
 
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()> {
-        let xs = x.to_vec::<f32>()?;
+        let xs = x.to_f32_vec()?;
         let mut res = crate::tensor::host_vec(v.o * v.i, 0i32)?;
         for o in 0..v.o {
             for i in 0..v.i {

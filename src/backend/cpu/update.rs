@@ -1,6 +1,6 @@
 //! In-place updates on the built-in device.
 
-use crate::backend::cpu::{CpuDevice, access as cpu_access};
+use crate::backend::cpu::{CpuDevice, access as cpu_access, host};
 use crate::contract::update::{Step, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -12,8 +12,32 @@ fn f32s_mut(w: &mut [u32], n: usize) -> &mut [f32] {
     &mut bytemuck::cast_slice_mut(w)[..n]
 }
 
+/// Whether a GradScaler state buffer's found-inf flag is set.
+fn flag(state: &Tensor) -> Result<bool> {
+    Ok(f32s(&cpu_access::read(state)?, 4)[2] != 0.0)
+}
+
+/// Runs `f` on a GradScaler state buffer's four values.
+fn with_state(state: &Tensor, f: impl FnOnce(&mut [f32])) -> Result<()> {
+    let mut w = cpu_access::write(state)?;
+    f(f32s_mut(&mut w, 4));
+    Ok(())
+}
+
 impl UpdateKernels for CpuDevice {
-    fn update(&self, step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()> {
+    fn update(
+        &self,
+        step: &Step,
+        p: &Tensor,
+        g: &Tensor,
+        state: &[&Tensor],
+        skip: Option<&Tensor>,
+    ) -> Result<()> {
+        if let Some(s) = skip
+            && flag(s)?
+        {
+            return Ok(());
+        }
         let n = p.numel();
         let mut pw = cpu_access::write(p)?;
         let gw = cpu_access::read(g)?;
@@ -103,5 +127,48 @@ impl UpdateKernels for CpuDevice {
         let mut w = cpu_access::write(x)?;
         f32s_mut(&mut w, n).iter_mut().for_each(|v| *v *= s);
         Ok(())
+    }
+
+    fn amp_begin(&self, state: &Tensor) -> Result<()> {
+        with_state(state, |s| {
+            s[2] = 0.0;
+            s[3] = 1.0 / s[0];
+        })
+    }
+
+    fn amp_unscale(&self, g: &Tensor, state: &Tensor) -> Result<()> {
+        let inv = f32s(&cpu_access::read(state)?, 4)[3];
+        let mut v = host::read_f32(g)?;
+        let mut bad = false;
+        for x in &mut v {
+            *x *= inv;
+            bad |= !x.is_finite();
+        }
+        host::write_f32(g, &v)?;
+        if bad {
+            with_state(state, |s| s[2] = 1.0)?;
+        }
+        Ok(())
+    }
+
+    fn amp_scale(&self, x: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
+        let scale = f32s(&cpu_access::read(state)?, 4)[0];
+        let v: Vec<f32> = host::read_f32(x)?.into_iter().map(|x| x * scale).collect();
+        host::write_f32(out, &v)
+    }
+
+    fn amp_update(&self, growth: f32, backoff: f32, interval: i32, state: &Tensor) -> Result<()> {
+        with_state(state, |s| {
+            if s[2] != 0.0 {
+                s[0] *= backoff;
+                s[1] = 0.0;
+            } else {
+                s[1] += 1.0;
+                if s[1] >= interval as f32 {
+                    s[0] *= growth;
+                    s[1] = 0.0;
+                }
+            }
+        })
     }
 }

@@ -1,12 +1,12 @@
 //! Elementwise binary ops on OpenCL, and the 3-D launch geometry other kernel families share.
 
-use crate::backend::opencl::abi::{KernelArgs, elementwise as abi};
+use crate::backend::opencl::abi::{KernelArgs, cast as cast_abi, elementwise as abi};
 use crate::backend::opencl::program::{ClKernel, Defines, QuickKey, quick_key};
 use crate::backend::opencl::{ClDevice, Event};
 use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// A work-group shape for a 3-D range `g` (x fastest): up to 256 items, within the device's per-dimension
 /// limits; `launch` rounds the global size up to it and the kernels bound-check.
@@ -122,6 +122,26 @@ impl ClDevice {
     }
 }
 
+/// `defines` with `name=1` for each named buffer that holds f16 (the `LDX`/`STX` switches of
+/// kernels/prelude.cl); an all-f32 call keeps its defines, and so its program, unchanged.
+pub(crate) fn half_defines(mut defines: Defines, bufs: &[(&str, &Tensor)]) -> Defines {
+    for (name, t) in bufs {
+        if t.dtype() == DType::F16 {
+            defines = defines.set(name, 1);
+        }
+    }
+    defines
+}
+
+/// One bit per tensor that holds f16, in order: the dtype part of a compact kernel key or a tuning key, so an
+/// f16 call never finds an f32 kernel or winner.
+pub(crate) fn half_bits(ts: &[&Tensor]) -> usize {
+    ts.iter()
+        .enumerate()
+        .map(|(i, t)| usize::from(t.dtype() == DType::F16) << i)
+        .sum()
+}
+
 fn prev_pow2(n: usize) -> usize {
     if n == 0 {
         1
@@ -145,15 +165,39 @@ fn int8(v: &[usize]) -> [i32; 8] {
 }
 
 impl BinaryKernels for ClDevice {
-    fn copy_f32(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+    fn copy_dense(&self, x: &Tensor, out: &Tensor) -> Result<()> {
         let n = x.numel();
         let args = abi::CopyF32 {
             n: n as i32,
             x: x.storage(),
             y: out.storage(),
         };
-        let items = (n / 4).max(n % 4).max(1);
-        self.run_1d(abi::COPY_F32, &Defines::new(), &args, items, Some(256))?;
+        // f16 moves eight elements per 16-byte access, f32 four.
+        let (name, per) = match x.dtype() {
+            DType::F16 => (abi::COPY_F16, 8),
+            _ => (abi::COPY_F32, 4),
+        };
+        let items = (n / per).max(n % per).max(1);
+        self.run_1d(name, &Defines::new(), &args, items, Some(256))?;
+        Ok(())
+    }
+
+    fn cast(&self, x: &Tensor, out: &Tensor) -> Result<()> {
+        let code = |d: DType| match d {
+            DType::F32 => 0,
+            DType::I32 => 1,
+            DType::F16 => 2,
+        };
+        let n = x.numel();
+        let args = cast_abi::Cast {
+            n: n as i32,
+            x: x.storage(),
+            y: out.storage(),
+        };
+        let (from, to) = (code(x.dtype()), code(out.dtype()));
+        let key = quick_key(cast_abi::FAMILY, cast_abi::CAST, &[from, to]);
+        let defines = || Defines::new().set("FROM", from).set("TO", to);
+        self.run_1d_by(key, defines, &args, n.min(1 << 22), Some(256))?;
         Ok(())
     }
 
@@ -166,7 +210,13 @@ impl BinaryKernels for ClDevice {
         plan: &BroadcastPlan,
     ) -> Result<()> {
         // Kernels are found by a compact key: a hot loop neither writes the op's expression nor the defines.
-        let defines = || Defines::new().set("OP(x,y)", cl_expr(op));
+        let halves = half_bits(&[a, b, out]);
+        let defines = || {
+            half_defines(
+                Defines::new().set("OP(x,y)", cl_expr(op)),
+                &[("A_HALF", a), ("B_HALF", b), ("OUT_HALF", out)],
+            )
+        };
         let n = out.numel();
         let (a, b, out) = (a.storage(), b.storage(), out.storage());
         if plan.same {
@@ -176,7 +226,7 @@ impl BinaryKernels for ClDevice {
                 b,
                 out,
             };
-            let key = quick_key(abi::FAMILY, abi::BINARY_SAME, &[op as usize]);
+            let key = quick_key(abi::FAMILY, abi::BINARY_SAME, &[op as usize, halves]);
             self.run_1d_by(key, defines, &args, n.div_ceil(4), Some(256))?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; the innermost stride of each input is 0 or 1.
@@ -197,6 +247,7 @@ impl BinaryKernels for ClDevice {
                 sb[2].min(1),
                 usize::from(align),
                 usize::from(capped),
+                halves,
             ];
             let k = self.kernel_by(quick_key(abi::FAMILY, abi::BINARY_3D, &parts), || {
                 let d = defines()
@@ -232,7 +283,7 @@ impl BinaryKernels for ClDevice {
                 b,
                 out,
             };
-            let key = quick_key(abi::FAMILY, abi::BINARY_BCAST, &[op as usize]);
+            let key = quick_key(abi::FAMILY, abi::BINARY_BCAST, &[op as usize, halves]);
             self.run_1d_by(key, defines, &args, n, Some(256))?;
         }
         Ok(())
@@ -247,6 +298,8 @@ impl BinaryKernels for ClDevice {
         out: &Tensor,
     ) -> Result<()> {
         let n = out.numel();
+        let halves = half_bits(&[a, out]);
+        let halves_of = [("A_HALF", a), ("OUT_HALF", out)];
         let (a, out) = (a.storage(), out.storage());
         let args = abi::BinaryScalar {
             n: n as i32,
@@ -257,12 +310,13 @@ impl BinaryKernels for ClDevice {
         let key = quick_key(
             abi::FAMILY,
             abi::BINARY_SCALAR,
-            &[op as usize, usize::from(swap)],
+            &[op as usize, usize::from(swap), halves],
         );
         let defines = || {
-            Defines::new()
+            let d = Defines::new()
                 .set("OP(x,y)", cl_expr(op))
-                .set("SWAP", u8::from(swap))
+                .set("SWAP", u8::from(swap));
+            half_defines(d, &halves_of)
         };
         self.run_1d_by(key, defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())

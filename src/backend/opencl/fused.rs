@@ -3,11 +3,12 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::fused as abi;
+use crate::backend::opencl::elementwise::half_bits;
 use crate::backend::opencl::program::Defines;
 use crate::contract::fused::{Expr, FusedKernels, MAX_INPUTS, MultiPlan, Node};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// The OpenCL C form of `expr` (the program cache key): each op's template with its operands' forms
 /// substituted. No spaces, so it travels as a `-D` option.
@@ -60,9 +61,21 @@ macro_rules! fused_args {
 
 impl FusedKernels for ClDevice {
     fn fused(&self, expr: &Expr, inputs: &[&Tensor], out: &Tensor, plan: &MultiPlan) -> Result<()> {
-        let defines = Defines::new()
+        let mut defines = Defines::new()
             .set("NIN", inputs.len())
             .set("EXPR", cl_code(expr));
+        let mut all = inputs.to_vec();
+        all.push(out);
+        if half_bits(&all) != 0 {
+            // Every slot's switch is set (kernels/fused.cl); the slots past NIN are never read.
+            defines = defines
+                .set("FUSED_HALF", 1)
+                .set("OUT_HALF", u8::from(out.dtype() == DType::F16));
+            for k in 0..MAX_INPUTS {
+                let h = inputs.get(k).is_some_and(|t| t.dtype() == DType::F16);
+                defines = defines.set(&format!("H{k}"), u8::from(h));
+            }
+        }
         let n = out.numel();
         // Every input slot gets a buffer; the slots past NIN are never read.
         let slot = |k: usize| inputs.get(k).unwrap_or(&inputs[0]).storage();

@@ -572,6 +572,7 @@ impl Backend for ClDevice {
         if out.is_empty() {
             return Ok(());
         }
+        crate::device::timing::count_host_read();
         // SAFETY: the read is blocking, so `out` is filled before this returns.
         unsafe {
             let ev = cl3::command_queue::enqueue_read_buffer(

@@ -273,8 +273,10 @@ impl ProgramCache {
         };
         programs.iter().all(|(s, k, d)| {
             let k = prune::program_kernel(k);
-            map.get(&program_hash(s, d, k))
-                .is_some_and(|v| v.iter().any(|(vs, vd, vk, _)| vs == s && vd == d && *vk == k))
+            map.get(&program_hash(s, d, k)).is_some_and(|v| {
+                v.iter()
+                    .any(|(vs, vd, vk, _)| vs == s && vd == d && *vk == k)
+            })
         })
     }
 

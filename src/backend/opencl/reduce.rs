@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::sync::Mutex;
 
-use super::elementwise::{grid_3d, grid_defines};
+use super::elementwise::{grid_3d, grid_defines, half_defines};
 use crate::autotune::{self, Source, TuneKey, bucket};
 use crate::backend::opencl::abi::reduce as abi;
 use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
@@ -202,7 +202,8 @@ impl ClDevice {
         algo: ReduceAlgo,
     ) -> Result<crate::backend::opencl::Event> {
         let rc = v.r.div_ceil(g).max(1);
-        let defines = reduce_defines(op, first);
+        let half = x.dtype() == DType::F16;
+        let defines = half_defines(reduce_defines(op, first), &[("IN_HALF", x)]);
         // The column kernels (red_col, red_col_blk, red_col_stream) share one parameter list.
         let col = abi::RedCol {
             O: v.o as i32,
@@ -219,7 +220,7 @@ impl ClDevice {
             ReduceAlgo::Wg(local, _) if v.i == 1 => {
                 let local = local.min(self.info.max_work_group_size.max(1));
                 // Rows of a multiple of 4 with chunks rounded up to a multiple of 4 load aligned float4.
-                let align = v.r.is_multiple_of(4);
+                let align = v.r.is_multiple_of(4) && !half;
                 let rc = if align { rc.next_multiple_of(4) } else { rc };
                 let defines = defines.set("ALIGN4", u8::from(align));
                 let k = self.kernel(abi::FAMILY, &defines, abi::RED_ROW_WG)?;
@@ -422,23 +423,25 @@ impl ReduceKernels for ClDevice {
         out_off: usize,
         algo: Option<ReduceAlgo>,
     ) -> Result<()> {
-        let key = TuneKey::new(
-            "reduce",
-            &[
-                ("o", bucket(v.o)),
-                ("r", bucket(v.r)),
-                ("i", bucket(v.i)),
-                // The largest of 32, 8, 4 dividing I: column candidates depend on it.
-                (
-                    "i_multiple",
-                    [32i64, 8, 4]
-                        .into_iter()
-                        .find(|&m| v.i.is_multiple_of(m as usize))
-                        .unwrap_or(1),
-                ),
-            ],
-        )
-        .source(kernel_source("reduce").unwrap_or_default());
+        let mut fields = vec![
+            ("o", bucket(v.o)),
+            ("r", bucket(v.r)),
+            ("i", bucket(v.i)),
+            // The largest of 32, 8, 4 dividing I: column candidates depend on it.
+            (
+                "i_multiple",
+                [32i64, 8, 4]
+                    .into_iter()
+                    .find(|&m| v.i.is_multiple_of(m as usize))
+                    .unwrap_or(1),
+            ),
+        ];
+        // An f16 input is its own shape class (half the bytes per element); f32 keys are unchanged.
+        if x.dtype() == DType::F16 {
+            fields.push(("f16", 1));
+        }
+        let key =
+            TuneKey::new("reduce", &fields).source(kernel_source("reduce").unwrap_or_default());
         let (cands, default) = self.reduce_candidates(v);
         let eligible = |a: &ReduceAlgo| match a {
             ReduceAlgo::Col(..) => v.i > 1,
@@ -476,7 +479,11 @@ impl ReduceKernels for ClDevice {
         } else {
             abi::ARGMIN_COL
         };
-        let k = self.kernel(abi::FAMILY, &Defines::new(), name)?;
+        let k = self.kernel(
+            abi::FAMILY,
+            &half_defines(Defines::new(), &[("IN_HALF", x)]),
+            name,
+        )?;
         let total = v.o * v.i;
         // argmin_col has the parameters of argmax_col.
         let args = abi::ArgmaxCol {

@@ -2,6 +2,7 @@
 
 use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::softmax as abi;
+use crate::backend::opencl::elementwise::{half_bits, half_defines};
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::SoftmaxKernels;
@@ -18,6 +19,7 @@ impl ClDevice {
         v: Ori,
         forced: Option<SoftmaxAlgo>,
         bwd: bool,
+        halves: usize,
         mut bench: impl FnMut(SoftmaxAlgo) -> Result<f64>,
     ) -> Result<SoftmaxAlgo> {
         if v.i > 1 {
@@ -74,15 +76,17 @@ impl ClDevice {
         };
         // The key keeps R's multiple-of-4 bit: rows in registers are a candidate only then.
         let kernel = if bwd { "softmax_backward" } else { "softmax" };
-        let key = TuneKey::new(
-            kernel,
-            &[
-                ("o", bucket(v.o)),
-                ("r", bucket(v.r)),
-                ("r4", i64::from(v.r.is_multiple_of(4))),
-            ],
-        )
-        .source(kernel_source("softmax").unwrap_or_default());
+        let mut fields = vec![
+            ("o", bucket(v.o)),
+            ("r", bucket(v.r)),
+            ("r4", i64::from(v.r.is_multiple_of(4))),
+        ];
+        // Which buffers hold f16 (half_bits): an f16 call never takes an f32 winner; f32 keys are unchanged.
+        if halves != 0 {
+            fields.push(("f16", halves as i64));
+        }
+        let key =
+            TuneKey::new(kernel, &fields).source(kernel_source("softmax").unwrap_or_default());
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
@@ -94,7 +98,10 @@ impl ClDevice {
         y: &Tensor,
         algo: SoftmaxAlgo,
     ) -> Result<Event> {
-        let d = Defines::new().set("LOG", u8::from(log));
+        let d = half_defines(
+            Defines::new().set("LOG", u8::from(log)),
+            &[("IN_HALF", x), ("OUT_HALF", y)],
+        );
         if v.i > 1 {
             let k = self.kernel(abi::FAMILY, &d, abi::SM_COL)?;
             let args = abi::SmCol {
@@ -150,7 +157,10 @@ impl ClDevice {
         gx: &Tensor,
         algo: SoftmaxAlgo,
     ) -> Result<Event> {
-        let d = Defines::new().set("LOG", u8::from(log));
+        let d = half_defines(
+            Defines::new().set("LOG", u8::from(log)),
+            &[("IN_HALF", y), ("B_HALF", g), ("OUT_HALF", gx)],
+        );
         if v.i > 1 {
             let k = self.kernel(abi::FAMILY, &d, abi::SMB_COL)?;
             let args = abi::SmbCol {
@@ -205,7 +215,7 @@ impl SoftmaxKernels for ClDevice {
         y: &Tensor,
         algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, false, |c| {
+        let a = self.softmax_algo(device, v, algo, false, half_bits(&[x, y]), |c| {
             events_ms(&[self.run_softmax(log, v, x, y, c)?])
         })?;
         self.run_softmax(log, v, x, y, a)?;
@@ -222,7 +232,7 @@ impl SoftmaxKernels for ClDevice {
         gx: &Tensor,
         algo: Option<SoftmaxAlgo>,
     ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, true, |c| {
+        let a = self.softmax_algo(device, v, algo, true, half_bits(&[y, g, gx]), |c| {
             events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?])
         })?;
         self.run_softmax_bwd(log, v, y, g, gx, a)?;

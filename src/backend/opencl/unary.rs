@@ -2,6 +2,7 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::unary as abi;
+use crate::backend::opencl::elementwise::half_defines;
 use crate::backend::opencl::program::Defines;
 use crate::contract::unary::{UnaryKernels, UnaryOp};
 use crate::contract::vocab::instantiate;
@@ -34,6 +35,10 @@ impl UnaryKernels for ClDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
         let (p0, p1) = op.params();
         let n = x.numel();
+        let defines = half_defines(
+            ClDevice::unary_defines(op)?,
+            &[("IN_HALF", x), ("OUT_HALF", out)],
+        );
         let (x, out) = (x.storage(), out.storage());
         let args = abi::UnaryFwd {
             n: n as i32,
@@ -42,7 +47,6 @@ impl UnaryKernels for ClDevice {
             x,
             out,
         };
-        let defines = ClDevice::unary_defines(op)?;
         self.run_1d(abi::UNARY_FWD, &defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())
     }
@@ -50,6 +54,10 @@ impl UnaryKernels for ClDevice {
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
         let (p0, p1) = op.params();
         let n = x.numel();
+        let defines = half_defines(
+            ClDevice::unary_defines(op)?,
+            &[("IN_HALF", x), ("B_HALF", g), ("OUT_HALF", out)],
+        );
         let (x, g, out) = (x.storage(), g.storage(), out.storage());
         let args = abi::UnaryBwd {
             n: n as i32,
@@ -59,7 +67,6 @@ impl UnaryKernels for ClDevice {
             g,
             out,
         };
-        let defines = ClDevice::unary_defines(op)?;
         self.run_1d(abi::UNARY_BWD, &defines, &args, n.div_ceil(4), Some(256))?;
         Ok(())
     }

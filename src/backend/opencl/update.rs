@@ -2,15 +2,28 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::update as abi;
+use crate::backend::opencl::elementwise::half_defines;
 use crate::backend::opencl::program::Defines;
 use crate::contract::update::{Step, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
 impl UpdateKernels for ClDevice {
-    fn update(&self, step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()> {
+    fn update(
+        &self,
+        step: &Step,
+        p: &Tensor,
+        g: &Tensor,
+        state: &[&Tensor],
+        skip: Option<&Tensor>,
+    ) -> Result<()> {
         let n = p.numel();
-        let d = Defines::new();
+        let d = match skip {
+            Some(_) => Defines::new().set("FLAGGED", 1),
+            None => Defines::new(),
+        };
+        // Without a scaler the kernel never reads `skip`; the parameter's buffer fills the slot.
+        let skip = skip.unwrap_or(p).storage();
         let (p, g, s0) = (p.storage(), g.storage(), state[0].storage());
         let s1 = || state[1].storage();
         match *step {
@@ -30,6 +43,7 @@ impl UpdateKernels for ClDevice {
                     p,
                     g,
                     v: s0,
+                    skip,
                 };
                 self.run_1d(abi::SGD_STEP, &d, &args, n, None)?;
             }
@@ -59,6 +73,7 @@ impl UpdateKernels for ClDevice {
                     g,
                     m,
                     v,
+                    skip,
                 };
                 self.run_1d(abi::ADAM_STEP, &d, &args, n, None)?;
             }
@@ -81,6 +96,7 @@ impl UpdateKernels for ClDevice {
                     g,
                     s,
                     b,
+                    skip,
                 };
                 self.run_1d(abi::RMSPROP_STEP, &d, &args, n, None)?;
             }
@@ -109,6 +125,50 @@ impl UpdateKernels for ClDevice {
             x: x.storage(),
         };
         self.run_1d(abi::SCALE_INPLACE, &Defines::new(), &args, n, None)?;
+        Ok(())
+    }
+
+    fn amp_begin(&self, state: &Tensor) -> Result<()> {
+        let args = abi::AmpBegin {
+            state: state.storage(),
+        };
+        self.run_1d(abi::AMP_BEGIN, &Defines::new(), &args, 1, Some(1))?;
+        Ok(())
+    }
+
+    fn amp_unscale(&self, g: &Tensor, state: &Tensor) -> Result<()> {
+        let n = g.numel();
+        let args = abi::AmpUnscale {
+            n: n as i32,
+            g: g.storage(),
+            state: state.storage(),
+        };
+        let d = half_defines(Defines::new(), &[("G_HALF", g)]);
+        self.run_1d(abi::AMP_UNSCALE, &d, &args, n, Some(256))?;
+        Ok(())
+    }
+
+    fn amp_scale(&self, x: &Tensor, state: &Tensor, out: &Tensor) -> Result<()> {
+        let n = x.numel();
+        let args = abi::AmpScale {
+            n: n as i32,
+            x: x.storage(),
+            state: state.storage(),
+            out: out.storage(),
+        };
+        let d = half_defines(Defines::new(), &[("IN_HALF", x), ("OUT_HALF", out)]);
+        self.run_1d(abi::AMP_SCALE, &d, &args, n, Some(256))?;
+        Ok(())
+    }
+
+    fn amp_update(&self, growth: f32, backoff: f32, interval: i32, state: &Tensor) -> Result<()> {
+        let args = abi::AmpUpdate {
+            growth,
+            backoff,
+            interval,
+            state: state.storage(),
+        };
+        self.run_1d(abi::AMP_UPDATE, &Defines::new(), &args, 1, Some(1))?;
         Ok(())
     }
 }
