@@ -10,32 +10,12 @@
 //! is rounded once, but reads an f16 forward output): relative 4e-3.
 
 mod common;
+mod half_support;
 
 use common::{assert_close, cpu, opencl_device};
-use netcl::half::{f16_to_f32, f32_to_f16};
+use half_support::{halves, rounded};
 use netcl::ops::{self, Conv2dOptions};
-use netcl::{DType, Device, Tensor};
-
-fn halves(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
-    let c = Tensor::randn(&cpu(), shape, 0.0, 1.5, seed).expect("randn");
-    let h = c
-        .to_device(dev)
-        .and_then(|t| t.cast(DType::F16))
-        .expect("to f16");
-    let wide = h
-        .to_device(&cpu())
-        .and_then(|t| t.cast(DType::F32))
-        .expect("widen");
-    (h, wide)
-}
-
-fn rounded(t: &Tensor) -> Vec<f32> {
-    t.to_f32_vec()
-        .expect("read")
-        .into_iter()
-        .map(|v| f16_to_f32(f32_to_f16(v)))
-        .collect()
-}
+use netcl::{DType, Tensor};
 
 fn read(t: &Tensor) -> Vec<f32> {
     t.to_f32_vec().expect("read")

@@ -1,0 +1,29 @@
+//! Helpers of the f16 tests: seeded f16 inputs with their widened reference copy, and f16 rounding.
+
+use netcl::half::{f16_to_f32, f32_to_f16};
+use netcl::{DType, Device, Tensor};
+
+use crate::common::cpu;
+
+/// Seeded values in about [-3, 3] on `dev`, as f16 (and the same f16 values widened on the built-in device).
+pub fn halves(dev: &Device, shape: &[usize], seed: u64) -> (Tensor, Tensor) {
+    let c = Tensor::randn(&cpu(), shape, 0.0, 1.5, seed).expect("randn");
+    let h = c
+        .to_device(dev)
+        .and_then(|t| t.cast(DType::F16))
+        .expect("to f16");
+    let wide = h
+        .to_device(&cpu())
+        .and_then(|t| t.cast(DType::F32))
+        .expect("widen");
+    (h, wide)
+}
+
+/// The f32 values of a tensor, each rounded to f16 (what an f16 output of the reference holds).
+pub fn rounded(t: &Tensor) -> Vec<f32> {
+    t.to_f32_vec()
+        .expect("read")
+        .into_iter()
+        .map(|v| f16_to_f32(f32_to_f16(v)))
+        .collect()
+}
