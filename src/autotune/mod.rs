@@ -241,11 +241,6 @@ pub fn measure_while_idle<R>(device: &Device, work: impl FnOnce() -> R) -> (R, b
     (r, interrupted)
 }
 
-/// Whether an idle measurement pass ([`measure_while_idle`]) is running in this process.
-pub fn idle_measuring() -> bool {
-    IDLE_MEASURING.load(Ordering::SeqCst)
-}
-
 /// Asks a running [`measure_while_idle`] to stop as soon as it can (between candidates, or at the script's next
 /// operation check). Has no effect outside one.
 pub fn interrupt_idle() {

@@ -599,10 +599,6 @@ impl ClDevice {
         // A repeated question is answered before the candidate list is built (most of a call's host time).
         let key = tune_key(g);
         if let Some(c) = autotune::answered(device, &key) {
-            // While a chosen kernel compiles in the background, its callers keep the stand-in.
-            if BACKGROUND_BUILDS.load(std::sync::atomic::Ordering::Relaxed) > 0 {
-                return Ok(self.first_contact(device, g, &self.gemm_candidates(g), c));
-            }
             return Ok(c);
         }
         let cands = self.gemm_candidates(g);
@@ -618,103 +614,16 @@ impl ClDevice {
                 .flat_map(|c| Self::gemm_programs(g, *c))
                 .collect()
         });
-        let chosen = autotune::tune(device, &key, &cands, default, |cand| {
+        autotune::tune(device, &key, &cands, default, |cand| {
             prebuild();
             events_ms(&self.gemm_with(device, op, *cand)?)
-        })?;
-        Ok(self.first_contact(device, g, &cands, chosen))
-    }
-
-    /// On a GPU in `background` mode, a product whose chosen kernel is not built yet runs now with a candidate
-    /// that is built, or else the one quickest to compile (the smallest register tile), while the chosen
-    /// kernel is compiled on another thread; the calls after that compile use the chosen kernel. A GPU
-    /// compiler takes up to two seconds for the largest tiles, which a first call should not wait for. Never
-    /// while candidates are measured, and never in `sync` mode (benchmarks time what they chose).
-    fn first_contact(
-        &self,
-        device: &Device,
-        g: &Gemm,
-        cands: &[GemmCand],
-        chosen: GemmCand,
-    ) -> GemmCand {
-        if self.info.kind != DeviceType::Gpu
-            || autotune::measuring()
-            || autotune::idle_measuring()
-            || autotune::config().mode != autotune::Mode::Background
-        {
-            return chosen;
-        }
-        let specs = Self::gemm_programs(g, chosen);
-        if self.programs_ready(&specs) {
-            return chosen;
-        }
-        let compile_cost = |c: &GemmCand| match c.algo {
-            Algo::Tiled { tm, tn, rm, rn, .. } => (rm * rn, tm * tn),
-            Algo::Packed { mr, vw, nb, .. } | Algo::Reg { mr, vw, nb, .. } => (mr * vw * nb, 0),
-            _ => (0, 0),
-        };
-        let ready = cands
-            .iter()
-            .filter(|c| self.programs_ready(&Self::gemm_programs(g, **c)))
-            .min_by_key(|c| compile_cost(c));
-        let Some(quick) = ready.or_else(|| cands.iter().min_by_key(|c| compile_cost(c))) else {
-            return chosen;
-        };
-        if *quick == chosen {
-            return chosen;
-        }
-        background_build(device, specs);
-        *quick
+        })
     }
 
     /// Chooses and runs the product; returns the launch events.
     pub(crate) fn gemm_events(&self, device: &Device, op: &GemmOp<'_>) -> Result<Vec<Event>> {
         let cand = self.gemm_choice(device, op)?;
         self.gemm_with(device, op, cand)
-    }
-}
-
-/// Programs being compiled on a background thread (by their specs' text), so each is compiled once.
-fn building() -> &'static std::sync::Mutex<std::collections::HashSet<String>> {
-    static B: std::sync::OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> =
-        std::sync::OnceLock::new();
-    B.get_or_init(Default::default)
-}
-
-/// How many background compiles are running (a hot call looks at this before anything else).
-static BACKGROUND_BUILDS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Compiles `specs` on `device` on a thread of its own, unless they are being compiled already.
-fn background_build(device: &Device, specs: Vec<ProgramSpec>) {
-    use std::sync::atomic::Ordering::Relaxed;
-    let name = format!("{}|{specs:?}", device.tune_id());
-    let Ok(mut set) = building().lock() else {
-        return;
-    };
-    if !set.insert(name.clone()) {
-        return;
-    }
-    drop(set);
-    BACKGROUND_BUILDS.fetch_add(1, Relaxed);
-    let device = device.clone();
-    let done = name.clone();
-    let spawned = std::thread::Builder::new()
-        .name("netcl-build".into())
-        .spawn(move || {
-            if let Err(e) = crate::backend::opencl::program::prebuild(&device, &specs) {
-                tracing::debug!("background build: {e}");
-            }
-            if let Ok(mut set) = building().lock() {
-                set.remove(&done);
-            }
-            BACKGROUND_BUILDS.fetch_sub(1, Relaxed);
-        });
-    if spawned.is_err() {
-        // No thread (a worker may not start threads): the chosen kernel is built when it is used.
-        if let Ok(mut set) = building().lock() {
-            set.remove(&name);
-        }
-        BACKGROUND_BUILDS.fetch_sub(1, Relaxed);
     }
 }
 

@@ -266,20 +266,6 @@ impl ProgramCache {
         Ok(k)
     }
 
-    /// Whether every program of `programs` is built (or loaded) and kept.
-    pub(crate) fn has_all(&self, programs: &[ProgramSpec]) -> bool {
-        let Ok(map) = self.built.lock() else {
-            return false;
-        };
-        programs.iter().all(|(s, k, d)| {
-            let k = prune::program_kernel(k);
-            map.get(&program_hash(s, d, k)).is_some_and(|v| {
-                v.iter()
-                    .any(|(vs, vd, vk, _)| vs == s && vd == d && *vk == k)
-            })
-        })
-    }
-
     /// Builds every program of `programs` (kernel family, kernel, defines) not built yet, on up to as many threads as
     /// the machine has cores, and keeps them; returns how many were built or loaded. Programs are independent
     /// and OpenCL builds are thread-safe, so the candidates a tuner is about to time are compiled at once rather
@@ -584,11 +570,6 @@ pub fn prebuild(device: &crate::Device, programs: &[ProgramSpec]) -> Result<usiz
 }
 
 impl super::ClDevice {
-    /// Whether every program of `programs` is built and kept.
-    pub(crate) fn programs_ready(&self, programs: &[ProgramSpec]) -> bool {
-        self.programs.has_all(programs)
-    }
-
     /// See [`ProgramCache::prebuild`].
     pub(crate) fn prebuild(&self, programs: &[ProgramSpec]) -> Result<usize> {
         let n = self
