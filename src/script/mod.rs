@@ -467,11 +467,11 @@ pub fn run_with_inputs(
 /// rather than as a value of the script's.
 fn report_activity(sink: Progress) -> activity::ObserverGuard {
     let mut built = 0usize;
-    let compile0 = crate::backend::opencl::program::compile_ms_total();
+    let compile0 = crate::backend::opencl::program::compile_ms_thread();
     activity::observe(move |a| {
         // Compile time of this run so far: the playground does not count it against the run's time limit, up
         // to an allowance.
-        let compile_ms = (crate::backend::opencl::program::compile_ms_total() - compile0).round();
+        let compile_ms = (crate::backend::opencl::program::compile_ms_thread() - compile0).round();
         let mut v = match *a {
             Activity::Building {
                 family,
@@ -510,11 +510,11 @@ fn configure(engine: &mut Engine, limits: &Limits, started: Instant) {
     engine.set_max_modules(0);
     let timeout = limits.timeout_ms;
     let allowance = limits.compile_allowance_ms as f64;
-    let compile0 = crate::backend::opencl::program::compile_ms_total();
+    let compile0 = crate::backend::opencl::program::compile_ms_thread();
     engine.on_progress(move |ops| {
         if ops % 256 == 0
             && started.elapsed().as_secs_f64() * 1e3
-                - (crate::backend::opencl::program::compile_ms_total() - compile0).min(allowance)
+                - (crate::backend::opencl::program::compile_ms_thread() - compile0).min(allowance)
                 > timeout as f64
         {
             Some(Dynamic::from(format!(

@@ -118,7 +118,8 @@ impl Watchdog {
         Ok(watchdog)
     }
 
-    /// Milliseconds of compile time since the watchdog was armed, up to its allowance.
+    /// Milliseconds of compile time since the watchdog was armed, up to its allowance (the process's: a worker
+    /// runs one job at a time).
     fn compile_extension_ms(&self) -> u64 {
         let compiled = crate::backend::opencl::program::compile_ms_total()
             - f64::from_bits(self.compile0.load(Ordering::Acquire));

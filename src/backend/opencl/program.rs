@@ -378,9 +378,9 @@ impl ProgramCache {
             Ok(Some(binary)) => match build_binary(context, device, &binary, options) {
                 Ok(b) => {
                     STATS.binary_loads.fetch_add(1, Ordering::Relaxed);
-                    STATS
-                        .load_us
-                        .fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    let us = started.elapsed().as_micros() as u64;
+                    STATS.load_us.fetch_add(us, Ordering::Relaxed);
+                    THREAD_COMPILE_US.with(|c| c.set(c.get() + us));
                     return Ok(b);
                 }
                 Err(why) => {
@@ -572,9 +572,17 @@ pub fn prebuild(device: &crate::Device, programs: &[ProgramSpec]) -> Result<usiz
 impl super::ClDevice {
     /// See [`ProgramCache::prebuild`].
     pub(crate) fn prebuild(&self, programs: &[ProgramSpec]) -> Result<usize> {
+        // The caller waits for the whole parallel build: that wall time is this thread's compile time (the
+        // building threads' own counts are not the caller's).
+        let (before, started) = (
+            THREAD_COMPILE_US.with(|c| c.get()),
+            std::time::Instant::now(),
+        );
         let n = self
             .programs
-            .prebuild(&self.context, self.device.id(), programs)?;
+            .prebuild(&self.context, self.device.id(), programs);
+        THREAD_COMPILE_US.with(|c| c.set(before + started.elapsed().as_micros() as u64));
+        let n = n?;
         STATS.prebuilt.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
     }
@@ -608,16 +616,31 @@ fn build_source(
     let started = std::time::Instant::now();
     let r = build_source_untimed(context, device, source_name, src, options);
     STATS.source_builds.fetch_add(1, Ordering::Relaxed);
-    BUILD_US.fetch_add(started.elapsed().as_micros() as u64, Ordering::Relaxed);
+    let us = started.elapsed().as_micros() as u64;
+    BUILD_US.fetch_add(us, Ordering::Relaxed);
+    THREAD_COMPILE_US.with(|c| c.set(c.get() + us));
     r
 }
 
 static BUILD_US: AtomicU64 = AtomicU64::new(0);
+
+thread_local! {
+    /// This thread's share of [`compile_ms_total`]: what it compiled or loaded itself, and the whole wall time of
+    /// its parallel prebuilds.
+    static THREAD_COMPILE_US: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Milliseconds this thread has spent compiling (see [`compile_ms_total`]; a parallel prebuild counts its wall
+/// time here), a running total: a run's time limit subtracts its own thread's compile time, never another's.
+pub fn compile_ms_thread() -> f64 {
+    THREAD_COMPILE_US.with(|c| c.get()) as f64 / 1e3
+}
 /// Microseconds of first launches on CPU devices (where the driver compiles the kernel for its work-group size).
 static FIRST_LAUNCH_US: AtomicU64 = AtomicU64::new(0);
 
 /// Adds the time of a kernel's first launch at a new work-group size on a CPU device to [`compile_ms_total`].
 pub(crate) fn add_first_launch(us: u64) {
+    THREAD_COMPILE_US.with(|c| c.set(c.get() + us));
     FIRST_LAUNCH_US.fetch_add(us, Ordering::Relaxed);
 }
 
