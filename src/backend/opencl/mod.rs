@@ -406,7 +406,9 @@ impl ClDevice {
             }
             // Global sizes stand for the work-group the driver picks; a local size is marked apart from them.
             key[2] |= usize::from(local.is_some()) << (usize::BITS - 1);
-            !slot.launched.contains(&key) && {
+            // Bounded: a kernel launched at ever new global sizes stops being watched (and its list scanned) once
+            // it has seen LAUNCH_SIZES_WATCHED of them; later first launches then count as running time.
+            slot.launched.len() < LAUNCH_SIZES_WATCHED && !slot.launched.contains(&key) && {
                 slot.launched.push(key);
                 true
             }
@@ -473,6 +475,9 @@ impl ClDevice {
         Ok(Event(Some(event)))
     }
 }
+
+/// How many work sizes per kernel a CPU device times as first launches (see `ClDevice::launch`).
+const LAUNCH_SIZES_WATCHED: usize = 32;
 
 #[cfg(test)]
 mod launch_tests;
