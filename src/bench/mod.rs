@@ -92,6 +92,10 @@ pub struct BenchLine {
     /// Why a field is missing (for example a reference check skipped for a large case).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// Programs compiled from source during the first call (a cached binary loaded is not counted).
+    pub first_call_builds: u64,
+    /// Milliseconds the first call spent compiling or loading programs, summed over threads.
+    pub first_call_compile_ms: f64,
     /// Autotune decisions taken by the first call.
     pub decisions: Vec<Decision>,
 }
@@ -128,10 +132,16 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     }
     let seq = autotune::last_seq();
     let mut run = (case.setup)(device, opts.small)?;
+    let (builds0, compile0) = (
+        crate::program::program_stats().source_builds,
+        crate::program::compile_ms_total(),
+    );
     let t0 = Instant::now();
     let out = run()?;
     device.synchronize()?;
     let first_call_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let first_call_builds = crate::program::program_stats().source_builds - builds0;
+    let first_call_compile_ms = crate::program::compile_ms_total() - compile0;
     let decisions = autotune::decisions_since(seq);
     // The built-in device is single-threaded: at full size the `_large` cases would take minutes to check.
     let skip_check = opts.check && device.is_opencl() && is_large(case.name) && !opts.small;
@@ -205,6 +215,8 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         device_gbps,
         host_median_ms: round4(host_times[host_times.len() / 2]),
         note,
+        first_call_builds,
+        first_call_compile_ms: round1(first_call_compile_ms),
         decisions,
     })
 }

@@ -400,6 +400,11 @@ impl ProgramCache {
             }
         }
         let built = build_pruned(context, device, source, &src, full, options)?;
+        tracing::debug!(
+            target: "netcl::build",
+            "built {source}/{kernel} in {:.0} ms ({options})",
+            started.elapsed().as_secs_f64() * 1e3
+        );
         match built.program.get_binaries() {
             Ok(bins) if bins.first().is_some_and(|b| !b.is_empty()) => {
                 match entry.write(&bins[0]) {
