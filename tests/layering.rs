@@ -176,3 +176,45 @@ fn the_reader_finds_references_and_skips_comments() {
     assert_eq!(file_layer("contract/unary.rs"), Some(2));
     assert_eq!(file_layer("lib.rs"), None);
 }
+
+/// The engine without its front-ends: with the `script` and `wiki` features off, the dependency tree holds no
+/// web server, async runtime, template engine or scripting language (the lower layers never need them).
+#[test]
+fn the_engine_needs_no_web_or_script_crates() {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let out = std::process::Command::new(cargo)
+        .args([
+            "tree",
+            "-e",
+            "normal",
+            "--no-default-features",
+            "--prefix",
+            "none",
+            "--offline",
+        ])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "cargo tree failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("netcl "), "unexpected tree:\n{text}");
+    let forbidden = ["axum", "tokio", "askama", "rhai", "tower", "tower-http", "hyper"];
+    let found: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| forbidden.contains(name))
+        .collect();
+    assert!(found.is_empty(), "the engine-only build pulls in {found:?}");
+    // And with the defaults, the same command lists them: the check above can fail.
+    let full = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["tree", "-e", "normal", "--prefix", "none", "--offline"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("cargo runs");
+    let full = String::from_utf8_lossy(&full.stdout);
+    assert!(full.lines().any(|l| l.starts_with("axum ")), "the default build serves the wiki");
+}
