@@ -202,7 +202,15 @@ fn the_engine_needs_no_web_or_script_crates() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(text.starts_with("netcl "), "unexpected tree:\n{text}");
-    let forbidden = ["axum", "tokio", "askama", "rhai", "tower", "tower-http", "hyper"];
+    let forbidden = [
+        "axum",
+        "tokio",
+        "askama",
+        "rhai",
+        "tower",
+        "tower-http",
+        "hyper",
+    ];
     let found: Vec<&str> = text
         .lines()
         .filter_map(|l| l.split_whitespace().next())
@@ -210,11 +218,15 @@ fn the_engine_needs_no_web_or_script_crates() {
         .collect();
     assert!(found.is_empty(), "the engine-only build pulls in {found:?}");
     // And with the defaults, the same command lists them: the check above can fail.
-    let full = std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["tree", "-e", "normal", "--prefix", "none", "--offline"])
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .output()
-        .expect("cargo runs");
+    let full =
+        std::process::Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["tree", "-e", "normal", "--prefix", "none", "--offline"])
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .output()
+            .expect("cargo runs");
     let full = String::from_utf8_lossy(&full.stdout);
-    assert!(full.lines().any(|l| l.starts_with("axum ")), "the default build serves the wiki");
+    assert!(
+        full.lines().any(|l| l.starts_with("axum ")),
+        "the default build serves the wiki"
+    );
 }

@@ -67,6 +67,30 @@ fn a_clean_site_has_no_problems() {
 }
 
 #[test]
+fn a_link_to_a_missing_heading_is_a_problem() {
+    let dir = site(&["index", "guide/a"]);
+    page(
+        &dir,
+        "index",
+        FRONT,
+        "## Here\n\n[ok](#here), [there](guide/a.md#usage), [gone](guide/a.md#setup), [self](#nowhere).",
+    );
+    page(&dir, "guide/a", FRONT, "## Usage\n\nText.");
+    let problems = netcl::wiki::check(&dir).unwrap();
+    assert_eq!(problems.len(), 2, "{problems:?}");
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("`guide/a.md#setup`") && p.contains("no heading or anchor `setup`")),
+        "{problems:?}"
+    );
+    assert!(
+        problems.iter().any(|p| p.contains("`index.md#nowhere`")),
+        "{problems:?}"
+    );
+}
+
+#[test]
 fn a_broken_internal_link_is_a_problem() {
     let dir = site(&["index"]);
     page(
@@ -215,6 +239,14 @@ fn concept_pages_teach_and_the_benchmarks_page_holds_the_numbers() {
             );
         }
         assert!(!dated(&page.body), "{path} holds a dated run");
+        // Tables of measured times or rates belong on the benchmarks page.
+        for line in page.body.lines().filter(|l| l.starts_with('|')) {
+            let measured = [" ms", "µs", "GB/s", "TFLOP/s", "GFLOP/s"]
+                .iter()
+                .any(|unit| line.contains(unit))
+                && line.chars().any(|c| c.is_ascii_digit());
+            assert!(!measured, "{path} holds a table of measurements: {line}");
+        }
     }
     let bench = &content.pages["benchmarks"];
     let summary = bench

@@ -44,10 +44,13 @@ pub struct Rendered {
     pub problems: Vec<String>,
     /// Code spans linked to the API item they name.
     pub api_links: usize,
+    /// Links with a fragment, as (target page path, fragment): checked against the target's ids once every page
+    /// is rendered ([`crate::wiki::site::build`]).
+    pub fragments: Vec<(String, String)>,
 }
 
-/// Ids the page layout itself uses; headings never take them.
-const LAYOUT_IDS: &[&str] = &[
+/// Ids the page layout itself uses (and `top`, which browsers scroll to); headings never take them.
+pub(crate) const LAYOUT_IDS: &[&str] = &[
     "main",
     "content",
     "nav",
@@ -223,7 +226,14 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
             }
             Event::Start(mut tag @ (Tag::Link { .. } | Tag::Image { .. })) => {
                 if let Tag::Link { dest_url, .. } | Tag::Image { dest_url, .. } = &mut tag {
-                    *dest_url = rewrite(dest_url, dir, page_path, content, linker, &mut r.problems);
+                    *dest_url = rewrite(
+                        dest_url,
+                        dir,
+                        page_path,
+                        (content, linker),
+                        &mut r.problems,
+                        &mut r.fragments,
+                    );
                 }
                 Event::Start(tag)
             }
@@ -565,11 +575,14 @@ fn rewrite<'a>(
     dest: &CowStr<'a>,
     dir: &str,
     page_path: &str,
-    content: &Content,
-    linker: &Linker,
+    (content, linker): (&Content, &Linker),
     problems: &mut Vec<String>,
+    fragments: &mut Vec<(String, String)>,
 ) -> CowStr<'a> {
     let d: &str = dest;
+    if let Some(f) = d.strip_prefix('#').filter(|f| !f.is_empty()) {
+        fragments.push((page_path.to_owned(), f.to_owned()));
+    }
     let has_scheme = d.split_once(':').is_some_and(|(scheme, _)| {
         !scheme.is_empty()
             && scheme
@@ -597,6 +610,9 @@ fn rewrite<'a>(
     };
     if let Some(page) = target.strip_suffix(".md") {
         if content.pages.contains_key(page) {
+            if let Some(f) = fragment.strip_prefix('#').filter(|f| !f.is_empty()) {
+                fragments.push((page.to_owned(), f.to_owned()));
+            }
             return format!("{}{fragment}", linker.page(page)).into();
         }
         problems.push(format!(

@@ -31,6 +31,9 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
     let mut problems = content.problems.clone();
     let mut pages = Vec::with_capacity(content.pages.len());
     let mut docs = Vec::new();
+    let mut ids: std::collections::HashMap<String, std::collections::HashSet<String>> =
+        std::collections::HashMap::new();
+    let mut fragment_links: Vec<(String, String, String)> = Vec::new();
     // Pages in navigation order (then any page outside the navigation), so search results that tie, such as an
     // item documented on two API pages, come in the order a reader meets them.
     let in_nav = ordered.iter().filter_map(|p| content.pages.get(*p));
@@ -42,6 +45,13 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
         let linker = Linker::new(mode, &page.path);
         let rendered = markdown::render(&page.body, &page.path, content, &linker);
         problems.extend(rendered.problems.iter().cloned());
+        ids.insert(page.path.clone(), element_ids(&rendered.html));
+        fragment_links.extend(
+            rendered
+                .fragments
+                .iter()
+                .map(|(to, f)| (page.path.clone(), to.clone(), f.clone())),
+        );
         let position = ordered.iter().position(|p| *p == page.path);
         let neighbour = |p: Option<&&str>| {
             p.and_then(|p| content.pages.get(*p)).map(|n| NavItem {
@@ -111,11 +121,30 @@ pub fn build(content: &Content, settings: &SiteSettings, mode: &LinkMode) -> Res
             html,
         });
     }
+    // A link into a page lands on its heading or anchor; one whose fragment names nothing there would open the
+    // page at its top, so it is reported like a broken link.
+    for (from, to, fragment) in fragment_links {
+        if ids.get(&to).is_some_and(|set| !set.contains(&fragment)) {
+            problems.push(format!(
+                "{from}.md: broken link to `{to}.md#{fragment}` (no heading or anchor `{fragment}` there)"
+            ));
+        }
+    }
     Ok(Build {
         pages,
         index: SearchIndex::build(docs),
         problems,
     })
+}
+
+/// The values of every `id="…"` attribute in `html` (headings, API item anchors, footnotes), and the ids of the
+/// page layout around it.
+fn element_ids(html: &str) -> std::collections::HashSet<String> {
+    html.split(" id=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split_once('"').map(|(id, _)| id.to_owned()))
+        .chain(markdown::LAYOUT_IDS.iter().map(|s| s.to_string()))
+        .collect()
 }
 
 fn collapse_space(text: &str) -> String {

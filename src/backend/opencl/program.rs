@@ -400,11 +400,6 @@ impl ProgramCache {
             }
         }
         let built = build_pruned(context, device, source, &src, full, options)?;
-        tracing::debug!(
-            target: "netcl::build",
-            "built {source}/{kernel} in {:.0} ms ({options})",
-            started.elapsed().as_secs_f64() * 1e3
-        );
         match built.program.get_binaries() {
             Ok(bins) if bins.first().is_some_and(|b| !b.is_empty()) => {
                 match entry.write(&bins[0]) {
@@ -622,6 +617,12 @@ fn build_source(
     let r = build_source_untimed(context, device, source_name, src, options);
     STATS.source_builds.fetch_add(1, Ordering::Relaxed);
     let us = started.elapsed().as_micros() as u64;
+    tracing::debug!(
+        target: "netcl::build",
+        "built {source_name} in {:.1} ms ({} bytes of source; {options})",
+        us as f64 / 1e3,
+        src.len()
+    );
     BUILD_US.fetch_add(us, Ordering::Relaxed);
     THREAD_COMPILE_US.with(|c| c.set(c.get() + us));
     r
