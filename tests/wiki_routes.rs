@@ -247,6 +247,29 @@ async fn not_found_suggests_pages() {
     let slash = get(&app, "/docs/faq/").await;
     assert_eq!(slash.status, StatusCode::PERMANENT_REDIRECT);
     assert_eq!(slash.header("location"), "/docs/faq");
+    // A path that plainly names one page is sent there: the /docs/ prefix left out, `.html`, other letter
+    // case, or only the last segment when no other page ends the same way.
+    for (lost, page) in [
+        ("/concepts/autotune", "/docs/concepts/autotune"),
+        ("/docs/concepts/autotune.html", "/docs/concepts/autotune"),
+        ("/docs/Concepts/AutoTune/", "/docs/concepts/autotune"),
+        ("/faq", "/docs/faq"),
+    ] {
+        let answer = get(&app, lost).await;
+        assert_eq!(answer.status, StatusCode::PERMANENT_REDIRECT, "{lost}");
+        assert_eq!(answer.header("location"), page, "{lost}");
+    }
+    // A last segment two pages end with is not guessed: the 404 page lists both first.
+    let device = get(&app, "/device").await;
+    assert_eq!(device.status, StatusCode::NOT_FOUND);
+    let html = device.text();
+    let listed = html.split("Perhaps you meant").nth(1).unwrap_or("");
+    for page in ["/docs/concepts/device", "/docs/api/device"] {
+        assert!(
+            listed.contains(&format!("href=\"{page}\"")),
+            "{page}: {listed}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -17,6 +17,7 @@ pub mod highlight;
 pub mod html;
 pub mod links;
 pub mod listen;
+mod lost;
 pub mod markdown;
 pub mod math;
 pub mod metrics;

@@ -135,7 +135,7 @@ impl Site {
         self.files.get(route)
     }
 
-    fn linker(&self) -> Linker {
+    pub(crate) fn linker(&self) -> Linker {
         Linker::new(&self.mode, "index")
     }
 
@@ -621,7 +621,10 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
             RouteClass::Api,
             api_error(StatusCode::NOT_FOUND, "not_found", "no such API endpoint"),
         ),
-        _ => (RouteClass::NotFound, not_found(&site, path)),
+        _ => match super::lost::plain_meaning(&site, rest) {
+            Some(url) => (RouteClass::Page, redirect(&url)),
+            None => (RouteClass::NotFound, not_found(&site, path)),
+        },
     }
 }
 
@@ -677,10 +680,18 @@ fn not_found(site: &Site, path: &str) -> Response<Body> {
     let requested: String = path.chars().take(MAX_ECHO_CHARS).collect();
     let words = percent_encoding::percent_decode_str(&requested)
         .decode_utf8_lossy()
-        .replace(['/', '-', '_', '.'], " ");
-    let suggestions = site
-        .index
-        .suggest(&words, 5)
+        .replace(['/', '-', '_', '.'], " ")
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "docs" | "html" | "md" | "concepts" | "api"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let mut near = super::lost::near_pages(site, &requested, 5);
+    for hit in site.index.suggest(&words, 5) {
+        if near.len() < 5 && !near.iter().any(|(p, _)| *p == hit.0) {
+            near.push(hit);
+        }
+    }
+    let suggestions = near
         .into_iter()
         .map(|(page, title)| Suggestion {
             url: linker.page(&page),
