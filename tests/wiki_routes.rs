@@ -244,21 +244,25 @@ async fn not_found_suggests_pages() {
     let api = get(&app, "/api/nothing").await;
     assert_eq!(api.status, StatusCode::NOT_FOUND);
     assert_eq!(api.json()["error"]["kind"], "not_found");
-    let slash = get(&app, "/docs/faq/").await;
-    assert_eq!(slash.status, StatusCode::PERMANENT_REDIRECT);
-    assert_eq!(slash.header("location"), "/docs/faq");
-    // A path that plainly names one page is sent there: the /docs/ prefix left out, `.html`, other letter
-    // case, or only the last segment when no other page ends the same way.
-    for (lost, page) in [
+    // A path that plainly names one page is sent there: a trailing slash, the /docs/ prefix left out, `.html`,
+    // other letter case, or only the last segment when no other page ends the same way.
+    let lost = [
+        ("/docs/faq/", "/docs/faq"),
         ("/concepts/autotune", "/docs/concepts/autotune"),
         ("/docs/concepts/autotune.html", "/docs/concepts/autotune"),
         ("/docs/Concepts/AutoTune/", "/docs/concepts/autotune"),
         ("/faq", "/docs/faq"),
-    ] {
-        let answer = get(&app, lost).await;
-        assert_eq!(answer.status, StatusCode::PERMANENT_REDIRECT, "{lost}");
-        assert_eq!(answer.header("location"), page, "{lost}");
+    ];
+    let mut answers = Vec::new();
+    for (path, _) in lost {
+        let a = get(&app, path).await;
+        answers.push((path, a.status.as_u16(), a.header("location").to_owned()));
     }
+    let expected: Vec<_> = lost
+        .iter()
+        .map(|(p, to)| (*p, 308, to.to_string()))
+        .collect();
+    assert_eq!(answers, expected);
     // A last segment two pages end with is not guessed: the 404 page lists both first.
     let device = get(&app, "/device").await;
     assert_eq!(device.status, StatusCode::NOT_FOUND);
