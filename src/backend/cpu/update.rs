@@ -1,7 +1,7 @@
 //! In-place updates on the built-in device.
 
 use crate::backend::cpu::{CpuDevice, access as cpu_access, host};
-use crate::contract::update::{Step, UpdateKernels};
+use crate::contract::update::{Step, StepOp, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -25,14 +25,8 @@ fn with_state(state: &Tensor, f: impl FnOnce(&mut [f32])) -> Result<()> {
 }
 
 impl UpdateKernels for CpuDevice {
-    fn update(
-        &self,
-        step: &Step,
-        p: &Tensor,
-        g: &Tensor,
-        state: &[&Tensor],
-        skip: Option<&Tensor>,
-    ) -> Result<()> {
+    fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()> {
+        let (p, g, state, skip) = op.parts();
         if let Some(s) = skip
             && flag(s)?
         {
