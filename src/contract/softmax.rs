@@ -61,5 +61,10 @@ pub(crate) trait SoftmaxKernels {
     /// Writes `stats = [mean loss, count, first bad row or -1]`.
     fn cross_entropy(&self, ce: CrossEntropy<'_>) -> Result<()>;
     /// The logits' gradient `gx` given `stats` from the forward and the scalar output gradient `gout`.
-    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, gout: &Tensor, gx: &Tensor) -> Result<()>;
+    fn cross_entropy_backward(
+        &self,
+        ce: CrossEntropy<'_>,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()>;
 }

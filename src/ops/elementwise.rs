@@ -7,8 +7,8 @@
 
 use super::limit;
 use super::policy::{OpClass, expect_float, output_dtype};
-use crate::contract::elementwise::{BinaryOperands, BroadcastPlan, ScalarOperands};
 pub use crate::contract::elementwise::{BinaryOp, MAX_BROADCAST_RANK};
+use crate::contract::elementwise::{BinaryOperands, BroadcastPlan, ScalarOperands};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 

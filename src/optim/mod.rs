@@ -17,8 +17,8 @@ pub use schedule::{CosineAnnealingLR, ReduceLROnPlateau, StepLR, WarmupCosine};
 use serde::{Deserialize, Serialize};
 
 use crate::autograd::Var;
-use crate::error::{Error, Result};
 use crate::contract::update::StepOp;
+use crate::error::{Error, Result};
 use crate::ops::update::{Step, apply_step_unless, ema_update, scale_inplace};
 use crate::tensor::Tensor;
 

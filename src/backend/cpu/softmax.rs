@@ -109,7 +109,12 @@ impl SoftmaxKernels for CpuDevice {
             .write(stats.storage(), 0, bytemuck::cast_slice(&s))
     }
 
-    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, gout: &Tensor, gx: &Tensor) -> Result<()> {
+    fn cross_entropy_backward(
+        &self,
+        ce: CrossEntropy<'_>,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()> {
         let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let labs = labels.to_vec::<i32>()?;

@@ -322,12 +322,7 @@ impl ClDevice {
             rm_out: a.rm_out,
             rv_out: a.rv_out,
         };
-        evs.push(self.run(
-            &k,
-            &args,
-            &[c],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?);
+        evs.push(self.launch_1d(&k, &args, c, Some(64))?);
         match algo.apply {
             BnApply::Flat => {
                 let total = if vec4 { n * c * p / 4 } else { n * c * p };

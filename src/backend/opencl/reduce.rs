@@ -10,7 +10,7 @@ use crate::backend::opencl::abi::reduce as abi;
 use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
-use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, ReducePass, RtsAlgo, RtsPlan};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -141,28 +141,27 @@ impl ClDevice {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs pass `p` with `algo`: in one launch, or in two when the algorithm splits R into groups (partials
+    /// [O, G, I], then a fold of G with the same kind of kernel).
     fn run_pass(
         &self,
         device: &Device,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
+        p: ReducePass<'_>,
         algo: ReduceAlgo,
     ) -> Result<Vec<crate::backend::opencl::Event>> {
+        let v = p.v;
         let g = algo.groups().min(v.r.max(1));
         if g == 1 {
-            return Ok(vec![
-                self.launch_pass(op, first, v, 1, scale, x, out, out_off, algo)?,
-            ]);
+            return Ok(vec![self.launch_pass(p, 1, algo)?]);
         }
-        // Two stages: partials [O, G, I], then fold G with the same kind of kernel.
         let partial = Tensor::empty(device, &[v.o * g * v.i], DType::F32)?;
-        let e1 = self.launch_pass(op, first, v, g, 1.0, x, &partial, 0, algo)?;
+        let stage1 = ReducePass {
+            scale: 1.0,
+            out: &partial,
+            out_off: 0,
+            ..p
+        };
+        let e1 = self.launch_pass(stage1, g, algo)?;
         let second = match algo {
             ReduceAlgo::Wg(l, _) => ReduceAlgo::Wg(l.min(g.next_power_of_two()).max(1), 1),
             ReduceAlgo::Chunk(_) => ReduceAlgo::Chunk(1),
@@ -170,37 +169,25 @@ impl ClDevice {
             ReduceAlgo::ColBlk(cols, _) => ReduceAlgo::ColBlk(cols, 1),
             ReduceAlgo::Stream(_) => ReduceAlgo::ColBlk(8, 1),
         };
-        let e2 = self.launch_pass(
-            op.rest(),
-            false,
-            Ori {
-                o: v.o,
-                r: g,
-                i: v.i,
-            },
-            1,
-            scale,
-            &partial,
-            out,
-            out_off,
-            second,
-        )?;
+        let stage2 = ReducePass {
+            op: p.op.rest(),
+            first: false,
+            v: Ori { r: g, ..v },
+            x: &partial,
+            ..p
+        };
+        let e2 = self.launch_pass(stage2, 1, second)?;
         Ok(vec![e1, e2])
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One launch of pass `p` with `algo`, R split into `g` groups.
     fn launch_pass(
         &self,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
+        p: ReducePass<'_>,
         g: usize,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
         algo: ReduceAlgo,
     ) -> Result<crate::backend::opencl::Event> {
+        let (op, first, v, scale, x, out, out_off, _) = p.parts();
         let rc = v.r.div_ceil(g).max(1);
         let half = x.dtype() == DType::F16;
         let defines = half_defines(reduce_defines(op, first), &[("IN_HALF", x)]);
@@ -399,30 +386,15 @@ impl ClDevice {
                 part: p.storage(),
                 out: out.storage(),
             };
-            evs.push(self.run(
-                &k,
-                &args,
-                &[total],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?);
+            evs.push(self.launch_1d(&k, &args, total, Some(64))?);
         }
         Ok(evs)
     }
 }
 
 impl ReduceKernels for ClDevice {
-    fn reduce_pass(
-        &self,
-        device: &Device,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
-        algo: Option<ReduceAlgo>,
-    ) -> Result<()> {
+    fn reduce_pass(&self, device: &Device, p: ReducePass<'_>) -> Result<()> {
+        let (v, x, algo) = (p.v, p.x, p.algo);
         let mut fields = vec![
             ("o", bucket(v.o)),
             ("r", bucket(v.r)),
@@ -466,10 +438,10 @@ impl ReduceKernels for ClDevice {
             }
             None if v.r <= 1 => cands[default],
             None => autotune::tune(device, &key, &cands, default, |c| {
-                events_ms(&self.run_pass(device, op, first, v, scale, x, out, out_off, *c)?)
+                events_ms(&self.run_pass(device, p, *c)?)
             })?,
         };
-        self.run_pass(device, op, first, v, scale, x, out, out_off, chosen)?;
+        self.run_pass(device, p, chosen)?;
         Ok(())
     }
 
@@ -493,12 +465,7 @@ impl ReduceKernels for ClDevice {
             x: x.storage(),
             out: out.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[total],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.launch_1d(&k, &args, total, Some(64))?;
         Ok(())
     }
 
@@ -541,12 +508,7 @@ impl ReduceKernels for ClDevice {
                 grad: grad.storage(),
                 out: out.storage(),
             };
-            self.run(
-                &k,
-                &args,
-                &[total],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?;
+            self.launch_1d(&k, &args, total, Some(64))?;
             return Ok(());
         }
         let chosen = match algo {

@@ -238,7 +238,12 @@ impl SoftmaxKernels for ClDevice {
         Ok(())
     }
 
-    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, gout: &Tensor, gx: &Tensor) -> Result<()> {
+    fn cross_entropy_backward(
+        &self,
+        ce: CrossEntropy<'_>,
+        gout: &Tensor,
+        gx: &Tensor,
+    ) -> Result<()> {
         let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CE_BWD)?;
