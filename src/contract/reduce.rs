@@ -115,6 +115,17 @@ operands! {
     }
 }
 
+operands! {
+    /// One `reduce_to_shape`: `grad` summed over the reduced axes of `plan` into `out`, with `algo` a forced
+    /// algorithm.
+    ToShape {
+        grad: &'a Tensor,
+        out: &'a Tensor,
+        plan: &'a RtsPlan,
+        algo: Option<RtsAlgo>,
+    }
+}
+
 /// Device primitives for reductions.
 pub(crate) trait ReduceKernels: NormKernels {
     /// One reduction pass (see [`ReducePass`]).
@@ -122,14 +133,7 @@ pub(crate) trait ReduceKernels: NormKernels {
     /// argmax (`max`) or argmin along R of [O, R, I] into i32 `out` ([O, I]).
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()>;
     /// Sums `grad` over the reduced axes of `plan` into `out`.
-    fn reduce_to_shape(
-        &self,
-        device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        algo: Option<RtsAlgo>,
-    ) -> Result<()>;
+    fn reduce_to_shape(&self, device: &Device, r: ToShape<'_>) -> Result<()>;
     /// `out[0] = sqrt(Σ parts)`.
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()>;
 }

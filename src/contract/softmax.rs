@@ -60,11 +60,6 @@ pub(crate) trait SoftmaxKernels {
     fn softmax_backward(&self, device: &Device, s: SoftmaxRows<'_>, g: &Tensor) -> Result<()>;
     /// Writes `stats = [mean loss, count, first bad row or -1]`.
     fn cross_entropy(&self, ce: CrossEntropy<'_>) -> Result<()>;
-    /// The logits' gradient `gx` given `stats` from the forward and the scalar output gradient `gout`.
-    fn cross_entropy_backward(
-        &self,
-        ce: CrossEntropy<'_>,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()>;
+    /// The logits' gradient `gx` given `stats` from the forward and the scalar output gradient `g`.
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()>;
 }

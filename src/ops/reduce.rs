@@ -10,8 +10,8 @@
 use super::limit;
 use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
 pub(crate) use crate::contract::reduce::Ori;
-use crate::contract::reduce::ReducePass;
 pub use crate::contract::reduce::{ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{ReducePass, ToShape};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -236,9 +236,8 @@ pub fn reduce_to_shape_with(
     if out.numel() == 0 {
         return store_as(out, grad.dtype());
     }
-    grad.device()
-        .backend()
-        .reduce_to_shape(grad.device(), &wide, &out, &plan, algo)?;
+    let r = ToShape::new(&wide, &out, &plan, algo);
+    grad.device().backend().reduce_to_shape(grad.device(), r)?;
     store_as(out, grad.dtype())
 }
 

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::ReduceKernels;
-use crate::contract::reduce::{Ori, ReduceOp, ReducePass, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{Ori, ReduceOp, ReducePass, ToShape};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -86,14 +86,8 @@ impl ReduceKernels for CpuDevice {
             .write(out.storage(), 0, bytemuck::cast_slice(&res))
     }
 
-    fn reduce_to_shape(
-        &self,
-        _device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        _algo: Option<RtsAlgo>,
-    ) -> Result<()> {
+    fn reduce_to_shape(&self, _device: &Device, r: ToShape<'_>) -> Result<()> {
+        let (grad, out, plan, _) = r.parts();
         crate::backend::cpu::host::map_f32(&[grad], out, |ins, o| {
             let g = ins[0];
             let decomp = |mut rem: usize, shape: &[usize], stride: &[usize]| -> usize {

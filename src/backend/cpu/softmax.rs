@@ -109,17 +109,12 @@ impl SoftmaxKernels for CpuDevice {
             .write(stats.storage(), 0, bytemuck::cast_slice(&s))
     }
 
-    fn cross_entropy_backward(
-        &self,
-        ce: CrossEntropy<'_>,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()> {
         let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let labs = labels.to_vec::<i32>()?;
         let count = stats.to_vec::<f32>()?[1] as f64;
-        let g = gout.to_vec::<f32>()?[0] as f64;
+        let g = g.to_vec::<f32>()?[0] as f64;
         crate::backend::cpu::host::map_f32(&[logits], gx, |ins, out| {
             let x = ins[0];
             for row in 0..n {

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::norm as abi;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, events_ms};
@@ -396,13 +396,7 @@ impl NormKernels for ClDevice {
                         "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
                     )));
                 }
-                autotune::record_choice(
-                    device,
-                    &key,
-                    &a,
-                    Source::Forced,
-                    "algorithm given by the caller",
-                );
+                super::reduce::record_forced(device, &key, &a);
                 a
             }
             None => match autotune::answered(device, &key) {

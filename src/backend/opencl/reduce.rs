@@ -10,7 +10,7 @@ use crate::backend::opencl::abi::reduce as abi;
 use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
-use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, ReducePass, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, ReducePass, RtsAlgo, RtsPlan, ToShape};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -49,6 +49,12 @@ fn once_per_key(key: &str) -> bool {
         Ok(mut g) => g.get_or_insert_with(HashSet::new).insert(key.to_owned()),
         Err(_) => false,
     }
+}
+
+/// Records `a` as the algorithm the caller forced for `key`.
+pub(crate) fn record_forced<C: serde::Serialize>(device: &Device, key: &TuneKey, a: &C) {
+    let why = "algorithm given by the caller";
+    autotune::record_choice(device, key, a, Source::Forced, why);
 }
 
 fn int8(v: &[usize]) -> [i32; 8] {
@@ -311,11 +317,10 @@ impl ClDevice {
     fn run_rts(
         &self,
         device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
+        r: ToShape<'_>,
         algo: RtsAlgo,
     ) -> Result<Vec<crate::backend::opencl::Event>> {
+        let (grad, out, plan, _) = r.parts();
         let total = out.numel();
         let g = match algo {
             RtsAlgo::Wg(g) | RtsAlgo::Flat(g) => g.max(1),
@@ -426,13 +431,7 @@ impl ReduceKernels for ClDevice {
         let chosen = match algo.filter(eligible) {
             Some(a) => {
                 if once_per_key(&format!("reduce|{}|{a:?}", key.shape_key())) {
-                    autotune::record_choice(
-                        device,
-                        &key,
-                        &a,
-                        Source::Forced,
-                        "algorithm given by the caller",
-                    );
+                    record_forced(device, &key, &a);
                 }
                 a
             }
@@ -469,14 +468,8 @@ impl ReduceKernels for ClDevice {
         Ok(())
     }
 
-    fn reduce_to_shape(
-        &self,
-        device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        algo: Option<RtsAlgo>,
-    ) -> Result<()> {
+    fn reduce_to_shape(&self, device: &Device, r: ToShape<'_>) -> Result<()> {
+        let (grad, out, plan, algo) = r.parts();
         let total = out.numel();
         let wg =
             plan.r >= 256 && self.info.max_work_group_size >= 256 && algo != Some(RtsAlgo::Item);
@@ -518,14 +511,13 @@ impl ReduceKernels for ClDevice {
                     device.info().index,
                     key.shape_key()
                 )) {
-                    let why = "algorithm given by the caller";
-                    autotune::record_choice(device, &key, &a, Source::Forced, why);
+                    record_forced(device, &key, &a);
                 }
                 a
             }
             None => {
                 if let Some(a) = autotune::answered::<RtsAlgo>(device, &key) {
-                    self.run_rts(device, grad, out, plan, a)?;
+                    self.run_rts(device, r, a)?;
                     return Ok(());
                 }
                 let cands = self.rts_candidates(total, plan);
@@ -537,11 +529,11 @@ impl ReduceKernels for ClDevice {
                     cands.len() - 1
                 };
                 autotune::tune(device, &key, &cands, default, |a| {
-                    events_ms(&self.run_rts(device, grad, out, plan, *a)?)
+                    events_ms(&self.run_rts(device, r, *a)?)
                 })?
             }
         };
-        self.run_rts(device, grad, out, plan, chosen)?;
+        self.run_rts(device, r, chosen)?;
         Ok(())
     }
 

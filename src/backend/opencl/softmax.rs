@@ -238,12 +238,7 @@ impl SoftmaxKernels for ClDevice {
         Ok(())
     }
 
-    fn cross_entropy_backward(
-        &self,
-        ce: CrossEntropy<'_>,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()> {
         let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CE_BWD)?;
@@ -254,7 +249,7 @@ impl SoftmaxKernels for ClDevice {
             x: logits.storage(),
             labels: labels.storage(),
             stats: stats.storage(),
-            gout: gout.storage(),
+            gout: g.storage(),
             gx: gx.storage(),
         };
         self.launch_1d(&k, &args, n, Some(64))?;
