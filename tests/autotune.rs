@@ -739,33 +739,32 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
     autotune::clear_cache().expect("clear");
     set_env("NETCL_TUNING_DIR", dir.to_str());
     set_env("NETCL_AUTOTUNE", Some("off"));
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("z", Source::Database));
+    // One answer for t_db of shape class `n` among x, y, z (first choice `default`), measuring nothing.
+    let ask = |n: i64, default: usize| {
+        let w = autotune::tune(&dev, &key("t_db", &[n]), &["x", "y", "z"], default, |_| {
+            panic!("off")
+        })
+        .expect("tune");
+        (w, last_decision("t_db"))
+    };
+    // `t` as the directory's only table, read again.
+    let install = |t: &autotune::TuningTable| {
+        let text = serde_json::to_string(t).expect("json");
+        std::fs::write(dir.join("mine.json"), text).expect("write");
+        set_env("NETCL_TUNING_DIR", None);
+        set_env("NETCL_TUNING_DIR", dir.to_str());
+    };
+    let (w, d) = ask(7, 0);
+    assert_eq!((w, d.source), ("z", Source::Database));
     // Another shape class is not in the table: the heuristic first choice.
-    let w = autotune::tune(&dev, &key("t_db", &[8]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("x", Source::Heuristic));
+    let (w, d) = ask(8, 0);
+    assert_eq!((w, d.source), ("x", Source::Heuristic));
 
     // A table of another device class of the same type is a heuristic hint, not a database hit.
     let mut other = table.clone();
     other.device.compute_units += 1;
-    std::fs::write(
-        dir.join("mine.json"),
-        serde_json::to_string(&other).expect("json"),
-    )
-    .expect("write");
-    set_env("NETCL_TUNING_DIR", None);
-    set_env("NETCL_TUNING_DIR", dir.to_str());
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    let d = last_decision("t_db");
+    install(&other);
+    let (w, d) = ask(7, 0);
     assert_eq!((w, d.source), ("z", Source::Heuristic));
     assert!(
         d.note
@@ -777,18 +776,9 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
 
     // A table of another device type is not used at all; a winner that is not a candidate neither.
     other.device.kind = "gpu".into();
-    std::fs::write(
-        dir.join("mine.json"),
-        serde_json::to_string(&other).expect("json"),
-    )
-    .expect("write");
-    set_env("NETCL_TUNING_DIR", None);
-    set_env("NETCL_TUNING_DIR", dir.to_str());
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 1, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("y", Source::Heuristic));
+    install(&other);
+    let (w, d) = ask(7, 1);
+    assert_eq!((w, d.source), ("y", Source::Heuristic));
     set_env("NETCL_TUNING_DIR", None);
     set_env("NETCL_AUTOTUNE", Some("sync"));
 }

@@ -5,18 +5,12 @@
 
 mod common;
 
-use common::{cpu, opencl_device};
+use common::{cpu, devices, opencl_device};
 use netcl::amp::{self, GradScaler};
 use netcl::autograd::{Var, ops as ag};
 use netcl::device::timing::host_reads;
 use netcl::optim::Optimizer;
 use netcl::{DType, Device, Tensor, ops};
-
-fn devices() -> Vec<Device> {
-    let mut v = vec![cpu()];
-    v.extend(opencl_device());
-    v
-}
 
 #[test]
 fn the_policy_stores_memory_bound_outputs_in_f16_and_keeps_reductions_f32() {

@@ -11,7 +11,7 @@
 mod common;
 mod half_support;
 
-use common::{assert_close, cpu, opencl_device};
+use common::{assert_close, assert_tensors_close, cpu, opencl_device};
 use half_support::{assert_rounded, halves};
 use netcl::half::{f16_to_f32, f32_to_f16};
 use netcl::ops::{self, BinaryOp, UnaryOp};
@@ -142,9 +142,9 @@ fn mixed_f16_and_f32_inputs_promote_to_f32() {
             "an f32 operand makes the result f32"
         );
         let want = ops::sub(xw, yw).expect("reference");
-        assert_close(
-            &got.to_vec::<f32>().expect("read"),
-            &want.to_vec::<f32>().expect("read"),
+        assert_tensors_close(
+            &got,
+            &want,
             1e-6,
             1e-6,
             "mixed sub (the f16 input widened exactly, no output rounding)",
@@ -254,13 +254,7 @@ fn fused_expressions_read_and_write_f16() {
     // One f32 input: the result is f32; the f16 inputs are still read as halves.
     let got = ops::fused(expr, &[&a, &b, &cf]).expect("mixed fused");
     assert_eq!(got.dtype(), DType::F32);
-    assert_close(
-        &got.to_vec::<f32>().expect("read"),
-        &want.to_vec::<f32>().expect("read"),
-        1e-5,
-        1e-5,
-        "mixed fused",
-    );
+    assert_tensors_close(&got, &want, 1e-5, 1e-5, "mixed fused");
     let got = ops::fused("x0 * x1 + 1", &[&a, &a]).expect("same-shape path");
     let want = ops::fused("x0 * x1 + 1", &[&aw, &aw]).expect("reference");
     assert_rounded(&got, &want, 1e-6, 1e-3, "same");

@@ -24,11 +24,7 @@ fn child_tuned_product() {
         .and_then(|t| t.to_vec::<f32>())
         .expect("device");
     common::assert_close(&got, &want, 1e-4, 1e-4, "tuned bmm 3x70x40x52");
-    let stats = netcl::program::program_stats();
-    println!(
-        "PROGRAM_STATS {}",
-        serde_json::to_string(&stats).expect("stats json")
-    );
+    common::print_program_stats();
 }
 
 #[test]

@@ -30,6 +30,20 @@ pub fn cpu() -> Device {
     Device::builtin()
 }
 
+/// The built-in device, then the OpenCL device when there is one.
+pub fn devices() -> Vec<Device> {
+    let mut v = vec![cpu()];
+    v.extend(opencl_device());
+    v
+}
+
+/// Prints this process's program counters as a `PROGRAM_STATS` line (a child process's report to its test).
+pub fn print_program_stats() {
+    let stats = netcl::program::program_stats();
+    let json = serde_json::to_string(&stats).expect("stats json");
+    println!("PROGRAM_STATS {json}");
+}
+
 /// Asserts `|got − want| ≤ atol + rtol·|want|` elementwise, with NaN matching NaN and infinities matching exactly.
 pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str) {
     assert_eq!(
