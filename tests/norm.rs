@@ -7,7 +7,7 @@
 mod common;
 mod opsutil;
 
-use common::{assert_close, assert_tensors_close};
+use common::{assert_close, assert_matches_fd, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops;
 use opsutil::{cpu, opencl_device, pair};
@@ -205,11 +205,7 @@ fn layer_norm_backward_matches_finite_differences() {
         let fd = (loss(&Tensor::from_slice(&d, &p, &[2, 6]).unwrap())
             - loss(&Tensor::from_slice(&d, &m, &[2, 6]).unwrap()))
             / (2.0 * h as f64);
-        assert!(
-            (dx[i] as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
-            "dx[{i}] {} vs {fd}",
-            dx[i]
-        );
+        assert_matches_fd(dx[i], fd, 2e-2, &format!("dx[{i}]"));
     }
 }
 

@@ -17,8 +17,7 @@ use netcl::{Device, Tensor, ops};
 #[test]
 #[ignore = "run as a child process by the tests of this file"]
 fn child_product() {
-    let Some(dev) = common::opencl_device() else {
-        println!("NO_DEVICE");
+    let Some(dev) = common::child_device() else {
         return;
     };
     let a = Tensor::arange(&Device::builtin(), 0.0, 48.0 * 40.0, 1.0)

@@ -11,8 +11,7 @@ use netcl::program::ProgramStats;
 #[test]
 #[ignore = "run as a child process by the test of this file"]
 fn child_tuned_product() {
-    let Some(dev) = common::opencl_device() else {
-        println!("NO_DEVICE");
+    let Some(dev) = common::child_device() else {
         return;
     };
     let (ac, ad) = common::pair(&dev, &[3, 70, 40], 1);
