@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{cpu, devices, opencl_device};
+use common::{devices, opencl_device};
 use netcl::amp::{self, GradScaler};
 use netcl::autograd::{Var, ops as ag};
 use netcl::device::timing::host_reads;

@@ -11,7 +11,7 @@
 mod common;
 mod half_support;
 
-use common::{assert_close, assert_tensors_close, cpu, opencl_device};
+use common::{assert_tensors_close, cpu, opencl_device};
 use half_support::{assert_rounded, halves};
 use netcl::half::{f16_to_f32, f32_to_f16};
 use netcl::ops::{self, BinaryOp, UnaryOp};

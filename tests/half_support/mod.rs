@@ -1,4 +1,6 @@
-//! Helpers of the f16 tests: seeded f16 inputs with their widened reference copy, and f16 rounding.
+//! Helpers of the f16 tests: seeded f16 inputs with their widened reference copy, f16 rounding, and the
+//! comparisons built on them.
+#![allow(dead_code)]
 
 use netcl::half::{f16_to_f32, f32_to_f16};
 use netcl::{DType, Device, Tensor};
