@@ -540,8 +540,9 @@ fn batch_norm_train(
         stat: &stat,
         rm_out: &rm_out,
         rv_out: &rv_out,
+        algo,
     };
-    dev.backend().batch_norm_train(dev, &bn, algo)?;
+    dev.backend().batch_norm_train(dev, &bn)?;
     Ok(BatchNormOut {
         out: NormOut { y, mean, rstd },
         running_mean: rm_out,

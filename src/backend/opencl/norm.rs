@@ -360,12 +360,7 @@ impl ClDevice {
 }
 
 impl NormKernels for ClDevice {
-    fn batch_norm_train(
-        &self,
-        device: &Device,
-        bn: &BnTrain<'_>,
-        algo: Option<BatchNormAlgo>,
-    ) -> Result<()> {
+    fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
         let key = TuneKey::new(
@@ -378,7 +373,7 @@ impl NormKernels for ClDevice {
             ],
         )
         .source(kernel_source("norm").unwrap_or_default());
-        let chosen = match algo {
+        let chosen = match bn.algo {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
                 let ok = match a.stats {
