@@ -412,8 +412,9 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         );
         m
     });
-    let filled: [(&str, fn(&crate::Device, &[usize]) -> crate::Result<Tensor>); 2] =
-        [("zeros", Tensor::zeros), ("ones", Tensor::ones)];
+    // zeros(shape) and ones(shape): one binding, two constructors.
+    type Filled = fn(&crate::Device, &[usize]) -> crate::Result<Tensor>;
+    let filled: [(&str, Filled); 2] = [("zeros", Tensor::zeros), ("ones", Tensor::ones)];
     for (name, make) in filled {
         let c = ctx.clone();
         engine.register_fn(name, move |shape: Array| -> R<Var> {
