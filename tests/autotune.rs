@@ -8,10 +8,11 @@
 mod common;
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use netcl::autotune::{self, Source, TuneKey};
@@ -19,7 +20,10 @@ use netcl::{Device, Tensor, ops};
 
 static ENV: Mutex<()> = Mutex::new(());
 
-fn fresh_cache(name: &str) -> PathBuf {
+/// Takes the environment for one test (every test of this file holds `ENV` while it touches the environment)
+/// and points the tuner at a fresh cache file of its own: the guard and the file's path.
+fn fresh_cache(name: &str) -> (MutexGuard<'static, ()>, PathBuf) {
+    let guard = ENV.lock().unwrap_or_else(|e| e.into_inner());
     let dir =
         std::env::temp_dir().join(format!("netcl-autotune-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -34,7 +38,31 @@ fn fresh_cache(name: &str) -> PathBuf {
     }
     autotune::reload_config();
     autotune::clear_memory();
-    path
+    (guard, path)
+}
+
+/// Runs the ignored test `child` in two processes at once on the cache file `cache`, each with the variable
+/// `env(id)` (name and value) set, and fails unless both succeed.
+fn two_children(child: &str, cache: &Path, env: impl Fn(usize) -> (&'static str, OsString)) {
+    let exe = std::env::current_exe().expect("test binary");
+    let children: Vec<_> = (0..2)
+        .map(|id| {
+            let (name, value) = env(id);
+            Command::new(&exe)
+                .args(["--exact", child, "--include-ignored", "--test-threads=1"])
+                .env("NETCL_AUTOTUNE_CACHE", cache)
+                .env(name, value)
+                .stdout(Stdio::null())
+                .spawn()
+                .expect("spawn child")
+        })
+        .collect();
+    for mut c in children {
+        assert!(
+            c.wait().expect("wait").success(),
+            "a {child} process failed"
+        );
+    }
 }
 
 /// Sets (or with `None` removes) an environment variable and reloads the tuner's configuration.
@@ -70,8 +98,7 @@ fn last_decision(kernel: &str) -> autotune::Decision {
 
 #[test]
 fn the_fastest_candidate_wins_and_is_cached_with_its_times() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("winner");
+    let (_g, path) = fresh_cache("winner");
     let dev = Device::builtin();
     let times = [3.0, 1.0, 2.0];
     let mut calls = 0;
@@ -133,8 +160,7 @@ fn the_fastest_candidate_wins_and_is_cached_with_its_times() {
 
 #[test]
 fn a_stale_winner_is_measured_again() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("stale");
+    let (_g, _) = fresh_cache("stale");
     let dev = Device::builtin();
     let w = autotune::tune(&dev, &key("t_stale", &[1]), &[16, 32], 0, |c| {
         Ok(if *c == 32 { 1.0 } else { 2.0 })
@@ -154,8 +180,7 @@ fn a_stale_winner_is_measured_again() {
 
 #[test]
 fn failing_candidates_are_disqualified_and_all_failing_uses_the_default() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("fail");
+    let (_g, path) = fresh_cache("fail");
     let dev = Device::builtin();
     let w = autotune::tune(&dev, &key("t_fail", &[2]), &["x", "y"], 1, |c| {
         if *c == "x" {
@@ -190,8 +215,7 @@ fn failing_candidates_are_disqualified_and_all_failing_uses_the_default() {
 
 #[test]
 fn autotune_off_measures_nothing() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("off");
+    let (_g, path) = fresh_cache("off");
     set_env("NETCL_AUTOTUNE", Some("0"));
     let dev = Device::builtin();
     let w = autotune::tune(&dev, &key("t_off", &[3]), &["a", "b"], 1, |_| {
@@ -222,8 +246,7 @@ fn autotune_off_measures_nothing() {
 
 #[test]
 fn a_corrupt_cache_file_is_reported_and_rebuilt() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("corrupt");
+    let (_g, path) = fresh_cache("corrupt");
     std::fs::write(&path, "{\"truncated\": [1, 2").expect("write garbage");
     let snap = autotune::cache_snapshot().expect("snapshot of a corrupt file is not an error");
     assert!(snap.status.starts_with("corrupt"), "{}", snap.status);
@@ -269,28 +292,10 @@ fn cache_writer_child() {
 
 #[test]
 fn two_processes_write_one_file_at_once() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("procs");
-    let exe = std::env::current_exe().expect("test binary");
-    let children: Vec<_> = (0..2)
-        .map(|id| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "cache_writer_child",
-                    "--include-ignored",
-                    "--test-threads=1",
-                ])
-                .env("NETCL_AUTOTUNE_CACHE", &path)
-                .env("NETCL_TEST_WRITER", id.to_string())
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn writer")
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().expect("wait").success(), "a writer failed");
-    }
+    let (_g, path) = fresh_cache("procs");
+    two_children("cache_writer_child", &path, |id| {
+        ("NETCL_TEST_WRITER", id.to_string().into())
+    });
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&path).expect("file")).expect("valid JSON");
     let keys: Vec<&String> = v.as_object().expect("object").keys().collect();
@@ -307,8 +312,7 @@ fn two_processes_write_one_file_at_once() {
 
 #[test]
 fn sum_all_records_its_decision_with_candidate_times() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("sum");
+    let (_g, _) = fresh_cache("sum");
     let Some(dev) = common::opencl_device() else {
         return;
     };
@@ -340,8 +344,7 @@ fn sum_all_records_its_decision_with_candidate_times() {
 /// logging scope, another cache file, a cleared cache, or another thread measuring a new winner.
 #[test]
 fn repeated_answers_follow_every_change() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let first = fresh_cache("hot");
+    let (_g, first) = fresh_cache("hot");
     let dev = Device::builtin();
     let cands = ["a", "b", "c"];
     let timed = |times: [f64; 3]| {
@@ -445,8 +448,7 @@ fn times_of(times: &'static [(&'static str, f64)]) -> impl Fn(&&str) -> netcl::R
 
 #[test]
 fn an_edited_kernel_or_a_changed_candidate_set_is_measured_again() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("checksum");
+    let (_g, _) = fresh_cache("checksum");
     let dev = Device::builtin();
     let bench = times_of(&[("a", 2.0), ("b", 1.0), ("c", 3.0)]);
     let old = key("t_sum", &[4]).source("kernel void k(global float* x) { x[0] = 1.0f; }");
@@ -486,8 +488,7 @@ fn an_edited_kernel_or_a_changed_candidate_set_is_measured_again() {
 
 #[test]
 fn one_key_asked_by_two_threads_is_measured_once() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("threads");
+    let (_g, _) = fresh_cache("threads");
     let calls = AtomicUsize::new(0);
     let k = key("t_threads", &[16]);
     let winners: Vec<(&str, Source)> = std::thread::scope(|s| {
@@ -529,8 +530,7 @@ fn one_key_asked_by_two_threads_is_measured_once() {
 
 #[test]
 fn two_threads_never_time_candidates_at_once_on_one_device() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("exclusive");
+    let (_g, _) = fresh_cache("exclusive");
     let busy = AtomicBool::new(false);
     let overlaps = AtomicUsize::new(0);
     std::thread::scope(|s| {
@@ -567,8 +567,7 @@ fn two_threads_never_time_candidates_at_once_on_one_device() {
 
 #[test]
 fn background_mode_answers_at_once_then_switches_to_the_measured_winner() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("background");
+    let (_g, _) = fresh_cache("background");
     set_env("NETCL_AUTOTUNE", Some("background"));
     autotune::begin_scope();
     let dev = Device::builtin();
@@ -602,8 +601,7 @@ fn background_mode_answers_at_once_then_switches_to_the_measured_winner() {
 
 #[test]
 fn background_measurement_stops_at_the_scope_budget() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("budget");
+    let (_g, _) = fresh_cache("budget");
     set_env("NETCL_AUTOTUNE", Some("background"));
     set_env("NETCL_AUTOTUNE_BUDGET_MS", Some("0"));
     autotune::begin_scope();
@@ -628,8 +626,7 @@ fn background_measurement_stops_at_the_scope_budget() {
 
 #[test]
 fn a_bad_mode_is_a_clear_error() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("badmode");
+    let (_g, _) = fresh_cache("badmode");
     set_env("NETCL_AUTOTUNE", Some("sometimes"));
     let dev = Device::builtin();
     let e = autotune::tune(&dev, &key("t_bad", &[1]), &["a", "b"], 0, |_| Ok(1.0))
@@ -665,8 +662,7 @@ fn killed_measurer_child() {
 
 #[test]
 fn measurements_survive_a_kill() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("kill");
+    let (_g, path) = fresh_cache("kill");
     let status = Command::new(std::env::current_exe().expect("test binary"))
         .args([
             "--exact",
@@ -712,8 +708,7 @@ fn measurements_survive_a_kill() {
 
 #[test]
 fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("export");
+    let (_g, path) = fresh_cache("export");
     let dev = Device::builtin();
     let w = autotune::tune(
         &dev,
@@ -739,33 +734,32 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
     autotune::clear_cache().expect("clear");
     set_env("NETCL_TUNING_DIR", dir.to_str());
     set_env("NETCL_AUTOTUNE", Some("off"));
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("z", Source::Database));
+    // One answer for t_db of shape class `n` among x, y, z (first choice `default`), measuring nothing.
+    let ask = |n: i64, default: usize| {
+        let w = autotune::tune(&dev, &key("t_db", &[n]), &["x", "y", "z"], default, |_| {
+            panic!("off")
+        })
+        .expect("tune");
+        (w, last_decision("t_db"))
+    };
+    // `t` as the directory's only table, read again.
+    let install = |t: &autotune::TuningTable| {
+        let text = serde_json::to_string(t).expect("json");
+        std::fs::write(dir.join("mine.json"), text).expect("write");
+        set_env("NETCL_TUNING_DIR", None);
+        set_env("NETCL_TUNING_DIR", dir.to_str());
+    };
+    let (w, d) = ask(7, 0);
+    assert_eq!((w, d.source), ("z", Source::Database));
     // Another shape class is not in the table: the heuristic first choice.
-    let w = autotune::tune(&dev, &key("t_db", &[8]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("x", Source::Heuristic));
+    let (w, d) = ask(8, 0);
+    assert_eq!((w, d.source), ("x", Source::Heuristic));
 
     // A table of another device class of the same type is a heuristic hint, not a database hit.
     let mut other = table.clone();
     other.device.compute_units += 1;
-    std::fs::write(
-        dir.join("mine.json"),
-        serde_json::to_string(&other).expect("json"),
-    )
-    .expect("write");
-    set_env("NETCL_TUNING_DIR", None);
-    set_env("NETCL_TUNING_DIR", dir.to_str());
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 0, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    let d = last_decision("t_db");
+    install(&other);
+    let (w, d) = ask(7, 0);
     assert_eq!((w, d.source), ("z", Source::Heuristic));
     assert!(
         d.note
@@ -777,18 +771,9 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
 
     // A table of another device type is not used at all; a winner that is not a candidate neither.
     other.device.kind = "gpu".into();
-    std::fs::write(
-        dir.join("mine.json"),
-        serde_json::to_string(&other).expect("json"),
-    )
-    .expect("write");
-    set_env("NETCL_TUNING_DIR", None);
-    set_env("NETCL_TUNING_DIR", dir.to_str());
-    let w = autotune::tune(&dev, &key("t_db", &[7]), &["x", "y", "z"], 1, |_| {
-        panic!("off")
-    })
-    .expect("tune");
-    assert_eq!((w, last_decision("t_db").source), ("y", Source::Heuristic));
+    install(&other);
+    let (w, d) = ask(7, 1);
+    assert_eq!((w, d.source), ("y", Source::Heuristic));
     set_env("NETCL_TUNING_DIR", None);
     set_env("NETCL_AUTOTUNE", Some("sync"));
 }
@@ -796,8 +781,7 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
 #[test]
 fn shipped_h200_table_matches_only_an_h200() {
     use autotune::db::{DeviceClass, Hint, lookup, tables};
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    fresh_cache("shipped");
+    let (_g, _) = fresh_cache("shipped");
     let t = tables();
     let h200 = t
         .iter()
@@ -856,29 +840,11 @@ fn shared_key_child() {
 
 #[test]
 fn two_processes_never_measure_one_key_twice() {
-    let _g = ENV.lock().unwrap_or_else(|e| e.into_inner());
-    let path = fresh_cache("shared");
+    let (_g, path) = fresh_cache("shared");
     let calls = path.with_file_name("calls.txt");
-    let exe = std::env::current_exe().expect("test binary");
-    let children: Vec<_> = (0..2)
-        .map(|_| {
-            Command::new(&exe)
-                .args([
-                    "--exact",
-                    "shared_key_child",
-                    "--include-ignored",
-                    "--test-threads=1",
-                ])
-                .env("NETCL_AUTOTUNE_CACHE", &path)
-                .env("NETCL_TEST_CALLS", &calls)
-                .stdout(Stdio::null())
-                .spawn()
-                .expect("spawn child")
-        })
-        .collect();
-    for mut c in children {
-        assert!(c.wait().expect("wait").success(), "a child failed");
-    }
+    two_children("shared_key_child", &path, |_| {
+        ("NETCL_TEST_CALLS", calls.clone().into())
+    });
     let n = std::fs::read_to_string(&calls)
         .expect("calls recorded")
         .lines()

@@ -8,7 +8,7 @@
 mod common;
 mod opsutil;
 
-use common::{Lcg, assert_close, assert_tensors_close};
+use common::{Lcg, assert_close, assert_matches_fd, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops::{self, BinaryOp, UnaryOp};
 use opsutil::{cpu, opencl_device, pair, with_specials};
@@ -202,11 +202,7 @@ fn unary_backward_matches_finite_differences_on_cpu() {
             let fd = (op.forward_ref((v as f64 + h) as f32) as f64
                 - op.forward_ref((v as f64 - h) as f32) as f64)
                 / (2.0 * h);
-            assert!(
-                (g[i] as f64 - fd).abs() <= 2e-3 * (1.0 + fd.abs()),
-                "{op:?} at {v}: {} vs {fd}",
-                g[i]
-            );
+            assert_matches_fd(g[i], fd, 2e-3, &format!("{op:?} at {v}"));
         }
     }
 }

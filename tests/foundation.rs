@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{Lcg, assert_close, cpu, opencl_device, pair};
+use common::{Lcg, assert_close, cpu, devices, opencl_device, pair};
 use netcl::program::Defines;
 use netcl::{DType, Device, Error, Tensor, ops};
 
@@ -67,12 +67,6 @@ fn unknown_selectors_are_clear_errors() {
     assert!(e.to_string().contains("no-such-device-xyz"), "{e}");
     let e = Device::select(Some("999")).expect_err("index out of range");
     assert!(e.to_string().contains("out of range"), "{e}");
-}
-
-fn devices() -> Vec<Device> {
-    let mut v = vec![cpu()];
-    v.extend(opencl_device());
-    v
 }
 
 #[test]

@@ -5,18 +5,12 @@
 
 mod common;
 
-use common::{cpu, opencl_device};
+use common::{devices, opencl_device};
 use netcl::amp::{self, GradScaler};
 use netcl::autograd::{Var, ops as ag};
 use netcl::device::timing::host_reads;
 use netcl::optim::Optimizer;
 use netcl::{DType, Device, Tensor, ops};
-
-fn devices() -> Vec<Device> {
-    let mut v = vec![cpu()];
-    v.extend(opencl_device());
-    v
-}
 
 #[test]
 fn the_policy_stores_memory_bound_outputs_in_f16_and_keeps_reductions_f32() {
@@ -177,13 +171,7 @@ fn a_scaled_step_reads_nothing_back_to_the_host() {
             opt.zero_grad();
             let y = ag::matmul(&x, &p).expect("forward");
             let loss = ag::mse_loss(&y, &t).expect("loss");
-            scaler
-                .scale(&loss)
-                .expect("scale")
-                .backward()
-                .expect("backward");
-            scaler.step(&mut opt).expect("step");
-            scaler.update().expect("update");
+            scaled_step(&mut scaler, &loss, &mut opt);
         };
         step(); // builds the kernels (a first call may read build or tuning data)
         let before = host_reads();
@@ -203,6 +191,18 @@ fn a_scaled_step_reads_nothing_back_to_the_host() {
     }
 }
 
+/// One mixed-precision step: the scaled loss's backward, the optimiser's step through the scaler, and the
+/// scale's update.
+fn scaled_step(scaler: &mut GradScaler, loss: &Var, opt: &mut Optimizer) {
+    scaler
+        .scale(loss)
+        .expect("scale")
+        .backward()
+        .expect("backward");
+    scaler.step(opt).expect("step");
+    scaler.update().expect("update");
+}
+
 /// A linear regression (64 inputs → 8 outputs, 256 samples) trained with Adam for `steps` steps; the loss of
 /// the first and the last step.
 fn train(dev: &Device, mixed: bool, steps: usize) -> (f32, f32) {
@@ -220,13 +220,7 @@ fn train(dev: &Device, mixed: bool, steps: usize) -> (f32, f32) {
         let loss = ag::mse_loss(&ag::matmul(&x, &w).expect("forward"), &t).expect("loss");
         losses.push(loss.value().clone());
         if mixed {
-            scaler
-                .scale(&loss)
-                .expect("scale")
-                .backward()
-                .expect("backward");
-            scaler.step(&mut opt).expect("step");
-            scaler.update().expect("update");
+            scaled_step(&mut scaler, &loss, &mut opt);
         } else {
             loss.backward().expect("backward");
             opt.step().expect("step");

@@ -11,8 +11,8 @@
 mod common;
 mod half_support;
 
-use common::{assert_close, cpu, opencl_device};
-use half_support::{halves, rounded};
+use common::{assert_tensors_close, cpu, opencl_device};
+use half_support::{assert_rounded, halves};
 use netcl::half::{f16_to_f32, f32_to_f16};
 use netcl::ops::{self, BinaryOp, UnaryOp};
 use netcl::{DType, Tensor};
@@ -66,20 +66,15 @@ fn device_cast_rounds_like_the_host_conversion() {
         for (g, w) in back.iter().zip(&got) {
             assert!(g.to_bits() == w.to_bits() || (g.is_nan() && w.is_nan()));
         }
-        let i = t
-            .cast(DType::I32)
-            .expect("to i32")
-            .to_vec::<i32>()
-            .expect("read");
-        let want: Vec<i32> = v.iter().map(|&x| x as i32).collect();
-        assert_eq!(i, want, "{}: f32 → i32", d.name());
-        let hi = h
-            .cast(DType::I32)
-            .expect("f16 → i32")
-            .to_vec::<i32>()
-            .expect("read");
-        let want: Vec<i32> = got.iter().map(|&x| x as i32).collect();
-        assert_eq!(hi, want, "{}: f16 → i32", d.name());
+        for (src, values, what) in [(&t, &v, "f32 → i32"), (&h, &got, "f16 → i32")] {
+            let i = src
+                .cast(DType::I32)
+                .expect(what)
+                .to_vec::<i32>()
+                .expect("read");
+            let want: Vec<i32> = values.iter().map(|&x| x as i32).collect();
+            assert_eq!(i, want, "{}: {what}", d.name());
+        }
     }
 }
 
@@ -128,13 +123,7 @@ fn binary_ops_on_f16_match_the_reference_for_every_kernel_path() {
             let want = ops::binary(op, &aw, &bw).expect("reference");
             assert_eq!(got.shape(), want.shape());
             let what = format!("{} {sa:?} {sb:?}", op.name());
-            assert_close(
-                &got.to_f32_vec().expect("read"),
-                &rounded(&want),
-                1e-6,
-                1e-3,
-                &what,
-            );
+            assert_rounded(&got, &want, 1e-6, 1e-3, &what);
         }
     }
 }
@@ -153,9 +142,9 @@ fn mixed_f16_and_f32_inputs_promote_to_f32() {
             "an f32 operand makes the result f32"
         );
         let want = ops::sub(xw, yw).expect("reference");
-        assert_close(
-            &got.to_vec::<f32>().expect("read"),
-            &want.to_vec::<f32>().expect("read"),
+        assert_tensors_close(
+            &got,
+            &want,
             1e-6,
             1e-6,
             "mixed sub (the f16 input widened exactly, no output rounding)",
@@ -209,13 +198,7 @@ fn scalar_ops_on_f16() {
             assert_eq!(got.dtype(), DType::F16);
             let want = ops::binary_scalar(op, &aw, s, swap).expect("reference");
             let what = format!("{} {s} swap {swap} n {n}", op.name());
-            assert_close(
-                &got.to_f32_vec().expect("read"),
-                &rounded(&want),
-                1e-6,
-                1e-3,
-                &what,
-            );
+            assert_rounded(&got, &want, 1e-6, 1e-3, &what);
         }
     }
 }
@@ -247,24 +230,12 @@ fn unary_ops_on_f16_forward_and_backward() {
         assert_eq!(got.dtype(), DType::F16);
         let want = ops::unary(op, xc).expect("reference");
         let atol = 1e-6;
-        assert_close(
-            &got.to_f32_vec().expect("read"),
-            &rounded(&want),
-            atol,
-            1e-3,
-            op.name(),
-        );
+        assert_rounded(&got, &want, atol, 1e-3, op.name());
         let got = ops::unary_backward(op, xd, &g).expect("backward");
         assert_eq!(got.dtype(), DType::F16, "the gradient has x's dtype");
         let want = ops::unary_backward(op, xc, &gw).expect("reference backward");
         let what = format!("{} backward", op.name());
-        assert_close(
-            &got.to_f32_vec().expect("read"),
-            &rounded(&want),
-            atol,
-            1e-3,
-            &what,
-        );
+        assert_rounded(&got, &want, atol, 1e-3, &what);
     }
 }
 
@@ -279,39 +250,15 @@ fn fused_expressions_read_and_write_f16() {
     let got = ops::fused(expr, &[&a, &b, &c]).expect("f16 fused (general broadcast)");
     assert_eq!(got.dtype(), DType::F16);
     let want = ops::fused(expr, &[&aw, &bw, &cw]).expect("reference");
-    assert_close(
-        &got.to_f32_vec().expect("read"),
-        &rounded(&want),
-        1e-6,
-        1e-3,
-        expr,
-    );
+    assert_rounded(&got, &want, 1e-6, 1e-3, expr);
     // One f32 input: the result is f32; the f16 inputs are still read as halves.
     let got = ops::fused(expr, &[&a, &b, &cf]).expect("mixed fused");
     assert_eq!(got.dtype(), DType::F32);
-    assert_close(
-        &got.to_vec::<f32>().expect("read"),
-        &want.to_vec::<f32>().expect("read"),
-        1e-5,
-        1e-5,
-        "mixed fused",
-    );
+    assert_tensors_close(&got, &want, 1e-5, 1e-5, "mixed fused");
     let got = ops::fused("x0 * x1 + 1", &[&a, &a]).expect("same-shape path");
     let want = ops::fused("x0 * x1 + 1", &[&aw, &aw]).expect("reference");
-    assert_close(
-        &got.to_f32_vec().expect("read"),
-        &rounded(&want),
-        1e-6,
-        1e-3,
-        "same",
-    );
+    assert_rounded(&got, &want, 1e-6, 1e-3, "same");
     let got = ops::fused("x0 - x1", &[&a, &b]).expect("3-D path");
     let want = ops::fused("x0 - x1", &[&aw, &bw]).expect("reference");
-    assert_close(
-        &got.to_f32_vec().expect("read"),
-        &rounded(&want),
-        1e-6,
-        1e-3,
-        "3-D",
-    );
+    assert_rounded(&got, &want, 1e-6, 1e-3, "3-D");
 }

@@ -13,7 +13,7 @@ mod common;
 mod half_support;
 
 use common::{assert_close, cpu, opencl_device};
-use half_support::{halves, rounded};
+use half_support::{assert_read_close, assert_rounded, halves};
 use netcl::ops::{self, Conv2dOptions};
 use netcl::{DType, Tensor};
 
@@ -45,9 +45,9 @@ fn reductions_of_f16_accumulate_in_f32() {
             assert_eq!(got.dtype(), DType::F32, "reductions return f32");
             let want = ops::reduce(op, &xw, Some(axes), false).expect("reference");
             let mag: f32 = shape[axes[0] as usize] as f32 * 1.5;
-            assert_close(
-                &read(&got),
-                &read(&want),
+            assert_read_close(
+                &got,
+                &want,
                 1e-5 * mag,
                 1e-5,
                 &format!("{} {shape:?}", op.name()),
@@ -98,13 +98,7 @@ fn softmax_of_f16_forward_and_backward() {
             let y = ops::softmax_with(&x, *axis, log, None).expect("forward");
             assert_eq!(y.dtype(), DType::F16);
             let yw = ops::softmax_with(&xw, *axis, log, None).expect("reference");
-            assert_close(
-                &read(&y),
-                &rounded(&yw),
-                1e-4,
-                1e-3,
-                &format!("softmax log={log} {shape:?}"),
-            );
+            assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax log={log} {shape:?}"));
             // Backward from the f16 output (the reference reads the same f16 output, widened).
             let yr = y
                 .to_device(&cpu())
@@ -114,13 +108,7 @@ fn softmax_of_f16_forward_and_backward() {
             assert_eq!(gx.dtype(), DType::F16);
             let want =
                 ops::softmax_backward_with(&yr, &gw, *axis, log, None).expect("ref backward");
-            assert_close(
-                &read(&gx),
-                &rounded(&want),
-                1e-3,
-                4e-3,
-                &format!("softmax bwd log={log}"),
-            );
+            assert_rounded(&gx, &want, 1e-3, 4e-3, &format!("softmax bwd log={log}"));
         }
     }
 }
@@ -141,14 +129,8 @@ fn norms_of_f16_keep_f32_statistics() {
         (DType::F16, DType::F32, DType::F32)
     );
     let want = ops::layer_norm(&xw, 1, Some(&gamma), Some(&beta), 1e-5).expect("reference");
-    assert_close(&read(&got.y), &rounded(&want.y), 1e-3, 1e-3, "layer_norm y");
-    assert_close(
-        &read(&got.rstd),
-        &read(&want.rstd),
-        1e-5,
-        1e-4,
-        "layer_norm rstd",
-    );
+    assert_rounded(&got.y, &want.y, 1e-3, 1e-3, "layer_norm y");
+    assert_read_close(&got.rstd, &want.rstd, 1e-5, 1e-4, "layer_norm rstd");
     let (g, gw) = halves(&dev, &[6, 37], 93);
     let gr = ops::layer_norm_backward(&x, &g, &got, 1, Some(&gd), true).expect("backward");
     assert_eq!(gr.dx.dtype(), DType::F16, "dx in x's dtype");
@@ -159,7 +141,7 @@ fn norms_of_f16_keep_f32_statistics() {
     );
     let wr =
         ops::layer_norm_backward(&xw, &gw, &want, 1, Some(&gamma), true).expect("ref backward");
-    assert_close(&read(&gr.dx), &rounded(&wr.dx), 2e-3, 4e-3, "layer_norm dx");
+    assert_rounded(&gr.dx, &wr.dx, 2e-3, 4e-3, "layer_norm dx");
     let dg = gr.dgamma.as_ref().map(read).unwrap_or_default();
     let wg = wr.dgamma.as_ref().map(read).unwrap_or_default();
     assert_close(&dg, &wg, 1e-2, 4e-3, "layer_norm dgamma");
@@ -167,7 +149,7 @@ fn norms_of_f16_keep_f32_statistics() {
     let got = ops::rms_norm(&x, Some(&gd), 1e-6).expect("rms_norm");
     assert_eq!(got.y.dtype(), DType::F16);
     let want = ops::rms_norm(&xw, Some(&gamma), 1e-6).expect("reference");
-    assert_close(&read(&got.y), &rounded(&want.y), 1e-3, 1e-3, "rms_norm y");
+    assert_rounded(&got.y, &want.y, 1e-3, 1e-3, "rms_norm y");
     // Squares past f16's range: the mean of squares is f32, so rms_norm of large f16 values stays finite.
     let big = Tensor::full(&dev, &[2, 8], 1000.0)
         .and_then(|t| t.cast(DType::F16))
@@ -188,16 +170,10 @@ fn norms_of_f16_keep_f32_statistics() {
     assert_eq!(got.out.y.dtype(), DType::F16);
     assert_eq!(got.running_mean.dtype(), DType::F32);
     let want = ops::batch_norm2d(&x4w, None, None, &rmc, &rvc, 0.1, 1e-5, true).expect("ref bn");
-    assert_close(
-        &read(&got.out.y),
-        &rounded(&want.out.y),
-        1e-3,
-        1e-3,
-        "batch_norm y",
-    );
-    assert_close(
-        &read(&got.running_var),
-        &read(&want.running_var),
+    assert_rounded(&got.out.y, &want.out.y, 1e-3, 1e-3, "batch_norm y");
+    assert_read_close(
+        &got.running_var,
+        &want.running_var,
         1e-5,
         1e-4,
         "running var",
@@ -214,19 +190,13 @@ fn cross_entropy_of_f16_logits_is_f32() {
     let got = ops::cross_entropy(&x, &ld, -100).expect("ce");
     assert_eq!(got.dtype(), DType::F32);
     let want = ops::cross_entropy(&xw, &lc, -100).expect("ref ce");
-    assert_close(&read(&got), &read(&want), 1e-5, 1e-5, "cross_entropy");
+    assert_read_close(&got, &want, 1e-5, 1e-5, "cross_entropy");
     let one = Tensor::ones(&dev, &[]).expect("one");
     let gx = ops::cross_entropy_backward(&x, &ld, &one, -100).expect("ce bwd");
     assert_eq!(gx.dtype(), DType::F16);
     let wx = ops::cross_entropy_backward(&xw, &lc, &Tensor::ones(&cpu(), &[]).expect("1"), -100)
         .expect("ref");
-    assert_close(
-        &read(&gx),
-        &rounded(&wx),
-        1e-5,
-        1e-3,
-        "cross_entropy backward",
-    );
+    assert_rounded(&gx, &wx, 1e-5, 1e-3, "cross_entropy backward");
 }
 
 #[test]
@@ -238,23 +208,17 @@ fn compute_bound_ops_widen_f16_on_the_device() {
     let got = ops::matmul(&a, &b).expect("matmul f16");
     assert_eq!(got.dtype(), DType::F16);
     let want = ops::matmul(&aw, &bw).expect("reference");
-    assert_close(&read(&got), &rounded(&want), 1e-2, 2e-3, "matmul");
+    assert_rounded(&got, &want, 1e-2, 2e-3, "matmul");
     let (x, xw) = halves(&dev, &[1, 3, 7, 9], 102);
     let (w, ww) = halves(&dev, &[4, 3, 3, 3], 103);
     let opts = Conv2dOptions::new().padding(1);
     let got = ops::conv2d(&x, &w, None, &opts).expect("conv f16");
     assert_eq!(got.dtype(), DType::F16);
     let want = ops::conv2d(&xw, &ww, None, &opts).expect("reference");
-    assert_close(&read(&got), &rounded(&want), 1e-2, 2e-3, "conv2d");
+    assert_rounded(&got, &want, 1e-2, 2e-3, "conv2d");
     let (q, qw) = halves(&dev, &[1, 2, 11, 8], 104);
     let got = ops::flash_attention(&q, &q, &q, true, None).expect("attention f16");
     assert_eq!((got.out.dtype(), got.lse.dtype()), (DType::F16, DType::F32));
     let want = ops::flash_attention(&qw, &qw, &qw, true, None).expect("reference");
-    assert_close(
-        &read(&got.out),
-        &rounded(&want.out),
-        1e-3,
-        2e-3,
-        "attention",
-    );
+    assert_rounded(&got.out, &want.out, 1e-3, 2e-3, "attention");
 }

@@ -33,16 +33,10 @@ fn input(dev: &Device, a: &NpyArray) -> Tensor {
     }
 }
 
-fn devices() -> Vec<Device> {
-    let mut d = vec![Device::builtin()];
-    d.extend(common::opencl_device());
-    d
-}
-
 #[test]
 fn model_files_of_the_extra_layers_saved_by_netcl_predict_the_same_here() {
     let io = io();
-    for dev in devices() {
+    for dev in common::devices() {
         for (name, kinds) in [
             (
                 "a",
@@ -81,7 +75,7 @@ fn model_files_of_the_extra_layers_saved_by_netcl_predict_the_same_here() {
 fn a_checkpoint_of_every_composite_layer_saved_by_netcl_predicts_the_same_here() {
     let io = io();
     let path = Path::new("tests/fixtures/netcl032_gpt.ckpt.npz");
-    for dev in devices() {
+    for dev in common::devices() {
         let ck = netcl::io::read_checkpoint(&dev, path).expect("read");
         assert!(
             ck.optim.is_none(),

@@ -7,7 +7,7 @@
 mod common;
 mod opsutil;
 
-use common::{assert_close, assert_tensors_close};
+use common::{assert_close, assert_matches_fd, assert_tensors_close};
 use netcl::Tensor;
 use netcl::ops;
 use opsutil::{cpu, opencl_device, pair};
@@ -15,6 +15,69 @@ use opsutil::{cpu, opencl_device, pair};
 fn close(a: &Tensor, b: &Tensor, what: &str) {
     assert_eq!(a.shape(), b.shape(), "{what}");
     assert_tensors_close(a, b, 1e-4, 1e-4, what);
+}
+
+/// Batch-norm inputs on the built-in device (`*c`) and the OpenCL device (`*d`).
+struct BnCase {
+    xc: Tensor,
+    xd: Tensor,
+    gamc: Tensor,
+    gamd: Tensor,
+    betc: Tensor,
+    betd: Tensor,
+    rmc: Tensor,
+    rmd: Tensor,
+    rvc: Tensor,
+    rvd: Tensor,
+}
+
+/// x of `shape` (seed `seeds[0]`) plus `off`, γ and β per channel (seeds `seeds[1]`, `seeds[2]`), running mean
+/// 0.5 and running variance 2.
+fn bn_case(dev: &netcl::Device, shape: &[usize], off: f32, seeds: [u64; 3]) -> BnCase {
+    let (xc0, _) = pair(dev, shape, seeds[0]);
+    let xc = ops::add_scalar(&xc0, off).unwrap();
+    let xd = xc.to_device(dev).unwrap();
+    let c = shape[1];
+    let (gamc, gamd) = pair(dev, &[c], seeds[1]);
+    let (betc, betd) = pair(dev, &[c], seeds[2]);
+    let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
+    let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
+    let (rmd, rvd) = (rmc.to_device(dev).unwrap(), rvc.to_device(dev).unwrap());
+    BnCase {
+        xc,
+        xd,
+        gamc,
+        gamd,
+        betc,
+        betd,
+        rmc,
+        rmd,
+        rvc,
+        rvd,
+    }
+}
+
+impl BnCase {
+    /// Training batch_norm2d on the built-in device, with γ and β where `g` and `b`.
+    fn reference(&self, g: bool, b: bool) -> ops::norm::BatchNormOut {
+        let (gamma, beta) = (g.then_some(&self.gamc), b.then_some(&self.betc));
+        ops::batch_norm2d(&self.xc, gamma, beta, &self.rmc, &self.rvc, 0.1, 1e-5, true).unwrap()
+    }
+
+    /// [`BnCase::reference`] on the OpenCL device with its kernels forced to `algo`.
+    fn forced(&self, g: bool, b: bool, algo: ops::norm::BatchNormAlgo) -> ops::norm::BatchNormOut {
+        let (gamma, beta) = (g.then_some(&self.gamd), b.then_some(&self.betd));
+        bn_forced(&self.xd, gamma, beta, &self.rmd, &self.rvd, algo)
+    }
+}
+
+/// The device's training batch_norm2d output `od` against the reference `oc`: y, the batch statistics and the
+/// running mean.
+fn close_bn(od: &ops::norm::BatchNormOut, oc: &ops::norm::BatchNormOut, what: &str) {
+    close(&od.out.y, &oc.out.y, &format!("{what} y"));
+    close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));
+    close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
+    close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
 }
 
 /// Training batch_norm2d (momentum 0.1, ε 1e-5) with its kernels forced to `algo`.
@@ -110,30 +173,53 @@ fn batch_norm2d_training_eval_and_backward_match_reference() {
     assert!(e.to_string().contains("running_var"), "{e}");
 }
 
+type NormFwd = fn(&Tensor, Option<&Tensor>, Option<&Tensor>) -> netcl::Result<ops::norm::NormOut>;
+type NormBwd = fn(
+    &Tensor,
+    &Tensor,
+    &ops::norm::NormOut,
+    Option<&Tensor>,
+) -> netcl::Result<ops::norm::NormGrads>;
+
+/// One normalisation forward and backward on both devices, from seeded inputs of `shape` and affine
+/// parameters of `param` (seeds `seed` to `seed + 3`): y, dx and dgamma (and dbeta with `with_beta`) agree.
+fn check_norm(
+    dev: &netcl::Device,
+    what: &str,
+    (shape, param, seed): (&[usize], &[usize], u64),
+    (fwd, bwd): (NormFwd, NormBwd),
+    with_beta: bool,
+) {
+    let (xc, xd) = pair(dev, shape, seed);
+    let (gc, gd) = pair(dev, shape, seed + 1);
+    let (wc, wd) = pair(dev, param, seed + 2);
+    let (bc, bd) = pair(dev, param, seed + 3);
+    let od = fwd(&xd, Some(&wd), Some(&bd)).unwrap();
+    let oc = fwd(&xc, Some(&wc), Some(&bc)).unwrap();
+    close(&od.y, &oc.y, &format!("{what} y"));
+    let gd_ = bwd(&xd, &gd, &od, Some(&wd)).unwrap();
+    let gc_ = bwd(&xc, &gc, &oc, Some(&wc)).unwrap();
+    close(&gd_.dx, &gc_.dx, &format!("{what} dx"));
+    let grads = [
+        ("dgamma", &gd_.dgamma, &gc_.dgamma),
+        ("dbeta", &gd_.dbeta, &gc_.dbeta),
+    ];
+    for (name, d, c) in &grads[..1 + usize::from(with_beta)] {
+        let (d, c) = (d.as_ref().unwrap(), c.as_ref().unwrap());
+        close(d, c, &format!("{what} {name}"));
+    }
+}
+
 #[test]
 fn layer_group_and_rms_norm_match_reference() {
     let Some(dev) = opencl_device() else { return };
-    let (xc, xd) = pair(&dev, &[4, 3, 10], 5);
-    let (gc, gd) = pair(&dev, &[4, 3, 10], 6);
-    let (wc, wd) = pair(&dev, &[10], 7);
-    let (bc, bd) = pair(&dev, &[10], 8);
-    let od = ops::layer_norm(&xd, 1, Some(&wd), Some(&bd), 1e-5).unwrap();
-    let oc = ops::layer_norm(&xc, 1, Some(&wc), Some(&bc), 1e-5).unwrap();
-    close(&od.y, &oc.y, "ln y");
-    let gd_ = ops::layer_norm_backward(&xd, &gd, &od, 1, Some(&wd), true).unwrap();
-    let gc_ = ops::layer_norm_backward(&xc, &gc, &oc, 1, Some(&wc), true).unwrap();
-    close(&gd_.dx, &gc_.dx, "ln dx");
-    close(
-        gd_.dgamma.as_ref().unwrap(),
-        gc_.dgamma.as_ref().unwrap(),
-        "ln dgamma",
+    let ln: (NormFwd, NormBwd) = (
+        |x, w, b| ops::layer_norm(x, 1, w, b, 1e-5),
+        |x, g, o, w| ops::layer_norm_backward(x, g, o, 1, w, true),
     );
-    close(
-        gd_.dbeta.as_ref().unwrap(),
-        gc_.dbeta.as_ref().unwrap(),
-        "ln dbeta",
-    );
+    check_norm(&dev, "ln", (&[4, 3, 10], &[10], 5), ln, true);
     // Without affine parameters each row has mean 0 and variance 1.
+    let (xc, _) = pair(&dev, &[4, 3, 10], 5);
     let plain = ops::layer_norm(&xc, 2, None, None, 0.0).unwrap().y;
     let m = ops::mean(&plain, Some(&[1, 2]), false)
         .unwrap()
@@ -141,33 +227,19 @@ fn layer_group_and_rms_norm_match_reference() {
         .unwrap();
     assert!(m.iter().all(|v| v.abs() < 1e-5), "{m:?}");
 
-    let od = ops::rms_norm(&xd, Some(&wd), 1e-6).unwrap();
-    let oc = ops::rms_norm(&xc, Some(&wc), 1e-6).unwrap();
-    close(&od.y, &oc.y, "rms y");
-    let gd_ = ops::rms_norm_backward(&xd, &gd, &od, Some(&wd)).unwrap();
-    let gc_ = ops::rms_norm_backward(&xc, &gc, &oc, Some(&wc)).unwrap();
-    close(&gd_.dx, &gc_.dx, "rms dx");
-    close(
-        gd_.dgamma.as_ref().unwrap(),
-        gc_.dgamma.as_ref().unwrap(),
-        "rms dgamma",
+    // The same inputs; rms_norm has no beta.
+    let rms: (NormFwd, NormBwd) = (
+        |x, w, _| ops::rms_norm(x, w, 1e-6),
+        |x, g, o, w| ops::rms_norm_backward(x, g, o, w),
     );
+    check_norm(&dev, "rms", (&[4, 3, 10], &[10], 5), rms, false);
 
-    let (xc, xd) = pair(&dev, &[2, 6, 3, 5], 9);
-    let (gc, gd) = pair(&dev, &[2, 6, 3, 5], 10);
-    let (wc, wd) = pair(&dev, &[6], 11);
-    let (bc, bd) = pair(&dev, &[6], 12);
-    let od = ops::group_norm(&xd, 3, Some(&wd), Some(&bd), 1e-5).unwrap();
-    let oc = ops::group_norm(&xc, 3, Some(&wc), Some(&bc), 1e-5).unwrap();
-    close(&od.y, &oc.y, "gn y");
-    let gd_ = ops::group_norm_backward(&xd, &gd, &od, 3, Some(&wd), true).unwrap();
-    let gc_ = ops::group_norm_backward(&xc, &gc, &oc, 3, Some(&wc), true).unwrap();
-    close(&gd_.dx, &gc_.dx, "gn dx");
-    close(
-        gd_.dgamma.as_ref().unwrap(),
-        gc_.dgamma.as_ref().unwrap(),
-        "gn dgamma",
+    let gn: (NormFwd, NormBwd) = (
+        |x, w, b| ops::group_norm(x, 3, w, b, 1e-5),
+        |x, g, o, w| ops::group_norm_backward(x, g, o, 3, w, true),
     );
+    check_norm(&dev, "gn", (&[2, 6, 3, 5], &[6], 9), gn, false);
+    let (_, xd) = pair(&dev, &[2, 6, 3, 5], 9);
     assert!(ops::group_norm(&xd, 4, None, None, 1e-5).is_err());
 }
 
@@ -205,11 +277,7 @@ fn layer_norm_backward_matches_finite_differences() {
         let fd = (loss(&Tensor::from_slice(&d, &p, &[2, 6]).unwrap())
             - loss(&Tensor::from_slice(&d, &m, &[2, 6]).unwrap()))
             / (2.0 * h as f64);
-        assert!(
-            (dx[i] as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
-            "dx[{i}] {} vs {fd}",
-            dx[i]
-        );
+        assert_matches_fd(dx[i], fd, 2e-2, &format!("dx[{i}]"));
     }
 }
 
@@ -361,43 +429,16 @@ fn batch_norm2d_training_kernels_match_reference() {
         [3, 2, 32, 44],
     ];
     for (k, shape) in shapes.iter().enumerate() {
-        let (xc0, _) = pair(&dev, shape, 40 + k as u64);
         // Shifted by 100 in every other shape: the variance must survive a large mean.
         let off = if k % 2 == 1 { 100.0 } else { 0.0 };
-        let xc = ops::add_scalar(&xc0, off).unwrap();
-        let xd = xc.to_device(&dev).unwrap();
-        let c = shape[1];
-        let (gamc, gamd) = pair(&dev, &[c], 50 + k as u64);
-        let (betc, betd) = pair(&dev, &[c], 60 + k as u64);
-        let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
-        let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
-        let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
+        let k = k as u64;
+        let case = bn_case(&dev, shape, off, [40 + k, 50 + k, 60 + k]);
         for &algo in algos {
             for (g, b) in [(true, true), (false, true), (true, false), (false, false)] {
                 let what = format!("bn {shape:?} +{off} {algo:?} gamma {g} beta {b}");
-                let od = bn_forced(
-                    &xd,
-                    g.then_some(&gamd),
-                    b.then_some(&betd),
-                    &rmd,
-                    &rvd,
-                    algo,
-                );
-                let oc = ops::batch_norm2d(
-                    &xc,
-                    g.then_some(&gamc),
-                    b.then_some(&betc),
-                    &rmc,
-                    &rvc,
-                    0.1,
-                    1e-5,
-                    true,
-                )
-                .unwrap();
-                close(&od.out.y, &oc.out.y, &format!("{what} y"));
-                close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));
-                close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
-                close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
+                let od = case.forced(g, b, algo);
+                let oc = case.reference(g, b);
+                close_bn(&od, &oc, &what);
                 // The running variance carries the batch variance, whose error grows with the mean² · ε.
                 assert_tensors_close(
                     &od.running_var,
@@ -558,25 +599,14 @@ fn one_launch_batch_norm_child() {
         .iter()
         .enumerate()
     {
-        let (xc0, _) = pair(&dev, shape, 90 + k as u64);
-        let xc = ops::add_scalar(&xc0, 10.0).unwrap();
-        let xd = xc.to_device(&dev).unwrap();
-        let c = shape[1];
-        let (gamc, gamd) = pair(&dev, &[c], 95 + k as u64);
-        let (betc, betd) = pair(&dev, &[c], 99 + k as u64);
-        let rmc = Tensor::full(&cpu(), &[c], 0.5).unwrap();
-        let rvc = Tensor::full(&cpu(), &[c], 2.0).unwrap();
-        let (rmd, rvd) = (rmc.to_device(&dev).unwrap(), rvc.to_device(&dev).unwrap());
-        let oc =
-            ops::batch_norm2d(&xc, Some(&gamc), Some(&betc), &rmc, &rvc, 0.1, 1e-5, true).unwrap();
+        let k = k as u64;
+        let case = bn_case(&dev, shape, 10.0, [90 + k, 95 + k, 99 + k]);
+        let oc = case.reference(true, true);
         for (stats, apply) in algos {
             let algo = BatchNormAlgo { stats, apply };
-            let od = bn_forced(&xd, Some(&gamd), Some(&betd), &rmd, &rvd, algo);
+            let od = case.forced(true, true, algo);
             let what = format!("{shape:?} {algo:?} without waiting");
-            close(&od.out.y, &oc.out.y, &format!("{what} y"));
-            close(&od.out.mean, &oc.out.mean, &format!("{what} mean"));
-            close(&od.out.rstd, &oc.out.rstd, &format!("{what} rstd"));
-            close(&od.running_mean, &oc.running_mean, &format!("{what} rm"));
+            close_bn(&od, &oc, &what);
         }
     }
 }

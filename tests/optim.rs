@@ -85,44 +85,29 @@ fn every_rule_matches_the_reference_on_the_device() {
     }
 }
 
+/// One step of `opt` with gradient `g` on its parameter `p`, whose values must then be `want`.
+fn check_step(mut opt: Optimizer, p: &Var, g: &[f32], want: &[f32], atol: f32, what: &str) {
+    set_grad(p, g);
+    opt.step().expect("step");
+    let got = p.value().to_vec::<f32>().expect("read");
+    assert_close(&got, want, atol, 0.0, what);
+}
+
 #[test]
 fn first_steps_match_the_formulas() {
     let dev = cpu();
     let p = param(&dev, &[1.0, -2.0]);
-    let mut sgd = Optimizer::sgd(vec![p.clone()], 0.1, 0.0, 0.0).expect("sgd");
-    set_grad(&p, &[0.5, -1.0]);
-    sgd.step().expect("step");
-    assert_close(
-        &p.value().to_vec::<f32>().expect("read"),
-        &[0.95, -1.9],
-        1e-7,
-        0.0,
-        "sgd",
-    );
+    let sgd = Optimizer::sgd(vec![p.clone()], 0.1, 0.0, 0.0).expect("sgd");
+    check_step(sgd, &p, &[0.5, -1.0], &[0.95, -1.9], 1e-7, "sgd");
     // Adam's first step moves each weight by lr·g/(|g| + ε) = ±lr.
     let p = param(&dev, &[1.0, -2.0]);
-    let mut adam = Optimizer::adam(vec![p.clone()], 0.01, 0.0).expect("adam");
-    set_grad(&p, &[3.0, -0.5]);
-    adam.step().expect("step");
-    assert_close(
-        &p.value().to_vec::<f32>().expect("read"),
-        &[0.99, -1.99],
-        1e-6,
-        0.0,
-        "adam",
-    );
+    let adam = Optimizer::adam(vec![p.clone()], 0.01, 0.0).expect("adam");
+    check_step(adam, &p, &[3.0, -0.5], &[0.99, -1.99], 1e-6, "adam");
     // AdamW decays before the step: p ← p(1 − lr·wd) − lr·sign(g).
     let p = param(&dev, &[1.0]);
-    let mut adamw = Optimizer::adamw(vec![p.clone()], 0.1, 0.5).expect("adamw");
-    set_grad(&p, &[2.0]);
-    adamw.step().expect("step");
-    assert_close(
-        &p.value().to_vec::<f32>().expect("read"),
-        &[1.0 * (1.0 - 0.05) - 0.1],
-        1e-6,
-        0.0,
-        "adamw",
-    );
+    let adamw = Optimizer::adamw(vec![p.clone()], 0.1, 0.5).expect("adamw");
+    let want = [1.0 * (1.0 - 0.05) - 0.1];
+    check_step(adamw, &p, &[2.0], &want, 1e-6, "adamw");
 }
 
 #[test]
@@ -189,32 +174,16 @@ fn bad_hyper_parameters_are_rejected() {
     assert!(Optimizer::sgd(vec![p.clone()], -0.1, 0.0, 0.0).is_err());
     assert!(Optimizer::sgd(vec![p.clone()], f32::NAN, 0.0, 0.0).is_err());
     assert!(Optimizer::sgd(vec![p.clone()], 0.1, 1.5, 0.0).is_err());
-    assert!(
-        Optimizer::new(
-            vec![p.clone()],
-            Rule::Adam {
-                beta1: 1.0,
-                beta2: 0.9,
-                eps: 1e-8,
-                weight_decay: 0.0
-            },
-            0.1
-        )
-        .is_err()
-    );
-    assert!(
-        Optimizer::new(
-            vec![p.clone()],
-            Rule::Adam {
-                beta1: 0.9,
-                beta2: 0.9,
-                eps: 0.0,
-                weight_decay: 0.0
-            },
-            0.1
-        )
-        .is_err()
-    );
+    // β1 at 1, then ε at 0.
+    for (beta1, eps) in [(1.0, 1e-8), (0.9, 0.0)] {
+        let rule = Rule::Adam {
+            beta1,
+            beta2: 0.9,
+            eps,
+            weight_decay: 0.0,
+        };
+        assert!(Optimizer::new(vec![p.clone()], rule, 0.1).is_err());
+    }
     let mut o = Optimizer::sgd(vec![p], 0.1, 0.0, 0.0).expect("sgd");
     assert!(o.set_lr(f32::INFINITY).is_err());
     assert_eq!(o.lr(), 0.1);

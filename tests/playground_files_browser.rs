@@ -15,24 +15,15 @@ use wiki_support::scratch;
 
 #[test]
 fn browser_downloads_a_saved_model_and_uploads_it_again() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    let Some((_driver, s, base)) = browse(|| start_playground_wiki(30_000)) else {
         return;
     };
-    let addr = start_playground_wiki(30_000);
-    let (_driver, s) = open_session(&chromium, &chromedriver);
     let block = ".code-block[data-runnable='true']";
-    s.go(&format!("http://{addr}/docs/concepts/playground"));
+    s.go(&format!("{base}/docs/concepts/playground"));
 
     // Save: the result carries the file and the page links it for download.
-    set_code(
-        &s,
-        block,
-        "let m = sequential([#{type: \"Linear\", args: #{in_features: 4, out_features: 2}}], 5);\nsave_model(m, \"small.npz\");\nm.forward(ones([1, 4])).sum().item()",
-    );
-    s.click(&format!("{block} .run-btn"));
-    s.wait_for("the saving run", Duration::from_secs(60), || {
-        result_state(&s, block) == "ok"
-    });
+    let code = "let m = sequential([#{type: \"Linear\", args: #{in_features: 4, out_features: 2}}], 5);\nsave_model(m, \"small.npz\");\nm.forward(ones([1, 4])).sum().item()";
+    run_until(&s, block, code, ("the saving run", 60), "ok");
     let link = s.js(&format!(
         "var a = document.querySelector(\"{block} .run-file a.download-btn\"); return a ? [a.getAttribute('download'), a.getAttribute('href'), a.textContent] : null;"
     ));
@@ -61,15 +52,8 @@ fn browser_downloads_a_saved_model_and_uploads_it_again() {
     s.wait_for("the upload to be read", Duration::from_secs(10), || {
         s.text(&format!("{block} .upload-list")) == "my_model.npz"
     });
-    set_code(
-        &s,
-        block,
-        "print(uploads());\nload_model(\"my_model.npz\").forward(ones([1, 4])).sum().item()",
-    );
-    s.click(&format!("{block} .run-btn"));
-    s.wait_for("the loading run", Duration::from_secs(60), || {
-        result_state(&s, block) == "ok"
-    });
+    let code = "print(uploads());\nload_model(\"my_model.npz\").forward(ones([1, 4])).sum().item()";
+    run_until(&s, block, code, ("the loading run", 60), "ok");
     assert!(
         s.text(&format!("{block} .run-output"))
             .contains("[\"my_model.npz\"]")
@@ -82,34 +66,26 @@ fn browser_downloads_a_saved_model_and_uploads_it_again() {
     s.screenshot("playground-files-02-upload");
 
     // A name the script may not load is an error shown on the page; the next run works.
-    set_code(&s, block, "load_model(\"../my_model.npz\")");
-    s.click(&format!("{block} .run-btn"));
-    s.wait_for("the refused load", Duration::from_secs(30), || {
-        result_state(&s, block) == "error"
-    });
+    let code = "load_model(\"../my_model.npz\")";
+    run_until(&s, block, code, ("the refused load", 30), "error");
     let error = s.text(&format!("{block} .run-error")).to_lowercase();
     assert!(
         error.contains("invalid") && error.contains("plain file name"),
         "{error}"
     );
-    set_code(&s, block, "sum_all(ones([3])).item()");
-    s.click(&format!("{block} .run-btn"));
-    s.wait_for("a run after the error", Duration::from_secs(30), || {
-        result_state(&s, block) == "ok"
-    });
+    let code = "sum_all(ones([3])).item()";
+    run_until(&s, block, code, ("a run after the error", 30), "ok");
     assert_no_csp_violations(&s);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn browser_runs_the_character_transformer_tutorial_within_the_limits() {
-    let Some((chromium, chromedriver)) = browsers() else {
+    // The playground's default wall time: every block of the tutorial must fit it.
+    let Some((_driver, s, base)) = browse(|| start_playground_wiki(10_000)) else {
         return;
     };
-    // The playground's default wall time: every block of the tutorial must fit it.
-    let addr = start_playground_wiki(10_000);
-    let (_driver, s) = open_session(&chromium, &chromedriver);
-    s.go(&format!("http://{addr}/docs/tutorials/char-transformer"));
+    s.go(&format!("{base}/docs/tutorials/char-transformer"));
     let count = s
         .js("var b = document.querySelectorAll(\".code-block[data-runnable='true']\"); b.forEach(function (x, i) { x.id = 'tutorial-block-' + i; }); return b.length;")
         .as_u64()

@@ -17,8 +17,7 @@ use netcl::{Device, Tensor, ops};
 #[test]
 #[ignore = "run as a child process by the tests of this file"]
 fn child_product() {
-    let Some(dev) = common::opencl_device() else {
-        println!("NO_DEVICE");
+    let Some(dev) = common::child_device() else {
         return;
     };
     let a = Tensor::arange(&Device::builtin(), 0.0, 48.0 * 40.0, 1.0)
@@ -29,11 +28,7 @@ fn child_product() {
     let c = ops::matmul(&a, &b).expect("matmul");
     let sums = ops::sum(&c, Some(&[0]), false).expect("sum");
     let values = sums.to_vec::<f32>().expect("read");
-    let stats = netcl::program::program_stats();
-    println!(
-        "PROGRAM_STATS {}",
-        serde_json::to_string(&stats).expect("stats json")
-    );
+    common::print_program_stats();
     println!("RESULT {values:?}");
 }
 
@@ -74,6 +69,15 @@ fn run(cmd: &mut std::process::Command) -> Option<(ProgramStats, String)> {
     parse(&cmd.output().expect("spawn child"))
 }
 
+/// A fresh case `name`: its work directory, its program cache, and the counters and result of a first
+/// process on that cache (`None` without an OpenCL device).
+fn first_run(name: &str) -> Option<(PathBuf, PathBuf, ProgramStats, String)> {
+    let work = temp_dir(name);
+    let cache = work.join("programs");
+    let (stats, result) = run(&mut child(cache.to_str().unwrap(), &work))?;
+    Some((work, cache, stats, result))
+}
+
 /// The cache's entry files (no temporaries).
 fn entries(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
@@ -91,9 +95,7 @@ fn expected() -> String {
 
 #[test]
 fn a_second_process_loads_every_program_from_disk() {
-    let work = temp_dir("reuse");
-    let cache = work.join("programs");
-    let Some((first, r1)) = run(&mut child(cache.to_str().unwrap(), &work)) else {
+    let Some((work, cache, first, r1)) = first_run("reuse") else {
         return;
     };
     assert_eq!(r1, expected());
@@ -112,9 +114,7 @@ fn a_second_process_loads_every_program_from_disk() {
 
 #[test]
 fn damaged_entries_are_rebuilt_and_replaced() {
-    let work = temp_dir("corrupt");
-    let cache = work.join("programs");
-    let Some((first, r1)) = run(&mut child(cache.to_str().unwrap(), &work)) else {
+    let Some((work, cache, first, r1)) = first_run("corrupt") else {
         return;
     };
     let files = entries(&cache);

@@ -11,8 +11,7 @@ use netcl::program::ProgramStats;
 #[test]
 #[ignore = "run as a child process by the test of this file"]
 fn child_tuned_product() {
-    let Some(dev) = common::opencl_device() else {
-        println!("NO_DEVICE");
+    let Some(dev) = common::child_device() else {
         return;
     };
     let (ac, ad) = common::pair(&dev, &[3, 70, 40], 1);
@@ -24,11 +23,7 @@ fn child_tuned_product() {
         .and_then(|t| t.to_vec::<f32>())
         .expect("device");
     common::assert_close(&got, &want, 1e-4, 1e-4, "tuned bmm 3x70x40x52");
-    let stats = netcl::program::program_stats();
-    println!(
-        "PROGRAM_STATS {}",
-        serde_json::to_string(&stats).expect("stats json")
-    );
+    common::print_program_stats();
 }
 
 #[test]

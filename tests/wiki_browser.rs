@@ -127,12 +127,8 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     // A long run streams progress as a curve, and Stop ends it.
     s.go(&format!("{base}/playground"));
     let editor = ".playground-editor";
-    set_code(
-        &s,
-        editor,
-        "let i = 0;\nloop {\n    i += 1;\n    if i % 20000 == 0 { progress(#{step: i, loss: 1000.0 / i}); }\n}",
-    );
-    s.click(&format!("{editor} .run-btn"));
+    let code = "let i = 0;\nloop {\n    i += 1;\n    if i % 20000 == 0 { progress(#{step: i, loss: 1000.0 / i}); }\n}";
+    run_code(&s, editor, code);
     s.wait_for("a progress curve", Duration::from_secs(30), || {
         s.js("return document.querySelectorAll('.playground-editor .run-curve polyline').length")
             .as_u64()
@@ -148,11 +144,8 @@ fn browser_runs_examples_shows_decisions_errors_and_stops_runs() {
     s.screenshot("playground-04-stopped");
 
     // The next run gets a fresh worker; Share makes a link that reproduces the snippet.
-    set_code(&s, editor, "print(\"again\");\n6 * 7");
-    s.click(&format!("{editor} .run-btn"));
-    s.wait_for("a run after stopping", Duration::from_secs(30), || {
-        result_state(&s, editor) == "ok"
-    });
+    let again = ("a run after stopping", 30);
+    run_until(&s, editor, "print(\"again\");\n6 * 7", again, "ok");
     assert!(s.text(&format!("{editor} .run-output")).contains("42"));
     s.click(&format!("{editor} .share-btn"));
     let link = s

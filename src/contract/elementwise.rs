@@ -165,26 +165,34 @@ impl BroadcastPlan {
     }
 }
 
+operands! {
+    /// One broadcast binary op: `out = op(a, b)` following `plan`.
+    BinaryOperands {
+        op: BinaryOp,
+        a: &'a Tensor,
+        b: &'a Tensor,
+        out: &'a Tensor,
+        plan: &'a BroadcastPlan,
+    }
+}
+
+operands! {
+    /// One binary op with a scalar: `out = op(a, s)`, or `op(s, a)` when `swap`.
+    ScalarOperands {
+        op: BinaryOp,
+        a: &'a Tensor,
+        s: f32,
+        swap: bool,
+        out: &'a Tensor,
+    }
+}
+
 /// Device primitives for binary elementwise ops.
 pub(crate) trait BinaryKernels {
     /// Writes `op(a, b)` into `out` following `plan`.
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()>;
+    fn binary(&self, o: BinaryOperands<'_>) -> Result<()>;
     /// Writes `op(a, s)` (or `op(s, a)` when `swap`) into `out`.
-    fn binary_scalar(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        s: f32,
-        swap: bool,
-        out: &Tensor,
-    ) -> Result<()>;
+    fn binary_scalar(&self, o: ScalarOperands<'_>) -> Result<()>;
     /// Copies the elements of `x` into `out` (same size and dtype, f32 or f16) with a kernel, so the copy is
     /// timed like an op.
     fn copy_dense(&self, x: &Tensor, out: &Tensor) -> Result<()>;

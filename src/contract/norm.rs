@@ -89,15 +89,12 @@ pub(crate) struct BnTrain<'a> {
     pub stat: &'a Tensor,
     pub rm_out: &'a Tensor,
     pub rv_out: &'a Tensor,
+    /// A forced algorithm (else the autotuner chooses).
+    pub algo: Option<BatchNormAlgo>,
 }
 
 /// Device primitives of the normalisation layers.
 pub(crate) trait NormKernels {
     /// Training batch_norm2d: statistics over (N, H, W) per channel, the output, the running statistics.
-    fn batch_norm_train(
-        &self,
-        device: &Device,
-        bn: &BnTrain<'_>,
-        algo: Option<BatchNormAlgo>,
-    ) -> Result<()>;
+    fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()>;
 }

@@ -99,34 +99,41 @@ pub(crate) struct Ori {
     pub i: usize,
 }
 
-/// Device primitives for reductions.
-pub(crate) trait ReduceKernels: NormKernels {
-    /// One reduction pass over [O, R, I] of `x` into `out` ([O, I]) at element offset `out_off`, multiplied by
-    /// `scale`. `algo` forces an algorithm (else the autotuner chooses).
-    #[allow(clippy::too_many_arguments)]
-    fn reduce_pass(
-        &self,
-        device: &Device,
+operands! {
+    /// One reduction pass of `op` over [O, R, I] of `x` into `out` ([O, I]) at element offset `out_off`,
+    /// multiplied by `scale`; `first` when `x` is the op's input (not partial results). `algo` forces an
+    /// algorithm (else the autotuner chooses).
+    ReducePass {
         op: ReduceOp,
         first: bool,
         v: Ori,
         scale: f32,
-        x: &Tensor,
-        out: &Tensor,
+        x: &'a Tensor,
+        out: &'a Tensor,
         out_off: usize,
         algo: Option<ReduceAlgo>,
-    ) -> Result<()>;
+    }
+}
+
+operands! {
+    /// One `reduce_to_shape`: `grad` summed over the reduced axes of `plan` into `out`, with `algo` a forced
+    /// algorithm.
+    ToShape {
+        grad: &'a Tensor,
+        out: &'a Tensor,
+        plan: &'a RtsPlan,
+        algo: Option<RtsAlgo>,
+    }
+}
+
+/// Device primitives for reductions.
+pub(crate) trait ReduceKernels: NormKernels {
+    /// One reduction pass (see [`ReducePass`]).
+    fn reduce_pass(&self, device: &Device, p: ReducePass<'_>) -> Result<()>;
     /// argmax (`max`) or argmin along R of [O, R, I] into i32 `out` ([O, I]).
     fn arg_reduce(&self, max: bool, v: Ori, x: &Tensor, out: &Tensor) -> Result<()>;
     /// Sums `grad` over the reduced axes of `plan` into `out`.
-    fn reduce_to_shape(
-        &self,
-        device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        algo: Option<RtsAlgo>,
-    ) -> Result<()>;
+    fn reduce_to_shape(&self, device: &Device, r: ToShape<'_>) -> Result<()>;
     /// `out[0] = sqrt(Σ parts)`.
     fn sqrt_sum(&self, parts: &Tensor, out: &Tensor) -> Result<()>;
 }

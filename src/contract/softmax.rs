@@ -29,46 +29,37 @@ impl Serialize for SoftmaxAlgo {
     }
 }
 
+operands! {
+    /// One softmax over R of the view `v` (`log`: log-softmax), with `algo` a forced row algorithm: forward,
+    /// `src` is x and `dst` is y; backward, `src` is the forward output y and `dst` the input's gradient.
+    SoftmaxRows {
+        log: bool,
+        v: Ori,
+        src: &'a Tensor,
+        dst: &'a Tensor,
+        algo: Option<SoftmaxAlgo>,
+    }
+}
+
+operands! {
+    /// Cross-entropy of `logits` [N, C] against i32 `labels` [N], rows labelled `ignore` left out; `stats` is
+    /// `[mean loss, count, first bad row or -1]`.
+    CrossEntropy {
+        logits: &'a Tensor,
+        labels: &'a Tensor,
+        ignore: i32,
+        stats: &'a Tensor,
+    }
+}
+
 /// Device primitives for softmax and cross-entropy.
 pub(crate) trait SoftmaxKernels {
     /// `y = (log_)softmax(x)` over R of the view.
-    fn softmax(
-        &self,
-        device: &Device,
-        log: bool,
-        v: Ori,
-        x: &Tensor,
-        y: &Tensor,
-        algo: Option<SoftmaxAlgo>,
-    ) -> Result<()>;
+    fn softmax(&self, device: &Device, s: SoftmaxRows<'_>) -> Result<()>;
     /// The input gradient from the forward output `y` and the output gradient `g`.
-    #[allow(clippy::too_many_arguments)]
-    fn softmax_backward(
-        &self,
-        device: &Device,
-        log: bool,
-        v: Ori,
-        y: &Tensor,
-        g: &Tensor,
-        gx: &Tensor,
-        algo: Option<SoftmaxAlgo>,
-    ) -> Result<()>;
+    fn softmax_backward(&self, device: &Device, s: SoftmaxRows<'_>, g: &Tensor) -> Result<()>;
     /// Writes `stats = [mean loss, count, first bad row or -1]`.
-    fn cross_entropy(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-    ) -> Result<()>;
-    /// The logits' gradient given `stats` from the forward and the scalar output gradient `gout`.
-    fn cross_entropy_backward(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()>;
+    fn cross_entropy(&self, ce: CrossEntropy<'_>) -> Result<()>;
+    /// The logits' gradient `gx` given `stats` from the forward and the scalar output gradient `g`.
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()>;
 }

@@ -52,18 +52,22 @@ pub enum Step {
     },
 }
 
+operands! {
+    /// The tensors of one optimiser step: the parameter `p`, its gradient `g` and the step's state buffers
+    /// `state` (SGD: [v]; Adam: [m, v]; RMSProp: [s, b]). With `skip` (a GradScaler state buffer) the step
+    /// changes nothing when its found-inf flag is set.
+    StepOp {
+        p: &'a Tensor,
+        g: &'a Tensor,
+        state: &'a [&'a Tensor],
+        skip: Option<&'a Tensor>,
+    }
+}
+
 /// Device primitives for in-place updates.
 pub(crate) trait UpdateKernels {
-    /// Applies `step` to `p` with gradient `g` and state buffers `state` (SGD: [v]; Adam: [m, v]; RMSProp: [s, b]).
-    /// With `skip` (a GradScaler state buffer) the step changes nothing when its found-inf flag is set.
-    fn update(
-        &self,
-        step: &Step,
-        p: &Tensor,
-        g: &Tensor,
-        state: &[&Tensor],
-        skip: Option<&Tensor>,
-    ) -> Result<()>;
+    /// Applies `step` to the operands of `op`.
+    fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()>;
     /// shadow ← d·shadow + (1 − d)·p.
     fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()>;
     /// x ← s·x.

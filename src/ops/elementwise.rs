@@ -7,8 +7,8 @@
 
 use super::limit;
 use super::policy::{OpClass, expect_float, output_dtype};
-use crate::contract::elementwise::BroadcastPlan;
 pub use crate::contract::elementwise::{BinaryOp, MAX_BROADCAST_RANK};
+use crate::contract::elementwise::{BinaryOperands, BroadcastPlan, ScalarOperands};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -65,7 +65,8 @@ pub fn binary(op: BinaryOp, a: &Tensor, b: &Tensor) -> Result<Tensor> {
         return Ok(out);
     }
     limit(&out, op.name())?;
-    a.device().backend().binary(op, a, b, &out, &plan)?;
+    let operands = BinaryOperands::new(op, a, b, &out, &plan);
+    a.device().backend().binary(operands)?;
     Ok(out)
 }
 
@@ -102,7 +103,8 @@ pub fn binary_scalar(op: BinaryOp, a: &Tensor, s: f32, swap: bool) -> Result<Ten
         return Ok(out);
     }
     limit(&out, op.name())?;
-    a.device().backend().binary_scalar(op, a, s, swap, &out)?;
+    let operands = ScalarOperands::new(op, a, s, swap, &out);
+    a.device().backend().binary_scalar(operands)?;
     Ok(out)
 }
 

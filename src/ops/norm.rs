@@ -438,18 +438,48 @@ pub fn batch_norm2d_with(
         // The training kernels read f32: an f16 input is widened on the device and the output stored back in
         // the policy's dtype (the statistics stay f32).
         let dt = output_dtype(OpClass::Store16, &[x], "batch_norm2d")?;
-        let mut out = batch_norm_train(
-            &widen(x)?,
+        let x = &widen(x)?;
+        let [n, _, h, w] = nchw(x, "batch_norm2d")?;
+        if n * h * w == 0 {
+            return Err(Error::Shape(format!(
+                "batch_norm2d: training needs at least one element per channel; the input is {:?}",
+                x.shape()
+            )));
+        }
+        limit(x, "batch_norm2d")?;
+        let dev = x.device();
+        let y = Tensor::empty(dev, x.shape(), DType::F32)?;
+        let mean = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
+        let rstd = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
+        let stat = Tensor::empty(dev, &[2, c], DType::F32)?;
+        let rm_out = Tensor::empty(dev, &[c], DType::F32)?;
+        let rv_out = Tensor::empty(dev, &[c], DType::F32)?;
+        let bn = BnTrain {
+            x,
             gamma,
             beta,
-            running_mean,
-            running_var,
+            rm: running_mean,
+            rv: running_var,
             momentum,
             eps,
+            y: &y,
+            mean: &mean,
+            rstd: &rstd,
+            stat: &stat,
+            rm_out: &rm_out,
+            rv_out: &rv_out,
             algo,
-        )?;
-        out.out.y = store_as(out.out.y, dt)?;
-        Ok(out)
+        };
+        dev.backend().batch_norm_train(dev, &bn)?;
+        Ok(BatchNormOut {
+            out: NormOut {
+                y: store_as(y, dt)?,
+                mean,
+                rstd,
+            },
+            running_mean: rm_out,
+            running_var: rv_out,
+        })
     } else {
         let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
         let b = beta.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
@@ -498,53 +528,4 @@ pub fn batch_norm2d_backward(
         has_beta,
         true,
     )
-}
-
-#[allow(clippy::too_many_arguments)]
-fn batch_norm_train(
-    x: &Tensor,
-    gamma: Option<&Tensor>,
-    beta: Option<&Tensor>,
-    running_mean: &Tensor,
-    running_var: &Tensor,
-    momentum: f32,
-    eps: f32,
-    algo: Option<BatchNormAlgo>,
-) -> Result<BatchNormOut> {
-    let [n, c, h, w] = nchw(x, "batch_norm2d")?;
-    if n * h * w == 0 {
-        return Err(Error::Shape(format!(
-            "batch_norm2d: training needs at least one element per channel; the input is {:?}",
-            x.shape()
-        )));
-    }
-    limit(x, "batch_norm2d")?;
-    let dev = x.device();
-    let y = Tensor::empty(dev, x.shape(), DType::F32)?;
-    let mean = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
-    let rstd = Tensor::empty(dev, &[1, c, 1, 1], DType::F32)?;
-    let stat = Tensor::empty(dev, &[2, c], DType::F32)?;
-    let rm_out = Tensor::empty(dev, &[c], DType::F32)?;
-    let rv_out = Tensor::empty(dev, &[c], DType::F32)?;
-    let bn = BnTrain {
-        x,
-        gamma,
-        beta,
-        rm: running_mean,
-        rv: running_var,
-        momentum,
-        eps,
-        y: &y,
-        mean: &mean,
-        rstd: &rstd,
-        stat: &stat,
-        rm_out: &rm_out,
-        rv_out: &rv_out,
-    };
-    dev.backend().batch_norm_train(dev, &bn, algo)?;
-    Ok(BatchNormOut {
-        out: NormOut { y, mean, rstd },
-        running_mean: rm_out,
-        running_var: rv_out,
-    })
 }

@@ -11,6 +11,7 @@ use super::limit;
 use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
 pub(crate) use crate::contract::reduce::Ori;
 pub use crate::contract::reduce::{ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{ReducePass, ToShape};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -103,8 +104,8 @@ pub fn reduce_with(
             r: 1,
             i: 1,
         };
-        dev.backend()
-            .reduce_pass(dev, op, true, v, 1.0, x, &out, 0, algo)?;
+        let p = ReducePass::new(op, true, v, 1.0, x, &out, 0, algo);
+        dev.backend().reduce_pass(dev, p)?;
         return Ok(out);
     }
     let scale = if op == ReduceOp::Mean {
@@ -126,17 +127,9 @@ pub fn reduce_with(
             Tensor::empty(dev, &[o * i], DType::F32)?
         };
         let this_op = if k == 0 { op } else { op.rest() };
-        dev.backend().reduce_pass(
-            dev,
-            this_op,
-            k == 0,
-            Ori { o, r, i },
-            if last { scale } else { 1.0 },
-            &cur,
-            &dst,
-            0,
-            algo,
-        )?;
+        let scale = if last { scale } else { 1.0 };
+        let p = ReducePass::new(this_op, k == 0, Ori { o, r, i }, scale, &cur, &dst, 0, algo);
+        dev.backend().reduce_pass(dev, p)?;
         cur_shape[s..e].fill(1);
         cur = dst;
     }
@@ -243,9 +236,8 @@ pub fn reduce_to_shape_with(
     if out.numel() == 0 {
         return store_as(out, grad.dtype());
     }
-    grad.device()
-        .backend()
-        .reduce_to_shape(grad.device(), &wide, &out, &plan, algo)?;
+    let r = ToShape::new(&wide, &out, &plan, algo);
+    grad.device().backend().reduce_to_shape(grad.device(), r)?;
     store_as(out, grad.dtype())
 }
 
@@ -268,8 +260,8 @@ pub fn global_l2_norm(tensors: &[&Tensor]) -> Result<Tensor> {
             r: t.numel(),
             i: 1,
         };
-        dev.backend()
-            .reduce_pass(dev, ReduceOp::SumSq, true, v, 1.0, t, &parts, k, None)?;
+        let p = ReducePass::new(ReduceOp::SumSq, true, v, 1.0, t, &parts, k, None);
+        dev.backend().reduce_pass(dev, p)?;
     }
     let out = Tensor::empty(dev, &[], DType::F32)?;
     dev.backend().sqrt_sum(&parts, &out)?;

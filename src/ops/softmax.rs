@@ -9,6 +9,7 @@
 use super::limit;
 use super::policy::{OpClass, expect_float, output_dtype, store_as, widen};
 pub use crate::contract::softmax::SoftmaxAlgo;
+use crate::contract::softmax::{CrossEntropy, SoftmaxRows};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -35,9 +36,8 @@ fn forward(log: bool, x: &Tensor, axis: isize, algo: Option<SoftmaxAlgo>) -> Res
     let dtype = output_dtype(OpClass::Store16, &[x], name)?;
     let y = Tensor::empty(x.device(), x.shape(), dtype)?;
     if y.numel() > 0 {
-        x.device()
-            .backend()
-            .softmax(x.device(), log, v, x, &y, algo)?;
+        let s = SoftmaxRows::new(log, v, x, &y, algo);
+        x.device().backend().softmax(x.device(), s)?;
     }
     Ok(y)
 }
@@ -67,9 +67,8 @@ fn backward(
     // The input's gradient is stored like the output y (the input's dtype, or f16 under the policy).
     let gx = Tensor::empty(y.device(), y.shape(), y.dtype())?;
     if gx.numel() > 0 {
-        y.device()
-            .backend()
-            .softmax_backward(y.device(), log, v, y, g, &gx, algo)?;
+        let s = SoftmaxRows::new(log, v, y, &gx, algo);
+        y.device().backend().softmax_backward(y.device(), s, g)?;
     }
     Ok(gx)
 }
@@ -137,7 +136,7 @@ fn ce_stats(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tenso
     let dev = logits.device();
     let stats = Tensor::empty(dev, &[3], DType::F32)?;
     dev.backend()
-        .cross_entropy(logits, labels, ignore_index, &stats)?;
+        .cross_entropy(CrossEntropy::new(logits, labels, ignore_index, &stats))?;
     let s = stats.to_vec::<f32>()?;
     if s[2] >= 0.0 {
         let row = s[2] as usize;
@@ -185,14 +184,11 @@ pub fn cross_entropy_backward(
     let grad = widen(grad)?;
     let gx = Tensor::empty(logits.device(), logits.shape(), DType::F32)?;
     if gx.numel() > 0 {
-        logits.device().backend().cross_entropy_backward(
-            &wide,
-            labels,
-            ignore_index,
-            &stats,
-            &grad,
-            &gx,
-        )?;
+        let ce = CrossEntropy::new(&wide, labels, ignore_index, &stats);
+        logits
+            .device()
+            .backend()
+            .cross_entropy_backward(ce, &grad, &gx)?;
     }
     store_as(gx, logits.dtype())
 }

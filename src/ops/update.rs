@@ -3,6 +3,7 @@
 
 use super::limit;
 pub use crate::contract::update::Step;
+use crate::contract::update::StepOp;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -26,18 +27,13 @@ fn check(p: &Tensor, others: &[&Tensor], what: &str) -> Result<()> {
 
 /// Applies one optimiser step to `p` in place. `state` holds the step's buffers, zero-initialised by the caller.
 pub fn apply_step(step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Result<()> {
-    apply_step_unless(step, p, g, state, None)
+    apply_step_unless(step, StepOp::new(p, g, state, None))
 }
 
 /// [`apply_step`] that, with `skip` (a GradScaler state buffer), changes nothing when the buffer's found-inf
 /// flag is set: the kernel reads the flag, so the host reads nothing.
-pub(crate) fn apply_step_unless(
-    step: &Step,
-    p: &Tensor,
-    g: &Tensor,
-    state: &[&Tensor],
-    skip: Option<&Tensor>,
-) -> Result<()> {
+pub(crate) fn apply_step_unless(step: &Step, op: StepOp<'_>) -> Result<()> {
+    let (p, g, state, skip) = op.parts();
     let want = match step {
         Step::Sgd { .. } => 1,
         Step::Adam { .. } | Step::RmsProp { .. } => 2,
@@ -57,7 +53,7 @@ pub(crate) fn apply_step_unless(
     if let Some(s) = skip {
         check_scaler(s, p)?;
     }
-    p.device().backend().update(step, p, g, state, skip)
+    p.device().backend().update(step, op)
 }
 
 /// A GradScaler state buffer: four f32 on `like`'s device.

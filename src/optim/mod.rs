@@ -17,6 +17,7 @@ pub use schedule::{CosineAnnealingLR, ReduceLROnPlateau, StepLR, WarmupCosine};
 use serde::{Deserialize, Serialize};
 
 use crate::autograd::Var;
+use crate::contract::update::StepOp;
 use crate::error::{Error, Result};
 use crate::ops::update::{Step, apply_step_unless, ema_update, scale_inplace};
 use crate::tensor::Tensor;
@@ -87,15 +88,55 @@ impl Rule {
                 )))
             }
         };
+        let positive = |name: &str, v: f32| -> Result<()> {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::Invalid(format!("{name} = {v} must be > 0")))
+            }
+        };
+        // The device step carries every hyper-parameter under one variant per family.
+        match self.step(1.0, 1) {
+            Step::Sgd { momentum, wd, .. } => {
+                unit("momentum", momentum)?;
+                nonneg("weight_decay", wd)
+            }
+            Step::Adam {
+                b1, b2, eps, wd, ..
+            } => {
+                unit("beta1", b1)?;
+                unit("beta2", b2)?;
+                nonneg("weight_decay", wd)?;
+                positive("eps", eps)
+            }
+            Step::RmsProp {
+                alpha,
+                eps,
+                wd,
+                momentum,
+                ..
+            } => {
+                unit("alpha", alpha)?;
+                unit("momentum", momentum)?;
+                nonneg("weight_decay", wd)?;
+                positive("eps", eps)
+            }
+        }
+    }
+
+    /// The device step of this rule at learning rate `lr` and step number `t` (1 for the first).
+    fn step(&self, lr: f32, t: i32) -> Step {
         match *self {
             Rule::Sgd {
                 momentum,
+                nesterov,
                 weight_decay,
-                ..
-            } => {
-                unit("momentum", momentum)?;
-                nonneg("weight_decay", weight_decay)
-            }
+            } => Step::Sgd {
+                lr,
+                wd: weight_decay,
+                momentum,
+                nesterov,
+            },
             Rule::Adam {
                 beta1,
                 beta2,
@@ -107,31 +148,28 @@ impl Rule {
                 beta2,
                 eps,
                 weight_decay,
-            } => {
-                unit("beta1", beta1)?;
-                unit("beta2", beta2)?;
-                nonneg("weight_decay", weight_decay)?;
-                if eps > 0.0 && eps.is_finite() {
-                    Ok(())
-                } else {
-                    Err(Error::Invalid(format!("eps = {eps} must be > 0")))
-                }
-            }
+            } => Step::Adam {
+                lr,
+                b1: beta1,
+                b2: beta2,
+                eps,
+                wd: weight_decay,
+                decoupled: matches!(self, Rule::AdamW { .. }),
+                bc1: 1.0 - beta1.powi(t),
+                bc2: 1.0 - beta2.powi(t),
+            },
             Rule::RmsProp {
                 alpha,
                 eps,
                 weight_decay,
                 momentum,
-            } => {
-                unit("alpha", alpha)?;
-                unit("momentum", momentum)?;
-                nonneg("weight_decay", weight_decay)?;
-                if eps > 0.0 && eps.is_finite() {
-                    Ok(())
-                } else {
-                    Err(Error::Invalid(format!("eps = {eps} must be > 0")))
-                }
-            }
+            } => Step::RmsProp {
+                lr,
+                alpha,
+                eps,
+                wd: weight_decay,
+                momentum,
+            },
         }
     }
 
@@ -303,53 +341,9 @@ impl Optimizer {
                     st.push(Tensor::zeros(p.value().device(), p.shape())?);
                 }
             }
-            let step = match self.rule {
-                Rule::Sgd {
-                    momentum,
-                    nesterov,
-                    weight_decay,
-                } => Step::Sgd {
-                    lr: self.lr,
-                    wd: weight_decay,
-                    momentum,
-                    nesterov,
-                },
-                Rule::Adam {
-                    beta1,
-                    beta2,
-                    eps,
-                    weight_decay,
-                }
-                | Rule::AdamW {
-                    beta1,
-                    beta2,
-                    eps,
-                    weight_decay,
-                } => Step::Adam {
-                    lr: self.lr,
-                    b1: beta1,
-                    b2: beta2,
-                    eps,
-                    wd: weight_decay,
-                    decoupled: matches!(self.rule, Rule::AdamW { .. }),
-                    bc1: 1.0 - beta1.powi(t),
-                    bc2: 1.0 - beta2.powi(t),
-                },
-                Rule::RmsProp {
-                    alpha,
-                    eps,
-                    weight_decay,
-                    momentum,
-                } => Step::RmsProp {
-                    lr: self.lr,
-                    alpha,
-                    eps,
-                    wd: weight_decay,
-                    momentum,
-                },
-            };
+            let step = self.rule.step(self.lr, t);
             let refs: Vec<&Tensor> = st.iter().collect();
-            apply_step_unless(&step, p.value(), &g, &refs, skip)?;
+            apply_step_unless(&step, StepOp::new(p.value(), &g, &refs, skip))?;
         }
         Ok(())
     }

@@ -412,20 +412,18 @@ fn register_creation(engine: &mut Engine, ctx: &Shared) {
         );
         m
     });
-    let c = ctx.clone();
-    engine.register_fn("zeros", move |shape: Array| -> R<Var> {
-        let s = shape_arg(&shape)?;
-        precheck(&c, &s)?;
-        let d = c.borrow().device.clone();
-        track(&c, Tensor::zeros(&d, &s).map_err(engine_err)?)
-    });
-    let c = ctx.clone();
-    engine.register_fn("ones", move |shape: Array| -> R<Var> {
-        let s = shape_arg(&shape)?;
-        precheck(&c, &s)?;
-        let d = c.borrow().device.clone();
-        track(&c, Tensor::ones(&d, &s).map_err(engine_err)?)
-    });
+    // zeros(shape) and ones(shape): one binding, two constructors.
+    type Filled = fn(&crate::Device, &[usize]) -> crate::Result<Tensor>;
+    let filled: [(&str, Filled); 2] = [("zeros", Tensor::zeros), ("ones", Tensor::ones)];
+    for (name, make) in filled {
+        let c = ctx.clone();
+        engine.register_fn(name, move |shape: Array| -> R<Var> {
+            let s = shape_arg(&shape)?;
+            precheck(&c, &s)?;
+            let d = c.borrow().device.clone();
+            track(&c, make(&d, &s).map_err(engine_err)?)
+        });
+    }
     let c = ctx.clone();
     engine.register_fn("full", move |shape: Array, v: Dynamic| -> R<Var> {
         let s = shape_arg(&shape)?;

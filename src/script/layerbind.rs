@@ -28,6 +28,39 @@ fn text(s: &str) -> String {
 }
 
 /// Registers the layer and loss functions.
+/// Registers the loss `name(a, b, c, margin)`: `loss` of three tensors and a number.
+fn register_margin_loss(
+    engine: &mut Engine,
+    ctx: &Shared,
+    name: &'static str,
+    loss: fn(&Var, &Var, &Var, f32) -> crate::Result<Var>,
+) {
+    let c = ctx.clone();
+    let what = format!("{name}'s margin");
+    engine.register_fn(
+        name,
+        move |a: Var, b: Var, d: Var, margin: Dynamic| -> R<Var> {
+            let margin = float_arg(&margin, &what)? as f32;
+            track_var(&c, loss(&a, &b, &d, margin).map_err(engine_err)?)
+        },
+    );
+}
+
+/// Registers the loss `name(a, b, x)`: `loss` of two tensors and the number called `x_name`.
+fn register_pair_loss(
+    engine: &mut Engine,
+    ctx: &Shared,
+    (name, x_name): (&'static str, &str),
+    loss: fn(&Var, &Var, f32) -> crate::Result<Var>,
+) {
+    let c = ctx.clone();
+    let what = format!("{name}'s {x_name}");
+    engine.register_fn(name, move |a: Var, b: Var, x: Dynamic| -> R<Var> {
+        let x = float_arg(&x, &what)? as f32;
+        track_var(&c, loss(&a, &b, x).map_err(engine_err)?)
+    });
+}
+
 pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
     let c = ctx.clone();
     engine.register_fn(
@@ -90,49 +123,19 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
         v.into_iter().map(Dynamic::from).collect()
     });
 
-    let c = ctx.clone();
-    engine.register_fn(
-        "triplet_loss",
-        move |a: Var, p: Var, n: Var, margin: Dynamic| -> R<Var> {
-            let margin = float_arg(&margin, "triplet_loss's margin")? as f32;
-            track_var(
-                &c,
-                nn::triplet_loss(&a, &p, &n, margin, "squared", "mean").map_err(engine_err)?,
-            )
-        },
-    );
-    let c = ctx.clone();
-    engine.register_fn(
-        "contrastive_loss",
-        move |x1: Var, x2: Var, labels: Var, margin: Dynamic| -> R<Var> {
-            let margin = float_arg(&margin, "contrastive_loss's margin")? as f32;
-            track_var(
-                &c,
-                nn::contrastive_loss(&x1, &x2, labels.value(), margin, "mean")
-                    .map_err(engine_err)?,
-            )
-        },
-    );
-    let c = ctx.clone();
-    engine.register_fn(
-        "info_nce_loss",
-        move |q: Var, k: Var, temperature: Dynamic| -> R<Var> {
-            let t = float_arg(&temperature, "info_nce_loss's temperature")? as f32;
-            track_var(
-                &c,
-                nn::info_nce_loss(&q, &k, t, true, "mean", false).map_err(engine_err)?,
-            )
-        },
-    );
-    let c = ctx.clone();
-    engine.register_fn(
-        "hinge_loss",
-        move |logits: Var, targets: Var, margin: Dynamic| -> R<Var> {
-            let margin = float_arg(&margin, "hinge_loss's margin")? as f32;
-            track_var(
-                &c,
-                nn::hinge_loss(&logits, targets.value(), margin).map_err(engine_err)?,
-            )
-        },
+    register_margin_loss(engine, ctx, "triplet_loss", |a, p, n, margin| {
+        nn::triplet_loss(a, p, n, margin, "squared", "mean")
+    });
+    register_margin_loss(engine, ctx, "contrastive_loss", |x1, x2, labels, margin| {
+        nn::contrastive_loss(x1, x2, labels.value(), margin, "mean")
+    });
+    register_pair_loss(engine, ctx, ("info_nce_loss", "temperature"), |q, k, t| {
+        nn::info_nce_loss(q, k, t, true, "mean", false)
+    });
+    register_pair_loss(
+        engine,
+        ctx,
+        ("hinge_loss", "margin"),
+        |logits, targets, margin| nn::hinge_loss(logits, targets.value(), margin),
     );
 }

@@ -140,33 +140,30 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
             .collect()
     });
 
-    let make = |m: &Model, rule: &str, lr: f64, x: f64| -> R<Opt> {
+    // An optimiser of `rule` over the model's parameters, from the script's `lr` and the rule's second number
+    // `x` (SGD's momentum, AdamW's weight decay; named `x_name` in errors).
+    let make = |m: &Model, rule: &str, lr: &Dynamic, x: Option<(&Dynamic, &str)>| -> R<Opt> {
+        let lr = float_arg(lr, &format!("{rule}'s lr"))? as f32;
+        let x = match x {
+            Some((v, x_name)) => float_arg(v, &format!("{rule}'s {x_name}"))? as f32,
+            None => 0.0,
+        };
         let params = m.0.borrow().parameters();
         let o = match rule {
-            "sgd" => Optimizer::sgd(params, lr as f32, x as f32, 0.0),
-            "adam" => Optimizer::adam(params, lr as f32, x as f32),
-            _ => Optimizer::adamw(params, lr as f32, x as f32),
+            "sgd" => Optimizer::sgd(params, lr, x, 0.0),
+            "adam" => Optimizer::adam(params, lr, x),
+            _ => Optimizer::adamw(params, lr, x),
         };
         Ok(Opt(Rc::new(RefCell::new(o.map_err(engine_err)?))))
     };
-    engine.register_fn("sgd", move |m: Model, lr: Dynamic, momentum: Dynamic| {
-        make(
-            &m,
-            "sgd",
-            float_arg(&lr, "sgd's lr")?,
-            float_arg(&momentum, "sgd's momentum")?,
-        )
+    engine.register_fn("sgd", move |m: Model, lr: Dynamic, mu: Dynamic| {
+        make(&m, "sgd", &lr, Some((&mu, "momentum")))
     });
     engine.register_fn("adam", move |m: Model, lr: Dynamic| {
-        make(&m, "adam", float_arg(&lr, "adam's lr")?, 0.0)
+        make(&m, "adam", &lr, None)
     });
     engine.register_fn("adamw", move |m: Model, lr: Dynamic, wd: Dynamic| {
-        make(
-            &m,
-            "adamw",
-            float_arg(&lr, "adamw's lr")?,
-            float_arg(&wd, "adamw's weight_decay")?,
-        )
+        make(&m, "adamw", &lr, Some((&wd, "weight_decay")))
     });
     engine.register_fn("step", |o: &mut Opt| -> R<()> {
         o.0.borrow_mut().step().map_err(engine_err)

@@ -247,13 +247,7 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
                 },
                 output_padding: [opt_usize(&o, "output_padding", 0)?; 2],
             };
-            let n = outsize::conv_transpose2d(
-                x.value().shape(),
-                w.value().shape(),
-                opts.conv.stride[0],
-                opts.conv.padding[0],
-                opts.output_padding[0],
-            );
+            let n = outsize::conv_transpose2d(x.value().shape(), w.value().shape(), &opts);
             precharge(&c, n, "`conv_transpose2d`")?;
             track_var(
                 &c,

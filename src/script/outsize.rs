@@ -4,6 +4,8 @@
 //! Each function gives the output's element count; `Some(0)` where the shapes or options do not fit the op (the
 //! op itself then reports the problem in its own words), `None` where the count overflows (always over a limit).
 
+use crate::ops::ConvTranspose2dOptions;
+
 /// The product of `shape`; `None` on overflow.
 pub(crate) fn product(shape: &[usize]) -> Option<usize> {
     shape.iter().try_fold(1usize, |a, &d| a.checked_mul(d))
@@ -49,17 +51,17 @@ pub(crate) fn depthwise(x: &[usize], w: &[usize], stride: usize, padding: usize)
 }
 
 /// `conv_transpose2d(x, w)`: (N, Cout, (H−1)·s − 2p + K + output_padding, …) for x (N, Cin, H, W) and
-/// w (Cin, Cout, KH, KW).
+/// w (Cin, Cout, KH, KW), with the first stride, padding and output padding of `opts`.
 pub(crate) fn conv_transpose2d(
     x: &[usize],
     w: &[usize],
-    stride: usize,
-    padding: usize,
-    output_padding: usize,
+    opts: &ConvTranspose2dOptions,
 ) -> Option<usize> {
     let ([n, _, h, wd], [_, f, kh, kw]) = (x, w) else {
         return Some(0);
     };
+    let (stride, padding) = (opts.conv.stride[0], opts.conv.padding[0]);
+    let output_padding = opts.output_padding[0];
     let side = |size: usize, k: usize| -> Option<usize> {
         if k == 0 {
             return Some(0);
@@ -144,6 +146,19 @@ pub(crate) fn broadcast(shapes: &[&[usize]]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ops::Conv2dOptions;
+
+    /// Transposed-convolution options of one stride, padding and output padding.
+    fn transposed(stride: usize, padding: usize, output_padding: usize) -> ConvTranspose2dOptions {
+        ConvTranspose2dOptions {
+            conv: Conv2dOptions {
+                stride: [stride; 2],
+                padding: [padding; 2],
+                ..Conv2dOptions::default()
+            },
+            output_padding: [output_padding; 2],
+        }
+    }
 
     #[test]
     fn sizes_match_the_ops() {
@@ -157,7 +172,7 @@ mod tests {
         assert_eq!(depthwise(&[1, 8, 5, 5], &[8, 1, 3, 3], 1, 1), Some(8 * 25));
         // (4 − 1)·2 + 3 + 1 − 2 = 8
         assert_eq!(
-            conv_transpose2d(&[1, 2, 4, 4], &[2, 5, 3, 3], 2, 1, 1),
+            conv_transpose2d(&[1, 2, 4, 4], &[2, 5, 3, 3], &transposed(2, 1, 1)),
             Some(5 * 64)
         );
         assert_eq!(pool2d(&[1, 2, 8, 8], 2, 2, 0), Some(2 * 16));
@@ -176,7 +191,7 @@ mod tests {
         let big = usize::MAX / 2;
         assert_eq!(upsample(&[1, 1, 4, 4], big), None);
         assert_eq!(
-            conv_transpose2d(&[1, 1, 4, 4], &[1, 1, 3, 3], big, 0, 0),
+            conv_transpose2d(&[1, 1, 4, 4], &[1, 1, 3, 3], &transposed(big, 0, 0)),
             None
         );
         assert_eq!(conv2d(&[1, 1, 4, 4], &[1, 1, 3, 3], 1, big, 1), None);

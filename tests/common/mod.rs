@@ -30,6 +30,29 @@ pub fn cpu() -> Device {
     Device::builtin()
 }
 
+/// The built-in device, then the OpenCL device when there is one.
+pub fn devices() -> Vec<Device> {
+    let mut v = vec![cpu()];
+    v.extend(opencl_device());
+    v
+}
+
+/// The OpenCL device of a child process; without one, prints `NO_DEVICE` for its test to read.
+pub fn child_device() -> Option<Device> {
+    let dev = opencl_device();
+    if dev.is_none() {
+        println!("NO_DEVICE");
+    }
+    dev
+}
+
+/// Prints this process's program counters as a `PROGRAM_STATS` line (a child process's report to its test).
+pub fn print_program_stats() {
+    let stats = netcl::program::program_stats();
+    let json = serde_json::to_string(&stats).expect("stats json");
+    println!("PROGRAM_STATS {json}");
+}
+
 /// Asserts `|got − want| ≤ atol + rtol·|want|` elementwise, with NaN matching NaN and infinities matching exactly.
 pub fn assert_close(got: &[f32], want: &[f32], atol: f32, rtol: f32, what: &str) {
     assert_eq!(
@@ -175,6 +198,14 @@ pub fn central_difference(
         .assign(&Tensor::from_slice(&dev, base, x.shape()).expect("t"))
         .expect("restore");
     fd
+}
+
+/// Asserts that the derivative `got` matches its central difference `fd` within `tol`·(1 + |fd|).
+pub fn assert_matches_fd(got: f32, fd: f64, tol: f64, what: &str) {
+    assert!(
+        (got as f64 - fd).abs() <= tol * (1.0 + fd.abs()),
+        "{what}: {got} vs {fd}"
+    );
 }
 
 /// Fails unless `r` is an error whose message contains `want`; `case` names the bad input.

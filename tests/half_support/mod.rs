@@ -1,4 +1,6 @@
-//! Helpers of the f16 tests: seeded f16 inputs with their widened reference copy, and f16 rounding.
+//! Helpers of the f16 tests: seeded f16 inputs with their widened reference copy, f16 rounding, and the
+//! comparisons built on them.
+#![allow(dead_code)]
 
 use netcl::half::{f16_to_f32, f32_to_f16};
 use netcl::{DType, Device, Tensor};
@@ -26,4 +28,16 @@ pub fn rounded(t: &Tensor) -> Vec<f32> {
         .into_iter()
         .map(|v| f16_to_f32(f32_to_f16(v)))
         .collect()
+}
+
+/// Checks `got` (an f16 or f32 tensor, read as f32) against the reference `want` rounded to f16.
+pub fn assert_rounded(got: &Tensor, want: &Tensor, atol: f32, rtol: f32, what: &str) {
+    let got = got.to_f32_vec().expect("read");
+    crate::common::assert_close(&got, &rounded(want), atol, rtol, what);
+}
+
+/// [`crate::common::assert_close`] on the values of two tensors of any float dtype, read as f32.
+pub fn assert_read_close(got: &Tensor, want: &Tensor, atol: f32, rtol: f32, what: &str) {
+    let read = |t: &Tensor| t.to_f32_vec().expect("read");
+    crate::common::assert_close(&read(got), &read(want), atol, rtol, what);
 }

@@ -398,6 +398,21 @@ pub fn set_code(s: &Session, block: &str, code: &str) {
     );
 }
 
+/// Puts `code` in the runnable block `block` and starts it.
+pub fn run_code(s: &Session, block: &str, code: &str) {
+    set_code(s, block, code);
+    s.click(&format!("{block} .run-btn"));
+}
+
+/// [`run_code`], then waits up to `secs` seconds for the block's result to be `state` (`ok`, `error`); `what`
+/// names the run in a timeout.
+pub fn run_until(s: &Session, block: &str, code: &str, (what, secs): (&str, u64), state: &str) {
+    run_code(s, block, code);
+    s.wait_for(what, Duration::from_secs(secs), || {
+        result_state(s, block) == state
+    });
+}
+
 pub fn result_state(s: &Session, block: &str) -> String {
     s.call(
         "POST",

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::Backend;
-use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::contract::elementwise::{BinaryKernels, BinaryOperands, ScalarOperands};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -20,14 +20,8 @@ impl BinaryKernels for CpuDevice {
         crate::backend::cpu::host::write_f32(out, &src)
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()> {
+    fn binary(&self, operands: BinaryOperands<'_>) -> Result<()> {
+        let (op, a, b, out, plan) = operands.parts();
         crate::backend::cpu::host::map_f32(&[a, b], out, |ins, o| {
             let (x, y) = (ins[0], ins[1]);
             if plan.same {
@@ -56,14 +50,8 @@ impl BinaryKernels for CpuDevice {
         })
     }
 
-    fn binary_scalar(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        s: f32,
-        swap: bool,
-        out: &Tensor,
-    ) -> Result<()> {
+    fn binary_scalar(&self, operands: ScalarOperands<'_>) -> Result<()> {
+        let (op, a, s, swap, out) = operands.parts();
         crate::backend::cpu::host::map_f32(&[a], out, |ins, o| {
             for (o, &x) in o.iter_mut().zip(ins[0]) {
                 *o = if swap { op.apply(s, x) } else { op.apply(x, s) };

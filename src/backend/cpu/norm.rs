@@ -2,18 +2,13 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::NormKernels;
-use crate::contract::norm::{BatchNormAlgo, BnTrain};
+use crate::contract::norm::BnTrain;
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
 impl NormKernels for CpuDevice {
-    fn batch_norm_train(
-        &self,
-        _device: &Device,
-        bn: &BnTrain<'_>,
-        _algo: Option<BatchNormAlgo>,
-    ) -> Result<()> {
+    fn batch_norm_train(&self, _device: &Device, bn: &BnTrain<'_>) -> Result<()> {
         let s = bn.x.shape();
         let (n, c, p) = (s[0], s[1], s[2] * s[3]);
         let read = |t: Option<&Tensor>| t.map(|t| t.to_vec::<f32>()).transpose();

@@ -2,7 +2,7 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::ReduceKernels;
-use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{Ori, ReduceOp, ReducePass, ToShape};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -41,18 +41,8 @@ fn fold_ref(op: ReduceOp, vals: impl Iterator<Item = f32>, first: bool) -> f64 {
 }
 
 impl ReduceKernels for CpuDevice {
-    fn reduce_pass(
-        &self,
-        _device: &Device,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
-        _algo: Option<ReduceAlgo>,
-    ) -> Result<()> {
+    fn reduce_pass(&self, _device: &Device, p: ReducePass<'_>) -> Result<()> {
+        let (op, first, v, scale, x, out, out_off, _) = p.parts();
         // `out` may be a slot buffer written in several calls: read it first, then write it back whole.
         let mut cur = out.to_vec::<f32>()?;
         let xs = x.to_f32_vec()?;
@@ -96,14 +86,8 @@ impl ReduceKernels for CpuDevice {
             .write(out.storage(), 0, bytemuck::cast_slice(&res))
     }
 
-    fn reduce_to_shape(
-        &self,
-        _device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        _algo: Option<RtsAlgo>,
-    ) -> Result<()> {
+    fn reduce_to_shape(&self, _device: &Device, r: ToShape<'_>) -> Result<()> {
+        let (grad, out, plan, _) = r.parts();
         crate::backend::cpu::host::map_f32(&[grad], out, |ins, o| {
             let g = ins[0];
             let decomp = |mut rem: usize, shape: &[usize], stride: &[usize]| -> usize {

@@ -2,11 +2,27 @@
 
 use crate::backend::cpu::CpuDevice;
 use crate::contract::SoftmaxKernels;
-use crate::contract::reduce::Ori;
-use crate::contract::softmax::SoftmaxAlgo;
+use crate::contract::softmax::{CrossEntropy, SoftmaxRows};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
+
+/// The largest of `xs` in f64, NaN if any is NaN.
+fn max_f64(xs: impl Iterator<Item = f64>) -> f64 {
+    xs.fold(f64::NEG_INFINITY, |a, b| {
+        if a.is_nan() || b.is_nan() {
+            f64::NAN
+        } else {
+            a.max(b)
+        }
+    })
+}
+
+/// `(max, Σ e^(x − max))` of a row in f64.
+fn row_max_sum(p: &[f32]) -> (f64, f64) {
+    let m = max_f64(p.iter().map(|&v| v as f64));
+    (m, p.iter().map(|&v| (v as f64 - m).exp()).sum())
+}
 
 /// Reference softmax of one strided lane in f64.
 fn lane_softmax(
@@ -16,15 +32,7 @@ fn lane_softmax(
     r: usize,
     out: &mut [f32],
 ) {
-    let m = (0..r)
-        .map(|k| x[idx(k)] as f64)
-        .fold(f64::NEG_INFINITY, |a, b| {
-            if a.is_nan() || b.is_nan() {
-                f64::NAN
-            } else {
-                a.max(b)
-            }
-        });
+    let m = max_f64((0..r).map(|k| x[idx(k)] as f64));
     let z: f64 = (0..r).map(|k| (x[idx(k)] as f64 - m).exp()).sum();
     for k in 0..r {
         let v = x[idx(k)] as f64 - m;
@@ -33,15 +41,8 @@ fn lane_softmax(
 }
 
 impl SoftmaxKernels for CpuDevice {
-    fn softmax(
-        &self,
-        _device: &Device,
-        log: bool,
-        v: Ori,
-        x: &Tensor,
-        y: &Tensor,
-        _algo: Option<SoftmaxAlgo>,
-    ) -> Result<()> {
+    fn softmax(&self, _device: &Device, s: SoftmaxRows<'_>) -> Result<()> {
+        let (log, v, x, y, _) = s.parts();
         crate::backend::cpu::host::map_f32(&[x], y, |ins, out| {
             for o in 0..v.o {
                 for i in 0..v.i {
@@ -51,16 +52,8 @@ impl SoftmaxKernels for CpuDevice {
         })
     }
 
-    fn softmax_backward(
-        &self,
-        _device: &Device,
-        log: bool,
-        v: Ori,
-        y: &Tensor,
-        g: &Tensor,
-        gx: &Tensor,
-        _algo: Option<SoftmaxAlgo>,
-    ) -> Result<()> {
+    fn softmax_backward(&self, _device: &Device, s: SoftmaxRows<'_>, g: &Tensor) -> Result<()> {
+        let (log, v, y, gx, _) = s.parts();
         crate::backend::cpu::host::map_f32(&[y, g], gx, |ins, out| {
             let (ys, gs) = (ins[0], ins[1]);
             for o in 0..v.o {
@@ -88,13 +81,8 @@ impl SoftmaxKernels for CpuDevice {
         })
     }
 
-    fn cross_entropy(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy(&self, ce: CrossEntropy<'_>) -> Result<()> {
+        let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let x = logits.to_vec::<f32>()?;
         let labs = labels.to_vec::<i32>()?;
@@ -110,14 +98,7 @@ impl SoftmaxKernels for CpuDevice {
                 continue;
             }
             let p = &x[row * c..(row + 1) * c];
-            let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| {
-                if a.is_nan() || b.is_nan() {
-                    f64::NAN
-                } else {
-                    a.max(b)
-                }
-            });
-            let z: f64 = p.iter().map(|&v| (v as f64 - m).exp()).sum();
+            let (m, z) = row_max_sum(p);
             sum += z.ln() + m - p[lab as usize] as f64;
             count += 1;
         }
@@ -128,19 +109,12 @@ impl SoftmaxKernels for CpuDevice {
             .write(stats.storage(), 0, bytemuck::cast_slice(&s))
     }
 
-    fn cross_entropy_backward(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()> {
+        let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let labs = labels.to_vec::<i32>()?;
         let count = stats.to_vec::<f32>()?[1] as f64;
-        let g = gout.to_vec::<f32>()?[0] as f64;
+        let g = g.to_vec::<f32>()?[0] as f64;
         crate::backend::cpu::host::map_f32(&[logits], gx, |ins, out| {
             let x = ins[0];
             for row in 0..n {
@@ -151,14 +125,7 @@ impl SoftmaxKernels for CpuDevice {
                     continue;
                 }
                 let p = &x[row * c..(row + 1) * c];
-                let m = p.iter().map(|&v| v as f64).fold(f64::NEG_INFINITY, |a, b| {
-                    if a.is_nan() || b.is_nan() {
-                        f64::NAN
-                    } else {
-                        a.max(b)
-                    }
-                });
-                let z: f64 = p.iter().map(|&v| (v as f64 - m).exp()).sum();
+                let (m, z) = row_max_sum(p);
                 for k in 0..c {
                     let s = (p[k] as f64 - m).exp() / z - if k == lab as usize { 1.0 } else { 0.0 };
                     q[k] = (s * g / count) as f32;

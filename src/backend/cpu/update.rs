@@ -1,7 +1,7 @@
 //! In-place updates on the built-in device.
 
 use crate::backend::cpu::{CpuDevice, access as cpu_access, host};
-use crate::contract::update::{Step, UpdateKernels};
+use crate::contract::update::{Step, StepOp, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -25,14 +25,8 @@ fn with_state(state: &Tensor, f: impl FnOnce(&mut [f32])) -> Result<()> {
 }
 
 impl UpdateKernels for CpuDevice {
-    fn update(
-        &self,
-        step: &Step,
-        p: &Tensor,
-        g: &Tensor,
-        state: &[&Tensor],
-        skip: Option<&Tensor>,
-    ) -> Result<()> {
+    fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()> {
+        let (p, g, state, skip) = op.parts();
         if let Some(s) = skip
             && flag(s)?
         {
@@ -41,9 +35,20 @@ impl UpdateKernels for CpuDevice {
         let n = p.numel();
         let mut pw = cpu_access::write(p)?;
         let gw = cpu_access::read(g)?;
+        // The step's state buffers `a` and `b`: SGD's velocity in `a` (`b` is empty); Adam's moments m and v;
+        // RMSProp's mean square s and momentum buffer b.
         let mut s0 = cpu_access::write(state[0])?;
+        let mut s1 = match state.get(1) {
+            Some(t) => Some(cpu_access::write(t)?),
+            None => None,
+        };
         let pv = f32s_mut(&mut pw, n);
         let gv = f32s(&gw, n);
+        let a = f32s_mut(&mut s0, n);
+        let b = s1
+            .as_deref_mut()
+            .map(|w| f32s_mut(w, n))
+            .unwrap_or_default();
         match *step {
             Step::Sgd {
                 lr,
@@ -51,12 +56,11 @@ impl UpdateKernels for CpuDevice {
                 momentum,
                 nesterov,
             } => {
-                let v = f32s_mut(&mut s0, n);
                 for i in 0..n {
                     let mut gi = gv[i] + wd * pv[i];
                     if momentum != 0.0 {
-                        v[i] = momentum * v[i] + gi;
-                        gi = if nesterov { gi + momentum * v[i] } else { v[i] };
+                        a[i] = momentum * a[i] + gi;
+                        gi = if nesterov { gi + momentum * a[i] } else { a[i] };
                     }
                     pv[i] -= lr * gi;
                 }
@@ -71,9 +75,6 @@ impl UpdateKernels for CpuDevice {
                 bc1,
                 bc2,
             } => {
-                let mut s1 = cpu_access::write(state[1])?;
-                let m = f32s_mut(&mut s0, n);
-                let v = f32s_mut(&mut s1, n);
                 for i in 0..n {
                     let mut gi = gv[i];
                     if decoupled {
@@ -81,9 +82,9 @@ impl UpdateKernels for CpuDevice {
                     } else {
                         gi += wd * pv[i];
                     }
-                    m[i] = b1 * m[i] + (1.0 - b1) * gi;
-                    v[i] = b2 * v[i] + (1.0 - b2) * gi * gi;
-                    pv[i] -= lr * (m[i] / bc1) / ((v[i] / bc2).sqrt() + eps);
+                    a[i] = b1 * a[i] + (1.0 - b1) * gi;
+                    b[i] = b2 * b[i] + (1.0 - b2) * gi * gi;
+                    pv[i] -= lr * (a[i] / bc1) / ((b[i] / bc2).sqrt() + eps);
                 }
             }
             Step::RmsProp {
@@ -93,13 +94,10 @@ impl UpdateKernels for CpuDevice {
                 wd,
                 momentum,
             } => {
-                let mut s1 = cpu_access::write(state[1])?;
-                let s = f32s_mut(&mut s0, n);
-                let b = f32s_mut(&mut s1, n);
                 for i in 0..n {
                     let gi = gv[i] + wd * pv[i];
-                    s[i] = alpha * s[i] + (1.0 - alpha) * gi * gi;
-                    let st = gi / (s[i].sqrt() + eps);
+                    a[i] = alpha * a[i] + (1.0 - alpha) * gi * gi;
+                    let st = gi / (a[i].sqrt() + eps);
                     if momentum != 0.0 {
                         b[i] = momentum * b[i] + lr * st;
                         pv[i] -= b[i];

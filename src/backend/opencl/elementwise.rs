@@ -3,7 +3,7 @@
 use crate::backend::opencl::abi::{KernelArgs, cast as cast_abi, elementwise as abi};
 use crate::backend::opencl::program::{ClKernel, Defines, QuickKey, quick_key};
 use crate::backend::opencl::{ClDevice, Event};
-use crate::contract::elementwise::{BinaryKernels, BinaryOp, BroadcastPlan};
+use crate::contract::elementwise::{BinaryKernels, BinaryOp, BinaryOperands, ScalarOperands};
 use crate::contract::vocab::instantiate;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -80,7 +80,7 @@ impl ClDevice {
     }
 
     /// Launches `k` over `items` work-items in groups of [`ClDevice::group`]`(g)`, or of the driver's choice.
-    fn launch_1d<'a, A: KernelArgs<'a>>(
+    pub(crate) fn launch_1d<'a, A: KernelArgs<'a>>(
         &self,
         k: &ClKernel,
         args: &A,
@@ -201,14 +201,8 @@ impl BinaryKernels for ClDevice {
         Ok(())
     }
 
-    fn binary(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        b: &Tensor,
-        out: &Tensor,
-        plan: &BroadcastPlan,
-    ) -> Result<()> {
+    fn binary(&self, operands: BinaryOperands<'_>) -> Result<()> {
+        let (op, a, b, out, plan) = operands.parts();
         // Kernels are found by a compact key: a hot loop neither writes the op's expression nor the defines.
         let halves = half_bits(&[a, b, out]);
         let defines = || {
@@ -289,14 +283,8 @@ impl BinaryKernels for ClDevice {
         Ok(())
     }
 
-    fn binary_scalar(
-        &self,
-        op: BinaryOp,
-        a: &Tensor,
-        s: f32,
-        swap: bool,
-        out: &Tensor,
-    ) -> Result<()> {
+    fn binary_scalar(&self, operands: ScalarOperands<'_>) -> Result<()> {
+        let (op, a, s, swap, out) = operands.parts();
         let n = out.numel();
         let halves = half_bits(&[a, out]);
         let halves_of = [("A_HALF", a), ("OUT_HALF", out)];

@@ -3,7 +3,7 @@
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::autotune::{self, Source, TuneKey, bucket};
+use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::norm as abi;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, events_ms};
@@ -322,12 +322,7 @@ impl ClDevice {
             rm_out: a.rm_out,
             rv_out: a.rv_out,
         };
-        evs.push(self.run(
-            &k,
-            &args,
-            &[c],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?);
+        evs.push(self.launch_1d(&k, &args, c, Some(64))?);
         match algo.apply {
             BnApply::Flat => {
                 let total = if vec4 { n * c * p / 4 } else { n * c * p };
@@ -365,12 +360,7 @@ impl ClDevice {
 }
 
 impl NormKernels for ClDevice {
-    fn batch_norm_train(
-        &self,
-        device: &Device,
-        bn: &BnTrain<'_>,
-        algo: Option<BatchNormAlgo>,
-    ) -> Result<()> {
+    fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
         let key = TuneKey::new(
@@ -383,7 +373,7 @@ impl NormKernels for ClDevice {
             ],
         )
         .source(kernel_source("norm").unwrap_or_default());
-        let chosen = match algo {
+        let chosen = match bn.algo {
             Some(a) => {
                 let max_wg = self.info.max_work_group_size.max(1);
                 let ok = match a.stats {
@@ -401,13 +391,7 @@ impl NormKernels for ClDevice {
                         "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
                     )));
                 }
-                autotune::record_choice(
-                    device,
-                    &key,
-                    &a,
-                    Source::Forced,
-                    "algorithm given by the caller",
-                );
+                super::reduce::record_forced(device, &key, &a);
                 a
             }
             None => match autotune::answered(device, &key) {

@@ -10,7 +10,7 @@ use crate::backend::opencl::abi::reduce as abi;
 use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, events_ms};
 use crate::contract::ReduceKernels;
-use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, RtsAlgo, RtsPlan};
+use crate::contract::reduce::{Ori, ReduceAlgo, ReduceOp, ReducePass, RtsAlgo, RtsPlan, ToShape};
 use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
@@ -49,6 +49,12 @@ fn once_per_key(key: &str) -> bool {
         Ok(mut g) => g.get_or_insert_with(HashSet::new).insert(key.to_owned()),
         Err(_) => false,
     }
+}
+
+/// Records `a` as the algorithm the caller forced for `key`.
+pub(crate) fn record_forced<C: serde::Serialize>(device: &Device, key: &TuneKey, a: &C) {
+    let why = "algorithm given by the caller";
+    autotune::record_choice(device, key, a, Source::Forced, why);
 }
 
 fn int8(v: &[usize]) -> [i32; 8] {
@@ -141,28 +147,27 @@ impl ClDevice {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// Runs pass `p` with `algo`: in one launch, or in two when the algorithm splits R into groups (partials
+    /// [O, G, I], then a fold of G with the same kind of kernel).
     fn run_pass(
         &self,
         device: &Device,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
+        p: ReducePass<'_>,
         algo: ReduceAlgo,
     ) -> Result<Vec<crate::backend::opencl::Event>> {
+        let v = p.v;
         let g = algo.groups().min(v.r.max(1));
         if g == 1 {
-            return Ok(vec![
-                self.launch_pass(op, first, v, 1, scale, x, out, out_off, algo)?,
-            ]);
+            return Ok(vec![self.launch_pass(p, 1, algo)?]);
         }
-        // Two stages: partials [O, G, I], then fold G with the same kind of kernel.
         let partial = Tensor::empty(device, &[v.o * g * v.i], DType::F32)?;
-        let e1 = self.launch_pass(op, first, v, g, 1.0, x, &partial, 0, algo)?;
+        let stage1 = ReducePass {
+            scale: 1.0,
+            out: &partial,
+            out_off: 0,
+            ..p
+        };
+        let e1 = self.launch_pass(stage1, g, algo)?;
         let second = match algo {
             ReduceAlgo::Wg(l, _) => ReduceAlgo::Wg(l.min(g.next_power_of_two()).max(1), 1),
             ReduceAlgo::Chunk(_) => ReduceAlgo::Chunk(1),
@@ -170,37 +175,25 @@ impl ClDevice {
             ReduceAlgo::ColBlk(cols, _) => ReduceAlgo::ColBlk(cols, 1),
             ReduceAlgo::Stream(_) => ReduceAlgo::ColBlk(8, 1),
         };
-        let e2 = self.launch_pass(
-            op.rest(),
-            false,
-            Ori {
-                o: v.o,
-                r: g,
-                i: v.i,
-            },
-            1,
-            scale,
-            &partial,
-            out,
-            out_off,
-            second,
-        )?;
+        let stage2 = ReducePass {
+            op: p.op.rest(),
+            first: false,
+            v: Ori { r: g, ..v },
+            x: &partial,
+            ..p
+        };
+        let e2 = self.launch_pass(stage2, 1, second)?;
         Ok(vec![e1, e2])
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// One launch of pass `p` with `algo`, R split into `g` groups.
     fn launch_pass(
         &self,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
+        p: ReducePass<'_>,
         g: usize,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
         algo: ReduceAlgo,
     ) -> Result<crate::backend::opencl::Event> {
+        let (op, first, v, scale, x, out, out_off, _) = p.parts();
         let rc = v.r.div_ceil(g).max(1);
         let half = x.dtype() == DType::F16;
         let defines = half_defines(reduce_defines(op, first), &[("IN_HALF", x)]);
@@ -324,11 +317,10 @@ impl ClDevice {
     fn run_rts(
         &self,
         device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
+        r: ToShape<'_>,
         algo: RtsAlgo,
     ) -> Result<Vec<crate::backend::opencl::Event>> {
+        let (grad, out, plan, _) = r.parts();
         let total = out.numel();
         let g = match algo {
             RtsAlgo::Wg(g) | RtsAlgo::Flat(g) => g.max(1),
@@ -399,30 +391,15 @@ impl ClDevice {
                 part: p.storage(),
                 out: out.storage(),
             };
-            evs.push(self.run(
-                &k,
-                &args,
-                &[total],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?);
+            evs.push(self.launch_1d(&k, &args, total, Some(64))?);
         }
         Ok(evs)
     }
 }
 
 impl ReduceKernels for ClDevice {
-    fn reduce_pass(
-        &self,
-        device: &Device,
-        op: ReduceOp,
-        first: bool,
-        v: Ori,
-        scale: f32,
-        x: &Tensor,
-        out: &Tensor,
-        out_off: usize,
-        algo: Option<ReduceAlgo>,
-    ) -> Result<()> {
+    fn reduce_pass(&self, device: &Device, p: ReducePass<'_>) -> Result<()> {
+        let (v, x, algo) = (p.v, p.x, p.algo);
         let mut fields = vec![
             ("o", bucket(v.o)),
             ("r", bucket(v.r)),
@@ -454,22 +431,16 @@ impl ReduceKernels for ClDevice {
         let chosen = match algo.filter(eligible) {
             Some(a) => {
                 if once_per_key(&format!("reduce|{}|{a:?}", key.shape_key())) {
-                    autotune::record_choice(
-                        device,
-                        &key,
-                        &a,
-                        Source::Forced,
-                        "algorithm given by the caller",
-                    );
+                    record_forced(device, &key, &a);
                 }
                 a
             }
             None if v.r <= 1 => cands[default],
             None => autotune::tune(device, &key, &cands, default, |c| {
-                events_ms(&self.run_pass(device, op, first, v, scale, x, out, out_off, *c)?)
+                events_ms(&self.run_pass(device, p, *c)?)
             })?,
         };
-        self.run_pass(device, op, first, v, scale, x, out, out_off, chosen)?;
+        self.run_pass(device, p, chosen)?;
         Ok(())
     }
 
@@ -493,23 +464,12 @@ impl ReduceKernels for ClDevice {
             x: x.storage(),
             out: out.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[total],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.launch_1d(&k, &args, total, Some(64))?;
         Ok(())
     }
 
-    fn reduce_to_shape(
-        &self,
-        device: &Device,
-        grad: &Tensor,
-        out: &Tensor,
-        plan: &RtsPlan,
-        algo: Option<RtsAlgo>,
-    ) -> Result<()> {
+    fn reduce_to_shape(&self, device: &Device, r: ToShape<'_>) -> Result<()> {
+        let (grad, out, plan, algo) = r.parts();
         let total = out.numel();
         let wg =
             plan.r >= 256 && self.info.max_work_group_size >= 256 && algo != Some(RtsAlgo::Item);
@@ -541,12 +501,7 @@ impl ReduceKernels for ClDevice {
                 grad: grad.storage(),
                 out: out.storage(),
             };
-            self.run(
-                &k,
-                &args,
-                &[total],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?;
+            self.launch_1d(&k, &args, total, Some(64))?;
             return Ok(());
         }
         let chosen = match algo {
@@ -556,14 +511,13 @@ impl ReduceKernels for ClDevice {
                     device.info().index,
                     key.shape_key()
                 )) {
-                    let why = "algorithm given by the caller";
-                    autotune::record_choice(device, &key, &a, Source::Forced, why);
+                    record_forced(device, &key, &a);
                 }
                 a
             }
             None => {
                 if let Some(a) = autotune::answered::<RtsAlgo>(device, &key) {
-                    self.run_rts(device, grad, out, plan, a)?;
+                    self.run_rts(device, r, a)?;
                     return Ok(());
                 }
                 let cands = self.rts_candidates(total, plan);
@@ -575,11 +529,11 @@ impl ReduceKernels for ClDevice {
                     cands.len() - 1
                 };
                 autotune::tune(device, &key, &cands, default, |a| {
-                    events_ms(&self.run_rts(device, grad, out, plan, *a)?)
+                    events_ms(&self.run_rts(device, r, *a)?)
                 })?
             }
         };
-        self.run_rts(device, grad, out, plan, chosen)?;
+        self.run_rts(device, r, chosen)?;
         Ok(())
     }
 

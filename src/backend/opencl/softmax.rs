@@ -7,7 +7,7 @@ use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::SoftmaxKernels;
 use crate::contract::reduce::Ori;
-use crate::contract::softmax::SoftmaxAlgo;
+use crate::contract::softmax::{CrossEntropy, SoftmaxAlgo, SoftmaxRows};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -90,14 +90,8 @@ impl ClDevice {
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
-    fn run_softmax(
-        &self,
-        log: bool,
-        v: Ori,
-        x: &Tensor,
-        y: &Tensor,
-        algo: SoftmaxAlgo,
-    ) -> Result<Event> {
+    fn run_softmax(&self, s: SoftmaxRows<'_>, algo: SoftmaxAlgo) -> Result<Event> {
+        let (log, v, x, y, _) = s.parts();
         let d = half_defines(
             Defines::new().set("LOG", u8::from(log)),
             &[("IN_HALF", x), ("OUT_HALF", y)],
@@ -111,12 +105,7 @@ impl ClDevice {
                 x: x.storage(),
                 y: y.storage(),
             };
-            return self.run(
-                &k,
-                &args,
-                &[v.o * v.i],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            );
+            return self.launch_1d(&k, &args, v.o * v.i, Some(64));
         }
         match algo {
             SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
@@ -148,15 +137,8 @@ impl ClDevice {
         }
     }
 
-    fn run_softmax_bwd(
-        &self,
-        log: bool,
-        v: Ori,
-        y: &Tensor,
-        g: &Tensor,
-        gx: &Tensor,
-        algo: SoftmaxAlgo,
-    ) -> Result<Event> {
+    fn run_softmax_bwd(&self, s: SoftmaxRows<'_>, g: &Tensor, algo: SoftmaxAlgo) -> Result<Event> {
+        let (log, v, y, gx, _) = s.parts();
         let d = half_defines(
             Defines::new().set("LOG", u8::from(log)),
             &[("IN_HALF", y), ("B_HALF", g), ("OUT_HALF", gx)],
@@ -171,12 +153,7 @@ impl ClDevice {
                 g: g.storage(),
                 gx: gx.storage(),
             };
-            return self.run(
-                &k,
-                &args,
-                &[v.o * v.i],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            );
+            return self.launch_1d(&k, &args, v.o * v.i, Some(64));
         }
         match algo {
             SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
@@ -206,46 +183,26 @@ impl ClDevice {
 }
 
 impl SoftmaxKernels for ClDevice {
-    fn softmax(
-        &self,
-        device: &Device,
-        log: bool,
-        v: Ori,
-        x: &Tensor,
-        y: &Tensor,
-        algo: Option<SoftmaxAlgo>,
-    ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, false, half_bits(&[x, y]), |c| {
-            events_ms(&[self.run_softmax(log, v, x, y, c)?])
+    fn softmax(&self, device: &Device, s: SoftmaxRows<'_>) -> Result<()> {
+        let halves = half_bits(&[s.src, s.dst]);
+        let a = self.softmax_algo(device, s.v, s.algo, false, halves, |c| {
+            events_ms(&[self.run_softmax(s, c)?])
         })?;
-        self.run_softmax(log, v, x, y, a)?;
+        self.run_softmax(s, a)?;
         Ok(())
     }
 
-    fn softmax_backward(
-        &self,
-        device: &Device,
-        log: bool,
-        v: Ori,
-        y: &Tensor,
-        g: &Tensor,
-        gx: &Tensor,
-        algo: Option<SoftmaxAlgo>,
-    ) -> Result<()> {
-        let a = self.softmax_algo(device, v, algo, true, half_bits(&[y, g, gx]), |c| {
-            events_ms(&[self.run_softmax_bwd(log, v, y, g, gx, c)?])
+    fn softmax_backward(&self, device: &Device, s: SoftmaxRows<'_>, g: &Tensor) -> Result<()> {
+        let halves = half_bits(&[s.src, g, s.dst]);
+        let a = self.softmax_algo(device, s.v, s.algo, true, halves, |c| {
+            events_ms(&[self.run_softmax_bwd(s, g, c)?])
         })?;
-        self.run_softmax_bwd(log, v, y, g, gx, a)?;
+        self.run_softmax_bwd(s, g, a)?;
         Ok(())
     }
 
-    fn cross_entropy(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy(&self, ce: CrossEntropy<'_>) -> Result<()> {
+        let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let dev = logits.device();
         let loss = Tensor::empty(dev, &[n.max(1)], DType::F32)?;
@@ -262,12 +219,7 @@ impl SoftmaxKernels for ClDevice {
                 loss: loss.storage(),
                 valid: valid.storage(),
             };
-            self.run(
-                &k,
-                &args,
-                &[n],
-                Some(&[64.min(self.info.max_work_group_size.max(1))]),
-            )?;
+            self.launch_1d(&k, &args, n, Some(64))?;
         }
         // The largest power of two up to 256 that the device allows in a group.
         let max = self.info.max_work_group_size.clamp(1, 256);
@@ -286,15 +238,8 @@ impl SoftmaxKernels for ClDevice {
         Ok(())
     }
 
-    fn cross_entropy_backward(
-        &self,
-        logits: &Tensor,
-        labels: &Tensor,
-        ignore: i32,
-        stats: &Tensor,
-        gout: &Tensor,
-        gx: &Tensor,
-    ) -> Result<()> {
+    fn cross_entropy_backward(&self, ce: CrossEntropy<'_>, g: &Tensor, gx: &Tensor) -> Result<()> {
+        let (logits, labels, ignore, stats) = ce.parts();
         let (n, c) = (logits.shape()[0], logits.shape()[1]);
         let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CE_BWD)?;
         let args = abi::CeBwd {
@@ -304,15 +249,10 @@ impl SoftmaxKernels for ClDevice {
             x: logits.storage(),
             labels: labels.storage(),
             stats: stats.storage(),
-            gout: gout.storage(),
+            gout: g.storage(),
             gx: gx.storage(),
         };
-        self.run(
-            &k,
-            &args,
-            &[n],
-            Some(&[64.min(self.info.max_work_group_size.max(1))]),
-        )?;
+        self.launch_1d(&k, &args, n, Some(64))?;
         Ok(())
     }
 }

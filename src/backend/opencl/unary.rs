@@ -31,43 +31,49 @@ impl ClDevice {
     }
 }
 
+impl ClDevice {
+    /// `op` over `x` into `out`: the forward, or with the output gradient `g` the backward. Both kernels take
+    /// four elements per work-item.
+    fn unary_pass(&self, op: UnaryOp, x: &Tensor, g: Option<&Tensor>, out: &Tensor) -> Result<()> {
+        let (p0, p1) = op.params();
+        let (n, items) = (x.numel() as i32, x.numel().div_ceil(4));
+        let d = ClDevice::unary_defines(op)?;
+        let (xs, outs) = (x.storage(), out.storage());
+        match g {
+            None => {
+                let d = half_defines(d, &[("IN_HALF", x), ("OUT_HALF", out)]);
+                let args = abi::UnaryFwd {
+                    n,
+                    p0,
+                    p1,
+                    x: xs,
+                    out: outs,
+                };
+                self.run_1d(abi::UNARY_FWD, &d, &args, items, Some(256))?;
+            }
+            Some(g) => {
+                let d = half_defines(d, &[("IN_HALF", x), ("B_HALF", g), ("OUT_HALF", out)]);
+                let args = abi::UnaryBwd {
+                    n,
+                    p0,
+                    p1,
+                    x: xs,
+                    g: g.storage(),
+                    out: outs,
+                };
+                self.run_1d(abi::UNARY_BWD, &d, &args, items, Some(256))?;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl UnaryKernels for ClDevice {
     fn unary(&self, op: UnaryOp, x: &Tensor, out: &Tensor) -> Result<()> {
-        let (p0, p1) = op.params();
-        let n = x.numel();
-        let defines = half_defines(
-            ClDevice::unary_defines(op)?,
-            &[("IN_HALF", x), ("OUT_HALF", out)],
-        );
-        let (x, out) = (x.storage(), out.storage());
-        let args = abi::UnaryFwd {
-            n: n as i32,
-            p0,
-            p1,
-            x,
-            out,
-        };
-        self.run_1d(abi::UNARY_FWD, &defines, &args, n.div_ceil(4), Some(256))?;
-        Ok(())
+        self.unary_pass(op, x, None, out)
     }
 
     fn unary_backward(&self, op: UnaryOp, x: &Tensor, g: &Tensor, out: &Tensor) -> Result<()> {
-        let (p0, p1) = op.params();
-        let n = x.numel();
-        let defines = half_defines(
-            ClDevice::unary_defines(op)?,
-            &[("IN_HALF", x), ("B_HALF", g), ("OUT_HALF", out)],
-        );
-        let (x, g, out) = (x.storage(), g.storage(), out.storage());
-        let args = abi::UnaryBwd {
-            n: n as i32,
-            p0,
-            p1,
-            x,
-            g,
-            out,
-        };
-        self.run_1d(abi::UNARY_BWD, &defines, &args, n.div_ceil(4), Some(256))?;
-        Ok(())
+        self.unary_pass(op, x, Some(g), out)
     }
 }

@@ -4,19 +4,13 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::update as abi;
 use crate::backend::opencl::elementwise::half_defines;
 use crate::backend::opencl::program::Defines;
-use crate::contract::update::{Step, UpdateKernels};
+use crate::contract::update::{Step, StepOp, UpdateKernels};
 use crate::error::Result;
 use crate::tensor::Tensor;
 
 impl UpdateKernels for ClDevice {
-    fn update(
-        &self,
-        step: &Step,
-        p: &Tensor,
-        g: &Tensor,
-        state: &[&Tensor],
-        skip: Option<&Tensor>,
-    ) -> Result<()> {
+    fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()> {
+        let (p, g, state, skip) = op.parts();
         let n = p.numel();
         let d = match skip {
             Some(_) => Defines::new().set("FLAGGED", 1),
