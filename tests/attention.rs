@@ -26,6 +26,10 @@ fn every_layout_matches_the_reference_at_d64() {
         Some(AttnAlgo::Rows(4)),
         Some(AttnAlgo::Tile(16, 16, 4)),
         Some(AttnAlgo::Tile(32, 32, 8)),
+        Some(AttnAlgo::Lanes(16, 8)),
+        Some(AttnAlgo::Lanes(8, 8)),
+        Some(AttnAlgo::Lanes(16, 4)),
+        Some(AttnAlgo::Lanes(4, 3)),
     ];
     for (i, algo) in layouts.into_iter().enumerate() {
         for causal in [false, true] {

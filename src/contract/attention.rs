@@ -25,7 +25,8 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]` or `["rows", rq]`.
+/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]`, `["rows", rq]` or
+/// `["lanes", vw, kb]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttnAlgo {
     /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
@@ -33,6 +34,9 @@ pub enum AttnAlgo {
     Tile(usize, usize, usize),
     /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
     Rows(usize),
+    /// One work-item per `vw` rows held across the lanes of a float vector (4, 8 or 16), the other operand
+    /// streamed `kb` rows at a time, no barriers (CPU OpenCL).
+    Lanes(usize, usize),
 }
 
 impl Serialize for AttnAlgo {
@@ -40,6 +44,7 @@ impl Serialize for AttnAlgo {
         match *self {
             AttnAlgo::Tile(bq, bk, t) => ("tile", bq, bk, t).serialize(s),
             AttnAlgo::Rows(r) => ("rows", r).serialize(s),
+            AttnAlgo::Lanes(w, b) => ("lanes", w, b).serialize(s),
         }
     }
 }

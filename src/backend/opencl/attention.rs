@@ -3,7 +3,7 @@
 //! memory limits, and their launches.
 
 use crate::autotune::{self, TuneKey, bucket};
-use crate::backend::opencl::abi::{attention as abi, transformer as tabi};
+use crate::backend::opencl::abi::{attention as abi, attention_cpu as cabi, transformer as tabi};
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::attention::{AttnAlgo, AttnGrads, AttnShape, DecodeAlgo, DecodeShape};
@@ -28,6 +28,14 @@ fn tile_local_floats(pass: Pass, d: usize, bq: usize, bk: usize) -> usize {
         // dq: q, dO (bq rows), k, v (bk rows), ds; dkv: k, v (bq rows), q, dO (bk rows), p, ds.
         Pass::Backward => (2 * bq + 2 * bk) * ld + 2 * bq * (bk + 1),
     }
+}
+
+/// The lane layouts offered to CPU devices (vw, kb), after the GPU ones; the first is their default.
+const LANES: &[(usize, usize)] = &[(16, 8), (16, 4), (8, 8)];
+
+/// Whether a lane layout is one the CPU kernels compile: 4, 8 or 16 lanes, 1 to 16 streamed rows per block.
+fn lanes_fit(vw: usize, kb: usize) -> bool {
+    matches!(vw, 4 | 8 | 16) && (1..=16).contains(&kb)
 }
 
 /// The tile layouts offered (bq, bk, tpr).
@@ -66,10 +74,11 @@ impl ClDevice {
             let ok = match a {
                 AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
                 AttnAlgo::Rows(r) => (1..=8).contains(&r),
+                AttnAlgo::Lanes(w, b) => lanes_fit(w, b),
             };
             if !ok {
                 return Err(Error::Invalid(format!(
-                    "attention: layout {a:?} does not fit head dimension {} on this device (tile needs bk a multiple of tpr, bq·tpr ≤ {} items and its tiles in {} bytes of local memory; rows needs 1 ≤ rq ≤ 8)",
+                    "attention: layout {a:?} does not fit head dimension {} on this device (tile needs bk a multiple of tpr, bq·tpr ≤ {} items and its tiles in {} bytes of local memory; rows needs 1 ≤ rq ≤ 8; lanes needs vw 4, 8 or 16 and 1 ≤ kb ≤ 16)",
                     p.d, self.info.max_work_group_size, self.info.local_mem_bytes
                 )));
             }
@@ -88,7 +97,14 @@ impl ClDevice {
                 .filter(|&r| r <= widest)
                 .map(AttnAlgo::Rows),
         );
-        let default = if self.info.kind == DeviceType::Cpu || rows_from == 0 {
+        let cpu = self.info.kind == DeviceType::Cpu;
+        let lanes_from = cands.len();
+        if cpu {
+            cands.extend(LANES.iter().map(|&(w, b)| AttnAlgo::Lanes(w, b)));
+        }
+        let default = if cpu {
+            lanes_from
+        } else if rows_from == 0 {
             rows_from + usize::from(widest > 1)
         } else {
             cands
@@ -100,7 +116,7 @@ impl ClDevice {
             Pass::Forward => "attention_fwd",
             Pass::Backward => "attention_bwd",
         };
-        let key = TuneKey::new(
+        let mut key = TuneKey::new(
             kernel,
             &[
                 ("bh", bucket(p.bh)),
@@ -110,6 +126,9 @@ impl ClDevice {
             ],
         )
         .source(kernel_source("attention").unwrap_or_default());
+        if cpu {
+            key = key.source(kernel_source("attention_cpu").unwrap_or_default());
+        }
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
@@ -118,6 +137,7 @@ impl ClDevice {
         match algo {
             AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
+            AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
     }
 
@@ -168,6 +188,21 @@ impl ClDevice {
                     lse: lse.storage(),
                 };
                 self.run(&kern, &args, &[p.bh * p.s.div_ceil(r)], None)
+            }
+            AttnAlgo::Lanes(w, _) => {
+                let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_FWD_LANES)?;
+                let args = cabi::AttnFwdLanes {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    o: o.storage(),
+                    lse: lse.storage(),
+                };
+                self.run(&kern, &args, &[p.bh * p.s.div_ceil(w)], Some(&[1]))
             }
         }
     }
@@ -261,6 +296,41 @@ impl ClDevice {
                     dv: t.dv.storage(),
                 };
                 let e2 = self.run(&kk, &b, &[items], None)?;
+                Ok([e1, e2])
+            }
+            AttnAlgo::Lanes(w, _) => {
+                let items = p.bh * p.s.div_ceil(w);
+                let kq = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DQ_LANES)?;
+                let a = cabi::AttnDqLanes {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dq: t.dq.storage(),
+                };
+                let e1 = self.run(&kq, &a, &[items], Some(&[1]))?;
+                let kk = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DKV_LANES)?;
+                let b = cabi::AttnDkvLanes {
+                    BH: p.bh as i32,
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dk: t.dk.storage(),
+                    dv: t.dv.storage(),
+                };
+                let e2 = self.run(&kk, &b, &[items], Some(&[1]))?;
                 Ok([e1, e2])
             }
         }
