@@ -238,3 +238,66 @@ __kernel void attn_dkv_lanes(const int BH, const int S, const int causal, const 
     STORE_T(dk + base, ak, j0, scale)
     STORE_T(dv + base, av, j0, 1.0f)
 }
+
+// Decode, one work-item per (bh, chunk) of the cache, vectorised along the head dimension (HD a multiple of VW):
+// KB keys are scored at a time (KB independent dot products), their probabilities taken as one vector and the
+// accumulator rescaled once per block. With one chunk (NC = 1) the item writes the normalised output row to `o`
+// and no combine pass is needed; otherwise the chunk's (max, sum, accumulator) go to `part` as for
+// attn_decode_item in kernels/attention.cl.
+__kernel void attn_decode_lanes(const int BH, const int C, const int L, const int NC, const float scale,
+                                __global const float* q, __global const float* k, __global const float* v,
+                                __global float* part, __global float* o) {
+    const int gid = get_global_id(0);
+    if (gid >= BH * NC) return;
+    const int bh = gid / NC;
+    const int ch = gid - bh * NC;
+    const int CL = (L + NC - 1) / NC;
+    const int j0 = ch * CL;
+    const int j1 = min(L, j0 + CL);
+    vf qv[HD / VW];
+    vf acc[HD / VW];
+    for (int i = 0; i < HD / VW; ++i) {
+        qv[i] = VLOAD(i, q + (size_t)bh * HD) * scale;
+        acc[i] = (vf)(0.0f);
+    }
+    float m = -INFINITY;
+    float l = 0.0f;
+    __global const float* kb = k + (size_t)bh * C * HD;
+    __global const float* vb = v + (size_t)bh * C * HD;
+    for (int b0 = j0; b0 < j1; b0 += KB) {
+        float s[KB];
+        float mn = m;
+        for (int j = 0; j < KB; ++j) {
+            __global const float* kp = kb + (size_t)min(b0 + j, j1 - 1) * HD;
+            vf t = qv[0] * VLOAD(0, kp);
+            for (int i = 1; i < HD / VW; ++i) t += qv[i] * VLOAD(i, kp);
+            float sj = 0.0f;
+            float tt[VW];
+            VSTORE(t, 0, tt);
+            for (int e = 0; e < VW; ++e) sj += tt[e];
+            s[j] = b0 + j < j1 ? sj : -INFINITY;
+            mn = fmax(mn, s[j]);
+        }
+        const float corr = exp(m - mn);
+        m = mn;
+        l *= corr;
+        for (int j = 0; j < KB; ++j) {
+            s[j] = exp(s[j] - mn);
+            l += s[j];
+        }
+        for (int i = 0; i < HD / VW; ++i) {
+            vf a = acc[i] * corr;
+            for (int j = 0; j < KB; ++j) a += s[j] * VLOAD(i, vb + (size_t)min(b0 + j, j1 - 1) * HD);
+            acc[i] = a;
+        }
+    }
+    if (NC == 1) {
+        const float il = l > 0.0f ? 1.0f / l : 0.0f;
+        for (int i = 0; i < HD / VW; ++i) VSTORE(acc[i] * il, i, o + (size_t)bh * HD);
+        return;
+    }
+    __global float* pp = part + (size_t)gid * (HD + 2);
+    pp[0] = m;
+    pp[1] = l;
+    for (int i = 0; i < HD / VW; ++i) VSTORE(acc[i], i, pp + 2);
+}

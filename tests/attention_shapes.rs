@@ -7,7 +7,7 @@ mod common;
 mod opsutil;
 
 use attention_support::check;
-use netcl::ops::AttnAlgo;
+use netcl::ops::{self, AttnAlgo, DecodeAlgo};
 use opsutil::opencl_device;
 
 #[test]
@@ -53,4 +53,40 @@ fn lane_layouts_match_the_reference_at_every_head_dim() {
             }
         }
     }
+}
+
+/// Decode at head dimensions 40 and 256 in the vector layout (lanes dividing D) against the built-in device,
+/// cache lengths not a multiple of the key block; a width that does not divide D is refused and says why.
+#[test]
+fn decode_lanes_at_other_head_dims() {
+    let Some(dev) = opencl_device() else { return };
+    for (d, w) in [(40usize, 8usize), (256, 16), (40, 4)] {
+        let (b, h, cap) = (1, 3, 50);
+        let (kc, kd) = opsutil::pair(&dev, &[b, h, cap, d], 70);
+        let (vc, vd) = opsutil::pair(&dev, &[b, h, cap, d], 71);
+        let (qc, qd) = opsutil::pair(&dev, &[b, h, 1, d], 72);
+        for len in [1usize, 13, 50] {
+            let want = attention_support::v(&ops::attention_decode(&qc, &kc, &vc, len, None).unwrap());
+            for c in [1usize, 4] {
+                if c > len {
+                    continue;
+                }
+                let algo = Some(DecodeAlgo::Lanes(w, c));
+                let got = ops::attention_decode_with(&qd, &kd, &vd, len, None, algo).unwrap();
+                common::assert_close(
+                    &attention_support::v(&got),
+                    &want,
+                    2e-5,
+                    1e-4,
+                    &format!("decode d {d} len {len} {algo:?}"),
+                );
+            }
+        }
+    }
+    let (_, k) = opsutil::pair(&dev, &[1, 1, 8, 40], 73);
+    let (_, q) = opsutil::pair(&dev, &[1, 1, 1, 40], 74);
+    let e = ops::attention_decode_with(&q, &k, &k, 8, None, Some(DecodeAlgo::Lanes(16, 1)))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("does not fit") && e.contains("40"), "{e}");
 }

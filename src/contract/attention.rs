@@ -64,13 +64,17 @@ pub struct DecodeShape {
     pub scale: f32,
 }
 
-/// How a decode step splits its keys; the cache form is `["wg", local, chunks]` or `["item", chunks]`.
+/// How a decode step splits its keys; the cache form is `["wg", local, chunks]`, `["item", chunks]` or
+/// `["lanes", vw, chunks]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeAlgo {
     /// One work-group of `local` items per (b·h, chunk) of the cache (GPUs).
     Wg(usize, usize),
     /// One work-item per (b·h, chunk) (CPU OpenCL).
     Item(usize),
+    /// One work-item per (b·h, chunk), vectorised along the head dimension in vectors of `vw` floats (4, 8 or
+    /// 16, dividing the head dimension), no combine pass with one chunk (CPU OpenCL).
+    Lanes(usize, usize),
 }
 
 impl Serialize for DecodeAlgo {
@@ -78,6 +82,7 @@ impl Serialize for DecodeAlgo {
         match *self {
             DecodeAlgo::Wg(l, c) => ("wg", l, c).serialize(s),
             DecodeAlgo::Item(c) => ("item", c).serialize(s),
+            DecodeAlgo::Lanes(w, c) => ("lanes", w, c).serialize(s),
         }
     }
 }

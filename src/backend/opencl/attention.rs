@@ -351,11 +351,14 @@ impl ClDevice {
             let ok = match a {
                 DecodeAlgo::Wg(l, c) => fits_wg(l) && (1..=p.len).contains(&c),
                 DecodeAlgo::Item(c) => (1..=p.len).contains(&c),
+                DecodeAlgo::Lanes(w, c) => {
+                    matches!(w, 4 | 8 | 16) && p.d.is_multiple_of(w) && (1..=p.len.min(64)).contains(&c)
+                }
             };
             if !ok {
                 return Err(Error::Invalid(format!(
-                    "attention_decode: layout {a:?} does not fit {} cached positions on this device (wg needs 32 ≤ local ≤ {max_wg}; chunks between 1 and the length)",
-                    p.len
+                    "attention_decode: layout {a:?} does not fit {} cached positions of head dimension {} on this device (wg needs 32 ≤ local ≤ {max_wg}; chunks between 1 and the length; lanes needs vw 4, 8 or 16 dividing the head dimension and at most 64 chunks)",
+                    p.len, p.d
                 )));
             }
             return Ok(a);
@@ -372,15 +375,28 @@ impl ClDevice {
         }
         let items_from = cands.len();
         cands.extend(chunks.iter().map(|&c| DecodeAlgo::Item(c)));
-        let default = if self.info.kind == DeviceType::Cpu || items_from == 0 {
-            cands.len() - 1
+        let cpu = self.info.kind == DeviceType::Cpu;
+        let lanes_from = cands.len();
+        // CPU devices also get the vector layout at the widest width that divides the head dimension.
+        if let Some(w) = [16usize, 8, 4].into_iter().find(|w| p.d.is_multiple_of(*w)).filter(|_| cpu) {
+            cands.extend(
+                [1usize, 4, 16]
+                    .into_iter()
+                    .filter(|&c| c <= p.len)
+                    .map(|c| DecodeAlgo::Lanes(w, c)),
+            );
+        }
+        let default = if cpu && lanes_from < cands.len() {
+            lanes_from
+        } else if cpu || items_from == 0 {
+            lanes_from - 1
         } else {
             cands
                 .iter()
                 .position(|a| *a == DecodeAlgo::Wg(128, 16))
                 .unwrap_or(0)
         };
-        let key = TuneKey::new(
+        let mut key = TuneKey::new(
             "attention_decode",
             &[
                 ("bh", bucket(p.bh)),
@@ -389,6 +405,9 @@ impl ClDevice {
             ],
         )
         .source(kernel_source("attention").unwrap_or_default());
+        if cpu {
+            key = key.source(kernel_source("attention_cpu").unwrap_or_default());
+        }
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
@@ -402,12 +421,33 @@ impl ClDevice {
         o: &Tensor,
         part: &Tensor,
         algo: DecodeAlgo,
-    ) -> Result<[Event; 2]> {
+    ) -> Result<Vec<Event>> {
         let defs = Defines::new().set("HD", p.d);
         let nc = match algo {
-            DecodeAlgo::Wg(_, c) | DecodeAlgo::Item(c) => c,
+            DecodeAlgo::Wg(_, c) | DecodeAlgo::Item(c) | DecodeAlgo::Lanes(_, c) => c,
         };
         let e1 = match algo {
+            DecodeAlgo::Lanes(w, c) => {
+                let defs = defs.clone().set("VW", w).set("KB", 8);
+                let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DECODE_LANES)?;
+                let args = cabi::AttnDecodeLanes {
+                    BH: p.bh as i32,
+                    C: p.cap as i32,
+                    L: p.len as i32,
+                    NC: c as i32,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    part: part.storage(),
+                    o: o.storage(),
+                };
+                let e = self.run(&kern, &args, &[p.bh * c], Some(&[1]))?;
+                if c == 1 {
+                    return Ok(vec![e]);
+                }
+                e
+            }
             DecodeAlgo::Wg(l, c) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_DECODE_WG)?;
                 let args = abi::AttnDecodeWg {
@@ -448,7 +488,7 @@ impl ClDevice {
             o: o.storage(),
         };
         let e2 = self.run(&kern, &args, &[p.bh * p.d], None)?;
-        Ok([e1, e2])
+        Ok(vec![e1, e2])
     }
 }
 
