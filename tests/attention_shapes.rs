@@ -66,7 +66,8 @@ fn decode_lanes_at_other_head_dims() {
         let (vc, vd) = opsutil::pair(&dev, &[b, h, cap, d], 71);
         let (qc, qd) = opsutil::pair(&dev, &[b, h, 1, d], 72);
         for len in [1usize, 13, 50] {
-            let want = attention_support::v(&ops::attention_decode(&qc, &kc, &vc, len, None).unwrap());
+            let want =
+                attention_support::v(&ops::attention_decode(&qc, &kc, &vc, len, None).unwrap());
             for c in [1usize, 4] {
                 if c > len {
                     continue;

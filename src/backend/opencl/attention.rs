@@ -50,6 +50,57 @@ const TILES: &[(usize, usize, usize)] = &[
     (16, 16, 16),
 ];
 
+/// The arguments of a one-item-per-rows forward kernel (`attn_fwd_rows`, `attn_fwd_lanes`): the same
+/// parameter list in two families, so two generated structs.
+macro_rules! fwd_args {
+    ($ty:path, $p:expr, $q:expr, $k:expr, $v:expr, $o:expr, $lse:expr) => {{
+        use $ty as A;
+        A {
+            BH: $p.bh as i32,
+            S: $p.s as i32,
+            causal: i32::from($p.causal),
+            scale: $p.scale,
+            q: $q.storage(),
+            k: $k.storage(),
+            v: $v.storage(),
+            o: $o.storage(),
+            lse: $lse.storage(),
+        }
+    }};
+}
+
+/// The arguments of a one-item-per-rows dq or dk/dv kernel; the inputs of both are the same.
+macro_rules! bwd_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr, $($out:ident: $val:expr),+) => {{
+        use $ty as A;
+        A {
+            BH: $p.bh as i32,
+            S: $p.s as i32,
+            causal: i32::from($p.causal),
+            scale: $p.scale,
+            q: $t.q.storage(),
+            k: $t.k.storage(),
+            v: $t.v.storage(),
+            g: $t.g.storage(),
+            lse: $t.lse.storage(),
+            delta: $delta.storage(),
+            $($out: $val.storage()),+
+        }
+    }};
+}
+
+macro_rules! dq_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr) => {
+        bwd_args!($ty, $p, $t, $delta, dq: $t.dq)
+    };
+}
+
+macro_rules! dkv_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr) => {
+        bwd_args!($ty, $p, $t, $delta, dk: $t.dk, dv: $t.dv)
+    };
+}
+
 impl ClDevice {
     fn tile_fits(&self, pass: Pass, d: usize, (bq, bk, tpr): (usize, usize, usize)) -> bool {
         let regs = d.div_ceil(tpr) * if pass == Pass::Backward { 2 } else { 1 };
@@ -176,32 +227,12 @@ impl ClDevice {
             }
             AttnAlgo::Rows(r) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_ROWS)?;
-                let args = abi::AttnFwdRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: q.storage(),
-                    k: k.storage(),
-                    v: v.storage(),
-                    o: o.storage(),
-                    lse: lse.storage(),
-                };
+                let args = fwd_args!(abi::AttnFwdRows, p, q, k, v, o, lse);
                 self.run(&kern, &args, &[p.bh * p.s.div_ceil(r)], None)
             }
             AttnAlgo::Lanes(w, _) => {
                 let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_FWD_LANES)?;
-                let args = cabi::AttnFwdLanes {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: q.storage(),
-                    k: k.storage(),
-                    v: v.storage(),
-                    o: o.storage(),
-                    lse: lse.storage(),
-                };
+                let args = fwd_args!(cabi::AttnFwdLanes, p, q, k, v, o, lse);
                 self.run(&kern, &args, &[p.bh * p.s.div_ceil(w)], Some(&[1]))
             }
         }
@@ -266,71 +297,33 @@ impl ClDevice {
             AttnAlgo::Rows(r) => {
                 let items = p.bh * p.s.div_ceil(r);
                 let kq = self.kernel(abi::FAMILY, &defs, abi::ATTN_DQ_ROWS)?;
-                let a = abi::AttnDqRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dq: t.dq.storage(),
-                };
-                let e1 = self.run(&kq, &a, &[items], None)?;
+                let e1 = self.run(&kq, &dq_args!(abi::AttnDqRows, p, t, delta), &[items], None)?;
                 let kk = self.kernel(abi::FAMILY, &defs, abi::ATTN_DKV_ROWS)?;
-                let b = abi::AttnDkvRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dk: t.dk.storage(),
-                    dv: t.dv.storage(),
-                };
-                let e2 = self.run(&kk, &b, &[items], None)?;
+                let e2 = self.run(
+                    &kk,
+                    &dkv_args!(abi::AttnDkvRows, p, t, delta),
+                    &[items],
+                    None,
+                )?;
                 Ok([e1, e2])
             }
             AttnAlgo::Lanes(w, _) => {
                 let items = p.bh * p.s.div_ceil(w);
+                let one = Some(&[1usize][..]);
                 let kq = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DQ_LANES)?;
-                let a = cabi::AttnDqLanes {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dq: t.dq.storage(),
-                };
-                let e1 = self.run(&kq, &a, &[items], Some(&[1]))?;
+                let e1 = self.run(
+                    &kq,
+                    &dq_args!(cabi::AttnDqLanes, p, t, delta),
+                    &[items],
+                    one,
+                )?;
                 let kk = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DKV_LANES)?;
-                let b = cabi::AttnDkvLanes {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dk: t.dk.storage(),
-                    dv: t.dv.storage(),
-                };
-                let e2 = self.run(&kk, &b, &[items], Some(&[1]))?;
+                let e2 = self.run(
+                    &kk,
+                    &dkv_args!(cabi::AttnDkvLanes, p, t, delta),
+                    &[items],
+                    one,
+                )?;
                 Ok([e1, e2])
             }
         }
@@ -352,7 +345,9 @@ impl ClDevice {
                 DecodeAlgo::Wg(l, c) => fits_wg(l) && (1..=p.len).contains(&c),
                 DecodeAlgo::Item(c) => (1..=p.len).contains(&c),
                 DecodeAlgo::Lanes(w, c) => {
-                    matches!(w, 4 | 8 | 16) && p.d.is_multiple_of(w) && (1..=p.len.min(64)).contains(&c)
+                    matches!(w, 4 | 8 | 16)
+                        && p.d.is_multiple_of(w)
+                        && (1..=p.len.min(64)).contains(&c)
                 }
             };
             if !ok {
@@ -378,7 +373,11 @@ impl ClDevice {
         let cpu = self.info.kind == DeviceType::Cpu;
         let lanes_from = cands.len();
         // CPU devices also get the vector layout at the widest width that divides the head dimension.
-        if let Some(w) = [16usize, 8, 4].into_iter().find(|w| p.d.is_multiple_of(*w)).filter(|_| cpu) {
+        if let Some(w) = [16usize, 8, 4]
+            .into_iter()
+            .find(|w| p.d.is_multiple_of(*w))
+            .filter(|_| cpu)
+        {
             cands.extend(
                 [1usize, 4, 16]
                     .into_iter()
