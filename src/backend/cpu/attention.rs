@@ -191,7 +191,7 @@ impl TransformerKernels for CpuDevice {
             let w = access::read(idx)?;
             bytemuck::cast_slice::<u32, i32>(&w[..])[..idx.numel()].to_vec()
         };
-        let gv = g.to_vec::<f32>()?;
+        let gv = host::read_f32(g)?;
         let mut w = access::write(dw)?;
         let out = bytemuck::cast_slice_mut::<u32, f32>(&mut w[..]);
         for (n, &r) in idx.iter().enumerate() {

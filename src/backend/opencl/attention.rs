@@ -4,6 +4,8 @@
 
 use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::{attention as abi, attention_cpu as cabi, transformer as tabi};
+use crate::backend::opencl::elementwise::half_defines;
+use crate::backend::opencl::shape::io_defines;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::attention::{AttnAlgo, AttnGrads, AttnShape, DecodeAlgo, DecodeShape};
@@ -556,7 +558,7 @@ impl AttentionKernels for ClDevice {
 
 impl TransformerKernels for ClDevice {
     fn rope(&self, p: RopePlan, x: &Tensor, pos: &Tensor, y: &Tensor) -> Result<()> {
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::ROPE_PAIRS)?;
+        let kern = self.kernel(tabi::FAMILY, &io_defines(x, y), tabi::ROPE_PAIRS)?;
         let args = tabi::RopePairs {
             rows: p.rows as i32,
             S: p.s as i32,
@@ -573,7 +575,8 @@ impl TransformerKernels for ClDevice {
     }
 
     fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f32, y: &Tensor) -> Result<()> {
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::MASKED_FILL)?;
+        let d = half_defines(io_defines(x, y), &[("B_HALF", mask)]);
+        let kern = self.kernel(tabi::FAMILY, &d, tabi::MASKED_FILL)?;
         let args = tabi::MaskedFill {
             N: x.numel() as i32,
             M: mask.numel() as i32,
@@ -589,7 +592,8 @@ impl TransformerKernels for ClDevice {
 
     fn embedding_grad(&self, idx: &Tensor, g: &Tensor, e: usize, dw: &Tensor) -> Result<()> {
         let n = idx.numel();
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::EMBEDDING_GRAD)?;
+        let d = half_defines(Defines::new(), &[("IN_HALF", g)]);
+        let kern = self.kernel(tabi::FAMILY, &d, tabi::EMBEDDING_GRAD)?;
         let args = tabi::EmbeddingGrad {
             N: n as i32,
             E: e as i32,
