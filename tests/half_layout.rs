@@ -79,7 +79,14 @@ fn upsample_fwd(x: &[&Tensor]) -> Vec<Tensor> {
     vec![
         ops::upsample(x[0], (9, 11), Upsample::Nearest).unwrap(),
         ops::upsample(x[0], (9, 11), BILINEAR).unwrap(),
-        ops::upsample(x[0], (8, 13), Upsample::Bilinear { align_corners: true }).unwrap(),
+        ops::upsample(
+            x[0],
+            (8, 13),
+            Upsample::Bilinear {
+                align_corners: true,
+            },
+        )
+        .unwrap(),
     ]
 }
 

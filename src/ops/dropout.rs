@@ -19,7 +19,11 @@ fn check(x: &Tensor, p: f32, op: &str) -> Result<f32> {
 
 fn apply(x: &Tensor, p: f32, seed: u64, op: &str) -> Result<Tensor> {
     check(x, p, op)?;
-    let out = Tensor::empty(x.device(), x.shape(), output_dtype(OpClass::Store16, &[x], op)?)?;
+    let out = Tensor::empty(
+        x.device(),
+        x.shape(),
+        output_dtype(OpClass::Store16, &[x], op)?,
+    )?;
     if out.numel() > 0 {
         x.device().backend().dropout_apply(x, p, seed, &out)?;
     }

@@ -5,8 +5,8 @@
 use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::{attention as abi, attention_cpu as cabi, transformer as tabi};
 use crate::backend::opencl::elementwise::half_defines;
-use crate::backend::opencl::shape::io_defines;
 use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::shape::io_defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::attention::{AttnAlgo, AttnGrads, AttnShape, DecodeAlgo, DecodeShape};
 use crate::contract::transformer::RopePlan;
