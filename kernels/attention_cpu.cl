@@ -60,6 +60,22 @@
 // The index of streamed row j of the block at b0, clamped into [0, S) so that spare rows read valid memory.
 #define ROW(b0, j) ((size_t)min((b0) + (j), S - 1) * HD)
 
+// The backward's two products of a block: s[j] = Σ_d at[d]·ap[row j, d] and dp[j] = Σ_d bt[d]·bp[row j, d]
+// for the KB streamed rows from b0, `at` and `bt` the transposed private rows.
+#define TWO_DOTS(s, dp, at, ap, bt, bp, b0)                      \
+    for (int j_ = 0; j_ < KB; ++j_) {                            \
+        s[j_] = (vf)(0.0f);                                      \
+        dp[j_] = (vf)(0.0f);                                     \
+    }                                                            \
+    for (int d_ = 0; d_ < HD; ++d_) {                            \
+        const vf a_ = VLOAD(d_, at);                             \
+        const vf b_ = VLOAD(d_, bt);                             \
+        for (int j_ = 0; j_ < KB; ++j_) {                        \
+            s[j_] += a_ * (ap)[ROW(b0, j_) + d_];                \
+            dp[j_] += b_ * (bp)[ROW(b0, j_) + d_];               \
+        }                                                        \
+    }
+
 __kernel void attn_fwd_lanes(const int BH, const int S, const int causal, const float scale,
                              __global const float* q, __global const float* k, __global const float* v,
                              __global float* o, __global float* lse) {
@@ -149,18 +165,7 @@ __kernel void attn_dq_lanes(const int BH, const int S, const int causal, const f
     for (int k0 = 0; k0 < kend; k0 += KB) {
         vf s[KB];
         vf dp[KB];
-        for (int j = 0; j < KB; ++j) {
-            s[j] = (vf)(0.0f);
-            dp[j] = (vf)(0.0f);
-        }
-        for (int dd = 0; dd < HD; ++dd) {
-            const vf qd = VLOAD(dd, qt);
-            const vf gd = VLOAD(dd, gt);
-            for (int j = 0; j < KB; ++j) {
-                s[j] += qd * kb[ROW(k0, j) + dd];
-                dp[j] += gd * vb[ROW(k0, j) + dd];
-            }
-        }
+        TWO_DOTS(s, dp, qt, kb, gt, vb, k0)
         for (int j = 0; j < KB; ++j) {
             const int key = k0 + j;
             const vi seen = causal ? ((vi)(key) <= rows) : (vi)(-1);
@@ -205,18 +210,7 @@ __kernel void attn_dkv_lanes(const int BH, const int S, const int causal, const 
     for (int i0 = causal ? j0 : 0; i0 < S; i0 += KB) {
         vf s[KB];
         vf dp[KB];
-        for (int i = 0; i < KB; ++i) {
-            s[i] = (vf)(0.0f);
-            dp[i] = (vf)(0.0f);
-        }
-        for (int dd = 0; dd < HD; ++dd) {
-            const vf kd = VLOAD(dd, kt);
-            const vf vd = VLOAD(dd, vt);
-            for (int i = 0; i < KB; ++i) {
-                s[i] += kd * qb[ROW(i0, i) + dd];
-                dp[i] += vd * gb[ROW(i0, i) + dd];
-            }
-        }
+        TWO_DOTS(s, dp, kt, qb, vt, gb, i0)
         for (int i = 0; i < KB; ++i) {
             const int qi = min(i0 + i, S - 1);
             const vi seen = causal ? ((vi)(i0 + i) >= keys) : (vi)(-1);
