@@ -11,11 +11,12 @@ static inline ulong mix64(ulong seed, ulong counter) {
 
 static inline float uniform01(ulong seed, ulong i) { return (float)(mix64(seed, i) >> 40) * (1.0f / 16777216.0f); }
 
-// out = keep ? x·scale : 0 (x may be the incoming gradient: the backward is the same map).
+// out = keep ? x·scale : 0 (x may be the incoming gradient: the backward is the same map). x is read with
+// LDX(IN_HALF, …) and out written with STX(OUT_HALF, …) (kernels/prelude.cl), so f16 stays f16.
 __kernel void dropout_apply(const int n, const uint seed_lo, const uint seed_hi, const float p, const float scale,
                             __global const float* x, __global float* out) {
     const int i = get_global_id(0);
     if (i >= n) return;
     const ulong seed = ((ulong)seed_hi << 32) | (ulong)seed_lo;
-    out[i] = uniform01(seed, (ulong)i) >= p ? x[i] * scale : 0.0f;
+    STX(OUT_HALF, uniform01(seed, (ulong)i) >= p ? LDX(IN_HALF, x, i) * scale : 0.0f, out, i);
 }

@@ -3,7 +3,8 @@
 // outputs whose window covers it), so no atomics are needed. Max pooling stores the index h·W + w of the
 // first maximum in scan order (a NaN wins) for its backward.
 
-// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
+// YZ_BEGIN, GRID_LOOP and the f16 storage switches come from kernels/prelude.cl: the input (x, or the gradient
+// g) is read with LDX(IN_HALF, …) and the output (y, gx) written with STX(OUT_HALF, …), the maths in f32.
 
 // Output rows whose window covers input row h: oh·s − p ≤ h ≤ oh·s − p + k − 1.
 #define COVER(h, k, s, p, O, lo, hi)                      \
@@ -16,7 +17,7 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
     const int ow = get_global_id(0);
     if (ow >= OW) return;
     YZ_BEGIN(oh, OH, p, P)
-    __global const float* plane = x + p * H * W;
+    const int plane = p * H * W;
     float best = -INFINITY;
     int bi = -1;
     for (int i = 0; i < kh; ++i) {
@@ -25,7 +26,7 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
         for (int j = 0; j < kw; ++j) {
             const int w = ow * sw - pw + j;
             if (w < 0 || w >= W) continue;
-            const float v = plane[h * W + w];
+            const float v = LDX(IN_HALF, x, plane + h * W + w);
             if (bi < 0 || v > best || (isnan(v) && !isnan(best))) {
                 best = v;
                 bi = h * W + w;
@@ -33,7 +34,7 @@ __kernel void maxpool_fwd(const int P, const int H, const int W, const int OH, c
         }
     }
     const int o = (p * OH + oh) * OW + ow;
-    y[o] = best;
+    STX(OUT_HALF, best, y, o);
     idx[o] = bi;
     }
 }
@@ -51,9 +52,9 @@ __kernel void maxpool_bwd(const int P, const int H, const int W, const int OH, c
     for (int oh = oh0; oh <= oh1; ++oh)
         for (int ow = ow0; ow <= ow1; ++ow) {
             const int o = (p * OH + oh) * OW + ow;
-            if (idx[o] == me) acc += g[o];
+            if (idx[o] == me) acc += LDX(IN_HALF, g, o);
         }
-    gx[(p * H + h) * W + w] = acc;
+    STX(OUT_HALF, acc, gx, (p * H + h) * W + w);
     }
 }
 
@@ -71,17 +72,17 @@ __kernel void avgpool_fwd(const int P, const int H, const int W, const int OH, c
     const int ow = get_global_id(0);
     if (ow >= OW) return;
     YZ_BEGIN(oh, OH, p, P)
-    __global const float* plane = x + p * H * W;
+    const int plane = p * H * W;
     float s = 0.0f;
     for (int i = 0; i < kh; ++i) {
         const int h = oh * sh - ph + i;
         if (h < 0 || h >= H) continue;
         for (int j = 0; j < kw; ++j) {
             const int w = ow * sw - pw + j;
-            if (w >= 0 && w < W) s += plane[h * W + w];
+            if (w >= 0 && w < W) s += LDX(IN_HALF, x, plane + h * W + w);
         }
     }
-    y[(p * OH + oh) * OW + ow] = s / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
+    STX(OUT_HALF, s / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl), y, (p * OH + oh) * OW + ow);
     }
 }
 
@@ -96,8 +97,8 @@ __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, c
     float acc = 0.0f;
     for (int oh = oh0; oh <= oh1; ++oh)
         for (int ow = ow0; ow <= ow1; ++ow)
-            acc += g[(p * OH + oh) * OW + ow] / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
-    gx[(p * H + h) * W + w] = acc;
+            acc += LDX(IN_HALF, g, (p * OH + oh) * OW + ow) / avg_div(oh, ow, H, W, kh, kw, sh, sw, ph, pw, incl);
+    STX(OUT_HALF, acc, gx, (p * H + h) * W + w);
     }
 }
 
@@ -105,5 +106,5 @@ __kernel void avgpool_bwd(const int P, const int H, const int W, const int OH, c
 __kernel void gap_bwd(const int n, const int HW, const float inv, __global const float* g, __global float* gx) {
     const int i = get_global_id(0);
     if (i >= n) return;
-    gx[i] = g[i / HW] * inv;
+    STX(OUT_HALF, LDX(IN_HALF, g, i / HW) * inv, gx, i);
 }

@@ -3,7 +3,8 @@
 // defines. Nearest: src = ⌊o·in/out⌋. Bilinear: src = o·(in−1)/(out−1) with ALIGN (corners), else
 // max(0, (o+½)·in/out − ½); it reads rows ⌊src⌋ and min(⌊src⌋+1, in−1) with weights 1−f and f.
 
-// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
+// YZ_BEGIN, GRID_LOOP and the f16 storage switches come from kernels/prelude.cl: the source (x or g) is read
+// with LDX(IN_HALF, …) and the destination (y or gx) written with STX(OUT_HALF, …), the maths in f32.
 
 #ifndef BILINEAR
 #define BILINEAR 0
@@ -38,18 +39,20 @@ __kernel void upsample_fwd(const int P, const int H, const int W, const int OH, 
     const int ow = get_global_id(0);
     if (ow >= OW) return;
     YZ_BEGIN(oh, OH, p, P)
-    __global const float* pl = x + p * H * W;
+    const int pl = p * H * W;
+#define PX(i) LDX(IN_HALF, x, pl + (i))
 #if BILINEAR
     const float sh = src_coord(oh, H, OH), sw = src_coord(ow, W, OW);
     const int h0 = min((int)floor(sh), H - 1), w0 = min((int)floor(sw), W - 1);
     const int h1 = min(h0 + 1, H - 1), w1 = min(w0 + 1, W - 1);
     const float fh = sh - (float)h0, fw = sw - (float)w0;
-    const float top = pl[h0 * W + w0] * (1.0f - fw) + pl[h0 * W + w1] * fw;
-    const float bot = pl[h1 * W + w0] * (1.0f - fw) + pl[h1 * W + w1] * fw;
-    y[(p * OH + oh) * OW + ow] = top * (1.0f - fh) + bot * fh;
+    const float top = PX(h0 * W + w0) * (1.0f - fw) + PX(h0 * W + w1) * fw;
+    const float bot = PX(h1 * W + w0) * (1.0f - fw) + PX(h1 * W + w1) * fw;
+    STX(OUT_HALF, top * (1.0f - fh) + bot * fh, y, (p * OH + oh) * OW + ow);
 #else
-    y[(p * OH + oh) * OW + ow] = pl[((oh * H) / OH) * W + (ow * W) / OW];
+    STX(OUT_HALF, PX(((oh * H) / OH) * W + (ow * W) / OW), y, (p * OH + oh) * OW + ow);
 #endif
+#undef PX
     }
 }
 
@@ -71,9 +74,9 @@ __kernel void upsample_bwd(const int P, const int H, const int W, const int OH, 
         if (a == 0.0f) continue;
         for (int ow = ow0; ow <= ow1; ++ow) {
             const float b = axis_weight(ow, w, W, OW);
-            if (b != 0.0f) acc += a * b * g[(p * OH + oh) * OW + ow];
+            if (b != 0.0f) acc += a * b * LDX(IN_HALF, g, (p * OH + oh) * OW + ow);
         }
     }
-    gx[(p * H + h) * W + w] = acc;
+    STX(OUT_HALF, acc, gx, (p * H + h) * W + w);
     }
 }

@@ -1,7 +1,9 @@
 // Data movement: permute, block copies (narrow, cat, split), index_select, one_hot and pad2d (zero or
 // reflect) with its gather backward. Shapes travel by value; 3-D ranges avoid divisions where they can.
 
-// YZ_BEGIN and GRID_LOOP come from kernels/prelude.cl.
+// YZ_BEGIN, GRID_LOOP and the f16 storage switches come from kernels/prelude.cl: permute, the block copies,
+// index_select and pad2d (and its backward) read their float source with LDX(IN_HALF, …) and write with
+// STX(OUT_HALF, …), so f16 moves as f16 (one_hot and topk stay f32).
 
 // y[i] = x[Σ c_k·istride_k] where (c_k) is i decomposed over the output shape (innermost in .s0).
 __kernel void permute(const int n, const int rank, const int8 oshape, const int8 istride, __global const float* x,
@@ -17,7 +19,7 @@ __kernel void permute(const int n, const int rank, const int8 oshape, const int8
             rem = q;
         }
     }
-    y[i] = x[off];
+    STX(OUT_HALF, LDX(IN_HALF, x, off), y, i);
 }
 
 // y[o, doff + a, i] (axis extent dA) = x[o, soff + a, i] (axis extent sA) for a < len; range (I, len, O).
@@ -26,7 +28,7 @@ __kernel void block_copy(const int O, const int len, const int I, const int sA, 
     const int i = get_global_id(0);
     if (i >= I) return;
     YZ_BEGIN(a, len, o, O)
-    y[(o * dA + doff + a) * I + i] = x[(o * sA + soff + a) * I + i];
+    STX(OUT_HALF, LDX(IN_HALF, x, (o * sA + soff + a) * I + i), y, (o * dA + doff + a) * I + i);
     }
 }
 
@@ -36,7 +38,7 @@ __kernel void index_select(const int O, const int K, const int A, const int I, _
     const int i = get_global_id(0);
     if (i >= I) return;
     YZ_BEGIN(k, K, o, O)
-    y[(o * K + k) * I + i] = x[(o * A + idx[k]) * I + i];
+    STX(OUT_HALF, LDX(IN_HALF, x, (o * A + idx[k]) * I + i), y, (o * K + k) * I + i);
     }
 }
 
@@ -61,7 +63,7 @@ __kernel void pad2d(const int P, const int H, const int W, const int OH, const i
     YZ_BEGIN(oh, OH, p, P)
     const int h = pad_src(oh - pt, H, reflect);
     const int w = pad_src(ow - pl, W, reflect);
-    y[(p * OH + oh) * OW + ow] = (h < 0 || w < 0) ? 0.0f : x[(p * H + h) * W + w];
+    STX(OUT_HALF, (h < 0 || w < 0) ? 0.0f : LDX(IN_HALF, x, (p * H + h) * W + w), y, (p * OH + oh) * OW + ow);
     }
 }
 
@@ -82,10 +84,10 @@ __kernel void pad2d_bwd(const int P, const int H, const int W, const int OH, con
             const int ow = cw[b] + pl;
             if (ow < 0 || ow >= OW || pad_src(cw[b], W, reflect) != w) continue;
             if ((b >= 1 && cw[b] == cw[0]) || (b == 2 && cw[2] == cw[1])) continue;
-            acc += g[(p * OH + oh) * OW + ow];
+            acc += LDX(IN_HALF, g, (p * OH + oh) * OW + ow);
         }
     }
-    gx[(p * H + h) * W + w] = acc;
+    STX(OUT_HALF, acc, gx, (p * H + h) * W + w);
     }
 }
 

@@ -1,5 +1,7 @@
 // The small ops of a transformer layer: rotary position embedding, masked fill, and the embedding gradient
-// (an index-add of output-gradient rows into the weight's rows).
+// (an index-add of output-gradient rows into the weight's rows). Float inputs are read with LDX(IN_HALF, …)
+// (the mask with LDX(B_HALF, …)) and outputs written with STX(OUT_HALF, …) (kernels/prelude.cl); the embedding
+// gradient always accumulates into an f32 table.
 
 // RoPE on [rows, HDIM] with rows = lead·S: pair (2t, 2t+1) of row r at position pos[r mod S] is rotated by
 // pos·base^(−2t/HDIM), the angle negated when sgn < 0 (the inverse rotation, which is also the gradient).
@@ -16,10 +18,10 @@ __kernel void rope_pairs(const int rows, const int S, const int HDIM, const floa
     const float c = cos(ang);
     const float sn = sin(ang) * sgn;
     const size_t off = (size_t)row * HDIM + 2 * t;
-    const float a = x[off];
-    const float b = x[off + 1];
-    y[off] = a * c - b * sn;
-    y[off + 1] = a * sn + b * c;
+    const float a = LDX(IN_HALF, x, off);
+    const float b = LDX(IN_HALF, x, off + 1);
+    STX(OUT_HALF, a * c - b * sn, y, off);
+    STX(OUT_HALF, a * sn + b * c, y, off + 1);
 }
 
 // y[i] = value where mask[i mod M] ≠ 0, else x[i]; the mask tiles over x's leading dimensions.
@@ -27,7 +29,7 @@ __kernel void masked_fill(const int N, const int M, const float value, __global 
                           __global const float* mask, __global float* y) {
     const int i = get_global_id(0);
     if (i >= N) return;
-    y[i] = mask[i % M] != 0.0f ? value : x[i];
+    STX(OUT_HALF, LDX(B_HALF, mask, i % M) != 0.0f ? value : LDX(IN_HALF, x, i), y, i);
 }
 
 // Adds `v` to *p atomically: OpenCL 1.2 has no float atomics, so a compare-and-swap loop on the bits.
@@ -54,5 +56,5 @@ __kernel void embedding_grad(const int N, const int E, __global const int* idx, 
     if (gid >= N * E) return;
     const int n = gid / E;
     const int e = gid - n * E;
-    atomic_add_float(dw + (size_t)idx[n] * E + e, g[gid]);
+    atomic_add_float(dw + (size_t)idx[n] * E + e, LDX(IN_HALF, g, gid));
 }

@@ -26,6 +26,10 @@ fn every_layout_matches_the_reference_at_d64() {
         Some(AttnAlgo::Rows(4)),
         Some(AttnAlgo::Tile(16, 16, 4)),
         Some(AttnAlgo::Tile(32, 32, 8)),
+        Some(AttnAlgo::Lanes(16, 8)),
+        Some(AttnAlgo::Lanes(8, 8)),
+        Some(AttnAlgo::Lanes(16, 4)),
+        Some(AttnAlgo::Lanes(4, 3)),
     ];
     for (i, algo) in layouts.into_iter().enumerate() {
         for causal in [false, true] {
@@ -59,8 +63,16 @@ fn decode_matches_the_reference_and_the_last_causal_row() {
             Some(DecodeAlgo::Item(4)),
             Some(DecodeAlgo::Wg(64, 1)),
             Some(DecodeAlgo::Wg(64, 4)),
+            Some(DecodeAlgo::Lanes(16, 1)),
+            Some(DecodeAlgo::Lanes(16, 4)),
+            Some(DecodeAlgo::Lanes(8, 16)),
+            Some(DecodeAlgo::Lanes(4, 1)),
         ] {
-            if len < 4 && matches!(algo, Some(DecodeAlgo::Item(4) | DecodeAlgo::Wg(_, 4))) {
+            let chunks = match algo {
+                Some(DecodeAlgo::Item(c) | DecodeAlgo::Wg(_, c) | DecodeAlgo::Lanes(_, c)) => c,
+                None => 1,
+            };
+            if chunks > len {
                 continue;
             }
             let got = ops::attention_decode_with(&qd, &kd, &vd, len, None, algo).unwrap();

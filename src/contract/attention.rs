@@ -25,7 +25,8 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]` or `["rows", rq]`.
+/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]`, `["rows", rq]` or
+/// `["lanes", vw, kb]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttnAlgo {
     /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
@@ -33,6 +34,9 @@ pub enum AttnAlgo {
     Tile(usize, usize, usize),
     /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
     Rows(usize),
+    /// One work-item per `vw` rows held across the lanes of a float vector (4, 8 or 16), the other operand
+    /// streamed `kb` rows at a time, no barriers (CPU OpenCL).
+    Lanes(usize, usize),
 }
 
 impl Serialize for AttnAlgo {
@@ -40,6 +44,7 @@ impl Serialize for AttnAlgo {
         match *self {
             AttnAlgo::Tile(bq, bk, t) => ("tile", bq, bk, t).serialize(s),
             AttnAlgo::Rows(r) => ("rows", r).serialize(s),
+            AttnAlgo::Lanes(w, b) => ("lanes", w, b).serialize(s),
         }
     }
 }
@@ -59,13 +64,17 @@ pub struct DecodeShape {
     pub scale: f32,
 }
 
-/// How a decode step splits its keys; the cache form is `["wg", local, chunks]` or `["item", chunks]`.
+/// How a decode step splits its keys; the cache form is `["wg", local, chunks]`, `["item", chunks]` or
+/// `["lanes", vw, chunks]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodeAlgo {
     /// One work-group of `local` items per (b·h, chunk) of the cache (GPUs).
     Wg(usize, usize),
     /// One work-item per (b·h, chunk) (CPU OpenCL).
     Item(usize),
+    /// One work-item per (b·h, chunk), vectorised along the head dimension in vectors of `vw` floats (4, 8 or
+    /// 16, dividing the head dimension), no combine pass with one chunk (CPU OpenCL).
+    Lanes(usize, usize),
 }
 
 impl Serialize for DecodeAlgo {
@@ -73,6 +82,7 @@ impl Serialize for DecodeAlgo {
         match *self {
             DecodeAlgo::Wg(l, c) => ("wg", l, c).serialize(s),
             DecodeAlgo::Item(c) => ("item", c).serialize(s),
+            DecodeAlgo::Lanes(w, c) => ("lanes", w, c).serialize(s),
         }
     }
 }

@@ -4,10 +4,12 @@
 
 use super::limit;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
+
+use super::policy::{OpClass, expect_float, output_dtype};
 
 fn check(x: &Tensor, p: f32, op: &str) -> Result<f32> {
-    x.expect_dtype(DType::F32, op)?;
+    expect_float(x, op)?;
     if !(0.0..1.0).contains(&p) {
         return Err(Error::Invalid(format!("{op}: p = {p} must be in [0, 1)")));
     }
@@ -17,7 +19,11 @@ fn check(x: &Tensor, p: f32, op: &str) -> Result<f32> {
 
 fn apply(x: &Tensor, p: f32, seed: u64, op: &str) -> Result<Tensor> {
     check(x, p, op)?;
-    let out = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    let out = Tensor::empty(
+        x.device(),
+        x.shape(),
+        output_dtype(OpClass::Store16, &[x], op)?,
+    )?;
     if out.numel() > 0 {
         x.device().backend().dropout_apply(x, p, seed, &out)?;
     }

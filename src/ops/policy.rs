@@ -100,7 +100,7 @@ pub(crate) fn output_dtype(class: OpClass, inputs: &[&Tensor], op: &str) -> Resu
 }
 
 /// `t` as f32: itself when it already is, else a device cast (f16 widens exactly). For the ops whose kernels
-/// read f32 only (GEMM, convolutions, attention, pooling, …): their inputs are widened on the device and their
+/// read f32 only (GEMM, convolutions, attention, …): their inputs are widened on the device and their
 /// outputs narrowed back, never through the host.
 pub(crate) fn widen(t: &Tensor) -> Result<Tensor> {
     if t.dtype() == DType::F16 {
@@ -119,7 +119,7 @@ pub(crate) fn store_as(t: Tensor, dtype: DType) -> Result<Tensor> {
     }
 }
 
-/// Runs `f` (an op whose kernels read f32 only: GEMM, convolutions, attention, pooling, …) on `inputs` widened
+/// Runs `f` (an op whose kernels read f32 only: GEMM, convolutions, attention, …) on `inputs` widened
 /// to f32 on the device, and stores its output in the dtype the policy gives for `inputs`. All-f32 inputs
 /// outside [`autocast`] go straight through. Converting costs one extra pass over each f16 input and the
 /// output, which is small beside these compute-bound ops; their kernels stay one f32 source each.

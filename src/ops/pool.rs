@@ -6,6 +6,7 @@ pub use crate::contract::pool::Pool2d;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
+use super::policy::{OpClass, expect_float, output_dtype, store_as};
 use super::reduce::mean;
 
 /// Max pooling's output with the flat in-plane index (h·W + w, i32) of each maximum.
@@ -18,7 +19,7 @@ pub struct MaxPoolOut {
 }
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
-    x.expect_dtype(DType::F32, op)?;
+    expect_float(x, op)?;
     limit(x, op)?;
     match *x.shape() {
         [n, c, h, w] => Ok([n, c, h, w]),
@@ -30,7 +31,7 @@ fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {
 }
 
 /// A pooling backward's input gradient, allocated once `grad` (and the forward's `indices`, where given) are
-/// checked against the output shape `p` gives `input_shape`.
+/// checked against the output shape `p` gives `input_shape`; it is stored in the gradient's dtype.
 fn backward_out(
     grad: &Tensor,
     indices: Option<&Tensor>,
@@ -54,15 +55,16 @@ fn backward_out(
             grad.shape(),
         ));
     }
-    grad.expect_dtype(DType::F32, op)?;
-    Tensor::empty(grad.device(), input_shape, DType::F32)
+    expect_float(grad, op)?;
+    Tensor::empty(grad.device(), input_shape, grad.dtype())
 }
 
 /// Max pooling; the indices feed [`max_pool2d_backward`].
 pub fn max_pool2d(x: &Tensor, p: Pool2d) -> Result<MaxPoolOut> {
     let [n, c, h, w] = nchw(x, "max_pool2d")?;
     let (oh, ow) = p.out_hw(h, w, "max_pool2d")?;
-    let y = Tensor::empty(x.device(), &[n, c, oh, ow], DType::F32)?;
+    let dt = output_dtype(OpClass::Store16, &[x], "max_pool2d")?;
+    let y = Tensor::empty(x.device(), &[n, c, oh, ow], dt)?;
     let indices = Tensor::empty(x.device(), &[n, c, oh, ow], DType::I32)?;
     if y.numel() > 0 {
         x.device().backend().maxpool(x, &p, &y, &indices)?;
@@ -96,7 +98,8 @@ pub fn max_pool2d_backward(
 pub fn avg_pool2d(x: &Tensor, p: Pool2d, count_include_pad: bool) -> Result<Tensor> {
     let [n, c, h, w] = nchw(x, "avg_pool2d")?;
     let (oh, ow) = p.out_hw(h, w, "avg_pool2d")?;
-    let y = Tensor::empty(x.device(), &[n, c, oh, ow], DType::F32)?;
+    let dt = output_dtype(OpClass::Store16, &[x], "avg_pool2d")?;
+    let y = Tensor::empty(x.device(), &[n, c, oh, ow], dt)?;
     if y.numel() > 0 {
         x.device().backend().avgpool(x, &p, count_include_pad, &y)?;
     }
@@ -119,10 +122,12 @@ pub fn avg_pool2d_backward(
     Ok(gx)
 }
 
-/// The mean of each plane: N×C×H×W → N×C×1×1.
+/// The mean of each plane: N×C×H×W → N×C×1×1. An f16 input is read as f16 by the reduction (which sums in
+/// f32); the N×C means are stored in the dtype the policy gives pooling outputs.
 pub fn global_avg_pool2d(x: &Tensor) -> Result<Tensor> {
     nchw(x, "global_avg_pool2d")?;
-    mean(x, Some(&[2, 3]), true)
+    let dt = output_dtype(OpClass::Store16, &[x], "global_avg_pool2d")?;
+    store_as(mean(x, Some(&[2, 3]), true)?, dt)
 }
 
 /// The input gradient of [`global_avg_pool2d`].
@@ -142,8 +147,8 @@ pub fn global_avg_pool2d_backward(grad: &Tensor, input_shape: &[usize]) -> Resul
             grad.shape(),
         ));
     }
-    grad.expect_dtype(DType::F32, "global_avg_pool2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    expect_float(grad, "global_avg_pool2d_backward")?;
+    let gx = Tensor::empty(grad.device(), input_shape, grad.dtype())?;
     if gx.numel() > 0 {
         grad.device().backend().gap_backward(grad, &gx)?;
     }

@@ -4,7 +4,9 @@ use super::limit;
 pub use crate::contract::resize::Upsample;
 use crate::contract::resize::Upsampling;
 use crate::error::{Error, Result};
-use crate::tensor::{DType, Tensor};
+use crate::tensor::Tensor;
+
+use super::policy::{OpClass, expect_float, output_dtype};
 
 fn check(shape: &[usize], size: (usize, usize), op: &str) -> Result<Vec<usize>> {
     match *shape {
@@ -19,9 +21,9 @@ fn check(shape: &[usize], size: (usize, usize), op: &str) -> Result<Vec<usize>> 
 
 /// Resizes the last two dimensions to `size` = (height, width).
 pub fn upsample(x: &Tensor, size: (usize, usize), mode: Upsample) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, "upsample")?;
+    let dt = output_dtype(OpClass::Store16, &[x], "upsample")?;
     let shape = check(x.shape(), size, "upsample")?;
-    let y = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let y = Tensor::empty(x.device(), &shape, dt)?;
     if y.numel() > i32::MAX as usize || x.numel() > i32::MAX as usize {
         return Err(Error::Limit(format!(
             "upsample: {} elements exceed the 2^31-1 per-op limit",
@@ -37,7 +39,7 @@ pub fn upsample(x: &Tensor, size: (usize, usize), mode: Upsample) -> Result<Tens
 
 /// The input gradient of [`upsample`].
 pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -> Result<Tensor> {
-    grad.expect_dtype(DType::F32, "upsample_backward")?;
+    expect_float(grad, "upsample_backward")?;
     let size = match *grad.shape() {
         [_, _, h, w] => (h, w),
         _ => {
@@ -55,7 +57,7 @@ pub fn upsample_backward(grad: &Tensor, input_shape: &[usize], mode: Upsample) -
             grad.shape(),
         ));
     }
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = Tensor::empty(grad.device(), input_shape, grad.dtype())?;
     limit(grad, "upsample_backward")?;
     if gx.numel() > 0 {
         let op = Upsampling::new(mode, input_shape, grad.shape(), grad, &gx, true);

@@ -8,6 +8,7 @@ use crate::contract::shape::{Pad, TopK};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor, strides};
 
+use super::policy::{expect_float, promote};
 use super::reduce::normalize_axes;
 
 /// Padding modes of [`pad2d`].
@@ -21,7 +22,7 @@ pub enum PadMode {
 
 /// The axes of `x` reordered: output axis `k` is input axis `dims[k]`.
 pub fn permute(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, "permute")?;
+    expect_float(x, "permute")?;
     limit(x, "permute")?;
     let r = x.rank();
     let mut seen = vec![false; r];
@@ -40,7 +41,7 @@ pub fn permute(x: &Tensor, dims: &[usize]) -> Result<Tensor> {
     }
     let st = strides(x.shape());
     let oshape: Vec<usize> = dims.iter().map(|&d| x.shape()[d]).collect();
-    let y = Tensor::empty(x.device(), &oshape, DType::F32)?;
+    let y = Tensor::empty(x.device(), &oshape, x.dtype())?;
     if y.numel() > 0 {
         let os: Vec<usize> = oshape.iter().rev().copied().collect();
         let is: Vec<usize> = dims.iter().rev().map(|&d| st[d]).collect();
@@ -68,7 +69,7 @@ fn view3(shape: &[usize], axis: usize) -> (usize, usize, usize) {
 
 /// Elements `start..start + len` of `axis`.
 pub fn narrow(x: &Tensor, axis: isize, start: usize, len: usize) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, "narrow")?;
+    expect_float(x, "narrow")?;
     limit(x, "narrow")?;
     let a = normalize_axes(Some(&[axis]), x.rank(), "narrow")?[0];
     let (o, n, i) = view3(x.shape(), a);
@@ -81,7 +82,7 @@ pub fn narrow(x: &Tensor, axis: isize, start: usize, len: usize) -> Result<Tenso
     }
     let mut shape = x.shape().to_vec();
     shape[a] = len;
-    let y = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let y = Tensor::empty(x.device(), &shape, x.dtype())?;
     if y.numel() > 0 {
         x.device().backend().block_copy(
             x,
@@ -130,7 +131,7 @@ pub fn cat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
     let mut shape = first.shape().to_vec();
     shape[a] = 0;
     for t in xs {
-        t.expect_dtype(DType::F32, "cat")?;
+        expect_float(t, "cat")?;
         let ok = t.rank() == first.rank()
             && t.shape()
                 .iter()
@@ -145,7 +146,8 @@ pub fn cat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
         }
         shape[a] += t.shape()[a];
     }
-    let y = Tensor::empty(first.device(), &shape, DType::F32)?;
+    // Mixed f16 and f32 pieces join as f32 (the wider type), as elementwise ops promote.
+    let y = Tensor::empty(first.device(), &shape, promote(xs))?;
     limit(&y, "cat")?;
     let (o, total, i) = view3(&shape, a);
     let mut off = 0;
@@ -174,7 +176,7 @@ pub fn cat(xs: &[&Tensor], axis: isize) -> Result<Tensor> {
 /// Slices of `axis` at `indices` (i32, each in range), in that order.
 pub fn index_select(x: &Tensor, axis: isize, indices: &Tensor) -> Result<Tensor> {
     x.same_device(&[indices], "index_select")?;
-    x.expect_dtype(DType::F32, "index_select")?;
+    expect_float(x, "index_select")?;
     indices.expect_dtype(DType::I32, "index_select indices")?;
     limit(x, "index_select")?;
     if indices.rank() != 1 {
@@ -197,7 +199,7 @@ pub fn index_select(x: &Tensor, axis: isize, indices: &Tensor) -> Result<Tensor>
     }
     let mut shape = x.shape().to_vec();
     shape[a] = indices.numel();
-    let y = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let y = Tensor::empty(x.device(), &shape, x.dtype())?;
     limit(&y, "index_select")?;
     if y.numel() > 0 {
         let v = Ori { o, r: n, i };
@@ -265,9 +267,9 @@ fn pad_plan(pads: [usize; 4], mode: PadMode, back: bool) -> Pad {
 
 /// Pads the last two dimensions of N×C×H×W by `[top, bottom, left, right]`.
 pub fn pad2d(x: &Tensor, pads: [usize; 4], mode: PadMode) -> Result<Tensor> {
-    x.expect_dtype(DType::F32, "pad2d")?;
+    expect_float(x, "pad2d")?;
     let shape = pad_shape(x.shape(), pads, mode, "pad2d")?;
-    let y = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let y = Tensor::empty(x.device(), &shape, x.dtype())?;
     limit(&y, "pad2d")?;
     if y.numel() > 0 {
         x.device()
@@ -284,7 +286,7 @@ pub fn pad2d_backward(
     pads: [usize; 4],
     mode: PadMode,
 ) -> Result<Tensor> {
-    grad.expect_dtype(DType::F32, "pad2d_backward")?;
+    expect_float(grad, "pad2d_backward")?;
     let shape = pad_shape(input_shape, pads, mode, "pad2d_backward")?;
     if grad.shape() != shape.as_slice() {
         return Err(Error::shape_mismatch(
@@ -294,7 +296,7 @@ pub fn pad2d_backward(
         ));
     }
     limit(grad, "pad2d_backward")?;
-    let gx = Tensor::empty(grad.device(), input_shape, DType::F32)?;
+    let gx = Tensor::empty(grad.device(), input_shape, grad.dtype())?;
     if gx.numel() > 0 {
         let pad = pad_plan(pads, mode, true);
         grad.device().backend().pad2d(grad, &gx, pad)?;

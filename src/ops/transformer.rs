@@ -8,6 +8,7 @@ use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 use super::limit;
+use super::policy::{OpClass, expect_float, output_dtype};
 use super::shape::{first_outside, index_select};
 
 /// Rotary position embedding of x [..., S, D] (D even): each pair (x[2t], x[2t+1]) of the row at sequence
@@ -15,7 +16,7 @@ use super::shape::{first_outside, index_select};
 /// `inverse` the rotation is undone, which is also the gradient.
 pub fn rope(x: &Tensor, positions: Option<&Tensor>, base: f32, inverse: bool) -> Result<Tensor> {
     let op = "rope";
-    x.expect_dtype(DType::F32, op)?;
+    let dt = output_dtype(OpClass::Store16, &[x], op)?;
     let r = x.rank();
     if r < 2 {
         return Err(Error::Shape(format!(
@@ -57,7 +58,7 @@ pub fn rope(x: &Tensor, positions: Option<&Tensor>, base: f32, inverse: bool) ->
             &made
         }
     };
-    let y = Tensor::empty(dev, x.shape(), DType::F32)?;
+    let y = Tensor::empty(dev, x.shape(), dt)?;
     if y.numel() > 0 {
         let plan = RopePlan {
             rows: x.numel() / d,
@@ -71,13 +72,13 @@ pub fn rope(x: &Tensor, positions: Option<&Tensor>, base: f32, inverse: bool) ->
     Ok(y)
 }
 
-/// `x` with `value` wherever `mask ≠ 0`. The mask (f32) is x's trailing dimensions, leading 1s allowed, and
+/// `x` with `value` wherever `mask ≠ 0`. The mask (f32 or f16) is x's trailing dimensions, leading 1s allowed, and
 /// repeats over x's leading dimensions: an [S, S] or [1, 1, S, S] mask over [B, H, S, S] scores.
 pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f32) -> Result<Tensor> {
     let op = "masked_fill";
     x.same_device(&[mask], op)?;
-    x.expect_dtype(DType::F32, op)?;
-    mask.expect_dtype(DType::F32, "masked_fill mask")?;
+    let dt = output_dtype(OpClass::Store16, &[x], op)?;
+    expect_float(mask, "masked_fill mask")?;
     let ms: Vec<usize> = mask
         .shape()
         .iter()
@@ -92,7 +93,7 @@ pub fn masked_fill(x: &Tensor, mask: &Tensor, value: f32) -> Result<Tensor> {
         )));
     }
     limit(x, op)?;
-    let y = Tensor::empty(x.device(), x.shape(), DType::F32)?;
+    let y = Tensor::empty(x.device(), x.shape(), dt)?;
     if y.numel() > 0 {
         x.device().backend().masked_fill(x, mask, value, &y)?;
     }
@@ -134,11 +135,12 @@ fn check_indices(idx: &Tensor, n: usize, op: &str) -> Result<()> {
     Ok(())
 }
 
-/// Rows of `weight` [V, E] at the i32 `indices` (any shape, each in 0..V): [..indices.shape, E].
+/// Rows of `weight` [V, E] at the i32 `indices` (any shape, each in 0..V): [..indices.shape, E], in the
+/// weight's dtype (an f16 table is gathered as f16).
 pub fn embedding(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
     let op = "embedding";
     weight.same_device(&[indices], op)?;
-    weight.expect_dtype(DType::F32, op)?;
+    expect_float(weight, op)?;
     let [v, e] = *weight.shape() else {
         return Err(Error::Shape(format!(
             "{op}: the weight must be [V, E], got {:?}",
@@ -154,7 +156,8 @@ pub fn embedding(weight: &Tensor, indices: &Tensor) -> Result<Tensor> {
 }
 
 /// The weight gradient of [`embedding`]: [V, E] zeros with each row `grad[n]` added at `indices[n]`
-/// (repeated indices add up), computed on the device.
+/// (repeated indices add up), computed on the device. An f16 gradient is read as f16; the table accumulates in
+/// f32.
 pub fn embedding_backward(
     indices: &Tensor,
     grad: &Tensor,
@@ -162,7 +165,7 @@ pub fn embedding_backward(
 ) -> Result<Tensor> {
     let op = "embedding_backward";
     indices.same_device(&[grad], op)?;
-    grad.expect_dtype(DType::F32, &format!("{op} gradient"))?;
+    expect_float(grad, &format!("{op} gradient"))?;
     let n = indices.numel();
     let want: Vec<usize> = indices.shape().iter().copied().chain([0]).collect();
     let gs = grad.shape();

@@ -8,20 +8,22 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
+/// `scale·q·k` of one query and one key row, in f64.
+fn score(q: &[f32], k: &[f32], scale: f32) -> f64 {
+    q.iter()
+        .zip(k)
+        .map(|(a, b)| *a as f64 * *b as f64)
+        .sum::<f64>()
+        * scale as f64
+}
+
 /// The probabilities of query row `i` of head `bh` over its visible keys, and the row's log-sum-exp.
 fn probs(p: &AttnShape, q: &[f32], k: &[f32], bh: usize, i: usize) -> (Vec<f64>, f64) {
     let (s, d) = (p.s, p.d);
     let qi = &q[(bh * s + i) * d..][..d];
     let end = if p.causal { i + 1 } else { s };
     let sc: Vec<f64> = (0..end)
-        .map(|j| {
-            let kj = &k[(bh * s + j) * d..][..d];
-            qi.iter()
-                .zip(kj)
-                .map(|(a, b)| *a as f64 * *b as f64)
-                .sum::<f64>()
-                * p.scale as f64
-        })
+        .map(|j| score(qi, &k[(bh * s + j) * d..][..d], p.scale))
         .collect();
     let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
     let z: f64 = sc.iter().map(|x| (x - m).exp()).sum();
@@ -133,14 +135,7 @@ impl AttentionKernels for CpuDevice {
             for bh in 0..p.bh {
                 let qi = &q[bh * d..][..d];
                 let sc: Vec<f64> = (0..p.len)
-                    .map(|j| {
-                        let kj = &k[(bh * p.cap + j) * d..][..d];
-                        qi.iter()
-                            .zip(kj)
-                            .map(|(a, b)| *a as f64 * *b as f64)
-                            .sum::<f64>()
-                            * p.scale as f64
-                    })
+                    .map(|j| score(qi, &k[(bh * p.cap + j) * d..][..d], p.scale))
                     .collect();
                 let m = sc.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
                 let e: Vec<f64> = sc.iter().map(|x| (x - m).exp()).collect();
@@ -196,7 +191,7 @@ impl TransformerKernels for CpuDevice {
             let w = access::read(idx)?;
             bytemuck::cast_slice::<u32, i32>(&w[..])[..idx.numel()].to_vec()
         };
-        let gv = g.to_vec::<f32>()?;
+        let gv = host::read_f32(g)?;
         let mut w = access::write(dw)?;
         let out = bytemuck::cast_slice_mut::<u32, f32>(&mut w[..]);
         for (n, &r) in idx.iter().enumerate() {

@@ -1,7 +1,7 @@
 //! Reference pooling in plain Rust (f64 accumulation).
 
 use crate::backend::cpu::CpuDevice;
-use crate::backend::cpu::host::write_pod;
+use crate::backend::cpu::host::{read_f32, write_f32, write_pod};
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
@@ -54,7 +54,7 @@ fn window_counts(x_shape: &[usize], y_shape: &[usize], p: &Pool2d, incl: bool) -
 
 impl PoolKernels for CpuDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
-        let xs = x.to_vec::<f32>()?;
+        let xs = read_f32(x)?;
         let mut best = crate::tensor::host_vec(y.numel(), f32::NEG_INFINITY)?;
         let mut bi = crate::tensor::host_vec(y.numel(), -1i32)?;
         windows(x.shape(), y.shape(), p, |o, base, k| {
@@ -64,11 +64,11 @@ impl PoolKernels for CpuDevice {
                 bi[o] = k as i32;
             }
         });
-        write_pod(y, &best)?;
+        write_f32(y, &best)?;
         write_pod(idx, &bi)
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, _p: &Pool2d, gx: &Tensor) -> Result<()> {
-        let (gs, is) = (g.to_vec::<f32>()?, idx.to_vec::<i32>()?);
+        let (gs, is) = (read_f32(g)?, idx.to_vec::<i32>()?);
         let s = gx.shape();
         let (hw, ohw) = (s[2] * s[3], g.shape()[2] * g.shape()[3]);
         let mut out = crate::tensor::host_vec(gx.numel(), 0f32)?;
@@ -77,10 +77,10 @@ impl PoolKernels for CpuDevice {
                 out[(o / ohw) * hw + i as usize] += gv;
             }
         }
-        write_pod(gx, &out)
+        write_f32(gx, &out)
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
-        let xs = x.to_vec::<f32>()?;
+        let xs = read_f32(x)?;
         let mut acc = crate::tensor::host_vec(y.numel(), 0f64)?;
         windows(x.shape(), y.shape(), p, |o, base, k| {
             acc[o] += xs[base + k] as f64
@@ -91,17 +91,17 @@ impl PoolKernels for CpuDevice {
             .zip(&cnt)
             .map(|(a, c)| (*a / *c as f64) as f32)
             .collect();
-        write_pod(y, &out)
+        write_f32(y, &out)
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
-        let gs = g.to_vec::<f32>()?;
+        let gs = read_f32(g)?;
         let cnt = window_counts(gx.shape(), g.shape(), p, incl);
         let mut out = crate::tensor::host_vec(gx.numel(), 0f64)?;
         windows(gx.shape(), g.shape(), p, |o, base, k| {
             out[base + k] += gs[o] as f64 / cnt[o] as f64
         });
         let out: Vec<f32> = out.into_iter().map(|v| v as f32).collect();
-        write_pod(gx, &out)
+        write_f32(gx, &out)
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
         let hw = gx.shape()[2] * gx.shape()[3];

@@ -1,7 +1,7 @@
 //! Upsampling on the built-in device: the separable taps in f64.
 
 use crate::backend::cpu::CpuDevice;
-use crate::backend::cpu::host::{each_pixel, write_pod};
+use crate::backend::cpu::host::{each_pixel, read_f32, write_f32};
 use crate::contract::resize::{ResizeKernels, Upsample, Upsampling};
 use crate::error::Result;
 
@@ -31,7 +31,7 @@ impl ResizeKernels for CpuDevice {
     fn upsample(&self, op: &Upsampling<'_>) -> Result<()> {
         let (mode, xs, ys, src, dst, back) = op.parts();
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
-        let s = src.to_vec::<f32>()?;
+        let s = read_f32(src)?;
         let mut d = crate::tensor::host_vec(dst.numel(), 0f64)?;
         each_pixel(planes, oh, ow, |p, a, b| {
             let yi = (p * oh + a) * ow + b;
@@ -47,6 +47,6 @@ impl ResizeKernels for CpuDevice {
             }
         });
         let d: Vec<f32> = d.into_iter().map(|v| v as f32).collect();
-        write_pod(dst, &d)
+        write_f32(dst, &d)
     }
 }

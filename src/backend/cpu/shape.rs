@@ -1,7 +1,7 @@
 //! Reference data movement in plain Rust.
 
 use crate::backend::cpu::CpuDevice;
-use crate::backend::cpu::host::{each_pixel, write_pod};
+use crate::backend::cpu::host::{each_pixel, read_f32, write_f32, write_pod};
 use crate::contract::ShapeKernels;
 use crate::contract::reduce::Ori;
 use crate::contract::shape::{Block, Pad, TopK};
@@ -84,8 +84,8 @@ impl ShapeKernels for CpuDevice {
     }
 
     fn block_copy(&self, x: &Tensor, y: &Tensor, b: Block) -> Result<()> {
-        let xs = x.to_vec::<f32>()?;
-        let mut ys = y.to_vec::<f32>()?;
+        let xs = read_f32(x)?;
+        let mut ys = read_f32(y)?;
         for o in 0..b.o {
             for a in 0..b.len {
                 for i in 0..b.i {
@@ -93,19 +93,19 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        write_pod(y, &ys)
+        write_f32(y, &ys)
     }
 
     fn index_select(&self, x: &Tensor, idx: &Tensor, v: Ori, y: &Tensor) -> Result<()> {
         let Ori { o, r: a, i } = v;
-        let (xs, ks) = (x.to_vec::<f32>()?, idx.to_vec::<i32>()?);
+        let (xs, ks) = (read_f32(x)?, idx.to_vec::<i32>()?);
         let mut ys = Vec::with_capacity(y.numel());
         for oo in 0..o {
             for &k in &ks {
                 ys.extend_from_slice(&xs[(oo * a + k as usize) * i..(oo * a + k as usize + 1) * i]);
             }
         }
-        write_pod(y, &ys)
+        write_f32(y, &ys)
     }
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
@@ -122,7 +122,7 @@ impl ShapeKernels for CpuDevice {
         let (x, y) = if back { (dst, src) } else { (src, dst) };
         let (xs, ys) = (x.shape().to_vec(), y.shape().to_vec());
         let (planes, h, w, oh, ow) = (xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]);
-        let s = src.to_vec::<f32>()?;
+        let s = read_f32(src)?;
         let mut d = crate::tensor::host_vec(dst.numel(), 0f32)?;
         each_pixel(planes, oh, ow, |p, a, b| {
             let (hs, ws) = (
@@ -140,6 +140,6 @@ impl ShapeKernels for CpuDevice {
                 d[yi] = s[xi];
             }
         });
-        write_pod(dst, &d)
+        write_f32(dst, &d)
     }
 }

@@ -3,8 +3,10 @@
 //! memory limits, and their launches.
 
 use crate::autotune::{self, TuneKey, bucket};
-use crate::backend::opencl::abi::{attention as abi, transformer as tabi};
+use crate::backend::opencl::abi::{attention as abi, attention_cpu as cabi, transformer as tabi};
+use crate::backend::opencl::elementwise::half_defines;
 use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::shape::io_defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::attention::{AttnAlgo, AttnGrads, AttnShape, DecodeAlgo, DecodeShape};
 use crate::contract::transformer::RopePlan;
@@ -30,6 +32,14 @@ fn tile_local_floats(pass: Pass, d: usize, bq: usize, bk: usize) -> usize {
     }
 }
 
+/// The lane layouts offered to CPU devices (vw, kb), after the GPU ones; the first is their default.
+const LANES: &[(usize, usize)] = &[(16, 8), (16, 4), (8, 8)];
+
+/// Whether a lane layout is one the CPU kernels compile: 4, 8 or 16 lanes, 1 to 16 streamed rows per block.
+fn lanes_fit(vw: usize, kb: usize) -> bool {
+    matches!(vw, 4 | 8 | 16) && (1..=16).contains(&kb)
+}
+
 /// The tile layouts offered (bq, bk, tpr).
 const TILES: &[(usize, usize, usize)] = &[
     (16, 16, 4),
@@ -41,6 +51,57 @@ const TILES: &[(usize, usize, usize)] = &[
     (8, 16, 16),
     (16, 16, 16),
 ];
+
+/// The arguments of a one-item-per-rows forward kernel (`attn_fwd_rows`, `attn_fwd_lanes`): the same
+/// parameter list in two families, so two generated structs.
+macro_rules! fwd_args {
+    ($ty:path, $p:expr, $q:expr, $k:expr, $v:expr, $o:expr, $lse:expr) => {{
+        use $ty as A;
+        A {
+            BH: $p.bh as i32,
+            S: $p.s as i32,
+            causal: i32::from($p.causal),
+            scale: $p.scale,
+            q: $q.storage(),
+            k: $k.storage(),
+            v: $v.storage(),
+            o: $o.storage(),
+            lse: $lse.storage(),
+        }
+    }};
+}
+
+/// The arguments of a one-item-per-rows dq or dk/dv kernel; the inputs of both are the same.
+macro_rules! bwd_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr, $($out:ident: $val:expr),+) => {{
+        use $ty as A;
+        A {
+            BH: $p.bh as i32,
+            S: $p.s as i32,
+            causal: i32::from($p.causal),
+            scale: $p.scale,
+            q: $t.q.storage(),
+            k: $t.k.storage(),
+            v: $t.v.storage(),
+            g: $t.g.storage(),
+            lse: $t.lse.storage(),
+            delta: $delta.storage(),
+            $($out: $val.storage()),+
+        }
+    }};
+}
+
+macro_rules! dq_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr) => {
+        bwd_args!($ty, $p, $t, $delta, dq: $t.dq)
+    };
+}
+
+macro_rules! dkv_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr) => {
+        bwd_args!($ty, $p, $t, $delta, dk: $t.dk, dv: $t.dv)
+    };
+}
 
 impl ClDevice {
     fn tile_fits(&self, pass: Pass, d: usize, (bq, bk, tpr): (usize, usize, usize)) -> bool {
@@ -66,10 +127,11 @@ impl ClDevice {
             let ok = match a {
                 AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
                 AttnAlgo::Rows(r) => (1..=8).contains(&r),
+                AttnAlgo::Lanes(w, b) => lanes_fit(w, b),
             };
             if !ok {
                 return Err(Error::Invalid(format!(
-                    "attention: layout {a:?} does not fit head dimension {} on this device (tile needs bk a multiple of tpr, bq·tpr ≤ {} items and its tiles in {} bytes of local memory; rows needs 1 ≤ rq ≤ 8)",
+                    "attention: layout {a:?} does not fit head dimension {} on this device (tile needs bk a multiple of tpr, bq·tpr ≤ {} items and its tiles in {} bytes of local memory; rows needs 1 ≤ rq ≤ 8; lanes needs vw 4, 8 or 16 and 1 ≤ kb ≤ 16)",
                     p.d, self.info.max_work_group_size, self.info.local_mem_bytes
                 )));
             }
@@ -88,7 +150,14 @@ impl ClDevice {
                 .filter(|&r| r <= widest)
                 .map(AttnAlgo::Rows),
         );
-        let default = if self.info.kind == DeviceType::Cpu || rows_from == 0 {
+        let cpu = self.info.kind == DeviceType::Cpu;
+        let lanes_from = cands.len();
+        if cpu {
+            cands.extend(LANES.iter().map(|&(w, b)| AttnAlgo::Lanes(w, b)));
+        }
+        let default = if cpu {
+            lanes_from
+        } else if rows_from == 0 {
             rows_from + usize::from(widest > 1)
         } else {
             cands
@@ -100,7 +169,7 @@ impl ClDevice {
             Pass::Forward => "attention_fwd",
             Pass::Backward => "attention_bwd",
         };
-        let key = TuneKey::new(
+        let mut key = TuneKey::new(
             kernel,
             &[
                 ("bh", bucket(p.bh)),
@@ -110,6 +179,9 @@ impl ClDevice {
             ],
         )
         .source(kernel_source("attention").unwrap_or_default());
+        if cpu {
+            key = key.source(kernel_source("attention_cpu").unwrap_or_default());
+        }
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
@@ -118,6 +190,7 @@ impl ClDevice {
         match algo {
             AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
+            AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
     }
 
@@ -156,18 +229,13 @@ impl ClDevice {
             }
             AttnAlgo::Rows(r) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_ROWS)?;
-                let args = abi::AttnFwdRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: q.storage(),
-                    k: k.storage(),
-                    v: v.storage(),
-                    o: o.storage(),
-                    lse: lse.storage(),
-                };
+                let args = fwd_args!(abi::AttnFwdRows, p, q, k, v, o, lse);
                 self.run(&kern, &args, &[p.bh * p.s.div_ceil(r)], None)
+            }
+            AttnAlgo::Lanes(w, _) => {
+                let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_FWD_LANES)?;
+                let args = fwd_args!(cabi::AttnFwdLanes, p, q, k, v, o, lse);
+                self.run(&kern, &args, &[p.bh * p.s.div_ceil(w)], Some(&[1]))
             }
         }
     }
@@ -231,36 +299,33 @@ impl ClDevice {
             AttnAlgo::Rows(r) => {
                 let items = p.bh * p.s.div_ceil(r);
                 let kq = self.kernel(abi::FAMILY, &defs, abi::ATTN_DQ_ROWS)?;
-                let a = abi::AttnDqRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dq: t.dq.storage(),
-                };
-                let e1 = self.run(&kq, &a, &[items], None)?;
+                let e1 = self.run(&kq, &dq_args!(abi::AttnDqRows, p, t, delta), &[items], None)?;
                 let kk = self.kernel(abi::FAMILY, &defs, abi::ATTN_DKV_ROWS)?;
-                let b = abi::AttnDkvRows {
-                    BH: p.bh as i32,
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
-                    dk: t.dk.storage(),
-                    dv: t.dv.storage(),
-                };
-                let e2 = self.run(&kk, &b, &[items], None)?;
+                let e2 = self.run(
+                    &kk,
+                    &dkv_args!(abi::AttnDkvRows, p, t, delta),
+                    &[items],
+                    None,
+                )?;
+                Ok([e1, e2])
+            }
+            AttnAlgo::Lanes(w, _) => {
+                let items = p.bh * p.s.div_ceil(w);
+                let one = Some(&[1usize][..]);
+                let kq = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DQ_LANES)?;
+                let e1 = self.run(
+                    &kq,
+                    &dq_args!(cabi::AttnDqLanes, p, t, delta),
+                    &[items],
+                    one,
+                )?;
+                let kk = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DKV_LANES)?;
+                let e2 = self.run(
+                    &kk,
+                    &dkv_args!(cabi::AttnDkvLanes, p, t, delta),
+                    &[items],
+                    one,
+                )?;
                 Ok([e1, e2])
             }
         }
@@ -281,11 +346,16 @@ impl ClDevice {
             let ok = match a {
                 DecodeAlgo::Wg(l, c) => fits_wg(l) && (1..=p.len).contains(&c),
                 DecodeAlgo::Item(c) => (1..=p.len).contains(&c),
+                DecodeAlgo::Lanes(w, c) => {
+                    matches!(w, 4 | 8 | 16)
+                        && p.d.is_multiple_of(w)
+                        && (1..=p.len.min(64)).contains(&c)
+                }
             };
             if !ok {
                 return Err(Error::Invalid(format!(
-                    "attention_decode: layout {a:?} does not fit {} cached positions on this device (wg needs 32 ≤ local ≤ {max_wg}; chunks between 1 and the length)",
-                    p.len
+                    "attention_decode: layout {a:?} does not fit {} cached positions of head dimension {} on this device (wg needs 32 ≤ local ≤ {max_wg}; chunks between 1 and the length; lanes needs vw 4, 8 or 16 dividing the head dimension and at most 64 chunks)",
+                    p.len, p.d
                 )));
             }
             return Ok(a);
@@ -302,15 +372,32 @@ impl ClDevice {
         }
         let items_from = cands.len();
         cands.extend(chunks.iter().map(|&c| DecodeAlgo::Item(c)));
-        let default = if self.info.kind == DeviceType::Cpu || items_from == 0 {
-            cands.len() - 1
+        let cpu = self.info.kind == DeviceType::Cpu;
+        let lanes_from = cands.len();
+        // CPU devices also get the vector layout at the widest width that divides the head dimension.
+        if let Some(w) = [16usize, 8, 4]
+            .into_iter()
+            .find(|w| p.d.is_multiple_of(*w))
+            .filter(|_| cpu)
+        {
+            cands.extend(
+                [1usize, 4, 16]
+                    .into_iter()
+                    .filter(|&c| c <= p.len)
+                    .map(|c| DecodeAlgo::Lanes(w, c)),
+            );
+        }
+        let default = if cpu && lanes_from < cands.len() {
+            lanes_from
+        } else if cpu || items_from == 0 {
+            lanes_from - 1
         } else {
             cands
                 .iter()
                 .position(|a| *a == DecodeAlgo::Wg(128, 16))
                 .unwrap_or(0)
         };
-        let key = TuneKey::new(
+        let mut key = TuneKey::new(
             "attention_decode",
             &[
                 ("bh", bucket(p.bh)),
@@ -319,6 +406,9 @@ impl ClDevice {
             ],
         )
         .source(kernel_source("attention").unwrap_or_default());
+        if cpu {
+            key = key.source(kernel_source("attention_cpu").unwrap_or_default());
+        }
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
 
@@ -332,12 +422,33 @@ impl ClDevice {
         o: &Tensor,
         part: &Tensor,
         algo: DecodeAlgo,
-    ) -> Result<[Event; 2]> {
+    ) -> Result<Vec<Event>> {
         let defs = Defines::new().set("HD", p.d);
         let nc = match algo {
-            DecodeAlgo::Wg(_, c) | DecodeAlgo::Item(c) => c,
+            DecodeAlgo::Wg(_, c) | DecodeAlgo::Item(c) | DecodeAlgo::Lanes(_, c) => c,
         };
         let e1 = match algo {
+            DecodeAlgo::Lanes(w, c) => {
+                let defs = defs.clone().set("VW", w).set("KB", 8);
+                let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DECODE_LANES)?;
+                let args = cabi::AttnDecodeLanes {
+                    BH: p.bh as i32,
+                    C: p.cap as i32,
+                    L: p.len as i32,
+                    NC: c as i32,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    part: part.storage(),
+                    o: o.storage(),
+                };
+                let e = self.run(&kern, &args, &[p.bh * c], Some(&[1]))?;
+                if c == 1 {
+                    return Ok(vec![e]);
+                }
+                e
+            }
             DecodeAlgo::Wg(l, c) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_DECODE_WG)?;
                 let args = abi::AttnDecodeWg {
@@ -378,7 +489,7 @@ impl ClDevice {
             o: o.storage(),
         };
         let e2 = self.run(&kern, &args, &[p.bh * p.d], None)?;
-        Ok([e1, e2])
+        Ok(vec![e1, e2])
     }
 }
 
@@ -447,7 +558,7 @@ impl AttentionKernels for ClDevice {
 
 impl TransformerKernels for ClDevice {
     fn rope(&self, p: RopePlan, x: &Tensor, pos: &Tensor, y: &Tensor) -> Result<()> {
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::ROPE_PAIRS)?;
+        let kern = self.kernel(tabi::FAMILY, &io_defines(x, y), tabi::ROPE_PAIRS)?;
         let args = tabi::RopePairs {
             rows: p.rows as i32,
             S: p.s as i32,
@@ -464,7 +575,8 @@ impl TransformerKernels for ClDevice {
     }
 
     fn masked_fill(&self, x: &Tensor, mask: &Tensor, value: f32, y: &Tensor) -> Result<()> {
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::MASKED_FILL)?;
+        let d = half_defines(io_defines(x, y), &[("B_HALF", mask)]);
+        let kern = self.kernel(tabi::FAMILY, &d, tabi::MASKED_FILL)?;
         let args = tabi::MaskedFill {
             N: x.numel() as i32,
             M: mask.numel() as i32,
@@ -480,7 +592,8 @@ impl TransformerKernels for ClDevice {
 
     fn embedding_grad(&self, idx: &Tensor, g: &Tensor, e: usize, dw: &Tensor) -> Result<()> {
         let n = idx.numel();
-        let kern = self.kernel(tabi::FAMILY, &Defines::new(), tabi::EMBEDDING_GRAD)?;
+        let d = half_defines(Defines::new(), &[("IN_HALF", g)]);
+        let kern = self.kernel(tabi::FAMILY, &d, tabi::EMBEDDING_GRAD)?;
         let args = tabi::EmbeddingGrad {
             N: n as i32,
             E: e as i32,

@@ -2,7 +2,7 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::dropout as abi;
-use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::shape::io_defines;
 use crate::contract::DropoutKernels;
 use crate::error::Result;
 use crate::tensor::Tensor;
@@ -19,7 +19,8 @@ impl DropoutKernels for ClDevice {
             x: x.storage(),
             out: out.storage(),
         };
-        self.run_1d(abi::DROPOUT_APPLY, &Defines::new(), &args, n, Some(256))?;
+        let d = io_defines(x, out);
+        self.run_1d(abi::DROPOUT_APPLY, &d, &args, n, Some(256))?;
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::pool as abi;
-use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::shape::io_defines as io;
 use crate::contract::PoolKernels;
 use crate::contract::pool::Pool2d;
 use crate::error::Result;
@@ -30,31 +30,31 @@ fn planes(s: &[usize]) -> [usize; 3] {
 
 impl PoolKernels for ClDevice {
     fn maxpool(&self, x: &Tensor, p: &Pool2d, y: &Tensor, idx: &Tensor) -> Result<()> {
-        let (xs, ys) = (x.shape(), y.shape());
+        let (xs, ys, d) = (x.shape(), y.shape(), io(x, y));
         let (x, y, idx) = (x.storage(), y.storage(), idx.storage());
         let args = pool_args!(MaxpoolFwd, xs, ys, p, { x, y, idx });
-        self.run_grid(abi::MAXPOOL_FWD, &Defines::new(), &args, planes(ys))?;
+        self.run_grid(abi::MAXPOOL_FWD, &d, &args, planes(ys))?;
         Ok(())
     }
     fn maxpool_backward(&self, g: &Tensor, idx: &Tensor, p: &Pool2d, gx: &Tensor) -> Result<()> {
-        let (xs, ys) = (gx.shape(), g.shape());
+        let (xs, ys, d) = (gx.shape(), g.shape(), io(g, gx));
         let (g, idx, gx) = (g.storage(), idx.storage(), gx.storage());
         let args = pool_args!(MaxpoolBwd, xs, ys, p, { g, idx, gx });
-        self.run_grid(abi::MAXPOOL_BWD, &Defines::new(), &args, planes(xs))?;
+        self.run_grid(abi::MAXPOOL_BWD, &d, &args, planes(xs))?;
         Ok(())
     }
     fn avgpool(&self, x: &Tensor, p: &Pool2d, incl: bool, y: &Tensor) -> Result<()> {
-        let (xs, ys, incl) = (x.shape(), y.shape(), i32::from(incl));
+        let (xs, ys, incl, d) = (x.shape(), y.shape(), i32::from(incl), io(x, y));
         let (x, y) = (x.storage(), y.storage());
         let args = pool_args!(AvgpoolFwd, xs, ys, p, { incl, x, y });
-        self.run_grid(abi::AVGPOOL_FWD, &Defines::new(), &args, planes(ys))?;
+        self.run_grid(abi::AVGPOOL_FWD, &d, &args, planes(ys))?;
         Ok(())
     }
     fn avgpool_backward(&self, g: &Tensor, p: &Pool2d, incl: bool, gx: &Tensor) -> Result<()> {
-        let (xs, ys, incl) = (gx.shape(), g.shape(), i32::from(incl));
+        let (xs, ys, incl, d) = (gx.shape(), g.shape(), i32::from(incl), io(g, gx));
         let (g, gx) = (g.storage(), gx.storage());
         let args = pool_args!(AvgpoolBwd, xs, ys, p, { incl, g, gx });
-        self.run_grid(abi::AVGPOOL_BWD, &Defines::new(), &args, planes(xs))?;
+        self.run_grid(abi::AVGPOOL_BWD, &d, &args, planes(xs))?;
         Ok(())
     }
     fn gap_backward(&self, g: &Tensor, gx: &Tensor) -> Result<()> {
@@ -67,7 +67,7 @@ impl PoolKernels for ClDevice {
             g: g.storage(),
             gx: gx.storage(),
         };
-        self.run_1d(abi::GAP_BWD, &Defines::new(), &args, n, Some(256))?;
+        self.run_1d(abi::GAP_BWD, &io(g, gx), &args, n, Some(256))?;
         Ok(())
     }
 }

@@ -5,7 +5,7 @@
 
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::resize as abi;
-use crate::backend::opencl::program::Defines;
+use crate::backend::opencl::shape::io_defines;
 use crate::contract::resize::{ResizeKernels, Upsample, Upsampling};
 use crate::error::Result;
 
@@ -16,7 +16,9 @@ impl ResizeKernels for ClDevice {
             Upsample::Nearest => (0, 0),
             Upsample::Bilinear { align_corners } => (1, u8::from(align_corners)),
         };
-        let d = Defines::new().set("BILINEAR", bil).set("ALIGN", align);
+        let d = io_defines(src, dst)
+            .set("BILINEAR", bil)
+            .set("ALIGN", align);
         let [P, H, W, OH, OW] = [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3]].map(|v| v as i32);
         let (src, dst) = (src.storage(), dst.storage());
         if back {

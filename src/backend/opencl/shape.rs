@@ -3,7 +3,7 @@
 // The kernels' parameter names (`O`, `H`, `sA`, …) name the local values built for them.
 #![allow(non_snake_case)]
 
-use super::elementwise::grid_3d;
+use super::elementwise::{grid_3d, half_defines};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::shape as abi;
 use crate::backend::opencl::program::Defines;
@@ -12,6 +12,12 @@ use crate::contract::reduce::Ori;
 use crate::contract::shape::{Block, Pad, TopK};
 use crate::error::Result;
 use crate::tensor::Tensor;
+
+/// The f16 switches of a one-input, one-output kernel (kernels/prelude.cl): `IN_HALF` for `x`, `OUT_HALF` for
+/// `y`; an all-f32 call keeps the empty defines, and so its program.
+pub(crate) fn io_defines(x: &Tensor, y: &Tensor) -> Defines {
+    half_defines(Defines::new(), &[("IN_HALF", x), ("OUT_HALF", y)])
+}
 
 fn int8(v: &[usize]) -> [i32; 8] {
     let mut out = [1i32; 8];
@@ -50,13 +56,15 @@ impl ShapeKernels for ClDevice {
             x: x.storage(),
             y: y.storage(),
         };
-        self.run_1d(abi::PERMUTE, &Defines::new(), &args, n, Some(256))?;
+        let d = io_defines(x, y);
+        self.run_1d(abi::PERMUTE, &d, &args, n, Some(256))?;
         Ok(())
     }
 
     fn block_copy(&self, x: &Tensor, y: &Tensor, b: Block) -> Result<()> {
         let [O, len, I, sA, soff, dA, doff] =
             [b.o, b.len, b.i, b.sa, b.soff, b.da, b.doff].map(|v| v as i32);
+        let d = io_defines(x, y);
         let (x, y) = (x.storage(), y.storage());
         let args = abi::BlockCopy {
             O,
@@ -69,7 +77,7 @@ impl ShapeKernels for ClDevice {
             x,
             y,
         };
-        self.run_grid(abi::BLOCK_COPY, &Defines::new(), &args, [b.i, b.len, b.o])?;
+        self.run_grid(abi::BLOCK_COPY, &d, &args, [b.i, b.len, b.o])?;
         Ok(())
     }
 
@@ -77,6 +85,7 @@ impl ShapeKernels for ClDevice {
         let Ori { o, r: a, i } = v;
         let kk = idx.numel();
         let [O, K, A, I] = [o, kk, a, i].map(|v| v as i32);
+        let d = io_defines(x, y);
         let (x, idx, y) = (x.storage(), idx.storage(), y.storage());
         let args = abi::IndexSelect {
             O,
@@ -87,7 +96,7 @@ impl ShapeKernels for ClDevice {
             idx,
             y,
         };
-        self.run_grid(abi::INDEX_SELECT, &Defines::new(), &args, [i, kk, o])?;
+        self.run_grid(abi::INDEX_SELECT, &d, &args, [i, kk, o])?;
         Ok(())
     }
 
@@ -114,8 +123,8 @@ impl ShapeKernels for ClDevice {
         let [P, H, W, OH, OW, pt, pl] =
             [xs[0] * xs[1], xs[2], xs[3], ys[2], ys[3], top, left].map(|v| v as i32);
         let reflect = i32::from(pad.reflect);
+        let d = io_defines(src, dst);
         let (src, dst) = (src.storage(), dst.storage());
-        let d = Defines::new();
         if back {
             let args = abi::Pad2dBwd {
                 P,
