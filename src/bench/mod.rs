@@ -16,8 +16,8 @@
 mod cases_attention;
 mod cases_conv;
 mod cases_core;
-mod cases_models;
 mod cases_half;
+mod cases_models;
 mod cases_reduce;
 
 use std::time::Instant;

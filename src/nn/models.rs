@@ -176,7 +176,8 @@ impl BasicBlock {
 impl Parts for BasicBlock {
     // netcl 0.3.2's order within a block: w1, b1, w2, b2, bn1, bn2, then the projection and its BN.
     fn parts(&self) -> Vec<(&'static str, &dyn Module)> {
-        let mut v: Vec<(&'static str, &dyn Module)> = vec![("conv1", &self.conv1), ("conv2", &self.conv2)];
+        let mut v: Vec<(&'static str, &dyn Module)> =
+            vec![("conv1", &self.conv1), ("conv2", &self.conv2)];
         for (n, b) in [("bn1", &self.bn1), ("bn2", &self.bn2)] {
             if let Some(b) = b {
                 v.push((n, b));
@@ -342,7 +343,9 @@ impl Module for InvertedResidual {
         if let Some((c, b)) = &mut self.expand {
             h = self.relu6.forward(&b.forward(&c.forward(&h)?)?)?;
         }
-        h = self.relu6.forward(&self.dw_bn.forward(&self.dw.forward(&h)?)?)?;
+        h = self
+            .relu6
+            .forward(&self.dw_bn.forward(&self.dw.forward(&h)?)?)?;
         h = self.project_bn.forward(&self.project.forward(&h)?)?;
         if self.has_residual() {
             h = crate::autograd::ops::add(&h, x)?;
@@ -452,7 +455,11 @@ const MBV2_STAGES: [(usize, usize, usize, usize); 7] = [
 
 /// The standard MobileNetV2 with width multiplier `width` (1.0 is the standard network) for `in_channels`-channel
 /// images; the last convolution has `1280 · max(1, width)` channels (rounded).
-pub fn mobilenet_v2(in_channels: usize, num_classes: usize, width: f32) -> Result<Vec<LayerConfig>> {
+pub fn mobilenet_v2(
+    in_channels: usize,
+    num_classes: usize,
+    width: f32,
+) -> Result<Vec<LayerConfig>> {
     positive!("mobilenet_v2"; in_channels, num_classes);
     if !(width.is_finite() && width > 0.0 && width <= 8.0) {
         return Err(Error::Invalid(format!(
@@ -546,7 +553,11 @@ pub fn forward_flops(config: &[LayerConfig], shape: [usize; 4]) -> Result<f64> {
                     get("expand_ratio", Some(6))?,
                 );
                 let hid = c * e;
-                let fe = if e != 1 { conv(c, hid, 1, 1, h, w).0 } else { 0.0 };
+                let fe = if e != 1 {
+                    conv(c, hid, 1, 1, h, w).0
+                } else {
+                    0.0
+                };
                 let (fd, oh, ow) = conv(1, hid, 3, s, h, w);
                 let (fp, _, _) = conv(hid, f, 1, 1, oh, ow);
                 (total, c, h, w) = (total + fe + fd + fp, f, oh, ow);
