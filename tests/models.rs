@@ -165,6 +165,27 @@ fn a_basic_block_s_gradients_match_central_differences() {
 }
 
 #[test]
+fn inference_with_one_kernel_per_batch_norm_matches_the_layers_path() {
+    // Without a graph, an evaluation-mode block applies each batch norm and its activation as one kernel; with
+    // a graph it runs the layers' own ops. Both must give the same logits, after a training step has moved the
+    // running statistics and γ, β away from their initial values.
+    let dev = common::opencl_device().unwrap_or_else(Device::builtin);
+    let x = Tensor::randn(&dev, &[2, 3, 32, 32], 0.0, 1.0, 10).expect("x");
+    for (name, cfg) in narrow() {
+        let mut model = build_sequential(&dev, &cfg, 5).expect("build");
+        let mut opt = Optimizer::sgd(model.parameters(), 0.1, 0.0, 0.0).expect("sgd");
+        loss_of(&mut model, &x, &labels(&dev, 2))
+            .backward()
+            .expect("backward");
+        opt.step().expect("step");
+        model.set_training(false);
+        let fused = no_grad(|| model.forward(&Var::constant(x.clone()))).expect("no_grad");
+        let layered = model.forward(&Var::constant(x.clone())).expect("graph");
+        common::assert_tensors_close(fused.value(), layered.value(), 1e-4, 1e-4, name);
+    }
+}
+
+#[test]
 fn block_models_round_trip_through_model_files() {
     let dev = Device::builtin();
     let dir = std::env::temp_dir().join(format!("netcl-models-{}", std::process::id()));

@@ -19,7 +19,7 @@
 
 use serde_json::{Map, Value, json};
 
-use super::layers::{Activation, BatchNorm2d, Conv2d, DepthwiseConv2d};
+use super::layers::{BatchNorm2d, Conv2d, DepthwiseConv2d};
 use super::{LayerConfig, Module, Sequential, arg_bool, arg_usize, args, cfg, positive};
 use crate::autograd::{Var, record};
 use crate::device::Device;
@@ -47,7 +47,7 @@ fn add_relu(a: &Var, b: &Var) -> Result<Var> {
 
 /// A batch norm with netcl's defaults (momentum 0.1, ε 1e-5).
 fn bn(device: &Device, c: usize) -> Result<BatchNorm2d> {
-    BatchNorm2d::new(device, c, 0.1, 1e-5)
+    BatchNorm2d::new(device, c, 0.1, BN_EPS)
 }
 
 /// A square convolution with padding `(k − 1) / 2`, dilation 1 and one group.
@@ -76,13 +76,63 @@ fn conv(
     )
 }
 
-/// Applies `bn` (when present) to `x`.
-fn maybe_bn(bn: &mut Option<BatchNorm2d>, x: Var) -> Result<Var> {
-    match bn {
-        Some(b) => b.forward(&x),
-        None => Ok(x),
+/// Redraws `w` (a convolution weight of `fan_in` inputs per output) from He's normal initialisation,
+/// N(0, 2/fan_in), seeded: a deep stack keeps its activations' scale, so the network is usable in evaluation
+/// mode before any statistics are gathered (the default uniform ±√(1/fan_in) shrinks the variance 6× a
+/// layer, to nothing after MobileNetV2's fifty convolutions).
+fn he_normal(w: &Var, fan_in: usize, seed: u64) -> Result<()> {
+    let t = w.value();
+    let std = (2.0 / fan_in.max(1) as f32).sqrt();
+    t.assign(&Tensor::randn(t.device(), t.shape(), 0.0, std, seed)?)
+}
+
+/// The ε of every batch norm inside the blocks.
+const BN_EPS: f32 = 1e-5;
+
+/// `bn` (when present) then, when `clamp` is given, the activation `clamp(·, lo, hi)` (ReLU is `(0, ∞)`,
+/// ReLU6 `(0, 6)`).
+///
+/// In evaluation mode without a graph (inference), the normalisation and the activation are one kernel,
+/// `clamp((x − mean)·γ/√(var + ε) + β, lo, hi)`, instead of the half-dozen small ones of the layers' general
+/// path; otherwise the layers run as they are, with their gradients.
+fn bn_act(bn: &mut Option<BatchNorm2d>, x: Var, clamp: Option<(f32, f32)>) -> Result<Var> {
+    let fused = bn
+        .as_ref()
+        .is_some_and(|b| !b.is_training() && !crate::autograd::is_grad_enabled());
+    if let (true, Some(b)) = (fused, bn.as_ref()) {
+        let c = b.running_mean.numel();
+        let per = |t: &Tensor| t.reshape(&[1, c, 1, 1]);
+        let affine = format!("(x0 - x1) * x2 * rsqrt(x3 + {BN_EPS:e}) + x4");
+        let expr = match clamp {
+            Some((lo, hi)) if hi.is_finite() => format!("clamp({affine}, {lo:?}, {hi:?})"),
+            Some((lo, _)) => format!("max({affine}, {lo:?})"),
+            None => affine,
+        };
+        let y = ops::fused(
+            &expr,
+            &[
+                x.value(),
+                &per(&b.running_mean)?,
+                &per(b.gamma.value())?,
+                &per(&b.running_var)?,
+                &per(b.beta.value())?,
+            ],
+        )?;
+        return Ok(Var::constant(y));
+    }
+    let h = match bn {
+        Some(b) => b.forward(&x)?,
+        None => x,
+    };
+    match clamp {
+        Some((lo, hi)) if hi.is_finite() => crate::autograd::ops::unary(UnaryOp::Clamp(lo, hi), &h),
+        Some(_) => crate::autograd::ops::relu(&h),
+        None => Ok(h),
     }
 }
+
+const RELU: Option<(f32, f32)> = Some((0.0, f32::INFINITY));
+const RELU6: Option<(f32, f32)> = Some((0.0, 6.0));
 
 /// The sub-layers of a block, by name, in parameter order.
 trait Parts {
@@ -210,15 +260,10 @@ impl Module for BasicBlock {
     block_state!("BasicBlock");
 
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        let h = self.conv1.forward(x)?;
-        let h = ag_relu(maybe_bn(&mut self.bn1, h)?)?;
-        let h = self.conv2.forward(&h)?;
-        let h = maybe_bn(&mut self.bn2, h)?;
+        let h = bn_act(&mut self.bn1, self.conv1.forward(x)?, RELU)?;
+        let h = bn_act(&mut self.bn2, self.conv2.forward(&h)?, None)?;
         let skip = match &mut self.proj {
-            Some(p) => {
-                let s = p.forward(x)?;
-                maybe_bn(&mut self.proj_bn, s)?
-            }
+            Some(p) => bn_act(&mut self.proj_bn, p.forward(x)?, None)?,
             None => x.clone(),
         };
         add_relu(&h, &skip)
@@ -232,22 +277,17 @@ impl Module for BasicBlock {
     }
 }
 
-fn ag_relu(x: Var) -> Result<Var> {
-    crate::autograd::ops::relu(&x)
-}
-
 /// MobileNetV2's inverted residual block: `conv1×1 → BN → ReLU6` to `in · expand_ratio` channels (left out
 /// when the ratio is 1), `depthwise 3×3(stride) → BN → ReLU6`, `conv1×1 → BN` to `out_channels` (linear: no
 /// activation), and the input added when the stride is 1 and the channel counts match. No convolution has a
-/// bias. State names: `expand.weight`, `expand_bn.gamma`, `dw.weight`, `dw_bn.*`, `project.weight`,
-/// `project_bn.*`.
+/// bias; their weights are He-normal (N(0, 2/fan_in)). State names: `expand.weight`, `expand_bn.gamma`,
+/// `dw.weight`, `dw_bn.*`, `project.weight`, `project_bn.*`.
 pub struct InvertedResidual {
-    expand: Option<(Conv2d, BatchNorm2d)>,
+    expand: Option<(Conv2d, Option<BatchNorm2d>)>,
     dw: DepthwiseConv2d,
-    dw_bn: BatchNorm2d,
+    dw_bn: Option<BatchNorm2d>,
     project: Conv2d,
-    project_bn: BatchNorm2d,
-    relu6: Activation,
+    project_bn: Option<BatchNorm2d>,
     in_c: usize,
     out_c: usize,
     stride: usize,
@@ -271,25 +311,31 @@ impl InvertedResidual {
             .then(|| -> Result<_> {
                 Ok((
                     conv(device, in_channels, hidden, 1, 1, false, seed, 1)?,
-                    bn(device, hidden)?,
+                    Some(bn(device, hidden)?),
                 ))
             })
             .transpose()?;
+        let dw = DepthwiseConv2d::new(
+            device,
+            hidden,
+            3,
+            stride,
+            1,
+            false,
+            crate::rng::hash(seed, 2),
+        )?;
+        let project = conv(device, hidden, out_channels, 1, 1, false, seed, 3)?;
+        if let Some((c, _)) = &expand {
+            he_normal(&c.weight, in_channels, crate::rng::hash(seed, 4))?;
+        }
+        he_normal(&dw.weight, 9, crate::rng::hash(seed, 5))?;
+        he_normal(&project.weight, hidden, crate::rng::hash(seed, 6))?;
         Ok(InvertedResidual {
             expand,
-            dw: DepthwiseConv2d::new(
-                device,
-                hidden,
-                3,
-                stride,
-                1,
-                false,
-                crate::rng::hash(seed, 2),
-            )?,
-            dw_bn: bn(device, hidden)?,
-            project: conv(device, hidden, out_channels, 1, 1, false, seed, 3)?,
-            project_bn: bn(device, out_channels)?,
-            relu6: Activation::new("HardTanh", UnaryOp::Clamp(0.0, 6.0)),
+            dw,
+            dw_bn: Some(bn(device, hidden)?),
+            project,
+            project_bn: Some(bn(device, out_channels)?),
             in_c: in_channels,
             out_c: out_channels,
             stride,
@@ -309,28 +355,30 @@ impl Parts for InvertedResidual {
         let mut v: Vec<(&'static str, &dyn Module)> = Vec::new();
         if let Some((c, b)) = &self.expand {
             v.push(("expand", c));
-            v.push(("expand_bn", b));
+            v.extend(b.iter().map(|b| ("expand_bn", b as &dyn Module)));
         }
-        v.extend([
-            ("dw", &self.dw as &dyn Module),
-            ("dw_bn", &self.dw_bn),
-            ("project", &self.project),
-            ("project_bn", &self.project_bn),
-        ]);
+        v.push(("dw", &self.dw));
+        v.extend(self.dw_bn.iter().map(|b| ("dw_bn", b as &dyn Module)));
+        v.push(("project", &self.project));
+        v.extend(
+            self.project_bn
+                .iter()
+                .map(|b| ("project_bn", b as &dyn Module)),
+        );
         v
     }
     fn parts_mut(&mut self) -> Vec<&mut dyn Module> {
-        let mut v: Vec<&mut dyn Module> = Vec::new();
+        let mut v: Vec<&mut dyn Module> = vec![&mut self.dw, &mut self.project];
         if let Some((c, b)) = &mut self.expand {
             v.push(c);
+            v.extend(b.iter_mut().map(|b| b as &mut dyn Module));
+        }
+        for b in [&mut self.dw_bn, &mut self.project_bn]
+            .into_iter()
+            .flatten()
+        {
             v.push(b);
         }
-        v.extend([
-            &mut self.dw as &mut dyn Module,
-            &mut self.dw_bn,
-            &mut self.project,
-            &mut self.project_bn,
-        ]);
         v
     }
 }
@@ -341,12 +389,10 @@ impl Module for InvertedResidual {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let mut h = x.clone();
         if let Some((c, b)) = &mut self.expand {
-            h = self.relu6.forward(&b.forward(&c.forward(&h)?)?)?;
+            h = bn_act(b, c.forward(&h)?, RELU6)?;
         }
-        h = self
-            .relu6
-            .forward(&self.dw_bn.forward(&self.dw.forward(&h)?)?)?;
-        h = self.project_bn.forward(&self.project.forward(&h)?)?;
+        h = bn_act(&mut self.dw_bn, self.dw.forward(&h)?, RELU6)?;
+        h = bn_act(&mut self.project_bn, self.project.forward(&h)?, None)?;
         if self.has_residual() {
             h = crate::autograd::ops::add(&h, x)?;
         }
