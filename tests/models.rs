@@ -140,7 +140,7 @@ fn a_basic_block_s_gradients_match_central_differences() {
     let mut block = models::BasicBlock::new(&dev, 4, 8, 2, true, true, 1).expect("block");
     let x = Var::constant(Tensor::randn(&dev, &[2, 4, 8, 8], 0.0, 1.0, 7).expect("x"));
     let w = Var::constant(Tensor::randn(&dev, &[2, 8, 4, 4], 0.0, 1.0, 3).expect("w"));
-    let mut loss = |b: &mut models::BasicBlock| {
+    let loss = |b: &mut models::BasicBlock| {
         ag::sum_all(&ag::mul(&b.forward(&x).expect("forward"), &w).expect("mul")).expect("sum")
     };
     loss(&mut block).backward().expect("backward");
