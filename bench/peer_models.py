@@ -36,21 +36,12 @@ import json
 import sys
 import time
 
-
-def arg(name, default):
-    if name in sys.argv:
-        i = sys.argv.index(name)
-        if i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-    return default
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+from peer_common import options, timed  # noqa: E402
 
 
-SMALL = "--small" in sys.argv
-REPS = int(arg("--reps", "3" if SMALL else "10"))
+DEVICE, SMALL, REPS, WANTED = options("cuda", 10)
 TF32 = "--tf32" in sys.argv
-WANTED = arg("--cases", None)
-_positional = [a for i, a in enumerate(sys.argv[1:], 1) if not a.startswith("--") and sys.argv[i - 1] not in ("--reps", "--cases")]
-DEVICE = _positional[0] if _positional else "cuda"
 
 MBV2_STAGES = [(1, 16, 1, 1), (6, 24, 2, 2), (6, 32, 3, 2), (6, 64, 4, 2), (6, 96, 3, 1), (6, 160, 3, 2), (6, 320, 1, 1)]
 
@@ -185,7 +176,7 @@ def main():
             n, hw = shape(model_name, size, SMALL)
             for kind in ("infer", "train"):
                 case = f"{model_name}_{kind}_{size}"
-                if WANTED and case not in WANTED.split(","):
+                if WANTED and case not in WANTED:
                     continue
                 try:
                     torch.manual_seed(1)
@@ -219,18 +210,7 @@ def main():
                     first = (time.perf_counter() - t0) * 1e3
                     out = last["out"].float().cpu()
                     extra = {"loss": float(out)} if kind == "train" else {"out_abs_mean": float(out.abs().mean())}
-                    step()
-                    sync()
-                    step()
-                    sync()
-                    ts = []
-                    for _ in range(REPS):
-                        t0 = time.perf_counter()
-                        step()
-                        sync()
-                        ts.append((time.perf_counter() - t0) * 1e3)
-                    ts.sort()
-                    ms, median = ts[0], ts[len(ts) // 2]
+                    ms, median = timed(step, sync, REPS)
                     emit(case=case, impl=impl, device=name, ms=round(ms, 4), median_ms=round(median, 4),
                          first_call_ms=round(first, 1), gflops=round(work / ms / 1e6, 1), batch=n, hw=hw, **extra)
                 except Exception as e:  # a failing case is reported; the others still run

@@ -24,20 +24,11 @@ import time
 
 import numpy as np
 
-
-def arg(name, default):
-    if name in sys.argv:
-        i = sys.argv.index(name)
-        if i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-    return default
+sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
+from peer_common import options, patch_netcl032_copies, timed  # noqa: E402
 
 
-small = "--small" in sys.argv
-reps = int(arg("--reps", "3" if small else "5"))
-positional = [a for i, a in enumerate(sys.argv[1:], 1) if not a.startswith("--") and sys.argv[i - 1] not in ("--reps", "--cases")]
-dev_arg = positional[0] if positional else "gpu"
-wanted = arg("--cases", None)
+dev_arg, small, reps, wanted = options("gpu", 5)
 
 # (batch, hw) at full size and --small.
 SHAPES = {"224": ((32, 224), (2, 32)), "112": ((128, 112), (8, 16))}
@@ -67,46 +58,8 @@ def emit(**kw):
     print(json.dumps(kw), flush=True)
 
 
-def timed(fn, sync, reps):
-    fn()
-    sync()
-    fn()
-    sync()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        sync()
-        ts.append((time.perf_counter() - t0) * 1e3)
-    ts.sort()
-    return ts[0], float(np.median(ts))
-
-
-def patch_init_fill():
-    """netcl 0.3.2's `nn.init` copies an array of the tensor's size into its buffer; with this PyOpenCL the
-    buffers `Tensor.from_shape` hands out are pooled SVM allocations rounded up to a size class, and the copy
-    fails ("sizes of source and destination buffer do not match"), so `ResNet18()` cannot be built. The
-    patch pads the host array to the allocation's size; the values written are the same."""
-    import pyopencl as cl
-    from netcl.nn import init
-
-    original = init._fill_tensor
-
-    def fill(tensor, data):
-        buf = getattr(tensor, "buffer", None)
-        size = getattr(buf, "size", None)
-        if isinstance(buf, cl.SVM) and size and size != data.size * 4:
-            host = np.zeros(size // 4, dtype=np.float32)
-            host[: data.size] = data.astype(np.float32).reshape(-1)
-            cl.enqueue_copy(tensor.queue, buf, host).wait()
-        else:
-            original(tensor, data)
-
-    init._fill_tensor = fill
-
-
 def main():
-    patch_init_fill()
+    patch_netcl032_copies()
     from netcl import autograd as ag
     from netcl.core.device import manager
     from netcl.core.tensor import Tensor
@@ -125,7 +78,7 @@ def main():
         onehot = np.eye(10, dtype=np.float32)[labels]
         for kind in ("infer", "train"):
             name = f"resnet18_{kind}_{size}"
-            if wanted and name not in wanted.split(","):
+            if wanted and name not in wanted:
                 continue
             try:
                 model = ResNet18(q, num_classes=10, base_channels=64, use_batchnorm=True)
