@@ -94,6 +94,8 @@ mod docs_pages {
     mod autograd {}
     #[doc = include_str!("../web-wiki/content/concepts/modules.md")]
     mod modules {}
+    #[doc = include_str!("../web-wiki/content/concepts/models.md")]
+    mod models {}
     #[doc = include_str!("../web-wiki/content/concepts/optimizers.md")]
     mod optimizers {}
     #[doc = include_str!("../web-wiki/content/concepts/mixed-precision.md")]

@@ -77,7 +77,8 @@ enum Command {
     Worker,
     /// Trains a preset CNN on the UCI 8×8 digits and prints the metrics of each epoch.
     Train {
-        /// The model preset (tiny_cnn, fast_cnn, fast_bn_cnn, example_cnn, example_mlp, digits_cnn).
+        /// The model preset (tiny_cnn, fast_cnn, fast_bn_cnn, example_cnn, example_mlp, digits_cnn, resnet18,
+        /// mobilenet_v2).
         #[arg(long, default_value = "digits_cnn")]
         preset: String,
         /// Passes over the training data.

@@ -17,6 +17,7 @@ mod cases_attention;
 mod cases_conv;
 mod cases_core;
 mod cases_half;
+mod cases_models;
 mod cases_reduce;
 
 use std::time::Instant;
@@ -108,6 +109,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(cases_reduce::cases());
     v.extend(cases_half::cases());
     v.extend(cases_attention::cases());
+    v.extend(cases_models::cases());
     v
 }
 
@@ -224,7 +226,12 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
 /// Whether `name` is one of the large-tensor cases.
 fn is_large(name: &str) -> bool {
     // Full-size attention is tens of GFLOP, minutes in the reference's f64 loops.
-    name.ends_with("_large") || name.ends_with("_large_f16") || name.starts_with("attention_fwd")
+    // So is a whole model at 224×224 or 112×112 (hundreds of GFLOP a step).
+    name.ends_with("_large")
+        || name.ends_with("_large_f16")
+        || name.starts_with("attention_fwd")
+        || name.starts_with("resnet18_")
+        || name.starts_with("mobilenet_v2_")
 }
 
 fn round1(x: f64) -> f64 {

@@ -155,6 +155,7 @@ mod graph_ops;
 pub mod init;
 mod layers;
 pub mod losses_extra;
+pub mod models;
 pub mod registry;
 pub mod transformer;
 
@@ -474,6 +475,9 @@ pub fn build_layer(device: &Device, cfg: &LayerConfig, seed: u64) -> Result<Box<
     if let Some(r) = registry::build_extra(device, cfg, seed) {
         return r;
     }
+    if let Some(r) = models::build_block(device, cfg, seed) {
+        return r;
+    }
     let a = &cfg.args;
     let t = cfg.kind.as_str();
     let act = |op: UnaryOp| -> Result<Box<dyn Module>> { Ok(Box::new(Activation::new(t, op))) };
@@ -650,7 +654,7 @@ fn cfg(kind: &str, args: Value) -> LayerConfig {
 }
 
 /// The presets by name: `tiny_cnn`, `fast_cnn`, `fast_bn_cnn`, `example_cnn`, `example_mlp`, `digits_cnn`,
-/// `small_gpt` (see [`gpt_preset`]).
+/// `small_gpt` (see [`gpt_preset`]), `resnet18` and `mobilenet_v2` (see [`models`]).
 pub const PRESETS: &[&str] = &[
     "tiny_cnn",
     "fast_cnn",
@@ -659,6 +663,8 @@ pub const PRESETS: &[&str] = &[
     "example_mlp",
     "digits_cnn",
     "small_gpt",
+    "resnet18",
+    "mobilenet_v2",
 ];
 
 /// A preset config for inputs of `in_ch` channels and `hw`×`hw` pixels with `classes` outputs.
@@ -680,6 +686,11 @@ pub fn preset(name: &str, in_ch: usize, hw: usize, classes: usize) -> Result<Vec
         // Here `in_ch` is the vocabulary, `hw` the context length; `classes` is unused (the output is the
         // vocabulary).
         return gpt_preset(in_ch, hw, 64, 4, 2);
+    }
+    match name {
+        "resnet18" => return models::resnet18(in_ch, classes, 64, true),
+        "mobilenet_v2" => return models::mobilenet_v2(in_ch, classes, 1.0),
+        _ => {}
     }
     let q = hw / 4;
     if q == 0 && name != "example_mlp" {
