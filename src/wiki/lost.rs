@@ -2,10 +2,11 @@
 //! prefix left out, a trailing slash, `.html`, other letter case, or only the page's last segment when no other
 //! page ends the same way), else the 404 page with the closest pages first.
 
-use super::server::Site;
+use super::content::Content;
+use super::links::Linker;
 
 /// The URL the lost path `rest` (below the base path) plainly means, if exactly one page fits.
-pub(crate) fn plain_meaning(site: &Site, rest: &str) -> Option<String> {
+pub(crate) fn plain_meaning(content: &Content, linker: &Linker, rest: &str) -> Option<String> {
     let stem = rest.trim_end_matches('/');
     let stem = stem
         .strip_suffix(".html")
@@ -17,12 +18,11 @@ pub(crate) fn plain_meaning(site: &Site, rest: &str) -> Option<String> {
     if tail.is_empty() || tail.len() > 200 {
         return None;
     }
-    let linker = site.linker();
-    if site.content.pages.contains_key(tail) {
+    if content.pages.contains_key(tail) {
         return Some(linker.page(tail));
     }
     let suffix = format!("/{tail}");
-    let mut ending = site.content.pages.keys().filter(|p| p.ends_with(&suffix));
+    let mut ending = content.pages.keys().filter(|p| p.ends_with(&suffix));
     match (ending.next(), ending.next()) {
         (Some(only), None) => Some(linker.page(only)),
         _ => None,
@@ -31,7 +31,7 @@ pub(crate) fn plain_meaning(site: &Site, rest: &str) -> Option<String> {
 
 /// Pages whose last path segment is close to the lost path's last segment (contains it, is contained in it,
 /// or is at most two edits away), closest first, as (page path, title).
-pub(crate) fn near_pages(site: &Site, path: &str, limit: usize) -> Vec<(String, String)> {
+pub(crate) fn near_pages(content: &Content, path: &str, limit: usize) -> Vec<(String, String)> {
     let last = path
         .trim_end_matches('/')
         .rsplit('/')
@@ -43,8 +43,7 @@ pub(crate) fn near_pages(site: &Site, path: &str, limit: usize) -> Vec<(String, 
     if last.len() < 3 || last.len() > 100 {
         return Vec::new();
     }
-    let mut scored: Vec<(usize, &String)> = site
-        .content
+    let mut scored: Vec<(usize, &String)> = content
         .pages
         .keys()
         .filter_map(|p| {
@@ -59,8 +58,7 @@ pub(crate) fn near_pages(site: &Site, path: &str, limit: usize) -> Vec<(String, 
         .into_iter()
         .take(limit)
         .map(|(_, p)| {
-            let title = site
-                .content
+            let title = content
                 .pages
                 .get(p)
                 .map_or_else(|| p.clone(), |page| page.front.title.clone());

@@ -621,7 +621,7 @@ async fn route(state: &Arc<AppState>, request: &Parts) -> (RouteClass, Response<
             RouteClass::Api,
             api_error(StatusCode::NOT_FOUND, "not_found", "no such API endpoint"),
         ),
-        _ => match super::lost::plain_meaning(&site, rest) {
+        _ => match super::lost::plain_meaning(&site.content, &site.linker(), rest) {
             Some(url) => (RouteClass::Page, redirect(&url)),
             None => (RouteClass::NotFound, not_found(&site, path)),
         },
@@ -685,7 +685,7 @@ fn not_found(site: &Site, path: &str) -> Response<Body> {
         .filter(|w| !matches!(*w, "docs" | "html" | "md" | "concepts" | "api"))
         .collect::<Vec<_>>()
         .join(" ");
-    let mut near = super::lost::near_pages(site, &requested, 5);
+    let mut near = super::lost::near_pages(&site.content, &requested, 5);
     for hit in site.index.suggest(&words, 5) {
         if near.len() < 5 && !near.iter().any(|(p, _)| *p == hit.0) {
             near.push(hit);
