@@ -159,3 +159,30 @@ fn softmax_rows_in_registers_match_reference() {
     let x = Tensor::ones(&dev, &[2, 1024]).unwrap();
     assert!(ops::softmax_with(&x, -1, false, Some(SoftmaxAlgo::Reg(64, 2))).is_err());
 }
+
+/// A recorded cross-entropy checks its labels once: the forward reads its statistics back (so a bad label is an
+/// error at once) and the backward reuses them, reading nothing more. The gradient equals the plain op's.
+#[test]
+fn a_recorded_cross_entropy_reads_the_device_once() {
+    use netcl::autograd::{Var, ops as ag};
+    use netcl::device::timing::host_reads;
+    let Some(dev) = opencl_device() else { return };
+    let (_, logits) = pair(&dev, &[6, 11], 77);
+    let labels = Tensor::from_slice(&dev, &[0i32, 10, 3, -100, 5, 7], &[6]).unwrap();
+    let x = Var::param(logits.clone());
+    let before = host_reads();
+    let loss = ag::cross_entropy(&x, &labels, -100).unwrap();
+    loss.backward().unwrap();
+    assert_eq!(
+        host_reads() - before,
+        1,
+        "one read for the whole forward and backward"
+    );
+    let one = Tensor::from_slice(&dev, &[1.0f32], &[]).unwrap();
+    let want = ops::cross_entropy_backward(&logits, &labels, &one, -100).unwrap();
+    assert_tensors_close(&x.grad().unwrap(), &want, 0.0, 0.0, "recorded gradient");
+    // A bad label is still refused by the recorded op, naming the row.
+    let bad = Tensor::from_slice(&dev, &[0i32, 11, 3, 1, 5, 7], &[6]).unwrap();
+    let err = ag::cross_entropy(&x, &bad, -100).unwrap_err().to_string();
+    assert!(err.contains("label 11 of row 1"), "{err}");
+}

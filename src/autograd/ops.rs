@@ -445,16 +445,21 @@ pub fn log_softmax(x: &Var, axis: isize) -> Result<Var> {
     })
 }
 
-/// Mean cross-entropy of logits (N, C) against i32 labels (N); rows labelled `ignore_index` are skipped.
+/// Mean cross-entropy of logits (N, C) against i32 labels (N); rows labelled `ignore_index` are skipped. The
+/// labels are checked once, in the forward (one read from the device); the backward reads nothing back.
 pub fn cross_entropy(logits: &Var, labels: &Tensor, ignore_index: i32) -> Result<Var> {
-    let y = ops::cross_entropy(logits.value(), labels, ignore_index)?;
+    // The forward checks the labels (one read of its statistics); the backward reuses those statistics, so a
+    // training step reads nothing more back for its loss.
+    let (y, stats) =
+        ops::softmax::cross_entropy_keeping_stats(logits.value(), labels, ignore_index)?;
     let (tl, lab) = (logits.value().clone(), labels.clone());
     record("cross_entropy", y, &[logits], move |g| {
-        Ok(vec![Some(ops::cross_entropy_backward(
+        Ok(vec![Some(ops::softmax::cross_entropy_backward_from(
             &tl,
             &lab,
             g,
             ignore_index,
+            &stats,
         )?)])
     })
 }

@@ -152,8 +152,19 @@ fn ce_stats(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tenso
 /// The mean over non-ignored rows of `log Σ e^x − x[label]`, from logits [N, C] and i32 labels [N]; rows whose
 /// label is `ignore_index` are skipped (all ignored gives NaN). A label outside [0, C) is an error.
 pub fn cross_entropy(logits: &Tensor, labels: &Tensor, ignore_index: i32) -> Result<Tensor> {
+    cross_entropy_keeping_stats(logits, labels, ignore_index).map(|(loss, _)| loss)
+}
+
+/// [`cross_entropy`] and its per-call statistics (the loss sum, the counted rows, the first bad row), which
+/// [`cross_entropy_backward_from`] takes instead of computing and checking them again: a recorded loss's
+/// backward then reads nothing back from the device.
+pub(crate) fn cross_entropy_keeping_stats(
+    logits: &Tensor,
+    labels: &Tensor,
+    ignore_index: i32,
+) -> Result<(Tensor, Tensor)> {
     let stats = ce_stats(logits, labels, ignore_index)?;
-    first_element(&stats)
+    Ok((first_element(&stats)?, stats))
 }
 
 fn first_element(s: &Tensor) -> Result<Tensor> {
@@ -171,6 +182,18 @@ pub fn cross_entropy_backward(
     ignore_index: i32,
 ) -> Result<Tensor> {
     let stats = ce_stats(logits, labels, ignore_index)?;
+    cross_entropy_backward_from(logits, labels, grad, ignore_index, &stats)
+}
+
+/// [`cross_entropy_backward`] with the statistics of the forward call that checked these logits and labels
+/// ([`cross_entropy_keeping_stats`]).
+pub(crate) fn cross_entropy_backward_from(
+    logits: &Tensor,
+    labels: &Tensor,
+    grad: &Tensor,
+    ignore_index: i32,
+    stats: &Tensor,
+) -> Result<Tensor> {
     logits.same_device(&[grad], "cross_entropy_backward")?;
     expect_float(grad, "cross_entropy_backward")?;
     if grad.numel() != 1 {
@@ -184,7 +207,7 @@ pub fn cross_entropy_backward(
     let grad = widen(grad)?;
     let gx = Tensor::empty(logits.device(), logits.shape(), DType::F32)?;
     if gx.numel() > 0 {
-        let ce = CrossEntropy::new(&wide, labels, ignore_index, &stats);
+        let ce = CrossEntropy::new(&wide, labels, ignore_index, stats);
         logits
             .device()
             .backend()
