@@ -3,7 +3,8 @@
 // (0 for rms) and rstd = 1/√(var + ε) (rms: 1/√(mean(x²) + ε)) that the backward uses. Kernels:
 //   rn_row_wg:   one work-group of L items per row, local-memory trees; x is read twice (GPUs);
 //   rn_row_reg:  one work-group per row holding the row in registers (RN_K values per item, D ≤ RN_K·L), so
-//                x is read once and written once; the variance is the exact two-pass Σ(x − mean)² (GPUs);
+//                x is read once and written once; the mean is shifted as below, the variance the two-pass
+//                Σ(x − mean)² over the held values (GPUs);
 //   rn_row_item: one work-item per row, float8 loads along the row when D % 8 == 0 (VEC8), no barriers; the
 //                second read finds the row in the item's cache (CPU OpenCL).
 // The streaming kernels (wg, item) use shifted sums: with K the row's first element (0 when not finite), they
@@ -110,17 +111,20 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     const size_t b = (size_t)o * D;
     float v[RN_K];
     float s = 0.0f;
+    // The mean is the row's first element plus the mean of the shifted values: the sum never grows with the
+    // offset of the row.
+    const float k = rn_shift(x, b);
     for (int i = 0; i < RN_K; ++i) {
         const int j = lid + i * L;
         v[i] = j < D ? LDX(IN_HALF, x, b + j) : 0.0f;
 #if CENTER
-        s += v[i];
+        if (j < D) s += v[i] - k;
 #endif
     }
     const float inv = 1.0f / (float)D;
 #if CENTER
     RN_GROUP_SUM(s)
-    const float m = s * inv;
+    const float m = k + s * inv;
 #else
     const float m = 0.0f;
 #endif

@@ -9,10 +9,10 @@
 //! source.
 
 use super::limit;
-use crate::contract::norm::{BnTrain, RowNorm};
 pub use crate::contract::norm::{
     BatchNormAlgo, BnApply, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
 };
+use crate::contract::norm::{BnTrain, RowNorm};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
