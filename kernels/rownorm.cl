@@ -203,3 +203,72 @@ __kernel void rn_row_item(const int rows, const int D, const float eps, const in
     mean[o] = m;
     rstd[o] = r;
 }
+
+// rms_norm backward per row, from x, the output gradient g, γ and the saved rstd r:
+//   dx = (ĝ − x̂·c)·r with ĝ = g·γ, x̂ = x·r and c = Σ ĝ·x̂ / D.
+// IN_HALF for x, B_HALF for g, A_HALF for γ, OUT_HALF for dx; dγ = Σ over rows of g·x̂ is a column sum, left to
+// the reductions. Kernels: rnb_row_wg (a work-group per row, GPUs) and rnb_row_item (a work-item per row, float8
+// loads with VEC8, CPU OpenCL); both read x and g twice.
+
+__kernel void rnb_row_wg(const int D, const int has_gamma, __global const float* x, __global const float* g,
+                         __global const float* gamma, __global const float* rstd, __global float* dx,
+                         __local float* sc) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int o = get_group_id(0);
+    const size_t b = (size_t)o * D;
+    const float r = rstd[o];
+    float c = 0.0f;
+    for (int j = lid; j < D; j += L) {
+        float gh = LDX(B_HALF, g, b + j);
+        if (has_gamma) gh *= LDX(A_HALF, gamma, j);
+        c += gh * LDX(IN_HALF, x, b + j);
+    }
+    RN_GROUP_SUM(c)
+    c *= r * r / (float)D;
+    for (int j = lid; j < D; j += L) {
+        float gh = LDX(B_HALF, g, b + j);
+        if (has_gamma) gh *= LDX(A_HALF, gamma, j);
+        STX(OUT_HALF, (gh - LDX(IN_HALF, x, b + j) * c) * r, dx, b + j);
+    }
+}
+
+__kernel void rnb_row_item(const int rows, const int D, const int has_gamma, __global const float* x,
+                           __global const float* g, __global const float* gamma, __global const float* rstd,
+                           __global float* dx) {
+    const int o = get_global_id(0);
+    if (o >= rows) return;
+    const size_t b = (size_t)o * D;
+    const float r = rstd[o];
+    float c = 0.0f;
+#if VEC8
+    float8 a = (float8)(0.0f);
+    for (int j = 0; j < D; j += 8) {
+        float8 gh = RN_LD8(B_HALF, g, b + j);
+        if (has_gamma) gh *= RN_LD8(A_HALF, gamma, j);
+        a += gh * RN_LD8(IN_HALF, x, b + j);
+    }
+    const float4 h = a.lo + a.hi;
+    c = (h.s0 + h.s1) + (h.s2 + h.s3);
+#else
+    for (int j = 0; j < D; ++j) {
+        float gh = LDX(B_HALF, g, b + j);
+        if (has_gamma) gh *= LDX(A_HALF, gamma, j);
+        c += gh * LDX(IN_HALF, x, b + j);
+    }
+#endif
+    c *= r * r / (float)D;
+#if VEC8
+    for (int j = 0; j < D; j += 8) {
+        float8 gh = RN_LD8(B_HALF, g, b + j);
+        if (has_gamma) gh *= RN_LD8(A_HALF, gamma, j);
+        RN_ST8(OUT_HALF, (gh - RN_LD8(IN_HALF, x, b + j) * c) * r, dx, b + j);
+    }
+#else
+    for (int j = 0; j < D; ++j) {
+        float gh = LDX(B_HALF, g, b + j);
+        if (has_gamma) gh *= LDX(A_HALF, gamma, j);
+        STX(OUT_HALF, (gh - LDX(IN_HALF, x, b + j) * c) * r, dx, b + j);
+    }
+#endif
+}

@@ -251,3 +251,91 @@ fn tuned_choice_matches_reference() {
         }
     }
 }
+
+fn check_rms_norm_backward(dev: &Device, dt: DType) {
+    for (i, &d) in DS.iter().enumerate() {
+        for (j, &rows) in ROWS.iter().enumerate() {
+            let seed = (i * 10 + j + 300) as u64;
+            let (xc, xd) = input(dev, &[rows, d], seed, dt);
+            let (gc, gd) = input(dev, &[rows, d], seed + 1, dt);
+            let (wc, wd) = input(dev, &[d], seed + 2, DType::F32);
+            let gm = (i + j) % 2 == 1;
+            let oc = ops::rms_norm(&xc, gm.then_some(&wc), 1e-5).unwrap();
+            let od = ops::rms_norm(&xd, gm.then_some(&wd), 1e-5).unwrap();
+            let want = ops::rms_norm_backward(&xc, &gc, &oc, gm.then_some(&wc)).unwrap();
+            let mut forced: Vec<RowNormAlgo> = algos(d)
+                .into_iter()
+                .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
+                .collect();
+            // The register form has no backward kernel: it runs as the work-group kernel of its size.
+            forced.push(RowNormAlgo::Reg(64, 1));
+            for a in forced {
+                let what = format!("rms_norm_backward {a:?} rows {rows} d {d} {dt:?} γ {gm}");
+                let got =
+                    ops::norm::rms_norm_backward_with(&xd, &gd, &od, gm.then_some(&wd), Some(a))
+                        .unwrap();
+                assert_eq!(got.dx.dtype(), dt, "{what}: dx dtype");
+                close(&got.dx, &want.dx, tol(dt), &format!("{what} dx"));
+                assert_eq!(got.dgamma.is_some(), gm, "{what}: dγ presence");
+                if let (Some(a), Some(b)) = (&got.dgamma, &want.dgamma) {
+                    close(a, b, 1e-3, &format!("{what} dγ"));
+                }
+                assert!(got.dbeta.is_none(), "{what}: no dβ");
+            }
+        }
+    }
+}
+
+#[test]
+fn rms_norm_backward_every_algorithm_f32() {
+    let Some(dev) = opencl_device() else { return };
+    check_rms_norm_backward(&dev, DType::F32);
+}
+
+#[test]
+fn rms_norm_backward_every_algorithm_f16() {
+    let Some(dev) = opencl_device() else { return };
+    check_rms_norm_backward(&dev, DType::F16);
+}
+
+/// The row kernel's input gradient against central differences of Σ w·y on the OpenCL device (float64 sums on
+/// the host), for a row far from the textbook case: D = 100 with γ.
+#[test]
+fn rms_norm_backward_matches_finite_differences() {
+    let Some(dev) = opencl_device() else { return };
+    let (xc, _) = input(&dev, &[3, 100], 41, DType::F32);
+    let (wc, _) = input(&dev, &[3, 100], 42, DType::F32);
+    let (gc, _) = input(&dev, &[100], 43, DType::F32);
+    let xv = xc.to_vec::<f32>().unwrap();
+    let wv = wc.to_vec::<f32>().unwrap();
+    let gd = gc.to_device(&dev).unwrap();
+    let wd = wc.to_device(&dev).unwrap();
+    let loss = |v: &[f32]| -> f64 {
+        let x = Tensor::from_slice(&dev, v, &[3, 100]).unwrap();
+        let y = ops::rms_norm(&x, Some(&gd), 1e-5)
+            .unwrap()
+            .y
+            .to_vec::<f32>()
+            .unwrap();
+        y.iter().zip(&wv).map(|(a, b)| *a as f64 * *b as f64).sum()
+    };
+    let xd = xc.to_device(&dev).unwrap();
+    let out = ops::rms_norm(&xd, Some(&gd), 1e-5).unwrap();
+    for a in [RowNormAlgo::Item, RowNormAlgo::Wg(64)] {
+        let got = ops::norm::rms_norm_backward_with(&xd, &wd, &out, Some(&gd), Some(a)).unwrap();
+        let dx = got.dx.to_vec::<f32>().unwrap();
+        for k in [0usize, 57, 199, 299] {
+            let h = 1e-2f32;
+            let mut p = xv.clone();
+            p[k] += h;
+            let mut m = xv.clone();
+            m[k] -= h;
+            let fd = (loss(&p) - loss(&m)) / (2.0 * h as f64);
+            assert!(
+                (dx[k] as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
+                "{a:?} dx[{k}] = {} against {fd}",
+                dx[k]
+            );
+        }
+    }
+}

@@ -142,6 +142,20 @@ pub(crate) struct RowNorm<'a> {
     pub algo: Option<RowNormAlgo>,
 }
 
+/// The tensors of one rms_norm backward over `rows` rows of `d` elements: the input's gradient `dx` from x,
+/// the output gradient `g`, γ and the forward's `rstd`.
+pub(crate) struct RowNormBack<'a> {
+    pub x: &'a Tensor,
+    pub g: &'a Tensor,
+    pub gamma: Option<&'a Tensor>,
+    pub rstd: &'a Tensor,
+    pub rows: usize,
+    pub d: usize,
+    pub dx: &'a Tensor,
+    /// A forced algorithm (else the autotuner chooses); `Reg(local, _)` runs as `Wg(local)`.
+    pub algo: Option<RowNormAlgo>,
+}
+
 /// Device primitives of the normalisation layers.
 pub(crate) trait NormKernels {
     /// Training batch_norm2d: statistics over (N, H, W) per channel, the output, the running statistics.
@@ -155,6 +169,17 @@ pub(crate) trait NormKernels {
         &self,
         _device: &Device,
         _rn: &RowNorm<'_>,
+        _composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// rms_norm's input gradient over rows, as [`NormKernels::row_norm`]: `Ok(true)` when a one-launch
+    /// kernel wrote `dx`, `Ok(false)` when the caller runs `composed`.
+    fn rms_norm_backward_rows(
+        &self,
+        _device: &Device,
+        _rb: &RowNormBack<'_>,
         _composed: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool> {
         Ok(false)

@@ -12,7 +12,7 @@ use super::limit;
 pub use crate::contract::norm::{
     BatchNormAlgo, BnApply, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
 };
-use crate::contract::norm::{BnTrain, RowNorm};
+use crate::contract::norm::{BnTrain, RowNorm, RowNormBack};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -337,6 +337,18 @@ pub fn rms_norm_backward(
     out: &NormOut,
     gamma: Option<&Tensor>,
 ) -> Result<NormGrads> {
+    rms_norm_backward_with(x, grad, out, gamma, None)
+}
+
+/// [`rms_norm_backward`] with the input gradient's row algorithm forced to `algo` when given (`Reg(local, _)`
+/// runs as `Wg(local)`; the built-in device has one path and ignores it).
+pub fn rms_norm_backward_with(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    algo: Option<RowNormAlgo>,
+) -> Result<NormGrads> {
     let r = x.rank();
     if grad.shape() != x.shape() {
         return Err(Error::shape_mismatch(
@@ -351,20 +363,79 @@ pub fn rms_norm_backward(
         ));
     }
     let d = x.shape()[r - 1];
+    let mut stat_shape = x.shape().to_vec();
+    stat_shape[r - 1] = 1;
+    if out.rstd.shape() != stat_shape.as_slice() {
+        return Err(Error::shape_mismatch(
+            "rms_norm_backward saved rstd",
+            &stat_shape,
+            out.rstd.shape(),
+        ));
+    }
+    check_param(gamma, &[d], x, "gamma", "rms_norm_backward")?;
+    limit(x, "rms_norm_backward")?;
     let lead: Vec<isize> = (0..r - 1).map(|a| a as isize).collect();
     let g = gamma.map(|t| t.reshape(&[d])).transpose()?;
-    backward(
+    let full = || {
+        backward(
+            x,
+            grad,
+            &out.mean,
+            &out.rstd,
+            g.as_ref(),
+            &[-1],
+            &lead,
+            &[d],
+            false,
+            false,
+        )
+    };
+    // What the row kernel replaces, for the tuner to time against it: the input gradient alone.
+    let dx_only = || -> Result<()> {
+        let xhat = fz("x0 * x1", &[x, &out.rstd])?;
+        let gh = match &g {
+            Some(gm) => fz("x0 * x1", &[grad, gm])?,
+            None => grad.clone(),
+        };
+        let mgx = mean(&fz("x0 * x1", &[&gh, &xhat])?, Some(&[-1]), true)?;
+        fused_as(
+            "(x0 - x2 * x3) * x1",
+            &[&gh, &out.rstd, &xhat, &mgx],
+            x.dtype(),
+        )
+        .map(drop)
+    };
+    let dev = x.device();
+    let rstd = widen(&out.rstd)?;
+    let dx = Tensor::empty(dev, x.shape(), x.dtype())?;
+    let rb = RowNormBack {
         x,
-        grad,
-        &out.mean,
-        &out.rstd,
-        g.as_ref(),
-        &[-1],
-        &lead,
-        &[d],
-        false,
-        false,
-    )
+        g: grad,
+        gamma: g.as_ref(),
+        rstd: &rstd,
+        rows: if d == 0 { 0 } else { x.numel() / d },
+        d,
+        dx: &dx,
+        algo,
+    };
+    let fused = {
+        let mut run = dx_only;
+        dev.backend().rms_norm_backward_rows(dev, &rb, &mut run)?
+    };
+    if !fused {
+        return full();
+    }
+    let dgamma = match &g {
+        Some(_) => {
+            Some(sum(&fz("x0 * x1 * x2", &[grad, x, &rstd])?, Some(&lead), false)?.reshape(&[d])?)
+        }
+        None => None,
+    };
+    Ok(NormGrads {
+        dx,
+        dgamma,
+        dbeta: None,
+    })
 }
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {

@@ -14,6 +14,7 @@ use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{
     BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD, MAX_ROW_HELD, RowNorm, RowNormAlgo,
+    RowNormBack,
 };
 use crate::device::Device;
 use crate::error::{Error, Result};
@@ -467,7 +468,124 @@ impl ClDevice {
     }
 }
 
+impl ClDevice {
+    /// Launches one one-launch rms_norm backward kernel (not `Composed`; `Reg(local, _)` runs as `Wg(local)`).
+    fn run_rnb(&self, rb: &RowNormBack<'_>, algo: RowNormAlgo) -> Result<Event> {
+        let d = rb.d;
+        let mut defs = half_defines(
+            Defines::new(),
+            &[("IN_HALF", rb.x), ("B_HALF", rb.g), ("OUT_HALF", rb.dx)],
+        );
+        if let Some(gm) = rb.gamma {
+            defs = half_defines(defs, &[("A_HALF", gm)]);
+        }
+        let gamma = rb.gamma.unwrap_or(rb.x).storage();
+        let has_gamma = i32::from(rb.gamma.is_some());
+        match algo {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
+                let l = l.min(self.info.max_work_group_size.max(1));
+                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_WG)?;
+                let args = rn_abi::RnbRowWg {
+                    D: d as i32,
+                    has_gamma,
+                    x: rb.x.storage(),
+                    g: rb.g.storage(),
+                    gamma,
+                    rstd: rb.rstd.storage(),
+                    dx: rb.dx.storage(),
+                    sc: l * 4,
+                };
+                self.run(&k, &args, &[l * rb.rows], Some(&[l]))
+            }
+            RowNormAlgo::Item => {
+                let defs = defs.set("VEC8", u8::from(d.is_multiple_of(8)));
+                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_ITEM)?;
+                let args = rn_abi::RnbRowItem {
+                    rows: rb.rows as i32,
+                    D: d as i32,
+                    has_gamma,
+                    x: rb.x.storage(),
+                    g: rb.g.storage(),
+                    gamma,
+                    rstd: rb.rstd.storage(),
+                    dx: rb.dx.storage(),
+                };
+                self.run(&k, &args, &[rb.rows], None)
+            }
+            RowNormAlgo::Composed => Err(Error::Invalid(
+                "rms_norm_backward: the composed path is run by the op, not launched here".into(),
+            )),
+        }
+    }
+}
+
+/// Times one candidate on the host clock from an idle queue to an idle queue: the composed path is several
+/// launches (and the host work between them) that no single event spans, so every candidate is timed alike.
+fn host_ms(device: &Device, run: impl FnOnce() -> Result<()>) -> Result<f64> {
+    device.synchronize()?;
+    let t = Instant::now();
+    run()?;
+    device.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
 impl NormKernels for ClDevice {
+    fn rms_norm_backward_rows(
+        &self,
+        device: &Device,
+        rb: &RowNormBack<'_>,
+        composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        if rb.rows == 0 || rb.d == 0 {
+            return Ok(false);
+        }
+        let max_wg = self.info.max_work_group_size.max(1);
+        let halves = half_bits(&[rb.x, rb.g, rb.dx]);
+        let key = TuneKey::new(
+            "rms_norm_rows_backward",
+            &[
+                ("rows", bucket(rb.rows)),
+                ("d", bucket(rb.d)),
+                ("d8", i64::from(rb.d.is_multiple_of(8))),
+                ("f16", halves as i64),
+            ],
+        )
+        .source(kernel_source("rownorm").unwrap_or_default());
+        let chosen = match rb.algo {
+            Some(a) => {
+                if let RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) = a
+                    && !(l.is_power_of_two() && l <= max_wg)
+                {
+                    return Err(Error::Invalid(format!(
+                        "rms_norm_backward: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
+                        rb.d
+                    )));
+                }
+                super::reduce::record_forced(device, &key, &a);
+                a
+            }
+            None => {
+                let (cands, default) = self.rn_candidates(rb.d);
+                // The backward has no register form.
+                let cands: Vec<RowNormAlgo> = cands
+                    .into_iter()
+                    .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
+                    .collect();
+                autotune::tune(device, &key, &cands, default, |a| {
+                    host_ms(device, || match *a {
+                        RowNormAlgo::Composed => composed(),
+                        a => self.run_rnb(rb, a).map(drop),
+                    })
+                })?
+            }
+        };
+        if chosen == RowNormAlgo::Composed {
+            return Ok(false);
+        }
+        self.run_rnb(rb, chosen)?;
+        Ok(true)
+    }
+
     fn row_norm(
         &self,
         device: &Device,
@@ -516,19 +634,11 @@ impl NormKernels for ClDevice {
             }
             None => {
                 let (cands, default) = self.rn_candidates(rn.d);
-                // Every candidate is timed on the host clock from an idle queue to an idle queue: the composed
-                // path is several launches (and the host work between them) that no single event spans.
                 autotune::tune(device, &key, &cands, default, |a| {
-                    device.synchronize()?;
-                    let t = Instant::now();
-                    match *a {
-                        RowNormAlgo::Composed => composed()?,
-                        a => {
-                            self.run_rn(rn, a)?;
-                        }
-                    }
-                    device.synchronize()?;
-                    Ok(t.elapsed().as_secs_f64() * 1e3)
+                    host_ms(device, || match *a {
+                        RowNormAlgo::Composed => composed(),
+                        a => self.run_rn(rn, a).map(drop),
+                    })
                 })?
             }
         };
