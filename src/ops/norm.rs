@@ -167,7 +167,7 @@ fn rows_or_composed(
     limit(x, op)?;
     let dev = x.device();
     let dt = output_dtype(OpClass::Store16, &[x], op)?;
-    let rows = if d == 0 { 0 } else { x.numel() / d };
+    let rows = x.numel().checked_div(d).unwrap_or(0);
     let y = Tensor::empty(dev, x.shape(), dt)?;
     let mean = Tensor::empty(dev, stat_shape, DType::F32)?;
     let rstd = Tensor::empty(dev, stat_shape, DType::F32)?;
@@ -413,7 +413,7 @@ pub fn rms_norm_backward_with(
         g: grad,
         gamma: g.as_ref(),
         rstd: &rstd,
-        rows: if d == 0 { 0 } else { x.numel() / d },
+        rows: x.numel().checked_div(d).unwrap_or(0),
         d,
         dx: &dx,
         algo,
