@@ -93,8 +93,95 @@ pub(crate) struct BnTrain<'a> {
     pub algo: Option<BatchNormAlgo>,
 }
 
+/// How layer_norm and rms_norm run over their rows; autotuned per shape class, cached as `"composed"`,
+/// `["wg", local]`, `["reg", local, k]` or `"item"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowNormAlgo {
+    /// The generic ops: reductions for the statistics, then one fused elementwise kernel for the output.
+    Composed,
+    /// One launch, one work-group of `local` items per row, x read twice (GPUs).
+    Wg(usize),
+    /// One launch, one work-group of `local` items per row holding `k` values each in registers, x read once
+    /// (needs D ≤ k·local, 1 ≤ k ≤ 32).
+    Reg(usize, usize),
+    /// One launch, one work-item per row with float8 loads where D is a multiple of 8 and no barriers (CPU
+    /// OpenCL).
+    Item,
+}
+
+impl Serialize for RowNormAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            RowNormAlgo::Composed => "composed".serialize(s),
+            RowNormAlgo::Wg(l) => ("wg", l).serialize(s),
+            RowNormAlgo::Reg(l, k) => ("reg", l, k).serialize(s),
+            RowNormAlgo::Item => "item".serialize(s),
+        }
+    }
+}
+
+/// The most values one item of [`RowNormAlgo::Reg`] holds in registers.
+pub const MAX_ROW_HELD: usize = 32;
+
+/// The tensors of one layer_norm or rms_norm call over `rows` rows of `d` contiguous elements.
+pub(crate) struct RowNorm<'a> {
+    pub x: &'a Tensor,
+    /// γ and β of `d` elements each, when the layer has them.
+    pub gamma: Option<&'a Tensor>,
+    pub beta: Option<&'a Tensor>,
+    pub eps: f32,
+    /// Whether the rows are centred (layer_norm) or only scaled (rms_norm).
+    pub center: bool,
+    pub rows: usize,
+    pub d: usize,
+    /// The output, shaped like `x`, and the statistics, `rows` f32 each (the mean is 0 for rms_norm).
+    pub y: &'a Tensor,
+    pub mean: &'a Tensor,
+    pub rstd: &'a Tensor,
+    /// A forced algorithm (else the autotuner chooses).
+    pub algo: Option<RowNormAlgo>,
+}
+
+/// The tensors of one rms_norm backward over `rows` rows of `d` elements: the input's gradient `dx` from x,
+/// the output gradient `g`, γ and the forward's `rstd`.
+pub(crate) struct RowNormBack<'a> {
+    pub x: &'a Tensor,
+    pub g: &'a Tensor,
+    pub gamma: Option<&'a Tensor>,
+    pub rstd: &'a Tensor,
+    pub rows: usize,
+    pub d: usize,
+    pub dx: &'a Tensor,
+    /// A forced algorithm (else the autotuner chooses); `Reg(local, _)` runs as `Wg(local)`.
+    pub algo: Option<RowNormAlgo>,
+}
+
 /// Device primitives of the normalisation layers.
 pub(crate) trait NormKernels {
     /// Training batch_norm2d: statistics over (N, H, W) per channel, the output, the running statistics.
     fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()>;
+
+    /// layer_norm or rms_norm over rows: `Ok(true)` when a one-launch kernel wrote `y`, `mean` and `rstd`;
+    /// `Ok(false)` when the composed path is the choice, which the caller then runs. `composed` runs that path
+    /// once (the tuner times it beside the kernels). The built-in device has only its reference, the composed
+    /// path.
+    fn row_norm(
+        &self,
+        _device: &Device,
+        _rn: &RowNorm<'_>,
+        _composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// rms_norm's input gradient over rows, as [`NormKernels::row_norm`]: `Ok(true)` when a one-launch
+    /// kernel wrote `dx`, `Ok(false)` when the caller runs `composed`.
+    fn rms_norm_backward_rows(
+        &self,
+        _device: &Device,
+        _rb: &RowNormBack<'_>,
+        _composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
 }

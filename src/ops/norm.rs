@@ -3,12 +3,16 @@
 //!
 //! Training batch_norm2d has its own kernels (per-channel statistics as a grid reduction, then one normalising
 //! pass: the input is read twice and the output written once); the others are composed from the reduction
-//! passes (autotuned per shape) and fused elementwise kernels. No value goes through the host. ε and momentum
-//! travel as kernel arguments, never as source.
+//! passes (autotuned per shape) and fused elementwise kernels. layer_norm and rms_norm also have one-launch row
+//! kernels (statistics and output per row, x read once or twice); the tuner measures them beside the composed
+//! path per shape class. No value goes through the host. ε and momentum travel as kernel arguments, never as
+//! source.
 
 use super::limit;
-use crate::contract::norm::BnTrain;
-pub use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, MAX_HELD};
+pub use crate::contract::norm::{
+    BatchNormAlgo, BnApply, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
+};
+use crate::contract::norm::{BnTrain, RowNorm, RowNormBack};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -145,6 +149,52 @@ fn backward(
     Ok(NormGrads { dx, dgamma, dbeta })
 }
 
+/// Runs the one-launch row kernel the device chooses (or `algo`), else `composed`: rows of the last `d`
+/// elements of x, statistics shaped `stat_shape`.
+#[allow(clippy::too_many_arguments)]
+fn rows_or_composed(
+    x: &Tensor,
+    d: usize,
+    stat_shape: &[usize],
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+    center: bool,
+    algo: Option<RowNormAlgo>,
+    mut composed: impl FnMut() -> Result<NormOut>,
+) -> Result<NormOut> {
+    let op = if center { "layer_norm" } else { "rms_norm" };
+    limit(x, op)?;
+    let dev = x.device();
+    let dt = output_dtype(OpClass::Store16, &[x], op)?;
+    let rows = x.numel().checked_div(d).unwrap_or(0);
+    let y = Tensor::empty(dev, x.shape(), dt)?;
+    let mean = Tensor::empty(dev, stat_shape, DType::F32)?;
+    let rstd = Tensor::empty(dev, stat_shape, DType::F32)?;
+    let rn = RowNorm {
+        x,
+        gamma,
+        beta,
+        eps,
+        center,
+        rows,
+        d,
+        y: &y,
+        mean: &mean,
+        rstd: &rstd,
+        algo,
+    };
+    let fused = {
+        let mut run = || composed().map(drop);
+        dev.backend().row_norm(dev, &rn, &mut run)?
+    };
+    if fused {
+        Ok(NormOut { y, mean, rstd })
+    } else {
+        composed()
+    }
+}
+
 /// Layer normalisation over the last `normalized` dimensions, with optional γ and β of those dimensions.
 pub fn layer_norm(
     x: &Tensor,
@@ -152,6 +202,19 @@ pub fn layer_norm(
     gamma: Option<&Tensor>,
     beta: Option<&Tensor>,
     eps: f32,
+) -> Result<NormOut> {
+    layer_norm_with(x, normalized, gamma, beta, eps, None)
+}
+
+/// [`layer_norm`] with the row algorithm forced to `algo` when given (the built-in device has one path and
+/// ignores it).
+pub fn layer_norm_with(
+    x: &Tensor,
+    normalized: usize,
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    eps: f32,
+    algo: Option<RowNormAlgo>,
 ) -> Result<NormOut> {
     expect_float(x, "layer_norm")?;
     check_eps(eps, "layer_norm")?;
@@ -166,11 +229,17 @@ pub fn layer_norm(
     check_param(gamma, inner, x, "gamma", "layer_norm")?;
     check_param(beta, inner, x, "beta", "layer_norm")?;
     let axes: Vec<isize> = (r - normalized..r).map(|a| a as isize).collect();
-    let (m, rstd) = stats(x, &axes, eps)?;
     let g = gamma.map(|t| t.reshape(inner)).transpose()?;
     let b = beta.map(|t| t.reshape(inner)).transpose()?;
-    let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
-    Ok(NormOut { y, mean: m, rstd })
+    let composed = || {
+        let (m, rstd) = stats(x, &axes, eps)?;
+        let y = affine(x, &m, &rstd, g.as_ref(), b.as_ref())?;
+        Ok(NormOut { y, mean: m, rstd })
+    };
+    let mut stat_shape = x.shape()[..r - normalized].to_vec();
+    stat_shape.resize(r, 1);
+    let d = inner.iter().product();
+    rows_or_composed(x, d, &stat_shape, gamma, beta, eps, true, algo, composed)
 }
 
 /// The gradients of [`layer_norm`] from its input, output gradient and saved statistics.
@@ -216,6 +285,17 @@ pub fn layer_norm_backward(
 
 /// RMS normalisation over the last dimension: `x / √(mean(x²) + ε) · γ`.
 pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut> {
+    rms_norm_with(x, gamma, eps, None)
+}
+
+/// [`rms_norm`] with the row algorithm forced to `algo` when given (the built-in device has one path and
+/// ignores it).
+pub fn rms_norm_with(
+    x: &Tensor,
+    gamma: Option<&Tensor>,
+    eps: f32,
+    algo: Option<RowNormAlgo>,
+) -> Result<NormOut> {
     expect_float(x, "rms_norm")?;
     check_eps(eps, "rms_norm")?;
     let Some(&d) = x.shape().last() else {
@@ -224,22 +304,30 @@ pub fn rms_norm(x: &Tensor, gamma: Option<&Tensor>, eps: f32) -> Result<NormOut>
         ));
     };
     check_param(gamma, &[d], x, "gamma", "rms_norm")?;
-    let (zero, rstd) = {
-        let _keep = autocast(false);
-        let ms = mean(&fz("x0 * x0", &[x])?, Some(&[-1]), true)?;
-        let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
-        (mul_scalar(&ms, 0.0)?, rstd)
+    let g = gamma.map(|t| t.reshape(&[d])).transpose()?;
+    let composed = || {
+        let (zero, rstd) = {
+            let _keep = autocast(false);
+            let ms = mean(&fz("x0 * x0", &[x])?, Some(&[-1]), true)?;
+            let rstd = unary(UnaryOp::Rsqrt, &add_scalar(&ms, eps)?)?;
+            (mul_scalar(&ms, 0.0)?, rstd)
+        };
+        let dt = output_dtype(OpClass::Store16, &[x], "rms_norm")?;
+        let y = match &g {
+            Some(g) => fused_as("x0 * x1 * x2", &[x, &rstd, g], dt)?,
+            None => fused_as("x0 * x1", &[x, &rstd], dt)?,
+        };
+        Ok(NormOut {
+            y,
+            mean: zero,
+            rstd,
+        })
     };
-    let dt = output_dtype(OpClass::Store16, &[x], "rms_norm")?;
-    let y = match gamma {
-        Some(g) => fused_as("x0 * x1 * x2", &[x, &rstd, &g.reshape(&[d])?], dt)?,
-        None => fused_as("x0 * x1", &[x, &rstd], dt)?,
-    };
-    Ok(NormOut {
-        y,
-        mean: zero,
-        rstd,
-    })
+    let mut stat_shape = x.shape().to_vec();
+    if let Some(last) = stat_shape.last_mut() {
+        *last = 1;
+    }
+    rows_or_composed(x, d, &stat_shape, gamma, None, eps, false, algo, composed)
 }
 
 /// The gradients of [`rms_norm`].
@@ -248,6 +336,18 @@ pub fn rms_norm_backward(
     grad: &Tensor,
     out: &NormOut,
     gamma: Option<&Tensor>,
+) -> Result<NormGrads> {
+    rms_norm_backward_with(x, grad, out, gamma, None)
+}
+
+/// [`rms_norm_backward`] with the input gradient's row algorithm forced to `algo` when given (`Reg(local, _)`
+/// runs as `Wg(local)`; the built-in device has one path and ignores it).
+pub fn rms_norm_backward_with(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    algo: Option<RowNormAlgo>,
 ) -> Result<NormGrads> {
     let r = x.rank();
     if grad.shape() != x.shape() {
@@ -263,20 +363,79 @@ pub fn rms_norm_backward(
         ));
     }
     let d = x.shape()[r - 1];
+    let mut stat_shape = x.shape().to_vec();
+    stat_shape[r - 1] = 1;
+    if out.rstd.shape() != stat_shape.as_slice() {
+        return Err(Error::shape_mismatch(
+            "rms_norm_backward saved rstd",
+            &stat_shape,
+            out.rstd.shape(),
+        ));
+    }
+    check_param(gamma, &[d], x, "gamma", "rms_norm_backward")?;
+    limit(x, "rms_norm_backward")?;
     let lead: Vec<isize> = (0..r - 1).map(|a| a as isize).collect();
     let g = gamma.map(|t| t.reshape(&[d])).transpose()?;
-    backward(
+    let full = || {
+        backward(
+            x,
+            grad,
+            &out.mean,
+            &out.rstd,
+            g.as_ref(),
+            &[-1],
+            &lead,
+            &[d],
+            false,
+            false,
+        )
+    };
+    // What the row kernel replaces, for the tuner to time against it: the input gradient alone.
+    let dx_only = || -> Result<()> {
+        let xhat = fz("x0 * x1", &[x, &out.rstd])?;
+        let gh = match &g {
+            Some(gm) => fz("x0 * x1", &[grad, gm])?,
+            None => grad.clone(),
+        };
+        let mgx = mean(&fz("x0 * x1", &[&gh, &xhat])?, Some(&[-1]), true)?;
+        fused_as(
+            "(x0 - x2 * x3) * x1",
+            &[&gh, &out.rstd, &xhat, &mgx],
+            x.dtype(),
+        )
+        .map(drop)
+    };
+    let dev = x.device();
+    let rstd = widen(&out.rstd)?;
+    let dx = Tensor::empty(dev, x.shape(), x.dtype())?;
+    let rb = RowNormBack {
         x,
-        grad,
-        &out.mean,
-        &out.rstd,
-        g.as_ref(),
-        &[-1],
-        &lead,
-        &[d],
-        false,
-        false,
-    )
+        g: grad,
+        gamma: g.as_ref(),
+        rstd: &rstd,
+        rows: x.numel().checked_div(d).unwrap_or(0),
+        d,
+        dx: &dx,
+        algo,
+    };
+    let fused = {
+        let mut run = dx_only;
+        dev.backend().rms_norm_backward_rows(dev, &rb, &mut run)?
+    };
+    if !fused {
+        return full();
+    }
+    let dgamma = match &g {
+        Some(_) => {
+            Some(sum(&fz("x0 * x1 * x2", &[grad, x, &rstd])?, Some(&lead), false)?.reshape(&[d])?)
+        }
+        None => None,
+    };
+    Ok(NormGrads {
+        dx,
+        dgamma,
+        dbeta: None,
+    })
 }
 
 fn nchw(x: &Tensor, op: &str) -> Result<[usize; 4]> {

@@ -1,14 +1,21 @@
-//! OpenCL training batch_norm2d: statistics and normalising kernels chosen by measurement per shape bucket.
+//! OpenCL training batch_norm2d and the one-launch row kernels of layer_norm and rms_norm: kernels chosen by
+//! measurement per shape bucket.
 
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Instant;
 
 use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::norm as abi;
+use crate::backend::opencl::abi::rownorm as rn_abi;
+use crate::backend::opencl::elementwise::{half_bits, half_defines};
 use crate::backend::opencl::program::{Defines, kernel_source};
-use crate::backend::opencl::{ClDevice, events_ms};
+use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::NormKernels;
-use crate::contract::norm::{BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD};
+use crate::contract::norm::{
+    BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD, MAX_ROW_HELD, RowNorm, RowNormAlgo,
+    RowNormBack,
+};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -359,7 +366,289 @@ impl ClDevice {
     }
 }
 
+impl ClDevice {
+    /// The row-normalisation candidates for rows of `d` and the index of the unmeasured default: on GPUs the
+    /// composed path (the first choice before the one-launch kernels were measured there), on CPU OpenCL one
+    /// work-item per row.
+    fn rn_candidates(&self, d: usize) -> (Vec<RowNormAlgo>, usize) {
+        let max_wg = self.info.max_work_group_size.max(1);
+        let gpu = self.info.kind != "cpu";
+        let mut out = vec![RowNormAlgo::Composed, RowNormAlgo::Item];
+        if gpu {
+            // Rows in registers: at most MAX_ROW_HELD values per item, no more items than the row has values
+            // (64 always offered).
+            for l in [64usize, 128, 256, 512, 1024] {
+                let k = d.div_ceil(l);
+                if l <= max_wg && k <= MAX_ROW_HELD && (l == 64 || l <= d) {
+                    out.push(RowNormAlgo::Reg(l, k));
+                }
+            }
+        }
+        let wg: &[usize] = if gpu { &[64, 128, 256] } else { &[64] };
+        out.extend(
+            wg.iter()
+                .copied()
+                .filter(|&l| l <= max_wg)
+                .map(RowNormAlgo::Wg),
+        );
+        let default = if gpu { 0 } else { 1 };
+        (out, default)
+    }
+
+    /// Launches one one-launch row kernel (not `Composed`).
+    fn run_rn(&self, rn: &RowNorm<'_>, algo: RowNormAlgo) -> Result<Event> {
+        let d = rn.d;
+        let mut defs = half_defines(
+            Defines::new().set("CENTER", u8::from(rn.center)),
+            &[("IN_HALF", rn.x), ("OUT_HALF", rn.y)],
+        );
+        if let Some(g) = rn.gamma {
+            defs = half_defines(defs, &[("A_HALF", g)]);
+        }
+        if let Some(b) = rn.beta {
+            defs = half_defines(defs, &[("B_HALF", b)]);
+        }
+        // An absent γ or β is never read; x stands in for the argument.
+        let gamma = rn.gamma.unwrap_or(rn.x).storage();
+        let beta = rn.beta.unwrap_or(rn.x).storage();
+        let (has_gamma, has_beta) = (i32::from(rn.gamma.is_some()), i32::from(rn.beta.is_some()));
+        // A register count that does not cover this row (an answer kept for another row length) runs as the
+        // work-group kernel of the same size.
+        let algo = match algo {
+            RowNormAlgo::Reg(l, k) if d > k * l || k == 0 => RowNormAlgo::Wg(l),
+            a => a,
+        };
+        match algo {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
+                let l = l.min(self.info.max_work_group_size.max(1));
+                let k = match algo {
+                    RowNormAlgo::Reg(_, k) => {
+                        self.kernel(rn_abi::FAMILY, &defs.set("RN_K", k), rn_abi::RN_ROW_REG)?
+                    }
+                    _ => self.kernel(rn_abi::FAMILY, &defs, rn_abi::RN_ROW_WG)?,
+                };
+                // rn_row_reg has the parameters of rn_row_wg.
+                let args = rn_abi::RnRowWg {
+                    D: d as i32,
+                    eps: rn.eps,
+                    has_gamma,
+                    has_beta,
+                    x: rn.x.storage(),
+                    gamma,
+                    beta,
+                    y: rn.y.storage(),
+                    mean: rn.mean.storage(),
+                    rstd: rn.rstd.storage(),
+                    sc: l * 4,
+                };
+                self.run(&k, &args, &[l * rn.rows], Some(&[l]))
+            }
+            RowNormAlgo::Item => {
+                let defs = defs.set("VEC8", u8::from(d.is_multiple_of(8)));
+                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RN_ROW_ITEM)?;
+                let args = rn_abi::RnRowItem {
+                    rows: rn.rows as i32,
+                    D: d as i32,
+                    eps: rn.eps,
+                    has_gamma,
+                    has_beta,
+                    x: rn.x.storage(),
+                    gamma,
+                    beta,
+                    y: rn.y.storage(),
+                    mean: rn.mean.storage(),
+                    rstd: rn.rstd.storage(),
+                };
+                self.run(&k, &args, &[rn.rows], None)
+            }
+            RowNormAlgo::Composed => Err(Error::Invalid(
+                "row_norm: the composed path is run by the op, not launched here".into(),
+            )),
+        }
+    }
+}
+
+impl ClDevice {
+    /// Launches one one-launch rms_norm backward kernel (not `Composed`; `Reg(local, _)` runs as `Wg(local)`).
+    fn run_rnb(&self, rb: &RowNormBack<'_>, algo: RowNormAlgo) -> Result<Event> {
+        let d = rb.d;
+        let mut defs = half_defines(
+            Defines::new(),
+            &[("IN_HALF", rb.x), ("B_HALF", rb.g), ("OUT_HALF", rb.dx)],
+        );
+        if let Some(gm) = rb.gamma {
+            defs = half_defines(defs, &[("A_HALF", gm)]);
+        }
+        let gamma = rb.gamma.unwrap_or(rb.x).storage();
+        let has_gamma = i32::from(rb.gamma.is_some());
+        match algo {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
+                let l = l.min(self.info.max_work_group_size.max(1));
+                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_WG)?;
+                let args = rn_abi::RnbRowWg {
+                    D: d as i32,
+                    has_gamma,
+                    x: rb.x.storage(),
+                    g: rb.g.storage(),
+                    gamma,
+                    rstd: rb.rstd.storage(),
+                    dx: rb.dx.storage(),
+                    sc: l * 4,
+                };
+                self.run(&k, &args, &[l * rb.rows], Some(&[l]))
+            }
+            RowNormAlgo::Item => {
+                let defs = defs.set("VEC8", u8::from(d.is_multiple_of(8)));
+                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_ITEM)?;
+                let args = rn_abi::RnbRowItem {
+                    rows: rb.rows as i32,
+                    D: d as i32,
+                    has_gamma,
+                    x: rb.x.storage(),
+                    g: rb.g.storage(),
+                    gamma,
+                    rstd: rb.rstd.storage(),
+                    dx: rb.dx.storage(),
+                };
+                self.run(&k, &args, &[rb.rows], None)
+            }
+            RowNormAlgo::Composed => Err(Error::Invalid(
+                "rms_norm_backward: the composed path is run by the op, not launched here".into(),
+            )),
+        }
+    }
+}
+
+/// Times one candidate on the host clock from an idle queue to an idle queue: the composed path is several
+/// launches (and the host work between them) that no single event spans, so every candidate is timed alike.
+fn host_ms(device: &Device, run: impl FnOnce() -> Result<()>) -> Result<f64> {
+    device.synchronize()?;
+    let t = Instant::now();
+    run()?;
+    device.synchronize()?;
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
 impl NormKernels for ClDevice {
+    fn rms_norm_backward_rows(
+        &self,
+        device: &Device,
+        rb: &RowNormBack<'_>,
+        composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        if rb.rows == 0 || rb.d == 0 {
+            return Ok(false);
+        }
+        let max_wg = self.info.max_work_group_size.max(1);
+        let halves = half_bits(&[rb.x, rb.g, rb.dx]);
+        let key = TuneKey::new(
+            "rms_norm_rows_backward",
+            &[
+                ("rows", bucket(rb.rows)),
+                ("d", bucket(rb.d)),
+                ("d8", i64::from(rb.d.is_multiple_of(8))),
+                ("f16", halves as i64),
+            ],
+        )
+        .source(kernel_source("rownorm").unwrap_or_default());
+        let chosen = match rb.algo {
+            Some(a) => {
+                if let RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) = a
+                    && !(l.is_power_of_two() && l <= max_wg)
+                {
+                    return Err(Error::Invalid(format!(
+                        "rms_norm_backward: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
+                        rb.d
+                    )));
+                }
+                super::reduce::record_forced(device, &key, &a);
+                a
+            }
+            None => {
+                let (cands, default) = self.rn_candidates(rb.d);
+                // The backward has no register form.
+                let cands: Vec<RowNormAlgo> = cands
+                    .into_iter()
+                    .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
+                    .collect();
+                autotune::tune(device, &key, &cands, default, |a| {
+                    host_ms(device, || match *a {
+                        RowNormAlgo::Composed => composed(),
+                        a => self.run_rnb(rb, a).map(drop),
+                    })
+                })?
+            }
+        };
+        if chosen == RowNormAlgo::Composed {
+            return Ok(false);
+        }
+        self.run_rnb(rb, chosen)?;
+        Ok(true)
+    }
+
+    fn row_norm(
+        &self,
+        device: &Device,
+        rn: &RowNorm<'_>,
+        composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        if rn.rows == 0 || rn.d == 0 {
+            return Ok(false);
+        }
+        let max_wg = self.info.max_work_group_size.max(1);
+        let halves = half_bits(&[rn.x, rn.y]);
+        let key = TuneKey::new(
+            if rn.center {
+                "layer_norm_rows"
+            } else {
+                "rms_norm_rows"
+            },
+            &[
+                ("rows", bucket(rn.rows)),
+                ("d", bucket(rn.d)),
+                ("d8", i64::from(rn.d.is_multiple_of(8))),
+                ("f16", halves as i64),
+            ],
+        )
+        .source(kernel_source("rownorm").unwrap_or_default());
+        let chosen = match rn.algo {
+            Some(a) => {
+                let ok = match a {
+                    RowNormAlgo::Composed | RowNormAlgo::Item => true,
+                    RowNormAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
+                    RowNormAlgo::Reg(l, k) => {
+                        l.is_power_of_two()
+                            && l <= max_wg
+                            && (1..=MAX_ROW_HELD).contains(&k)
+                            && rn.d <= k * l
+                    }
+                };
+                if !ok {
+                    return Err(Error::Invalid(format!(
+                        "row_norm: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg}; reg holds 1 to {MAX_ROW_HELD} values per item and needs D ≤ k·local)",
+                        rn.d
+                    )));
+                }
+                super::reduce::record_forced(device, &key, &a);
+                a
+            }
+            None => {
+                let (cands, default) = self.rn_candidates(rn.d);
+                autotune::tune(device, &key, &cands, default, |a| {
+                    host_ms(device, || match *a {
+                        RowNormAlgo::Composed => composed(),
+                        a => self.run_rn(rn, a).map(drop),
+                    })
+                })?
+            }
+        };
+        if chosen == RowNormAlgo::Composed {
+            return Ok(false);
+        }
+        self.run_rn(rn, chosen)?;
+        Ok(true)
+    }
+
     fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
