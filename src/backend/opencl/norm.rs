@@ -529,6 +529,50 @@ fn host_ms(device: &Device, run: impl FnOnce() -> Result<()>) -> Result<f64> {
     Ok(t.elapsed().as_secs_f64() * 1e3)
 }
 
+/// The tune key of a row-norm kernel: rows and D bucketed, whether D is a multiple of 8 (float8 loads) and
+/// which buffers are f16.
+fn row_key(kernel: &'static str, rows: usize, d: usize, halves: usize) -> TuneKey {
+    TuneKey::new(
+        kernel,
+        &[
+            ("rows", bucket(rows)),
+            ("d", bucket(d)),
+            ("d8", i64::from(d.is_multiple_of(8))),
+            ("f16", halves as i64),
+        ],
+    )
+    .source(kernel_source("rownorm").unwrap_or_default())
+}
+
+/// The row-norm algorithm for `key`: a forced one, refused with the reason `misfit` gives or recorded as the
+/// decision; else the tuner's choice among `cands`, where the composed path is one candidate and every
+/// candidate is timed on the host clock ([`host_ms`]).
+fn row_choice(
+    device: &Device,
+    key: &TuneKey,
+    forced: Option<RowNormAlgo>,
+    misfit: impl Fn(RowNormAlgo) -> Option<String>,
+    (cands, default): (Vec<RowNormAlgo>, usize),
+    composed: &mut dyn FnMut() -> Result<()>,
+    mut run: impl FnMut(RowNormAlgo) -> Result<()>,
+) -> Result<RowNormAlgo> {
+    match forced {
+        Some(a) => {
+            if let Some(why) = misfit(a) {
+                return Err(Error::Invalid(why));
+            }
+            super::reduce::record_forced(device, key, &a);
+            Ok(a)
+        }
+        None => autotune::tune(device, key, &cands, default, |a| {
+            host_ms(device, || match *a {
+                RowNormAlgo::Composed => composed(),
+                a => run(a),
+            })
+        }),
+    }
+}
+
 impl NormKernels for ClDevice {
     fn rms_norm_backward_rows(
         &self,
@@ -541,44 +585,33 @@ impl NormKernels for ClDevice {
         }
         let max_wg = self.info.max_work_group_size.max(1);
         let halves = half_bits(&[rb.x, rb.g, rb.dx]);
-        let key = TuneKey::new(
-            "rms_norm_rows_backward",
-            &[
-                ("rows", bucket(rb.rows)),
-                ("d", bucket(rb.d)),
-                ("d8", i64::from(rb.d.is_multiple_of(8))),
-                ("f16", halves as i64),
-            ],
-        )
-        .source(kernel_source("rownorm").unwrap_or_default());
-        let chosen = match rb.algo {
-            Some(a) => {
-                if let RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) = a
-                    && !(l.is_power_of_two() && l <= max_wg)
-                {
-                    return Err(Error::Invalid(format!(
-                        "rms_norm_backward: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
-                        rb.d
-                    )));
-                }
-                super::reduce::record_forced(device, &key, &a);
-                a
+        let key = row_key("rms_norm_rows_backward", rb.rows, rb.d, halves);
+        let (cands, default) = self.rn_candidates(rb.d);
+        // The backward has no register form.
+        let cands: Vec<RowNormAlgo> = cands
+            .into_iter()
+            .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
+            .collect();
+        let misfit = |a: RowNormAlgo| match a {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _)
+                if !(l.is_power_of_two() && l <= max_wg) =>
+            {
+                Some(format!(
+                    "rms_norm_backward: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
+                    rb.d
+                ))
             }
-            None => {
-                let (cands, default) = self.rn_candidates(rb.d);
-                // The backward has no register form.
-                let cands: Vec<RowNormAlgo> = cands
-                    .into_iter()
-                    .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
-                    .collect();
-                autotune::tune(device, &key, &cands, default, |a| {
-                    host_ms(device, || match *a {
-                        RowNormAlgo::Composed => composed(),
-                        a => self.run_rnb(rb, a).map(drop),
-                    })
-                })?
-            }
+            _ => None,
         };
+        let chosen = row_choice(
+            device,
+            &key,
+            rb.algo,
+            misfit,
+            (cands, default),
+            composed,
+            |a| self.run_rnb(rb, a).map(drop),
+        )?;
         if chosen == RowNormAlgo::Composed {
             return Ok(false);
         }
@@ -597,51 +630,37 @@ impl NormKernels for ClDevice {
         }
         let max_wg = self.info.max_work_group_size.max(1);
         let halves = half_bits(&[rn.x, rn.y]);
-        let key = TuneKey::new(
-            if rn.center {
-                "layer_norm_rows"
-            } else {
-                "rms_norm_rows"
-            },
-            &[
-                ("rows", bucket(rn.rows)),
-                ("d", bucket(rn.d)),
-                ("d8", i64::from(rn.d.is_multiple_of(8))),
-                ("f16", halves as i64),
-            ],
-        )
-        .source(kernel_source("rownorm").unwrap_or_default());
-        let chosen = match rn.algo {
-            Some(a) => {
-                let ok = match a {
-                    RowNormAlgo::Composed | RowNormAlgo::Item => true,
-                    RowNormAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
-                    RowNormAlgo::Reg(l, k) => {
-                        l.is_power_of_two()
-                            && l <= max_wg
-                            && (1..=MAX_ROW_HELD).contains(&k)
-                            && rn.d <= k * l
-                    }
-                };
-                if !ok {
-                    return Err(Error::Invalid(format!(
-                        "row_norm: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg}; reg holds 1 to {MAX_ROW_HELD} values per item and needs D ≤ k·local)",
-                        rn.d
-                    )));
-                }
-                super::reduce::record_forced(device, &key, &a);
-                a
-            }
-            None => {
-                let (cands, default) = self.rn_candidates(rn.d);
-                autotune::tune(device, &key, &cands, default, |a| {
-                    host_ms(device, || match *a {
-                        RowNormAlgo::Composed => composed(),
-                        a => self.run_rn(rn, a).map(drop),
-                    })
-                })?
-            }
+        let kernel = if rn.center {
+            "layer_norm_rows"
+        } else {
+            "rms_norm_rows"
         };
+        let key = row_key(kernel, rn.rows, rn.d, halves);
+        let misfit = |a: RowNormAlgo| {
+            let ok = match a {
+                RowNormAlgo::Composed | RowNormAlgo::Item => true,
+                RowNormAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
+                RowNormAlgo::Reg(l, k) => {
+                    l.is_power_of_two()
+                        && l <= max_wg
+                        && (1..=MAX_ROW_HELD).contains(&k)
+                        && rn.d <= k * l
+                }
+            };
+            (!ok).then(|| format!(
+                "row_norm: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg}; reg holds 1 to {MAX_ROW_HELD} values per item and needs D ≤ k·local)",
+                rn.d
+            ))
+        };
+        let chosen = row_choice(
+            device,
+            &key,
+            rn.algo,
+            misfit,
+            self.rn_candidates(rn.d),
+            composed,
+            |a| self.run_rn(rn, a).map(drop),
+        )?;
         if chosen == RowNormAlgo::Composed {
             return Ok(false);
         }
