@@ -327,6 +327,9 @@ pub fn shape_fields(kernel: &str) -> Option<&'static [&'static str]> {
         "reduce_to_shape" => &["elements~", "reduced~"],
         "softmax" | "log_softmax" => &["rows~", "length~", "length % 4 = 0"],
         "batch_norm2d" => &["N~", "C~", "H·W~", "H·W % 4 = 0"],
+        "layer_norm_rows" | "rms_norm_rows" | "rms_norm_rows_backward" => {
+            &["rows~", "D~", "D % 8 = 0", "f16 buffers"]
+        }
         k if k.starts_with("dwconv") || k.starts_with("depthwise") => {
             &["N~", "C", "H~", "W~", "K", "stride", "pad", "pass"]
         }
@@ -415,5 +418,24 @@ pub fn explain(d: &crate::autotune::Decision) -> DecisionView {
         source,
         runner_up,
         speedup,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explain_shape;
+
+    #[test]
+    fn shape_keys_are_named_where_the_layout_is_known() {
+        assert_eq!(
+            explain_shape("rms_norm_rows", "(1024, 1024, 1, 0)"),
+            "rows≤1024 D≤1024 D % 8 = 0=1 f16 buffers=0"
+        );
+        assert_eq!(
+            explain_shape("softmax", "(4096, 1024, 1)"),
+            "rows≤4096 length≤1024 length % 4 = 0=1"
+        );
+        // An unknown layout keeps its values, joined.
+        assert_eq!(explain_shape("no_such_kernel", "(2, 3)"), "2 × 3");
     }
 }
