@@ -370,11 +370,13 @@ impl ClDevice {
     /// The row-normalisation candidates for rows of `d` and the index of the unmeasured default: on GPUs the
     /// composed path (the first choice before the one-launch kernels were measured there), on CPU OpenCL one
     /// work-item per row.
-    fn rn_candidates(&self, d: usize) -> (Vec<RowNormAlgo>, usize) {
+    /// The row-norm candidates for rows of `d` and the default's index; `reg`: offer the register form (the
+    /// backward has none).
+    fn rn_candidates(&self, d: usize, reg: bool) -> (Vec<RowNormAlgo>, usize) {
         let max_wg = self.info.max_work_group_size.max(1);
         let gpu = self.info.kind != "cpu";
         let mut out = vec![RowNormAlgo::Composed, RowNormAlgo::Item];
-        if gpu {
+        if gpu && reg {
             // Rows in registers: at most MAX_ROW_HELD values per item, no more items than the row has values
             // (64 always offered).
             for l in [64usize, 128, 256, 512, 1024] {
@@ -545,17 +547,24 @@ fn row_key(kernel: &'static str, rows: usize, d: usize, halves: usize) -> TuneKe
 }
 
 /// The row-norm algorithm for `key`: a forced one, refused with the reason `misfit` gives or recorded as the
-/// decision; else the tuner's choice among `cands`, where the composed path is one candidate and every
-/// candidate is timed on the host clock ([`host_ms`]).
+/// decision; else the kept answer to a repeated question (before the candidate list is built), or the tuner's
+/// choice among `cands()`, where the composed path is one candidate and every candidate is timed on the host
+/// clock ([`host_ms`]).
 fn row_choice(
     device: &Device,
     key: &TuneKey,
     forced: Option<RowNormAlgo>,
     misfit: impl Fn(RowNormAlgo) -> Option<String>,
-    (cands, default): (Vec<RowNormAlgo>, usize),
+    cands: impl FnOnce() -> (Vec<RowNormAlgo>, usize),
     composed: &mut dyn FnMut() -> Result<()>,
     mut run: impl FnMut(RowNormAlgo) -> Result<()>,
 ) -> Result<RowNormAlgo> {
+    if forced.is_none()
+        && let Some(a) = autotune::answered(device, key)
+    {
+        return Ok(a);
+    }
+    let (cands, default) = cands();
     match forced {
         Some(a) => {
             if let Some(why) = misfit(a) {
@@ -586,12 +595,6 @@ impl NormKernels for ClDevice {
         let max_wg = self.info.max_work_group_size.max(1);
         let halves = half_bits(&[rb.x, rb.g, rb.dx]);
         let key = row_key("rms_norm_rows_backward", rb.rows, rb.d, halves);
-        let (cands, default) = self.rn_candidates(rb.d);
-        // The backward has no register form.
-        let cands: Vec<RowNormAlgo> = cands
-            .into_iter()
-            .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
-            .collect();
         let misfit = |a: RowNormAlgo| match a {
             RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _)
                 if !(l.is_power_of_two() && l <= max_wg) =>
@@ -608,7 +611,7 @@ impl NormKernels for ClDevice {
             &key,
             rb.algo,
             misfit,
-            (cands, default),
+            || self.rn_candidates(rb.d, false),
             composed,
             |a| self.run_rnb(rb, a).map(drop),
         )?;
@@ -657,7 +660,7 @@ impl NormKernels for ClDevice {
             &key,
             rn.algo,
             misfit,
-            self.rn_candidates(rn.d),
+            || self.rn_candidates(rn.d, true),
             composed,
             |a| self.run_rn(rn, a).map(drop),
         )?;
