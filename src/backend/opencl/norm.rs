@@ -9,7 +9,7 @@ use crate::autotune::{self, TuneKey, bucket};
 use crate::backend::opencl::abi::norm as abi;
 use crate::backend::opencl::abi::rownorm as rn_abi;
 use crate::backend::opencl::elementwise::{half_bits, half_defines};
-use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{
@@ -400,16 +400,33 @@ impl ClDevice {
     /// Launches one one-launch row kernel (not `Composed`).
     fn run_rn(&self, rn: &RowNorm<'_>, algo: RowNormAlgo) -> Result<Event> {
         let d = rn.d;
-        let mut defs = half_defines(
-            Defines::new().set("CENTER", u8::from(rn.center)),
-            &[("IN_HALF", rn.x), ("OUT_HALF", rn.y)],
+        // The kernel is found by a compact key (centring, the f16 bits, the variant); its defines are written
+        // only when its program must be built.
+        let halves = half_bits(&[rn.x, rn.y]);
+        let (ha, hb) = (
+            rn.gamma.map_or(0, |g| half_bits(&[g])),
+            rn.beta.map_or(0, |b| half_bits(&[b])),
         );
-        if let Some(g) = rn.gamma {
-            defs = half_defines(defs, &[("A_HALF", g)]);
-        }
-        if let Some(b) = rn.beta {
-            defs = half_defines(defs, &[("B_HALF", b)]);
-        }
+        let defs = || {
+            let mut defs = half_defines(
+                Defines::new().set("CENTER", u8::from(rn.center)),
+                &[("IN_HALF", rn.x), ("OUT_HALF", rn.y)],
+            );
+            if let Some(g) = rn.gamma {
+                defs = half_defines(defs, &[("A_HALF", g)]);
+            }
+            if let Some(b) = rn.beta {
+                defs = half_defines(defs, &[("B_HALF", b)]);
+            }
+            defs
+        };
+        let key = |name, extra: usize| {
+            quick_key(
+                rn_abi::FAMILY,
+                name,
+                &[usize::from(rn.center), halves, ha, hb, extra],
+            )
+        };
         // An absent γ or β is never read; x stands in for the argument.
         let gamma = rn.gamma.unwrap_or(rn.x).storage();
         let beta = rn.beta.unwrap_or(rn.x).storage();
@@ -425,9 +442,9 @@ impl ClDevice {
                 let l = l.min(self.info.max_work_group_size.max(1));
                 let k = match algo {
                     RowNormAlgo::Reg(_, k) => {
-                        self.kernel(rn_abi::FAMILY, &defs.set("RN_K", k), rn_abi::RN_ROW_REG)?
+                        self.kernel_by(key(rn_abi::RN_ROW_REG, k), || defs().set("RN_K", k))?
                     }
-                    _ => self.kernel(rn_abi::FAMILY, &defs, rn_abi::RN_ROW_WG)?,
+                    _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
                 };
                 // rn_row_reg has the parameters of rn_row_wg.
                 let args = rn_abi::RnRowWg {
@@ -446,8 +463,10 @@ impl ClDevice {
                 self.run(&k, &args, &[l * rn.rows], Some(&[l]))
             }
             RowNormAlgo::Item => {
-                let defs = defs.set("VEC8", u8::from(d.is_multiple_of(8)));
-                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RN_ROW_ITEM)?;
+                let vec8 = d.is_multiple_of(8);
+                let k = self.kernel_by(key(rn_abi::RN_ROW_ITEM, usize::from(vec8)), || {
+                    defs().set("VEC8", u8::from(vec8))
+                })?;
                 let args = rn_abi::RnRowItem {
                     rows: rn.rows as i32,
                     D: d as i32,
@@ -474,19 +493,25 @@ impl ClDevice {
     /// Launches one one-launch rms_norm backward kernel (not `Composed`; `Reg(local, _)` runs as `Wg(local)`).
     fn run_rnb(&self, rb: &RowNormBack<'_>, algo: RowNormAlgo) -> Result<Event> {
         let d = rb.d;
-        let mut defs = half_defines(
-            Defines::new(),
-            &[("IN_HALF", rb.x), ("B_HALF", rb.g), ("OUT_HALF", rb.dx)],
-        );
-        if let Some(gm) = rb.gamma {
-            defs = half_defines(defs, &[("A_HALF", gm)]);
-        }
+        let halves = half_bits(&[rb.x, rb.g, rb.dx]);
+        let ha = rb.gamma.map_or(0, |g| half_bits(&[g]));
+        let defs = || {
+            let defs = half_defines(
+                Defines::new(),
+                &[("IN_HALF", rb.x), ("B_HALF", rb.g), ("OUT_HALF", rb.dx)],
+            );
+            match rb.gamma {
+                Some(gm) => half_defines(defs, &[("A_HALF", gm)]),
+                None => defs,
+            }
+        };
+        let key = |name, extra: usize| quick_key(rn_abi::FAMILY, name, &[halves, ha, extra]);
         let gamma = rb.gamma.unwrap_or(rb.x).storage();
         let has_gamma = i32::from(rb.gamma.is_some());
         match algo {
             RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
                 let l = l.min(self.info.max_work_group_size.max(1));
-                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_WG)?;
+                let k = self.kernel_by(key(rn_abi::RNB_ROW_WG, 0), defs)?;
                 let args = rn_abi::RnbRowWg {
                     D: d as i32,
                     has_gamma,
@@ -500,8 +525,10 @@ impl ClDevice {
                 self.run(&k, &args, &[l * rb.rows], Some(&[l]))
             }
             RowNormAlgo::Item => {
-                let defs = defs.set("VEC8", u8::from(d.is_multiple_of(8)));
-                let k = self.kernel(rn_abi::FAMILY, &defs, rn_abi::RNB_ROW_ITEM)?;
+                let vec8 = d.is_multiple_of(8);
+                let k = self.kernel_by(key(rn_abi::RNB_ROW_ITEM, usize::from(vec8)), || {
+                    defs().set("VEC8", u8::from(vec8))
+                })?;
                 let args = rn_abi::RnbRowItem {
                     rows: rb.rows as i32,
                     D: d as i32,
