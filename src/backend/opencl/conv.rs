@@ -476,29 +476,41 @@ impl ClDevice {
     fn bwd_pointwise(&self, device: &Device, op: &ConvBwd<'_>, ev: &mut Vec<Event>) -> Result<()> {
         let (x, w, go, gr, g) = op.parts();
         let p = g.p();
-        if let Some(gx) = gr.gx {
-            let gm = Gemm {
-                tune: GemmTune::Named(
-                    "conv2d_pointwise_gemm",
-                    shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
-                ),
-                ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
-            };
-            ev.extend(self.run_gemm(device, &GemmOp::new(w, go, gx, None, &gm))?);
+        let gx_gemm = Gemm {
+            tune: GemmTune::Named(
+                "conv2d_pointwise_gemm",
+                shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
+            ),
+            ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
+        };
+        // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further), then
+        // one reduction.
+        let gw_gemm = Gemm {
+            tune: GemmTune::Named(
+                "conv2d_pointwise_grad_w",
+                shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
+            ),
+            ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
+        };
+        let part = match gr.gw {
+            Some(_) => Some(Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?),
+            None => None,
+        };
+        let gx_op = gr.gx.map(|gx| GemmOp::new(w, go, gx, None, &gx_gemm));
+        let gw_op = part
+            .as_ref()
+            .map(|part| GemmOp::new(go, x, part, None, &gw_gemm));
+        // Both products' programs (and the reduction's) are built together on a first call.
+        let ops: Vec<&GemmOp<'_>> = gx_op.iter().chain(gw_op.iter()).collect();
+        let extra = [(abi::FAMILY, abi::CONV_SUM_BATCHES, Defines::new())];
+        let extra = if gw_op.is_some() { &extra[..] } else { &[] };
+        let mut plan = self.gemm_plan(device, &ops, extra)?.into_iter();
+        if let Some(op) = &gx_op {
+            ev.extend(self.gemm_planned(device, op, plan.next().flatten())?);
         }
-        if let Some(gw) = gr.gw {
-            // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further),
-            // then one reduction.
-            let part = Tensor::empty(device, &[g.n, g.f, g.c], DType::F32)?;
-            let gm = Gemm {
-                tune: GemmTune::Named(
-                    "conv2d_pointwise_grad_w",
-                    shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
-                ),
-                ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
-            };
-            ev.extend(self.run_gemm(device, &GemmOp::new(go, x, &part, None, &gm))?);
-            ev.push(self.sum_batches(&part, gw, g.f * g.c, g.n, false)?);
+        if let (Some(op), Some(part), Some(gw)) = (&gw_op, &part, gr.gw) {
+            ev.extend(self.gemm_planned(device, op, plan.next().flatten())?);
+            ev.push(self.sum_batches(part, gw, g.f * g.c, g.n, false)?);
         }
         Ok(())
     }

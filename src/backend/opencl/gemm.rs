@@ -620,6 +620,48 @@ impl ClDevice {
         })
     }
 
+    /// Chooses the candidates of several products that one op runs together and gets every program they and
+    /// `extra` launch ready at once, built on several threads (or loaded from the binary cache), instead of one
+    /// after another at each first launch; returns the choices in the order of `ops`. An empty product gets
+    /// `None` and runs nothing. A program that fails to build is reported by its launch.
+    pub(crate) fn gemm_plan(
+        &self,
+        device: &Device,
+        ops: &[&GemmOp<'_>],
+        extra: &[ProgramSpec],
+    ) -> Result<Vec<Option<GemmCand>>> {
+        let mut choices = Vec::with_capacity(ops.len());
+        let mut programs: Vec<ProgramSpec> = extra.to_vec();
+        for op in ops {
+            let (a, b, c, bias, g) = op.parts();
+            g.check(a, b, c, bias)?;
+            if g.m == 0 || g.n == 0 || g.batch == 0 {
+                choices.push(None);
+                continue;
+            }
+            let cand = self.gemm_choice(device, op)?;
+            programs.extend(Self::gemm_programs(g, cand));
+            choices.push(Some(cand));
+        }
+        if let Err(e) = self.prebuild(&programs) {
+            tracing::debug!("prebuilding an op's programs: {e}");
+        }
+        Ok(choices)
+    }
+
+    /// Runs a product with the choice [`ClDevice::gemm_plan`] made for it (none: an empty product).
+    pub(crate) fn gemm_planned(
+        &self,
+        device: &Device,
+        op: &GemmOp<'_>,
+        cand: Option<GemmCand>,
+    ) -> Result<Vec<Event>> {
+        match cand {
+            Some(c) => self.gemm_with(device, op, c),
+            None => Ok(Vec::new()),
+        }
+    }
+
     /// Chooses and runs the product; returns the launch events.
     pub(crate) fn gemm_events(&self, device: &Device, op: &GemmOp<'_>) -> Result<Vec<Event>> {
         let cand = self.gemm_choice(device, op)?;
