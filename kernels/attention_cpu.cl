@@ -22,6 +22,15 @@
 #define KB 8
 #endif
 
+// HSUM(t): the sum of a vf's lanes as a tree of halves.
+#define HSUM4(t) (((t).x + (t).y) + ((t).z + (t).w))
+#if VW == 16
+#define HSUM(t) HSUM4(((t).lo.lo + (t).lo.hi) + ((t).hi.lo + (t).hi.hi))
+#elif VW == 8
+#define HSUM(t) HSUM4((t).lo + (t).hi)
+#else
+#define HSUM(t) HSUM4(t)
+#endif
 #if VW == 16
 #define vf float16
 #define vi int16
@@ -265,20 +274,28 @@ __kernel void attn_decode_lanes(const int BH, const int C, const int L, const in
             __global const float* kp = kb + (size_t)min(b0 + j, j1 - 1) * HD;
             vf t = qv[0] * VLOAD(0, kp);
             for (int i = 1; i < HD / VW; ++i) t += qv[i] * VLOAD(i, kp);
-            float sj = 0.0f;
-            float tt[VW];
-            VSTORE(t, 0, tt);
-            for (int e = 0; e < VW; ++e) sj += tt[e];
+            const float sj = HSUM(t);
             s[j] = b0 + j < j1 ? sj : -INFINITY;
             mn = fmax(mn, s[j]);
         }
         const float corr = exp(m - mn);
         m = mn;
         l *= corr;
+#if KB == 16
+        // The block's exponentials as one vector call, which CPU compilers lower to vector code.
+        const float16 e16 = exp(vload16(0, s) - mn);
+        vstore16(e16, 0, s);
+        l += HSUM4((e16.lo.lo + e16.lo.hi) + (e16.hi.lo + e16.hi.hi));
+#elif KB == 8
+        const float8 e8 = exp(vload8(0, s) - mn);
+        vstore8(e8, 0, s);
+        l += HSUM4(e8.lo + e8.hi);
+#else
         for (int j = 0; j < KB; ++j) {
             s[j] = exp(s[j] - mn);
             l += s[j];
         }
+#endif
         for (int i = 0; i < HD / VW; ++i) {
             vf a = acc[i] * corr;
             for (int j = 0; j < KB; ++j) a += s[j] * VLOAD(i, vb + (size_t)min(b0 + j, j1 - 1) * HD);

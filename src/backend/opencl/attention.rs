@@ -429,7 +429,7 @@ impl ClDevice {
         };
         let e1 = match algo {
             DecodeAlgo::Lanes(w, c) => {
-                let defs = defs.clone().set("VW", w).set("KB", 8);
+                let defs = defs.clone().set("VW", w).set("KB", 16);
                 let kern = self.kernel(cabi::FAMILY, &defs, cabi::ATTN_DECODE_LANES)?;
                 let args = cabi::AttnDecodeLanes {
                     BH: p.bh as i32,
