@@ -52,6 +52,58 @@ const TILES: &[(usize, usize, usize)] = &[
     (16, 16, 16),
 ];
 
+/// The block layouts offered to GPU devices for the forward (bq, bk), each where it fits.
+const BLOCKS: &[(usize, usize)] = &[(64, 32), (32, 64), (32, 32), (64, 64)];
+
+/// The rows and keys of one work-item's register block in the block layout (`BLOCK_RQ`, `BLOCK_RK`).
+const BLOCK_R: usize = 4;
+
+/// The largest head dimension the block layout takes (its accumulators and tiles grow with it).
+const BLOCK_MAX_D: usize = 128;
+
+/// Floats of local memory the block layout needs: the q tile and the shared key/value tile (rows padded to
+/// d + 4), the probability tile (rows padded to bk + 4) and one partial row maximum per item and row.
+fn block_local_floats(d: usize, bq: usize, bk: usize) -> usize {
+    (bq + bk) * (d + 4) + bq * (bk + 4) + bq * (bk / BLOCK_R)
+}
+
+/// Whether the block layout (bq, bk) compiles and launches for head dimension `d` on a device of `max_wg`
+/// work-items per group and `local_bytes` of local memory: d a multiple of 4 up to 128, bq and bk multiples of
+/// the 4 × 4 register block, at most 8 float4 output groups per item (32 accumulators per row), the
+/// work-group within the device's size and the tiles within its local memory.
+fn block_fits(d: usize, (bq, bk): (usize, usize), max_wg: usize, local_bytes: u64) -> bool {
+    let tx = bk / BLOCK_R;
+    d > 0
+        && d.is_multiple_of(4)
+        && d <= BLOCK_MAX_D
+        && bq > 0
+        && tx > 0
+        && bq.is_multiple_of(BLOCK_R)
+        && bk.is_multiple_of(BLOCK_R)
+        && (d / 4).div_ceil(tx) <= 8
+        && (bq / BLOCK_R) * tx <= max_wg
+        && (block_local_floats(d, bq, bk) * 4) as u64 <= local_bytes
+}
+
+/// The block layouts offered to the tuner: forward on GPU-like devices (not CPU OpenCL, where barriers and
+/// local memory are slow), those of [`BLOCKS`] that fit; the backward has no block kernels.
+fn block_candidates(
+    pass: Pass,
+    cpu: bool,
+    d: usize,
+    max_wg: usize,
+    local_bytes: u64,
+) -> Vec<AttnAlgo> {
+    if cpu || pass == Pass::Backward {
+        return Vec::new();
+    }
+    BLOCKS
+        .iter()
+        .filter(|&&b| block_fits(d, b, max_wg, local_bytes))
+        .map(|&(bq, bk)| AttnAlgo::Block(bq, bk))
+        .collect()
+}
+
 /// The arguments of a one-item-per-rows forward kernel (`attn_fwd_rows`, `attn_fwd_lanes`): the same
 /// parameter list in two families, so two generated structs.
 macro_rules! fwd_args {
@@ -115,6 +167,15 @@ impl ClDevice {
             && (tile_local_floats(pass, d, bq, bk) * 4) as u64 <= self.info.local_mem_bytes
     }
 
+    fn block_fits(&self, d: usize, b: (usize, usize)) -> bool {
+        block_fits(
+            d,
+            b,
+            self.info.max_work_group_size,
+            self.info.local_mem_bytes,
+        )
+    }
+
     fn attn_algo(
         &self,
         device: &Device,
@@ -124,8 +185,23 @@ impl ClDevice {
         mut bench: impl FnMut(AttnAlgo) -> Result<f64>,
     ) -> Result<AttnAlgo> {
         if let Some(a) = forced {
+            if let AttnAlgo::Block(bq, bk) = a {
+                if pass == Pass::Backward {
+                    return Err(Error::Invalid(format!(
+                        "attention backward: layout {a:?} is forward-only; force tile, rows or lanes for the backward"
+                    )));
+                }
+                if !self.block_fits(p.d, (bq, bk)) {
+                    return Err(Error::Invalid(format!(
+                        "attention: layout {a:?} does not fit head dimension {} on this device (block needs D a multiple of 4 and at most {BLOCK_MAX_D}, bq and bk multiples of {BLOCK_R}, at most 8 float4 output groups per item, (bq/{BLOCK_R})·(bk/{BLOCK_R}) ≤ {} items and its tiles in {} bytes of local memory)",
+                        p.d, self.info.max_work_group_size, self.info.local_mem_bytes
+                    )));
+                }
+                return Ok(a);
+            }
             let ok = match a {
                 AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
+                AttnAlgo::Block(..) => false, // answered above
                 AttnAlgo::Rows(r) => (1..=8).contains(&r),
                 AttnAlgo::Lanes(w, b) => lanes_fit(w, b),
             };
@@ -155,6 +231,14 @@ impl ClDevice {
         if cpu {
             cands.extend(LANES.iter().map(|&(w, b)| AttnAlgo::Lanes(w, b)));
         }
+        // Last, so the indices above (and the default) are those of the other layouts.
+        cands.extend(block_candidates(
+            pass,
+            cpu,
+            p.d,
+            self.info.max_work_group_size,
+            self.info.local_mem_bytes,
+        ));
         let default = if cpu {
             lanes_from
         } else if rows_from == 0 {
@@ -189,6 +273,11 @@ impl ClDevice {
         let d = Defines::new().set("HD", p.d);
         match algo {
             AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
+            AttnAlgo::Block(bq, bk) => d
+                .set("BQ", bq)
+                .set("BK", bk)
+                .set("BLOCK_RQ", BLOCK_R)
+                .set("BLOCK_RK", BLOCK_R),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
             AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
@@ -227,6 +316,22 @@ impl ClDevice {
                 let groups = p.bh * p.s.div_ceil(bq);
                 self.run(&kern, &args, &[groups * bq * t], Some(&[bq * t]))
             }
+            AttnAlgo::Block(bq, bk) => {
+                let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_BLOCK)?;
+                let args = abi::AttnFwdBlock {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    o: o.storage(),
+                    lse: lse.storage(),
+                };
+                let items = (bq / BLOCK_R) * (bk / BLOCK_R);
+                let groups = p.bh * p.s.div_ceil(bq);
+                self.run(&kern, &args, &[groups * items], Some(&[items]))
+            }
             AttnAlgo::Rows(r) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_ROWS)?;
                 let args = fwd_args!(abi::AttnFwdRows, p, q, k, v, o, lse);
@@ -251,6 +356,9 @@ impl ClDevice {
         let defs = Self::attn_defines(p, algo);
         let causal = i32::from(p.causal);
         match algo {
+            AttnAlgo::Block(..) => Err(Error::Invalid(format!(
+                "attention backward: layout {algo:?} is forward-only and has no dq or dk/dv kernels"
+            ))),
             AttnAlgo::Tile(bq, bk, tpr) => {
                 let ld = p.d + 1;
                 let groups = p.bh * p.s.div_ceil(bq);
@@ -604,5 +712,63 @@ impl TransformerKernels for ClDevice {
         let local = 64.min(self.info.max_work_group_size.max(1));
         self.run(&kern, &args, &[n * e], Some(&[local]))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The limits an NVIDIA H200 reports: 1024 items per work-group, 48 KiB of local memory per group.
+    const GPU: (usize, u64) = (1024, 48 * 1024);
+
+    fn offered(pass: Pass, cpu: bool, d: usize) -> Vec<AttnAlgo> {
+        block_candidates(pass, cpu, d, GPU.0, GPU.1)
+    }
+
+    #[test]
+    fn block_layouts_are_offered_to_gpu_forwards_where_their_tiles_fit() {
+        use AttnAlgo::Block;
+        // D = 64: (64, 64) needs 56 KiB.
+        assert_eq!(
+            offered(Pass::Forward, false, 64),
+            [Block(64, 32), Block(32, 64), Block(32, 32)]
+        );
+        // D = 40 (not a power of two): all four fit, (64, 64) in 43 KiB.
+        assert_eq!(offered(Pass::Forward, false, 40).len(), 4);
+        assert_eq!(offered(Pass::Forward, false, 128), [Block(32, 32)]);
+        // Head dimensions that are not a multiple of 4, or above 128, get none.
+        for d in [42, 130, 256] {
+            assert!(offered(Pass::Forward, false, d).is_empty(), "d {d}");
+        }
+        // Never to CPU devices, never for the backward.
+        assert!(offered(Pass::Forward, true, 64).is_empty());
+        assert!(offered(Pass::Backward, false, 64).is_empty());
+        // A device of 32 KiB and 128 items per group.
+        assert_eq!(
+            block_candidates(Pass::Forward, false, 64, 128, 32 * 1024),
+            [Block(32, 32)]
+        );
+    }
+
+    #[test]
+    fn block_fits_checks_every_limit() {
+        let (wg, lm) = GPU;
+        assert!(block_fits(64, (32, 32), wg, lm));
+        assert!(!block_fits(64, (30, 32), wg, lm), "bq not a multiple of 4");
+        assert!(!block_fits(64, (32, 30), wg, lm), "bk not a multiple of 4");
+        assert!(!block_fits(64, (32, 0), wg, lm), "no keys");
+        assert!(!block_fits(64, (0, 32), wg, lm), "no rows");
+        // bk = 4: one item per row would hold all 16 float4 groups of D = 64.
+        assert!(!block_fits(64, (32, 4), wg, lm), "too many accumulators");
+        assert!(block_fits(32, (32, 4), wg, lm));
+        assert!(
+            !block_fits(64, (32, 32), 32, lm),
+            "64 items over a 32-item limit"
+        );
+        let need = (block_local_floats(64, 32, 32) * 4) as u64;
+        assert_eq!(need, (64 * 68 + 32 * 36 + 32 * 8) * 4);
+        assert!(block_fits(64, (32, 32), wg, need));
+        assert!(!block_fits(64, (32, 32), wg, need - 4));
     }
 }
