@@ -2,18 +2,16 @@
 // with an online softmax: no S×S score matrix is ever stored. Forward writes the output and the row
 // log-sum-exp `lse`; the backward recomputes every probability as exp(s·scale − lse).
 //
-// Three layouts of the same arithmetic, chosen by the tuner:
+// Two layouts of the same arithmetic, chosen by the tuner (a third, register-blocked, is in attention_block.cl):
 //   *_tile (GPUs): one work-group of BQ·TPR items owns BQ rows; TPR items share a row, each holding every
 //     TPR-th column of its accumulators in registers. The other operand streams through local memory in tiles
 //     of BK rows (rows padded to HD + 1 floats so that items reading different rows hit different banks).
-//   attn_fwd_block (GPUs, forward only): 2-D register blocks for both products and float4 local reads (see
-//     its comment); compiled only where BLOCK_RQ is defined.
 //   *_rows (CPU OpenCL): one work-item owns RQ rows with private accumulators and no barriers, blocks of KB
 //     keys at a time (one rescale of the accumulators per block), which CPU compilers vectorise across items.
 // Decode: one query per (b, h) against the first L of C cached positions, split into NC chunks whose partial
 // (max, sum, accumulator) a combine pass merges.
 //
-// Defines: HD (head dimension, ≤ 256); BQ, BK, TPR (tile); RQ, KB (rows); BQ, BK, BLOCK_RQ, BLOCK_RK (block).
+// Defines: HD (head dimension, ≤ 256), BQ, BK, TPR (tile), RQ, KB (rows).
 
 #ifndef HD
 #define HD 64
@@ -187,189 +185,6 @@ __kernel void attn_fwd_rows(const int BH, const int S, const int causal, const f
         lse[(size_t)bh * S + qi] = l[r] > 0.0f ? m[r] + log(l[r]) : -INFINITY;
     }
 }
-
-#ifdef BLOCK_RQ
-// attn_fwd_block (GPUs): the forward with register blocks for both products, as gemm_tiled has for a GEMM. A
-// work-group of BTY·BTX items owns BQ query rows of one (b, h), their q tile in local memory; key and value
-// tiles of BK rows take turns in one local buffer. Rows are padded to HD + 4 floats, so float4 reads of
-// consecutive rows start in different banks.
-//   scores: item (ty, tx) computes the BLOCK_RQ × BLOCK_RK block of rows ty + BTY·i and keys tx + BTX·j, from
-//     float4 reads of q and k rows: BLOCK_RQ + BLOCK_RK loads per 4·BLOCK_RQ·BLOCK_RK multiply-adds.
-//   softmax: each item's row maxima over its keys meet in `red` [BQ][BTX]; every item then reads the BTX maxima
-//     of its rows, so the items of a row agree on its maximum and rescale alike. The probabilities go to the
-//     local P tile; each item sums those of its own keys, and the row sums are reduced across items once, at
-//     the end.
-//   P·V: the item accumulates its rows times its float4 column groups tx + BTX·g of the output, from float4
-//     reads of P rows (4 keys) and V rows.
-// Causal: key tiles past the block's last row are skipped, and only tiles that cross the diagonal (or S) mask.
-// Defines: HD (a multiple of 4), BQ, BK, BLOCK_RQ and BLOCK_RK (dividing BQ and BK; BK a multiple of 4).
-#ifndef BLOCK_RK
-#define BLOCK_RK 4
-#endif
-#define BTY (BQ / BLOCK_RQ)
-#define BTX (BK / BLOCK_RK)
-#define HD4 (HD / 4)
-#define BLD4 (HD4 + 1)
-#define BLP4 (BK / 4 + 1)
-#define BG ((HD4 + BTX - 1) / BTX)
-#define BG_FULL (HD4 % BTX == 0)
-
-// Rows [r0, r0 + NR) of the [S, HD] matrix `src` into the local float4 tile `dst` (row stride BLD4); rows past
-// S are zeros, so that a masked probability (0) never meets a NaN.
-#define LOAD_BLOCK(dst, src, r0, NR)                                                        \
-    for (int e_ = lid; e_ < (NR) * HD4; e_ += BTY * BTX) {                                  \
-        const int rr_ = e_ / HD4;                                                           \
-        const int cc_ = e_ - rr_ * HD4;                                                     \
-        (dst)[rr_ * BLD4 + cc_] = ((r0) + rr_ < S)                                          \
-            ? ((__global const float4*)(src))[(size_t)((r0) + rr_) * HD4 + cc_]              \
-            : (float4)(0.0f);                                                               \
-    }
-
-__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
-attn_fwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
-               __global const float* v, __global float* o, __global float* lse) {
-    __local float4 qs[BQ * BLD4];
-    __local float4 kv[BK * BLD4];
-    __local float4 ps[BQ * BLP4];
-    __local float red[BQ * BTX];
-    __local float* pf = (__local float*)ps;
-    const int lid = get_local_id(0);
-    const int ty = lid / BTX;
-    const int tx = lid - ty * BTX;
-    const int nqb = (S + BQ - 1) / BQ;
-    const int bh = get_group_id(0) / nqb;
-    const int q0 = (get_group_id(0) - bh * nqb) * BQ;
-    const size_t base = (size_t)bh * S * HD;
-    LOAD_BLOCK(qs, q + base, q0, BQ)
-    float4 acc[BLOCK_RQ][BG];
-    float m[BLOCK_RQ];
-    float l[BLOCK_RQ];
-#pragma unroll
-    for (int i = 0; i < BLOCK_RQ; ++i) {
-        m[i] = -INFINITY;
-        l[i] = 0.0f;
-#pragma unroll
-        for (int g = 0; g < BG; ++g) acc[i][g] = (float4)(0.0f);
-    }
-    const int kend = causal ? min(S, q0 + BQ) : S;
-    for (int k0 = 0; k0 < kend; k0 += BK) {
-        barrier(CLK_LOCAL_MEM_FENCE);
-        LOAD_BLOCK(kv, k + base, k0, BK)
-        barrier(CLK_LOCAL_MEM_FENCE);
-        float s[BLOCK_RQ][BLOCK_RK];
-#pragma unroll
-        for (int i = 0; i < BLOCK_RQ; ++i) {
-#pragma unroll
-            for (int j = 0; j < BLOCK_RK; ++j) s[i][j] = 0.0f;
-        }
-#pragma unroll
-        for (int c = 0; c < HD4; ++c) {
-            float4 a[BLOCK_RQ];
-            float4 b[BLOCK_RK];
-#pragma unroll
-            for (int i = 0; i < BLOCK_RQ; ++i) a[i] = qs[(ty + BTY * i) * BLD4 + c];
-#pragma unroll
-            for (int j = 0; j < BLOCK_RK; ++j) b[j] = kv[(tx + BTX * j) * BLD4 + c];
-#pragma unroll
-            for (int i = 0; i < BLOCK_RQ; ++i) {
-#pragma unroll
-                for (int j = 0; j < BLOCK_RK; ++j) {
-                    float t = s[i][j];
-                    t += a[i].x * b[j].x;
-                    t += a[i].y * b[j].y;
-                    t += a[i].z * b[j].z;
-                    t += a[i].w * b[j].w;
-                    s[i][j] = t;
-                }
-            }
-        }
-        // Only a tile that reaches past S or past the block's first row (causal) has keys to mask.
-        const bool edge = k0 + BK > S || (causal && k0 + BK - 1 > q0);
-#pragma unroll
-        for (int i = 0; i < BLOCK_RQ; ++i) {
-            const int qi = q0 + ty + BTY * i;
-            float pm = -INFINITY;
-#pragma unroll
-            for (int j = 0; j < BLOCK_RK; ++j) {
-                float x = s[i][j] * scale;
-                if (edge) {
-                    const int kj = k0 + tx + BTX * j;
-                    if (kj >= S || (causal && kj > qi)) x = -INFINITY;
-                }
-                s[i][j] = x;
-                pm = fmax(pm, x);
-            }
-            red[(ty + BTY * i) * BTX + tx] = pm;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-        LOAD_BLOCK(kv, v + base, k0, BK)
-#pragma unroll
-        for (int i = 0; i < BLOCK_RQ; ++i) {
-            const int r = ty + BTY * i;
-            float mn = m[i];
-            for (int t = 0; t < BTX; ++t) mn = fmax(mn, red[r * BTX + t]);
-            const float corr = mn == -INFINITY ? 1.0f : exp(m[i] - mn);
-            m[i] = mn;
-            float li = l[i] * corr;
-#pragma unroll
-            for (int g = 0; g < BG; ++g) acc[i][g] *= corr;
-#pragma unroll
-            for (int j = 0; j < BLOCK_RK; ++j) {
-                const float p = s[i][j] == -INFINITY ? 0.0f : exp(s[i][j] - mn);
-                li += p;
-                pf[r * (BLP4 * 4) + tx + BTX * j] = p;
-            }
-            l[i] = li;
-        }
-        barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-        for (int c = 0; c < BK / 4; ++c) {
-            float4 pr[BLOCK_RQ];
-#pragma unroll
-            for (int i = 0; i < BLOCK_RQ; ++i) pr[i] = ps[(ty + BTY * i) * BLP4 + c];
-#pragma unroll
-            for (int g = 0; g < BG; ++g) {
-                const int col = tx + BTX * g;
-                if (BG_FULL || col < HD4) {
-                    const float4 v0 = kv[(4 * c + 0) * BLD4 + col];
-                    const float4 v1 = kv[(4 * c + 1) * BLD4 + col];
-                    const float4 v2 = kv[(4 * c + 2) * BLD4 + col];
-                    const float4 v3 = kv[(4 * c + 3) * BLD4 + col];
-#pragma unroll
-                    for (int i = 0; i < BLOCK_RQ; ++i) {
-                        float4 t = acc[i][g];
-                        t += pr[i].x * v0;
-                        t += pr[i].y * v1;
-                        t += pr[i].z * v2;
-                        t += pr[i].w * v3;
-                        acc[i][g] = t;
-                    }
-                }
-            }
-        }
-    }
-    // Every item read `red` for the last tile before the barrier ahead of its P·V, so the row sums can go there.
-#pragma unroll
-    for (int i = 0; i < BLOCK_RQ; ++i) red[(ty + BTY * i) * BTX + tx] = l[i];
-    barrier(CLK_LOCAL_MEM_FENCE);
-#pragma unroll
-    for (int i = 0; i < BLOCK_RQ; ++i) {
-        const int r = ty + BTY * i;
-        const int qi = q0 + r;
-        if (qi >= S) continue;
-        float sum = 0.0f;
-        for (int t = 0; t < BTX; ++t) sum += red[r * BTX + t];
-        const float il = sum > 0.0f ? 1.0f / sum : 0.0f;
-        __global float4* orow = (__global float4*)(o + base + (size_t)qi * HD);
-#pragma unroll
-        for (int g = 0; g < BG; ++g) {
-            const int col = tx + BTX * g;
-            if (BG_FULL || col < HD4) orow[col] = acc[i][g] * il;
-        }
-        if (tx == 0) lse[(size_t)bh * S + qi] = sum > 0.0f ? m[i] + log(sum) : -INFINITY;
-    }
-}
-#endif
 
 // delta[row] = Σ_d dO[row, d]·O[row, d], the softmax Jacobian's row term of the backward.
 __kernel void attn_delta(const int N, __global const float* o, __global const float* g, __global float* delta) {

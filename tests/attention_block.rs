@@ -1,7 +1,7 @@
-//! The register-blocked attention forward (`AttnAlgo::Block`), forced on an OpenCL device and checked against
-//! the built-in device: sequence lengths that are not multiples of any tile (S = 1, 7, 33, 100, 257), head
-//! dimensions 40, 64 and 128, causal and not, B·H > 1; the backward run from its output and log-sum-exp; and
-//! the errors of a layout that does not fit or is asked for the backward.
+//! The register-blocked attention layout (`AttnAlgo::Block`), forward and backward, forced on an OpenCL device
+//! and checked against the built-in device: sequence lengths that are not multiples of any tile (S = 1, 7, 33,
+//! 100, 257), head dimensions 40, 64 and 128, causal and not, B·H > 1; the backward also from another layout's
+//! forward and the other way round; and the errors of a layout that does not fit.
 //!
 //! Every run here is forced: the tuner offers the block layout to GPU devices only, so on a CPU OpenCL device
 //! nothing else exercises it. A forced layout that does not fit is an error, never a silent fallback.
@@ -20,7 +20,7 @@ use netcl::ops::{self, AttnAlgo};
 use opsutil::{opencl_device, pair};
 
 /// Forward of `shape` with `algo` forced on `dev` against the reference (output and lse), then the backward
-/// from that forward (the tuner's layout) against the reference gradients.
+/// with `algo` forced, from that forward, against the reference gradients.
 fn check_block(dev: &Device, shape: [usize; 4], causal: bool, algo: AttnAlgo, seed: u64) {
     let (qc, qd) = pair(dev, &shape, seed);
     let (kc, kd) = pair(dev, &shape, seed + 1);
@@ -33,7 +33,8 @@ fn check_block(dev: &Device, shape: [usize; 4], causal: bool, algo: AttnAlgo, se
     assert_close(&v(&fd.lse), &v(&fc.lse), 2e-5, 1e-4, &format!("lse {what}"));
     let (gc, gd) = pair(dev, &shape, seed + 3);
     let bc = ops::flash_attention_backward(&qc, &kc, &vc, &fc, &gc, causal, None).unwrap();
-    let bd = ops::flash_attention_backward(&qd, &kd, &vd, &fd, &gd, causal, None).unwrap();
+    let bd = ops::flash_attention_backward_with(&qd, &kd, &vd, &fd, &gd, causal, None, Some(algo))
+        .unwrap_or_else(|e| panic!("backward {what}: {e}"));
     assert_close(&v(&bd.dq), &v(&bc.dq), 1e-4, 1e-3, &format!("dq {what}"));
     assert_close(&v(&bd.dk), &v(&bc.dk), 1e-4, 1e-3, &format!("dk {what}"));
     assert_close(&v(&bd.dv), &v(&bc.dv), 1e-4, 1e-3, &format!("dv {what}"));
@@ -121,7 +122,35 @@ fn block_layout_keeps_the_online_softmax_stable() {
     }
 }
 
-/// A forced block layout that does not fit is refused and says why; the backward refuses it outright.
+/// The block backward from a forward of another layout (its lse is the same quantity), and the tile backward
+/// from a block forward.
+#[test]
+fn block_and_other_layouts_share_the_log_sum_exp() {
+    let Some(dev) = opencl_device() else { return };
+    let shape = [2, 1, 45, 64];
+    let (qc, qd) = pair(&dev, &shape, 920);
+    let (kc, kd) = pair(&dev, &shape, 921);
+    let (vc, vd) = pair(&dev, &shape, 922);
+    let (gc, gd) = pair(&dev, &shape, 923);
+    let tile = AttnAlgo::Tile(16, 16, 4);
+    let block = AttnAlgo::Block(32, 32);
+    for causal in [false, true] {
+        let fc = ops::flash_attention(&qc, &kc, &vc, causal, None).unwrap();
+        let want = ops::flash_attention_backward(&qc, &kc, &vc, &fc, &gc, causal, None).unwrap();
+        for (fwd, bwd) in [(tile, block), (block, tile)] {
+            let what = format!("forward {fwd:?} backward {bwd:?} causal {causal}");
+            let f = ops::flash_attention_with(&qd, &kd, &vd, causal, None, Some(fwd)).unwrap();
+            let b =
+                ops::flash_attention_backward_with(&qd, &kd, &vd, &f, &gd, causal, None, Some(bwd))
+                    .unwrap();
+            assert_close(&v(&b.dq), &v(&want.dq), 1e-4, 1e-3, &format!("dq {what}"));
+            assert_close(&v(&b.dk), &v(&want.dk), 1e-4, 1e-3, &format!("dk {what}"));
+            assert_close(&v(&b.dv), &v(&want.dv), 1e-4, 1e-3, &format!("dv {what}"));
+        }
+    }
+}
+
+/// A forced block layout that does not fit is refused and says why, in the forward and in the backward.
 #[test]
 fn block_layouts_that_do_not_fit_are_clear_errors() {
     let Some(dev) = opencl_device() else { return };
@@ -149,21 +178,28 @@ fn block_layouts_that_do_not_fit_are_clear_errors() {
             "{algo:?}: {e}"
         );
     }
-    let shape = [1, 2, 9, 64];
-    let (_, q) = pair(&dev, &shape, 960);
-    let f =
-        ops::flash_attention_with(&q, &q, &q, true, None, Some(AttnAlgo::Block(32, 32))).unwrap();
-    let e = ops::flash_attention_backward_with(
-        &q,
-        &q,
-        &q,
-        &f,
-        &q,
-        true,
-        None,
-        Some(AttnAlgo::Block(32, 32)),
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(e.contains("forward-only") && e.contains("backward"), "{e}");
+    let bwd = |shape: [usize; 4], algo: AttnAlgo| {
+        let (_, q) = pair(&dev, &shape, 960);
+        let f = ops::flash_attention(&q, &q, &q, true, None).unwrap();
+        ops::flash_attention_backward_with(&q, &q, &q, &f, &q, true, None, Some(algo))
+            .unwrap_err()
+            .to_string()
+    };
+    for d in [256, 42] {
+        let e = bwd([1, 2, 9, d], AttnAlgo::Block(32, 32));
+        assert!(
+            e.contains("attention backward")
+                && e.contains("does not fit")
+                && e.contains(&d.to_string()),
+            "D {d}: {e}"
+        );
+    }
+    // bk = 8 at D = 64: 8 float4 groups per item, beyond the backward's 4 (the forward takes it).
+    let e = bwd([1, 2, 9, 64], AttnAlgo::Block(32, 8));
+    assert!(
+        e.contains("does not fit") && e.contains("at most 4 float4"),
+        "{e}"
+    );
+    let (_, q) = pair(&dev, &[1, 2, 9, 64], 970);
+    ops::flash_attention_with(&q, &q, &q, true, None, Some(AttnAlgo::Block(32, 8))).unwrap();
 }

@@ -32,9 +32,9 @@ pub enum AttnAlgo {
     /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
     /// through local memory in tiles of `bk` rows (GPUs).
     Tile(usize, usize, usize),
-    /// Forward only: one work-group of (`bq`/4)·(`bk`/4) items per `bq` rows, each item computing a 4 × 4
-    /// block of scores and 4 rows of the output from float4 local-memory reads of the q, key, value and
-    /// probability tiles (`bk` keys per tile); head dimensions a multiple of 4 up to 128 (GPUs).
+    /// One work-group of (`bq`/4)·(`bk`/4) items per `bq` rows (query rows; key rows in dk/dv), the other side
+    /// streamed `bk` rows at a time; each item computes 4 × 4 blocks of scores and 4 rows of its outputs from
+    /// float4 local-memory reads; head dimensions a multiple of 4 up to 128 (GPUs).
     Block(usize, usize),
     /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
     Rows(usize),

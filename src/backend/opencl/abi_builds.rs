@@ -42,13 +42,6 @@ fn builds(family: &str) -> Vec<Defines> {
             ]
         }
         "winograd" => vec![d().set("WM", 2), d().set("WM", 4).set("VT", 1)],
-        "attention" => vec![
-            d(),
-            d().set("BQ", 32)
-                .set("BK", 32)
-                .set("BLOCK_RQ", 4)
-                .set("BLOCK_RK", 4),
-        ],
         _ => vec![d()],
     }
 }
