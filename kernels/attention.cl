@@ -2,7 +2,7 @@
 // with an online softmax: no S×S score matrix is ever stored. Forward writes the output and the row
 // log-sum-exp `lse`; the backward recomputes every probability as exp(s·scale − lse).
 //
-// Two layouts of the same arithmetic, chosen by the tuner:
+// Two layouts of the same arithmetic, chosen by the tuner (a third, register-blocked, is in attention_block.cl):
 //   *_tile (GPUs): one work-group of BQ·TPR items owns BQ rows; TPR items share a row, each holding every
 //     TPR-th column of its accumulators in registers. The other operand streams through local memory in tiles
 //     of BK rows (rows padded to HD + 1 floats so that items reading different rows hit different banks).

@@ -3,7 +3,9 @@
 //! memory limits, and their launches.
 
 use crate::autotune::{self, TuneKey, bucket};
-use crate::backend::opencl::abi::{attention as abi, attention_cpu as cabi, transformer as tabi};
+use crate::backend::opencl::abi::{
+    attention as abi, attention_block as bab, attention_cpu as cabi, transformer as tabi,
+};
 use crate::backend::opencl::elementwise::half_defines;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::shape::io_defines;
@@ -51,6 +53,71 @@ const TILES: &[(usize, usize, usize)] = &[
     (8, 16, 16),
     (16, 16, 16),
 ];
+
+/// The block layouts offered to GPU devices (bq, bk), each where it fits the pass.
+const BLOCKS: &[(usize, usize)] = &[(64, 32), (32, 64), (32, 32), (64, 64)];
+
+/// The rows and keys of one work-item's register block in the block layout (`BLOCK_RQ`, `BLOCK_RK`).
+const BLOCK_R: usize = 4;
+
+/// The largest head dimension the block layout takes (its accumulators and tiles grow with it).
+const BLOCK_MAX_D: usize = 128;
+
+/// Floats of local memory a block layout needs (rows of d-wide tiles padded to d + 4, of probability tiles to
+/// bk + 4). Forward: the q tile, the shared key/value tile, the P tile and one partial row maximum per item and
+/// row. Backward, the larger of its kernels, dk/dv: the k, v (bq rows), q and dO (bk rows) tiles, the P and dS
+/// tiles, and the lse and delta of bk queries (dq holds the same four tiles and one probability tile).
+fn block_local_floats(pass: Pass, d: usize, bq: usize, bk: usize) -> usize {
+    match pass {
+        Pass::Forward => (bq + bk) * (d + 4) + bq * (bk + 4) + bq * (bk / BLOCK_R),
+        Pass::Backward => 2 * (bq + bk) * (d + 4) + 2 * bq * (bk + 4) + 2 * bk,
+    }
+}
+
+/// Whether the block layout (bq, bk) compiles and launches for `pass` at head dimension `d` on a device of
+/// `max_wg` work-items per group and `local_bytes` of local memory: d a multiple of 4 up to 128, bq and bk
+/// multiples of the 4 × 4 register block, at most 8 float4 output groups per item (32 accumulators per row;
+/// 4 in the backward, which holds two sets), the work-group within the device's size and the tiles within its
+/// local memory.
+fn block_fits(
+    pass: Pass,
+    d: usize,
+    (bq, bk): (usize, usize),
+    max_wg: usize,
+    local_bytes: u64,
+) -> bool {
+    let tx = bk / BLOCK_R;
+    let groups = if pass == Pass::Backward { 4 } else { 8 };
+    d > 0
+        && d.is_multiple_of(4)
+        && d <= BLOCK_MAX_D
+        && bq > 0
+        && tx > 0
+        && bq.is_multiple_of(BLOCK_R)
+        && bk.is_multiple_of(BLOCK_R)
+        && (d / 4).div_ceil(tx) <= groups
+        && (bq / BLOCK_R) * tx <= max_wg
+        && (block_local_floats(pass, d, bq, bk) * 4) as u64 <= local_bytes
+}
+
+/// The block layouts offered to the tuner on GPU-like devices (not CPU OpenCL, where barriers and local memory
+/// are slow): those of [`BLOCKS`] that fit the pass.
+fn block_candidates(
+    pass: Pass,
+    cpu: bool,
+    d: usize,
+    max_wg: usize,
+    local_bytes: u64,
+) -> Vec<AttnAlgo> {
+    if cpu {
+        return Vec::new();
+    }
+    BLOCKS
+        .iter()
+        .filter(|&&b| block_fits(pass, d, b, max_wg, local_bytes))
+        .map(|&(bq, bk)| AttnAlgo::Block(bq, bk))
+        .collect()
+}
 
 /// The arguments of a one-item-per-rows forward kernel (`attn_fwd_rows`, `attn_fwd_lanes`): the same
 /// parameter list in two families, so two generated structs.
@@ -115,6 +182,16 @@ impl ClDevice {
             && (tile_local_floats(pass, d, bq, bk) * 4) as u64 <= self.info.local_mem_bytes
     }
 
+    fn block_fits(&self, pass: Pass, d: usize, b: (usize, usize)) -> bool {
+        block_fits(
+            pass,
+            d,
+            b,
+            self.info.max_work_group_size,
+            self.info.local_mem_bytes,
+        )
+    }
+
     fn attn_algo(
         &self,
         device: &Device,
@@ -124,8 +201,22 @@ impl ClDevice {
         mut bench: impl FnMut(AttnAlgo) -> Result<f64>,
     ) -> Result<AttnAlgo> {
         if let Some(a) = forced {
+            if let AttnAlgo::Block(bq, bk) = a {
+                if !self.block_fits(pass, p.d, (bq, bk)) {
+                    let (what, groups) = match pass {
+                        Pass::Forward => ("attention", 8),
+                        Pass::Backward => ("attention backward", 4),
+                    };
+                    return Err(Error::Invalid(format!(
+                        "{what}: layout {a:?} does not fit head dimension {} on this device (block needs D a multiple of 4 and at most {BLOCK_MAX_D}, bq and bk multiples of {BLOCK_R}, at most {groups} float4 output groups per item, (bq/{BLOCK_R})·(bk/{BLOCK_R}) ≤ {} items and its tiles in {} bytes of local memory)",
+                        p.d, self.info.max_work_group_size, self.info.local_mem_bytes
+                    )));
+                }
+                return Ok(a);
+            }
             let ok = match a {
                 AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
+                AttnAlgo::Block(..) => false, // answered above
                 AttnAlgo::Rows(r) => (1..=8).contains(&r),
                 AttnAlgo::Lanes(w, b) => lanes_fit(w, b),
             };
@@ -155,6 +246,14 @@ impl ClDevice {
         if cpu {
             cands.extend(LANES.iter().map(|&(w, b)| AttnAlgo::Lanes(w, b)));
         }
+        // Last, so the indices above (and the default) are those of the other layouts.
+        cands.extend(block_candidates(
+            pass,
+            cpu,
+            p.d,
+            self.info.max_work_group_size,
+            self.info.local_mem_bytes,
+        ));
         let default = if cpu {
             lanes_from
         } else if rows_from == 0 {
@@ -181,6 +280,8 @@ impl ClDevice {
         .source(kernel_source("attention").unwrap_or_default());
         if cpu {
             key = key.source(kernel_source("attention_cpu").unwrap_or_default());
+        } else {
+            key = key.source(kernel_source("attention_block").unwrap_or_default());
         }
         autotune::tune(device, &key, &cands, default, |c| bench(*c))
     }
@@ -189,6 +290,11 @@ impl ClDevice {
         let d = Defines::new().set("HD", p.d);
         match algo {
             AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
+            AttnAlgo::Block(bq, bk) => d
+                .set("BQ", bq)
+                .set("BK", bk)
+                .set("BLOCK_RQ", BLOCK_R)
+                .set("BLOCK_RK", BLOCK_R),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
             AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
@@ -227,6 +333,22 @@ impl ClDevice {
                 let groups = p.bh * p.s.div_ceil(bq);
                 self.run(&kern, &args, &[groups * bq * t], Some(&[bq * t]))
             }
+            AttnAlgo::Block(bq, bk) => {
+                let kern = self.kernel(bab::FAMILY, &defs, bab::ATTN_FWD_BLOCK)?;
+                let args = bab::AttnFwdBlock {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: q.storage(),
+                    k: k.storage(),
+                    v: v.storage(),
+                    o: o.storage(),
+                    lse: lse.storage(),
+                };
+                let items = (bq / BLOCK_R) * (bk / BLOCK_R);
+                let groups = p.bh * p.s.div_ceil(bq);
+                self.run(&kern, &args, &[groups * items], Some(&[items]))
+            }
             AttnAlgo::Rows(r) => {
                 let kern = self.kernel(abi::FAMILY, &defs, abi::ATTN_FWD_ROWS)?;
                 let args = fwd_args!(abi::AttnFwdRows, p, q, k, v, o, lse);
@@ -251,6 +373,41 @@ impl ClDevice {
         let defs = Self::attn_defines(p, algo);
         let causal = i32::from(p.causal);
         match algo {
+            AttnAlgo::Block(bq, bk) => {
+                let items = (bq / BLOCK_R) * (bk / BLOCK_R);
+                let global = [p.bh * p.s.div_ceil(bq) * items];
+                let local = Some(&[items][..]);
+                let kq = self.kernel(bab::FAMILY, &defs, bab::ATTN_DQ_BLOCK)?;
+                let a = bab::AttnDqBlock {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dq: t.dq.storage(),
+                };
+                let e1 = self.run(&kq, &a, &global, local)?;
+                let kk = self.kernel(bab::FAMILY, &defs, bab::ATTN_DKV_BLOCK)?;
+                let b = bab::AttnDkvBlock {
+                    S: p.s as i32,
+                    causal,
+                    scale: p.scale,
+                    q: t.q.storage(),
+                    k: t.k.storage(),
+                    v: t.v.storage(),
+                    g: t.g.storage(),
+                    lse: t.lse.storage(),
+                    delta: delta.storage(),
+                    dk: t.dk.storage(),
+                    dv: t.dv.storage(),
+                };
+                let e2 = self.run(&kk, &b, &global, local)?;
+                Ok([e1, e2])
+            }
             AttnAlgo::Tile(bq, bk, tpr) => {
                 let ld = p.d + 1;
                 let groups = p.bh * p.s.div_ceil(bq);
@@ -604,5 +761,84 @@ impl TransformerKernels for ClDevice {
         let local = 64.min(self.info.max_work_group_size.max(1));
         self.run(&kern, &args, &[n * e], Some(&[local]))?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The limits an NVIDIA H200 reports: 1024 items per work-group, 48 KiB of local memory per group.
+    const GPU: (usize, u64) = (1024, 48 * 1024);
+
+    fn offered(pass: Pass, cpu: bool, d: usize) -> Vec<AttnAlgo> {
+        block_candidates(pass, cpu, d, GPU.0, GPU.1)
+    }
+
+    #[test]
+    fn block_layouts_are_offered_to_gpus_where_their_tiles_fit() {
+        use AttnAlgo::Block;
+        use Pass::{Backward, Forward};
+        // D = 64: the forward's (64, 64) needs 56 KiB; the backward's (32, 32) needs 43 KiB, (64, 32) 69 KiB.
+        assert_eq!(
+            offered(Forward, false, 64),
+            [Block(64, 32), Block(32, 64), Block(32, 32)]
+        );
+        assert_eq!(offered(Backward, false, 64), [Block(32, 32)]);
+        // D = 40 (not a power of two): every forward fits, (64, 64) in 43 KiB.
+        assert_eq!(offered(Forward, false, 40).len(), 4);
+        assert_eq!(offered(Backward, false, 40), [Block(32, 32)]);
+        // D = 128: one forward; no backward fits 48 KiB.
+        assert_eq!(offered(Forward, false, 128), [Block(32, 32)]);
+        assert!(offered(Backward, false, 128).is_empty());
+        // Head dimensions that are not a multiple of 4, or above 128, get none.
+        for d in [42, 130, 256] {
+            assert!(offered(Forward, false, d).is_empty(), "d {d}");
+            assert!(offered(Backward, false, d).is_empty(), "d {d}");
+        }
+        // Never to CPU devices.
+        assert!(offered(Forward, true, 64).is_empty());
+        assert!(offered(Backward, true, 64).is_empty());
+        // A device of 32 KiB and 128 items per group.
+        assert_eq!(
+            block_candidates(Forward, false, 64, 128, 32 * 1024),
+            [Block(32, 32)]
+        );
+    }
+
+    #[test]
+    fn block_fits_checks_every_limit() {
+        use Pass::{Backward, Forward};
+        let (wg, lm) = GPU;
+        assert!(block_fits(Forward, 64, (32, 32), wg, lm));
+        assert!(
+            !block_fits(Forward, 64, (30, 32), wg, lm),
+            "bq not a multiple of 4"
+        );
+        assert!(
+            !block_fits(Forward, 64, (32, 30), wg, lm),
+            "bk not a multiple of 4"
+        );
+        assert!(!block_fits(Forward, 64, (32, 0), wg, lm), "no keys");
+        assert!(!block_fits(Forward, 64, (0, 32), wg, lm), "no rows");
+        // bk = 8: two items per row would hold 8 float4 groups of D = 64 each, too many for the backward's two
+        // accumulator sets; bk = 4 is too many for either.
+        assert!(block_fits(Forward, 64, (32, 8), wg, lm));
+        assert!(!block_fits(Backward, 64, (32, 8), wg, lm));
+        assert!(!block_fits(Forward, 64, (32, 4), wg, lm));
+        assert!(block_fits(Forward, 32, (32, 4), wg, lm));
+        assert!(
+            !block_fits(Forward, 64, (32, 32), 32, lm),
+            "64 items over a 32-item limit"
+        );
+        for (pass, floats) in [
+            (Forward, 64 * 68 + 32 * 36 + 32 * 8),
+            (Backward, 2 * 64 * 68 + 2 * 32 * 36 + 2 * 32),
+        ] {
+            let need = (block_local_floats(pass, 64, 32, 32) * 4) as u64;
+            assert_eq!(need, floats * 4);
+            assert!(block_fits(pass, 64, (32, 32), wg, need));
+            assert!(!block_fits(pass, 64, (32, 32), wg, need - 4));
+        }
     }
 }

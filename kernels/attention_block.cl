@@ -1,0 +1,451 @@
+// Register-blocked attention for GPUs: the forward and the backward's dq and dk/dv kernels of the `block`
+// layout, over the same [BH, S, HD] tensors and with the same results as attention.cl (whose attn_delta the
+// backward uses). As gemm_tiled does for a GEMM, every product is computed in 2-D register blocks from float4
+// reads of local memory, where attention.cl's tile layout does about one local load per multiply-add.
+//
+// A work-group of BTY·BTX items owns BQ rows of one (b, h) (query rows; key rows in dk/dv) and streams the
+// other side in tiles of BK rows. Item (ty, tx) owns rows ty + BTY·i (i < BLOCK_RQ) and, of each streamed tile,
+// columns tx + BTX·j (j < BLOCK_RK): its BLOCK_RQ × BLOCK_RK block of scores costs BLOCK_RQ + BLOCK_RK float4
+// loads per 4·BLOCK_RQ·BLOCK_RK multiply-adds. Consecutive tx read consecutive rows, and rows are padded to
+// HD + 4 floats, so those reads start in different banks. Probability-like tiles (P, dS) go through local
+// memory [BQ][BK + 4]; the item then accumulates its rows times its float4 column groups tx + BTX·n of the
+// output, from float4 reads of a P row (4 keys) and of 4 streamed rows.
+// Causal: tiles entirely on the masked side are skipped; only tiles that cross the diagonal, or S, mask.
+//
+// Defines: HD (a multiple of 4), BQ, BK, BLOCK_RQ and BLOCK_RK (dividing BQ and BK; BK a multiple of 4).
+
+#ifndef HD
+#define HD 64
+#endif
+#ifndef BQ
+#define BQ 32
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef BLOCK_RQ
+#define BLOCK_RQ 4
+#endif
+#ifndef BLOCK_RK
+#define BLOCK_RK 4
+#endif
+#define BTY (BQ / BLOCK_RQ)
+#define BTX (BK / BLOCK_RK)
+#define HD4 (HD / 4)
+#define BLD4 (HD4 + 1)
+#define BLP4 (BK / 4 + 1)
+#define BG ((HD4 + BTX - 1) / BTX)
+#define BG_FULL (HD4 % BTX == 0)
+
+// The work-item's (ty, tx), its (b, h) and the first of the group's BQ rows (`r0`), and the offset of the
+// (b, h) in q, k, v and their gradients.
+#define BLOCK_IDS(r0)                                     \
+    const int lid = get_local_id(0);                      \
+    const int ty = lid / BTX;                             \
+    const int tx = lid - ty * BTX;                        \
+    const int nrb_ = (S + BQ - 1) / BQ;                   \
+    const int bh = get_group_id(0) / nrb_;                \
+    const int r0 = (get_group_id(0) - bh * nrb_) * BQ;    \
+    const size_t base = (size_t)bh * S * HD;
+
+// Rows [r0, r0 + NR) of the [S, HD] matrix `src` into the local float4 tile `dst` (row stride BLD4); rows past
+// S are zeros, so that a masked probability (0) never meets a NaN.
+#define LOAD_BLOCK(dst, src, r0, NR)                                                        \
+    for (int e_ = lid; e_ < (NR) * HD4; e_ += BTY * BTX) {                                  \
+        const int rr_ = e_ / HD4;                                                           \
+        const int cc_ = e_ - rr_ * HD4;                                                     \
+        (dst)[rr_ * BLD4 + cc_] = ((r0) + rr_ < S)                                          \
+            ? ((__global const float4*)(src))[(size_t)((r0) + rr_) * HD4 + cc_]              \
+            : (float4)(0.0f);                                                               \
+    }
+
+// t + a·b, one multiply-add per lane, in order (C adds left to right).
+#define DOT4_ADD(t, a, b) ((t) + (a).x * (b).x + (a).y * (b).y + (a).z * (b).z + (a).w * (b).w)
+
+// t + p.x·r0 + p.y·r1 + p.z·r2 + p.w·r3: four streamed rows weighted by four probabilities.
+#define ROW4_ADD(t, p, r0, r1, r2, r3) ((t) + (p).x * (r0) + (p).y * (r1) + (p).z * (r2) + (p).w * (r3))
+
+// The forward. The q tile stays in local memory; key and value tiles take turns in one buffer. Each item's row
+// maxima over its keys meet in `red` [BQ][BTX], and every item reads the BTX maxima of its rows, so the items
+// of a row agree on its maximum and rescale alike. Each item sums the probabilities of its own keys; the row
+// sums are reduced across the items once, at the end. Writes o and lse as attn_fwd_tile does.
+__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
+attn_fwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
+               __global const float* v, __global float* o, __global float* lse) {
+    __local float4 qs[BQ * BLD4];
+    __local float4 kv[BK * BLD4];
+    __local float4 ps[BQ * BLP4];
+    __local float red[BQ * BTX];
+    __local float* pf = (__local float*)ps;
+    BLOCK_IDS(q0)
+    LOAD_BLOCK(qs, q + base, q0, BQ)
+    float4 acc[BLOCK_RQ][BG];
+    float m[BLOCK_RQ];
+    float l[BLOCK_RQ];
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+        m[i] = -INFINITY;
+        l[i] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < BG; ++n) acc[i][n] = (float4)(0.0f);
+    }
+    const int kend = causal ? min(S, q0 + BQ) : S;
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_BLOCK(kv, k + base, k0, BK)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[BLOCK_RQ][BLOCK_RK];
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) s[i][j] = 0.0f;
+        }
+#pragma unroll
+        for (int c = 0; c < HD4; ++c) {
+            float4 a[BLOCK_RQ];
+            float4 b[BLOCK_RK];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) a[i] = qs[(ty + BTY * i) * BLD4 + c];
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) b[j] = kv[(tx + BTX * j) * BLD4 + c];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+                for (int j = 0; j < BLOCK_RK; ++j) {
+                    s[i][j] = DOT4_ADD(s[i][j], a[i], b[j]);
+                }
+            }
+        }
+        // Only a tile that reaches past S or past the block's first row (causal) has keys to mask.
+        const bool edge = k0 + BK > S || (causal && k0 + BK - 1 > q0);
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+            const int qi = q0 + ty + BTY * i;
+            float pm = -INFINITY;
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                float x = s[i][j] * scale;
+                if (edge) {
+                    const int kj = k0 + tx + BTX * j;
+                    if (kj >= S || (causal && kj > qi)) x = -INFINITY;
+                }
+                s[i][j] = x;
+                pm = fmax(pm, x);
+            }
+            red[(ty + BTY * i) * BTX + tx] = pm;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_BLOCK(kv, v + base, k0, BK)
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+            const int r = ty + BTY * i;
+            float mn = m[i];
+            for (int t = 0; t < BTX; ++t) mn = fmax(mn, red[r * BTX + t]);
+            const float corr = mn == -INFINITY ? 1.0f : exp(m[i] - mn);
+            m[i] = mn;
+            float li = l[i] * corr;
+#pragma unroll
+            for (int n = 0; n < BG; ++n) acc[i][n] *= corr;
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                const float p = s[i][j] == -INFINITY ? 0.0f : exp(s[i][j] - mn);
+                li += p;
+                pf[r * (BLP4 * 4) + tx + BTX * j] = p;
+            }
+            l[i] = li;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int c = 0; c < BK / 4; ++c) {
+            float4 pr[BLOCK_RQ];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) pr[i] = ps[(ty + BTY * i) * BLP4 + c];
+#pragma unroll
+            for (int n = 0; n < BG; ++n) {
+                const int col = tx + BTX * n;
+                if (BG_FULL || col < HD4) {
+                    const float4 v0 = kv[(4 * c + 0) * BLD4 + col];
+                    const float4 v1 = kv[(4 * c + 1) * BLD4 + col];
+                    const float4 v2 = kv[(4 * c + 2) * BLD4 + col];
+                    const float4 v3 = kv[(4 * c + 3) * BLD4 + col];
+#pragma unroll
+                    for (int i = 0; i < BLOCK_RQ; ++i) acc[i][n] = ROW4_ADD(acc[i][n], pr[i], v0, v1, v2, v3);
+                }
+            }
+        }
+    }
+    // Every item read `red` for the last tile before the barrier ahead of its P·V, so the row sums can go there.
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) red[(ty + BTY * i) * BTX + tx] = l[i];
+    barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+        const int r = ty + BTY * i;
+        const int qi = q0 + r;
+        if (qi >= S) continue;
+        float sum = 0.0f;
+        for (int t = 0; t < BTX; ++t) sum += red[r * BTX + t];
+        const float il = sum > 0.0f ? 1.0f / sum : 0.0f;
+        __global float4* orow = (__global float4*)(o + base + (size_t)qi * HD);
+#pragma unroll
+        for (int n = 0; n < BG; ++n) {
+            const int col = tx + BTX * n;
+            if (BG_FULL || col < HD4) orow[col] = acc[i][n] * il;
+        }
+        if (tx == 0) lse[(size_t)bh * S + qi] = sum > 0.0f ? m[i] + log(sum) : -INFINITY;
+    }
+}
+
+// dQ: the group owns BQ query rows (q and dO tiles in local memory) and streams key and value tiles. Per tile,
+// the item's blocks of scores s = q·k and dp = dO·v come from one pass over d; ds = p·(dp − delta) with
+// p = exp(s·scale − lse) goes to the local dS tile, and the item adds dS times the key tile into its dq.
+__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
+attn_dq_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
+              __global const float* v, __global const float* g, __global const float* lse,
+              __global const float* delta, __global float* dq) {
+    __local float4 qs[BQ * BLD4];
+    __local float4 gs[BQ * BLD4];
+    __local float4 ks[BK * BLD4];
+    __local float4 vs[BK * BLD4];
+    __local float4 ds[BQ * BLP4];
+    __local float* df = (__local float*)ds;
+    BLOCK_IDS(q0)
+    LOAD_BLOCK(qs, q + base, q0, BQ)
+    LOAD_BLOCK(gs, g + base, q0, BQ)
+    float lr[BLOCK_RQ];
+    float dr[BLOCK_RQ];
+    float4 acc[BLOCK_RQ][BG];
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+        const int qi = q0 + ty + BTY * i;
+        lr[i] = qi < S ? lse[(size_t)bh * S + qi] : 0.0f;
+        dr[i] = qi < S ? delta[(size_t)bh * S + qi] : 0.0f;
+#pragma unroll
+        for (int n = 0; n < BG; ++n) acc[i][n] = (float4)(0.0f);
+    }
+    const int kend = causal ? min(S, q0 + BQ) : S;
+    for (int k0 = 0; k0 < kend; k0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_BLOCK(ks, k + base, k0, BK)
+        LOAD_BLOCK(vs, v + base, k0, BK)
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[BLOCK_RQ][BLOCK_RK];
+        float dp[BLOCK_RQ][BLOCK_RK];
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                s[i][j] = 0.0f;
+                dp[i][j] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < HD4; ++c) {
+            float4 a[BLOCK_RQ];
+            float4 e[BLOCK_RQ];
+            float4 b[BLOCK_RK];
+            float4 w[BLOCK_RK];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+                a[i] = qs[(ty + BTY * i) * BLD4 + c];
+                e[i] = gs[(ty + BTY * i) * BLD4 + c];
+            }
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                b[j] = ks[(tx + BTX * j) * BLD4 + c];
+                w[j] = vs[(tx + BTX * j) * BLD4 + c];
+            }
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+                for (int j = 0; j < BLOCK_RK; ++j) {
+                    s[i][j] = DOT4_ADD(s[i][j], a[i], b[j]);
+                    dp[i][j] = DOT4_ADD(dp[i][j], e[i], w[j]);
+                }
+            }
+        }
+        // Rows past S are never written, so only keys past S and after the row (causal) need the mask.
+        const bool edge = k0 + BK > S || (causal && k0 + BK - 1 > q0);
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+            const int r = ty + BTY * i;
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                const int kj = k0 + tx + BTX * j;
+                const bool ok = !edge || (kj < S && (!causal || kj <= q0 + r));
+                const float p = ok ? exp(s[i][j] * scale - lr[i]) : 0.0f;
+                df[r * (BLP4 * 4) + tx + BTX * j] = p * (dp[i][j] - dr[i]);
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int c = 0; c < BK / 4; ++c) {
+            float4 dsr[BLOCK_RQ];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) dsr[i] = ds[(ty + BTY * i) * BLP4 + c];
+#pragma unroll
+            for (int n = 0; n < BG; ++n) {
+                const int col = tx + BTX * n;
+                if (BG_FULL || col < HD4) {
+                    const float4 k0v = ks[(4 * c + 0) * BLD4 + col];
+                    const float4 k1v = ks[(4 * c + 1) * BLD4 + col];
+                    const float4 k2v = ks[(4 * c + 2) * BLD4 + col];
+                    const float4 k3v = ks[(4 * c + 3) * BLD4 + col];
+#pragma unroll
+                    for (int i = 0; i < BLOCK_RQ; ++i) acc[i][n] = ROW4_ADD(acc[i][n], dsr[i], k0v, k1v, k2v, k3v);
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+        const int qi = q0 + ty + BTY * i;
+        if (qi >= S) continue;
+        __global float4* out = (__global float4*)(dq + base + (size_t)qi * HD);
+#pragma unroll
+        for (int n = 0; n < BG; ++n) {
+            const int col = tx + BTX * n;
+            if (BG_FULL || col < HD4) out[col] = acc[i][n] * scale;
+        }
+    }
+}
+
+// dK, dV: the group owns BQ key rows (k and v tiles in local memory) and streams query tiles of BK rows (q and
+// dO, with their lse and delta). Per tile, the item's blocks of sᵀ = k·q and dpᵀ = v·dO give pᵀ and
+// dsᵀ = pᵀ·(dpᵀ − delta), both through local memory; the item adds pᵀ times the dO tile into its dv and dsᵀ
+// times the q tile into its dk. A causal group starts at its own first key row (earlier queries see none of
+// its keys).
+__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
+attn_dkv_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
+               __global const float* v, __global const float* g, __global const float* lse,
+               __global const float* delta, __global float* dk, __global float* dv) {
+    __local float4 ks[BQ * BLD4];
+    __local float4 vs[BQ * BLD4];
+    __local float4 qs[BK * BLD4];
+    __local float4 gs[BK * BLD4];
+    __local float4 ps[BQ * BLP4];
+    __local float4 ds[BQ * BLP4];
+    __local float lt[BK];
+    __local float dt[BK];
+    __local float* pf = (__local float*)ps;
+    __local float* df = (__local float*)ds;
+    BLOCK_IDS(j0)
+    LOAD_BLOCK(ks, k + base, j0, BQ)
+    LOAD_BLOCK(vs, v + base, j0, BQ)
+    float4 ak[BLOCK_RQ][BG];
+    float4 av[BLOCK_RQ][BG];
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+        for (int n = 0; n < BG; ++n) {
+            ak[i][n] = (float4)(0.0f);
+            av[i][n] = (float4)(0.0f);
+        }
+    }
+    for (int i0 = causal ? j0 : 0; i0 < S; i0 += BK) {
+        barrier(CLK_LOCAL_MEM_FENCE);
+        LOAD_BLOCK(qs, q + base, i0, BK)
+        LOAD_BLOCK(gs, g + base, i0, BK)
+        for (int t = lid; t < BK; t += BTY * BTX) {
+            const int qi = i0 + t;
+            lt[t] = qi < S ? lse[(size_t)bh * S + qi] : 0.0f;
+            dt[t] = qi < S ? delta[(size_t)bh * S + qi] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float s[BLOCK_RQ][BLOCK_RK];
+        float dp[BLOCK_RQ][BLOCK_RK];
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                s[i][j] = 0.0f;
+                dp[i][j] = 0.0f;
+            }
+        }
+#pragma unroll
+        for (int c = 0; c < HD4; ++c) {
+            float4 a[BLOCK_RQ];
+            float4 e[BLOCK_RQ];
+            float4 b[BLOCK_RK];
+            float4 w[BLOCK_RK];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+                a[i] = ks[(ty + BTY * i) * BLD4 + c];
+                e[i] = vs[(ty + BTY * i) * BLD4 + c];
+            }
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                b[j] = qs[(tx + BTX * j) * BLD4 + c];
+                w[j] = gs[(tx + BTX * j) * BLD4 + c];
+            }
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+#pragma unroll
+                for (int j = 0; j < BLOCK_RK; ++j) {
+                    s[i][j] = DOT4_ADD(s[i][j], a[i], b[j]);
+                    dp[i][j] = DOT4_ADD(dp[i][j], e[i], w[j]);
+                }
+            }
+        }
+        // Queries past S feed every key row's sums, so they are masked (as are queries before a key, causal).
+        const bool edge = i0 + BK > S || (causal && j0 + BQ - 1 > i0);
+#pragma unroll
+        for (int i = 0; i < BLOCK_RQ; ++i) {
+            const int r = ty + BTY * i;
+#pragma unroll
+            for (int j = 0; j < BLOCK_RK; ++j) {
+                const int t = tx + BTX * j;
+                const int qi = i0 + t;
+                const bool ok = !edge || (qi < S && (!causal || qi >= j0 + r));
+                const float p = ok ? exp(s[i][j] * scale - lt[t]) : 0.0f;
+                pf[r * (BLP4 * 4) + t] = p;
+                df[r * (BLP4 * 4) + t] = ok ? p * (dp[i][j] - dt[t]) : 0.0f;
+            }
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+        for (int c = 0; c < BK / 4; ++c) {
+            float4 pr[BLOCK_RQ];
+            float4 dsr[BLOCK_RQ];
+#pragma unroll
+            for (int i = 0; i < BLOCK_RQ; ++i) {
+                pr[i] = ps[(ty + BTY * i) * BLP4 + c];
+                dsr[i] = ds[(ty + BTY * i) * BLP4 + c];
+            }
+#pragma unroll
+            for (int n = 0; n < BG; ++n) {
+                const int col = tx + BTX * n;
+                if (BG_FULL || col < HD4) {
+                    const float4 g0 = gs[(4 * c + 0) * BLD4 + col];
+                    const float4 g1 = gs[(4 * c + 1) * BLD4 + col];
+                    const float4 g2 = gs[(4 * c + 2) * BLD4 + col];
+                    const float4 g3 = gs[(4 * c + 3) * BLD4 + col];
+                    const float4 q0v = qs[(4 * c + 0) * BLD4 + col];
+                    const float4 q1v = qs[(4 * c + 1) * BLD4 + col];
+                    const float4 q2v = qs[(4 * c + 2) * BLD4 + col];
+                    const float4 q3v = qs[(4 * c + 3) * BLD4 + col];
+#pragma unroll
+                    for (int i = 0; i < BLOCK_RQ; ++i) {
+                        av[i][n] = ROW4_ADD(av[i][n], pr[i], g0, g1, g2, g3);
+                        ak[i][n] = ROW4_ADD(ak[i][n], dsr[i], q0v, q1v, q2v, q3v);
+                    }
+                }
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < BLOCK_RQ; ++i) {
+        const int kj = j0 + ty + BTY * i;
+        if (kj >= S) continue;
+        __global float4* ok_ = (__global float4*)(dk + base + (size_t)kj * HD);
+        __global float4* ov_ = (__global float4*)(dv + base + (size_t)kj * HD);
+#pragma unroll
+        for (int n = 0; n < BG; ++n) {
+            const int col = tx + BTX * n;
+            if (BG_FULL || col < HD4) {
+                ok_[col] = ak[i][n] * scale;
+                ov_[col] = av[i][n];
+            }
+        }
+    }
+}
