@@ -46,10 +46,10 @@ fn check_block(dev: &Device, shape: [usize; 4], causal: bool, algo: AttnAlgo, se
 fn block_layouts_match_the_reference_at_d64() {
     let Some(dev) = opencl_device() else { return };
     let layouts = [
-        AttnAlgo::Block(32, 32),
-        AttnAlgo::Block(64, 32),
-        AttnAlgo::Block(32, 64),
-        AttnAlgo::Block(64, 64),
+        AttnAlgo::Block(32, 32, 4, 4),
+        AttnAlgo::Block(64, 32, 4, 4),
+        AttnAlgo::Block(32, 64, 4, 4),
+        AttnAlgo::Block(64, 64, 4, 4),
     ];
     for (i, algo) in layouts.into_iter().enumerate() {
         for (j, s) in [1usize, 7, 33, 100, 257].into_iter().enumerate() {
@@ -62,16 +62,67 @@ fn block_layouts_match_the_reference_at_d64() {
     }
 }
 
+/// The forward-only register blocks of 8 rows or 8 keys per work-item, at D = 40, 64 and 128, over lengths
+/// that leave partial tiles, causal and not (output and lse against the reference); their backward is refused.
+#[test]
+fn wide_register_blocks_match_the_reference_forward() {
+    let Some(dev) = opencl_device() else { return };
+    let cases: &[(usize, AttnAlgo)] = &[
+        (64, AttnAlgo::Block(64, 32, 8, 4)),
+        (64, AttnAlgo::Block(32, 32, 8, 4)),
+        (64, AttnAlgo::Block(64, 32, 8, 8)),
+        (64, AttnAlgo::Block(32, 64, 4, 8)),
+        (40, AttnAlgo::Block(64, 32, 8, 8)),
+        (128, AttnAlgo::Block(32, 32, 8, 4)),
+    ];
+    for (i, &(d, algo)) in cases.iter().enumerate() {
+        for (j, s) in [1usize, 7, 100, 257].into_iter().enumerate() {
+            let shape = if s < 40 { [2, 3, s, d] } else { [1, 2, s, d] };
+            for causal in [false, true] {
+                let seed = 1200 + (i * 8 + j) as u64 * 4;
+                let (qc, qd) = pair(&dev, &shape, seed);
+                let (kc, kd) = pair(&dev, &shape, seed + 1);
+                let (vc, vd) = pair(&dev, &shape, seed + 2);
+                let what = format!("{shape:?} causal {causal} {algo:?}");
+                let fc = ops::flash_attention(&qc, &kc, &vc, causal, None).unwrap();
+                let fd = ops::flash_attention_with(&qd, &kd, &vd, causal, None, Some(algo))
+                    .unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_close(&v(&fd.out), &v(&fc.out), 2e-5, 1e-4, &format!("out {what}"));
+                assert_close(&v(&fd.lse), &v(&fc.lse), 2e-5, 1e-4, &format!("lse {what}"));
+            }
+        }
+    }
+    let shape = [1, 1, 9, 64];
+    let (_, q) = pair(&dev, &shape, 1290);
+    let f = ops::flash_attention(&q, &q, &q, false, None).unwrap();
+    let e = ops::flash_attention_backward_with(
+        &q,
+        &q,
+        &q,
+        &f,
+        &q,
+        false,
+        None,
+        Some(AttnAlgo::Block(32, 32, 8, 4)),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        e.contains("does not fit") && e.contains("4 × 4 in the backward"),
+        "{e}"
+    );
+}
+
 /// Head dimensions 40 (10 float4 groups: some items own fewer than others) and 128, and one of each with an
 /// uneven layout (bq ≠ bk) on lengths that leave partial row and key tiles.
 #[test]
 fn block_layouts_match_the_reference_at_d40_and_d128() {
     let Some(dev) = opencl_device() else { return };
     let cases: &[(usize, AttnAlgo)] = &[
-        (40, AttnAlgo::Block(32, 32)),
-        (40, AttnAlgo::Block(64, 64)),
-        (128, AttnAlgo::Block(32, 32)),
-        (128, AttnAlgo::Block(64, 32)),
+        (40, AttnAlgo::Block(32, 32, 4, 4)),
+        (40, AttnAlgo::Block(64, 64, 4, 4)),
+        (128, AttnAlgo::Block(32, 32, 4, 4)),
+        (128, AttnAlgo::Block(64, 32, 4, 4)),
     ];
     for (i, &(d, algo)) in cases.iter().enumerate() {
         for (j, s) in [1usize, 7, 33, 100, 257].into_iter().enumerate() {
@@ -100,7 +151,7 @@ fn block_layout_keeps_the_online_softmax_stable() {
             &vd,
             causal,
             Some(scale),
-            Some(AttnAlgo::Block(32, 32)),
+            Some(AttnAlgo::Block(32, 32, 4, 4)),
         )
         .unwrap();
         let what = format!("scale {scale} causal {causal}");
@@ -133,7 +184,7 @@ fn block_and_other_layouts_share_the_log_sum_exp() {
     let (vc, vd) = pair(&dev, &shape, 922);
     let (gc, gd) = pair(&dev, &shape, 923);
     let tile = AttnAlgo::Tile(16, 16, 4);
-    let block = AttnAlgo::Block(32, 32);
+    let block = AttnAlgo::Block(32, 32, 4, 4);
     for causal in [false, true] {
         let fc = ops::flash_attention(&qc, &kc, &vc, causal, None).unwrap();
         let want = ops::flash_attention_backward(&qc, &kc, &vc, &fc, &gc, causal, None).unwrap();
@@ -165,13 +216,13 @@ fn block_layouts_that_do_not_fit_are_clear_errors() {
         (42, "not a multiple of 4"),
         (130, "both"),
     ] {
-        let e = fwd([1, 1, 8, d], AttnAlgo::Block(32, 32));
+        let e = fwd([1, 1, 8, d], AttnAlgo::Block(32, 32, 4, 4));
         assert!(
             e.contains("does not fit") && e.contains(&d.to_string()) && e.contains("multiple of 4"),
             "D {d} ({why}): {e}"
         );
     }
-    for algo in [AttnAlgo::Block(30, 32), AttnAlgo::Block(32, 0)] {
+    for algo in [AttnAlgo::Block(30, 32, 4, 4), AttnAlgo::Block(32, 0, 4, 4)] {
         let e = fwd([1, 1, 8, 64], algo);
         assert!(
             e.contains("does not fit") && e.contains("Block"),
@@ -186,7 +237,7 @@ fn block_layouts_that_do_not_fit_are_clear_errors() {
             .to_string()
     };
     for d in [256, 42] {
-        let e = bwd([1, 2, 9, d], AttnAlgo::Block(32, 32));
+        let e = bwd([1, 2, 9, d], AttnAlgo::Block(32, 32, 4, 4));
         assert!(
             e.contains("attention backward")
                 && e.contains("does not fit")
@@ -195,11 +246,11 @@ fn block_layouts_that_do_not_fit_are_clear_errors() {
         );
     }
     // bk = 8 at D = 64: 8 float4 groups per item, beyond the backward's 4 (the forward takes it).
-    let e = bwd([1, 2, 9, 64], AttnAlgo::Block(32, 8));
+    let e = bwd([1, 2, 9, 64], AttnAlgo::Block(32, 8, 4, 4));
     assert!(
         e.contains("does not fit") && e.contains("at most 4 float4"),
         "{e}"
     );
     let (_, q) = pair(&dev, &[1, 2, 9, 64], 970);
-    ops::flash_attention_with(&q, &q, &q, true, None, Some(AttnAlgo::Block(32, 8))).unwrap();
+    ops::flash_attention_with(&q, &q, &q, true, None, Some(AttnAlgo::Block(32, 8, 4, 4))).unwrap();
 }

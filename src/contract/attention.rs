@@ -25,17 +25,18 @@ pub struct AttnShape {
     pub scale: f32,
 }
 
-/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]`, `["block", bq, bk]`,
-/// `["rows", rq]` or `["lanes", vw, kb]`.
+/// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]`,
+/// `["block", bq, bk, rq, rk]`, `["rows", rq]` or `["lanes", vw, kb]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttnAlgo {
     /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
     /// through local memory in tiles of `bk` rows (GPUs).
     Tile(usize, usize, usize),
-    /// One work-group of (`bq`/4)·(`bk`/4) items per `bq` rows (query rows; key rows in dk/dv), the other side
-    /// streamed `bk` rows at a time; each item computes 4 × 4 blocks of scores and 4 rows of its outputs from
-    /// float4 local-memory reads; head dimensions a multiple of 4 up to 128 (GPUs).
-    Block(usize, usize),
+    /// One work-group of (`bq`/`rq`)·(`bk`/`rk`) items per `bq` rows (query rows; key rows in dk/dv), the other
+    /// side streamed `bk` rows at a time; each item computes `rq` × `rk` blocks of scores and `rq` rows of its
+    /// outputs from float4 local-memory reads; `rq` and `rk` are 4 or 8 in the forward and 4 in the backward;
+    /// head dimensions a multiple of 4 up to 128 (GPUs).
+    Block(usize, usize, usize, usize),
     /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
     Rows(usize),
     /// One work-item per `vw` rows held across the lanes of a float vector (4, 8 or 16), the other operand
@@ -47,7 +48,7 @@ impl Serialize for AttnAlgo {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match *self {
             AttnAlgo::Tile(bq, bk, t) => ("tile", bq, bk, t).serialize(s),
-            AttnAlgo::Block(bq, bk) => ("block", bq, bk).serialize(s),
+            AttnAlgo::Block(bq, bk, rq, rk) => ("block", bq, bk, rq, rk).serialize(s),
             AttnAlgo::Rows(r) => ("rows", r).serialize(s),
             AttnAlgo::Lanes(w, b) => ("lanes", w, b).serialize(s),
         }

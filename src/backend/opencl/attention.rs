@@ -54,11 +54,18 @@ const TILES: &[(usize, usize, usize)] = &[
     (16, 16, 16),
 ];
 
-/// The block layouts offered to GPU devices (bq, bk), each where it fits the pass.
-const BLOCKS: &[(usize, usize)] = &[(64, 32), (32, 64), (32, 32), (64, 64)];
-
-/// The rows and keys of one work-item's register block in the block layout (`BLOCK_RQ`, `BLOCK_RK`).
-const BLOCK_R: usize = 4;
+/// The block layouts offered to GPU devices (bq, bk, rq, rk: rows and streamed rows per work-group, and per
+/// work-item's register block, `BLOCK_RQ` × `BLOCK_RK`), each where it fits the pass.
+const BLOCKS: &[(usize, usize, usize, usize)] = &[
+    (64, 32, 4, 4),
+    (32, 64, 4, 4),
+    (32, 32, 4, 4),
+    (64, 64, 4, 4),
+    (64, 32, 8, 4),
+    (32, 32, 8, 4),
+    (64, 32, 8, 8),
+    (32, 64, 4, 8),
+];
 
 /// The largest head dimension the block layout takes (its accumulators and tiles grow with it).
 const BLOCK_MAX_D: usize = 128;
@@ -67,37 +74,43 @@ const BLOCK_MAX_D: usize = 128;
 /// bk + 4). Forward: the q tile, the shared key/value tile, the P tile and one partial row maximum per item and
 /// row. Backward, the larger of its kernels, dk/dv: the k, v (bq rows), q and dO (bk rows) tiles, the P and dS
 /// tiles, and the lse and delta of bk queries (dq holds the same four tiles and one probability tile).
-fn block_local_floats(pass: Pass, d: usize, bq: usize, bk: usize) -> usize {
+fn block_local_floats(pass: Pass, d: usize, bq: usize, bk: usize, rk: usize) -> usize {
     match pass {
-        Pass::Forward => (bq + bk) * (d + 4) + bq * (bk + 4) + bq * (bk / BLOCK_R),
+        Pass::Forward => (bq + bk) * (d + 4) + bq * (bk + 4) + bq * (bk / rk),
         Pass::Backward => 2 * (bq + bk) * (d + 4) + 2 * bq * (bk + 4) + 2 * bk,
     }
 }
 
-/// Whether the block layout (bq, bk) compiles and launches for `pass` at head dimension `d` on a device of
-/// `max_wg` work-items per group and `local_bytes` of local memory: d a multiple of 4 up to 128, bq and bk
-/// multiples of the 4 × 4 register block, at most 8 float4 output groups per item (32 accumulators per row;
-/// 4 in the backward, which holds two sets), the work-group within the device's size and the tiles within its
-/// local memory.
+/// Whether the block layout (bq, bk, rq, rk) compiles and launches for `pass` at head dimension `d` on a device
+/// of `max_wg` work-items per group and `local_bytes` of local memory: d a multiple of 4 up to 128, a register
+/// block of 4 or 8 rows by 4 or 8 streamed rows (4 × 4 in the backward), bq and bk multiples of it, at most 8
+/// float4 output groups per item and row (32 accumulators per row; 4 in the backward, which holds two sets),
+/// the work-group within the device's size and the tiles within its local memory.
 fn block_fits(
     pass: Pass,
     d: usize,
-    (bq, bk): (usize, usize),
+    (bq, bk, rq, rk): (usize, usize, usize, usize),
     max_wg: usize,
     local_bytes: u64,
 ) -> bool {
-    let tx = bk / BLOCK_R;
+    let regs_ok = match pass {
+        Pass::Forward => matches!(rq, 4 | 8) && matches!(rk, 4 | 8),
+        Pass::Backward => rq == 4 && rk == 4,
+    };
+    let tx = bk.checked_div(rk).unwrap_or(0);
     let groups = if pass == Pass::Backward { 4 } else { 8 };
-    d > 0
+    regs_ok
+        && d > 0
         && d.is_multiple_of(4)
         && d <= BLOCK_MAX_D
         && bq > 0
         && tx > 0
-        && bq.is_multiple_of(BLOCK_R)
-        && bk.is_multiple_of(BLOCK_R)
+        && bq.is_multiple_of(rq)
+        && bk.is_multiple_of(rk)
+        && bk.is_multiple_of(4)
         && (d / 4).div_ceil(tx) <= groups
-        && (bq / BLOCK_R) * tx <= max_wg
-        && (block_local_floats(pass, d, bq, bk) * 4) as u64 <= local_bytes
+        && (bq / rq) * tx <= max_wg
+        && (block_local_floats(pass, d, bq, bk, rk) * 4) as u64 <= local_bytes
 }
 
 /// The block layouts offered to the tuner on GPU-like devices (not CPU OpenCL, where barriers and local memory
@@ -115,7 +128,7 @@ fn block_candidates(
     BLOCKS
         .iter()
         .filter(|&&b| block_fits(pass, d, b, max_wg, local_bytes))
-        .map(|&(bq, bk)| AttnAlgo::Block(bq, bk))
+        .map(|&(bq, bk, rq, rk)| AttnAlgo::Block(bq, bk, rq, rk))
         .collect()
 }
 
@@ -182,7 +195,7 @@ impl ClDevice {
             && (tile_local_floats(pass, d, bq, bk) * 4) as u64 <= self.info.local_mem_bytes
     }
 
-    fn block_fits(&self, pass: Pass, d: usize, b: (usize, usize)) -> bool {
+    fn block_fits(&self, pass: Pass, d: usize, b: (usize, usize, usize, usize)) -> bool {
         block_fits(
             pass,
             d,
@@ -201,14 +214,14 @@ impl ClDevice {
         mut bench: impl FnMut(AttnAlgo) -> Result<f64>,
     ) -> Result<AttnAlgo> {
         if let Some(a) = forced {
-            if let AttnAlgo::Block(bq, bk) = a {
-                if !self.block_fits(pass, p.d, (bq, bk)) {
+            if let AttnAlgo::Block(bq, bk, rq, rk) = a {
+                if !self.block_fits(pass, p.d, (bq, bk, rq, rk)) {
                     let (what, groups) = match pass {
                         Pass::Forward => ("attention", 8),
                         Pass::Backward => ("attention backward", 4),
                     };
                     return Err(Error::Invalid(format!(
-                        "{what}: layout {a:?} does not fit head dimension {} on this device (block needs D a multiple of 4 and at most {BLOCK_MAX_D}, bq and bk multiples of {BLOCK_R}, at most {groups} float4 output groups per item, (bq/{BLOCK_R})·(bk/{BLOCK_R}) ≤ {} items and its tiles in {} bytes of local memory)",
+                        "{what}: layout {a:?} does not fit head dimension {} on this device (block needs D a multiple of 4 and at most {BLOCK_MAX_D}, a register block rq × rk of 4 or 8 each (4 × 4 in the backward), bq and bk multiples of it, at most {groups} float4 output groups per item, (bq/rq)·(bk/rk) ≤ {} items and its tiles in {} bytes of local memory)",
                         p.d, self.info.max_work_group_size, self.info.local_mem_bytes
                     )));
                 }
@@ -290,11 +303,11 @@ impl ClDevice {
         let d = Defines::new().set("HD", p.d);
         match algo {
             AttnAlgo::Tile(bq, bk, t) => d.set("BQ", bq).set("BK", bk).set("TPR", t),
-            AttnAlgo::Block(bq, bk) => d
+            AttnAlgo::Block(bq, bk, rq, rk) => d
                 .set("BQ", bq)
                 .set("BK", bk)
-                .set("BLOCK_RQ", BLOCK_R)
-                .set("BLOCK_RK", BLOCK_R),
+                .set("BLOCK_RQ", rq)
+                .set("BLOCK_RK", rk),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
             AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
@@ -333,7 +346,7 @@ impl ClDevice {
                 let groups = p.bh * p.s.div_ceil(bq);
                 self.run(&kern, &args, &[groups * bq * t], Some(&[bq * t]))
             }
-            AttnAlgo::Block(bq, bk) => {
+            AttnAlgo::Block(bq, bk, rq, rk) => {
                 let kern = self.kernel(bab::FAMILY, &defs, bab::ATTN_FWD_BLOCK)?;
                 let args = bab::AttnFwdBlock {
                     S: p.s as i32,
@@ -345,7 +358,7 @@ impl ClDevice {
                     o: o.storage(),
                     lse: lse.storage(),
                 };
-                let items = (bq / BLOCK_R) * (bk / BLOCK_R);
+                let items = (bq / rq) * (bk / rk);
                 let groups = p.bh * p.s.div_ceil(bq);
                 self.run(&kern, &args, &[groups * items], Some(&[items]))
             }
@@ -373,8 +386,8 @@ impl ClDevice {
         let defs = Self::attn_defines(p, algo);
         let causal = i32::from(p.causal);
         match algo {
-            AttnAlgo::Block(bq, bk) => {
-                let items = (bq / BLOCK_R) * (bk / BLOCK_R);
+            AttnAlgo::Block(bq, bk, rq, rk) => {
+                let items = (bq / rq) * (bk / rk);
                 let global = [p.bh * p.s.div_ceil(bq) * items];
                 let local = Some(&[items][..]);
                 let kq = self.kernel(bab::FAMILY, &defs, bab::ATTN_DQ_BLOCK)?;
@@ -779,17 +792,29 @@ mod tests {
     fn block_layouts_are_offered_to_gpus_where_their_tiles_fit() {
         use AttnAlgo::Block;
         use Pass::{Backward, Forward};
-        // D = 64: the forward's (64, 64) needs 56 KiB; the backward's (32, 32) needs 43 KiB, (64, 32) 69 KiB.
+        // D = 64: the forward's (64, 64) needs 56 KiB; the backward's (32, 32) needs 43 KiB, (64, 32) 69 KiB;
+        // the wider register blocks are forward only.
         assert_eq!(
             offered(Forward, false, 64),
-            [Block(64, 32), Block(32, 64), Block(32, 32)]
+            [
+                Block(64, 32, 4, 4),
+                Block(32, 64, 4, 4),
+                Block(32, 32, 4, 4),
+                Block(64, 32, 8, 4),
+                Block(32, 32, 8, 4),
+                Block(64, 32, 8, 8),
+                Block(32, 64, 4, 8)
+            ]
         );
-        assert_eq!(offered(Backward, false, 64), [Block(32, 32)]);
+        assert_eq!(offered(Backward, false, 64), [Block(32, 32, 4, 4)]);
         // D = 40 (not a power of two): every forward fits, (64, 64) in 43 KiB.
-        assert_eq!(offered(Forward, false, 40).len(), 4);
-        assert_eq!(offered(Backward, false, 40), [Block(32, 32)]);
-        // D = 128: one forward; no backward fits 48 KiB.
-        assert_eq!(offered(Forward, false, 128), [Block(32, 32)]);
+        assert_eq!(offered(Forward, false, 40).len(), BLOCKS.len());
+        assert_eq!(offered(Backward, false, 40), [Block(32, 32, 4, 4)]);
+        // D = 128: the 32-row forwards; no backward fits 48 KiB.
+        assert_eq!(
+            offered(Forward, false, 128),
+            [Block(32, 32, 4, 4), Block(32, 32, 8, 4)]
+        );
         assert!(offered(Backward, false, 128).is_empty());
         // Head dimensions that are not a multiple of 4, or above 128, get none.
         for d in [42, 130, 256] {
@@ -802,7 +827,7 @@ mod tests {
         // A device of 32 KiB and 128 items per group.
         assert_eq!(
             block_candidates(Forward, false, 64, 128, 32 * 1024),
-            [Block(32, 32)]
+            [Block(32, 32, 4, 4), Block(32, 32, 8, 4)]
         );
     }
 
@@ -810,35 +835,41 @@ mod tests {
     fn block_fits_checks_every_limit() {
         use Pass::{Backward, Forward};
         let (wg, lm) = GPU;
-        assert!(block_fits(Forward, 64, (32, 32), wg, lm));
+        assert!(block_fits(Forward, 64, (32, 32, 4, 4), wg, lm));
         assert!(
-            !block_fits(Forward, 64, (30, 32), wg, lm),
+            !block_fits(Forward, 64, (30, 32, 4, 4), wg, lm),
             "bq not a multiple of 4"
         );
         assert!(
-            !block_fits(Forward, 64, (32, 30), wg, lm),
+            !block_fits(Forward, 64, (32, 30, 4, 4), wg, lm),
             "bk not a multiple of 4"
         );
-        assert!(!block_fits(Forward, 64, (32, 0), wg, lm), "no keys");
-        assert!(!block_fits(Forward, 64, (0, 32), wg, lm), "no rows");
+        assert!(!block_fits(Forward, 64, (32, 0, 4, 4), wg, lm), "no keys");
+        assert!(!block_fits(Forward, 64, (0, 32, 4, 4), wg, lm), "no rows");
         // bk = 8: two items per row would hold 8 float4 groups of D = 64 each, too many for the backward's two
         // accumulator sets; bk = 4 is too many for either.
-        assert!(block_fits(Forward, 64, (32, 8), wg, lm));
-        assert!(!block_fits(Backward, 64, (32, 8), wg, lm));
-        assert!(!block_fits(Forward, 64, (32, 4), wg, lm));
-        assert!(block_fits(Forward, 32, (32, 4), wg, lm));
+        assert!(block_fits(Forward, 64, (32, 8, 4, 4), wg, lm));
+        assert!(!block_fits(Backward, 64, (32, 8, 4, 4), wg, lm));
+        assert!(!block_fits(Forward, 64, (32, 4, 4, 4), wg, lm));
+        assert!(block_fits(Forward, 32, (32, 4, 4, 4), wg, lm));
         assert!(
-            !block_fits(Forward, 64, (32, 32), 32, lm),
+            !block_fits(Forward, 64, (32, 32, 4, 4), 32, lm),
             "64 items over a 32-item limit"
         );
+        // Register blocks of 4 or 8 by 4 or 8 in the forward, 4 × 4 only in the backward.
+        assert!(block_fits(Forward, 64, (64, 32, 8, 4), wg, lm));
+        assert!(block_fits(Forward, 64, (64, 32, 8, 8), wg, lm));
+        assert!(!block_fits(Backward, 64, (32, 32, 8, 4), wg, lm));
+        assert!(!block_fits(Forward, 64, (48, 32, 6, 4), wg, lm), "rq 6");
+        assert!(!block_fits(Forward, 64, (32, 32, 4, 0), wg, lm), "rk 0");
         for (pass, floats) in [
             (Forward, 64 * 68 + 32 * 36 + 32 * 8),
             (Backward, 2 * 64 * 68 + 2 * 32 * 36 + 2 * 32),
         ] {
-            let need = (block_local_floats(pass, 64, 32, 32) * 4) as u64;
+            let need = (block_local_floats(pass, 64, 32, 32, 4) * 4) as u64;
             assert_eq!(need, floats * 4);
-            assert!(block_fits(pass, 64, (32, 32), wg, need));
-            assert!(!block_fits(pass, 64, (32, 32), wg, need - 4));
+            assert!(block_fits(pass, 64, (32, 32, 4, 4), wg, need));
+            assert!(!block_fits(pass, 64, (32, 32, 4, 4), wg, need - 4));
         }
     }
 }
