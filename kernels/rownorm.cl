@@ -204,71 +204,120 @@ __kernel void rn_row_item(const int rows, const int D, const float eps, const in
     rstd[o] = r;
 }
 
-// rms_norm backward per row, from x, the output gradient g, γ and the saved rstd r:
-//   dx = (ĝ − x̂·c)·r with ĝ = g·γ, x̂ = x·r and c = Σ ĝ·x̂ / D.
-// IN_HALF for x, B_HALF for g, A_HALF for γ, OUT_HALF for dx; dγ = Σ over rows of g·x̂ is a column sum, left to
-// the reductions. Kernels: rnb_row_wg (a work-group per row, GPUs) and rnb_row_item (a work-item per row, float8
-// loads with VEC8, CPU OpenCL); both read x and g twice.
+// The backward's input gradient per row, from x, the output gradient g, γ, the saved rstd r and, for layer_norm
+// (CENTER 1), the saved mean μ. With u = x − μ (rms_norm: u = x), ĝ = g·γ and c = r²·Σĝ·u / D:
+//   layer_norm: dx = (ĝ − Σĝ/D − u·c)·r, which is r·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with x̂ = u·r;
+//   rms_norm:   dx = (ĝ − u·c)·r.
+// IN_HALF for x, B_HALF for g, A_HALF for γ, OUT_HALF for dx; μ and r are f32 (mean is not read for rms_norm:
+// any buffer stands in). dγ = Σ over rows of g·x̂ (and layer_norm's dβ = Σ over rows of g) are column sums, left
+// to the reductions. Kernels: rnb_row_wg (a work-group per row, GPUs) and rnb_row_item (a work-item per row,
+// float8 loads with VEC8, CPU OpenCL); both read x and g twice.
+
+#if CENTER
+#define RNB_U(v) ((v) - m)
+#else
+#define RNB_U(v) (v)
+#endif
 
 __kernel void rnb_row_wg(const int D, const int has_gamma, __global const float* x, __global const float* g,
-                         __global const float* gamma, __global const float* rstd, __global float* dx,
-                         __local float* sc) {
+                         __global const float* gamma, __global const float* mean, __global const float* rstd,
+                         __global float* dx, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int o = get_group_id(0);
     const size_t b = (size_t)o * D;
     const float r = rstd[o];
+#if CENTER
+    const float m = mean[o];
+    float mg = 0.0f;
+#endif
     float c = 0.0f;
     for (int j = lid; j < D; j += L) {
         float gh = LDX(B_HALF, g, b + j);
         if (has_gamma) gh *= LDX(A_HALF, gamma, j);
-        c += gh * LDX(IN_HALF, x, b + j);
+#if CENTER
+        mg += gh;
+#endif
+        c += gh * RNB_U(LDX(IN_HALF, x, b + j));
     }
+#if CENTER
+    RN_GROUP_SUM(mg)
+    mg /= (float)D;
+#endif
     RN_GROUP_SUM(c)
     c *= r * r / (float)D;
     for (int j = lid; j < D; j += L) {
         float gh = LDX(B_HALF, g, b + j);
         if (has_gamma) gh *= LDX(A_HALF, gamma, j);
-        STX(OUT_HALF, (gh - LDX(IN_HALF, x, b + j) * c) * r, dx, b + j);
+#if CENTER
+        gh -= mg;
+#endif
+        STX(OUT_HALF, (gh - RNB_U(LDX(IN_HALF, x, b + j)) * c) * r, dx, b + j);
     }
 }
 
 __kernel void rnb_row_item(const int rows, const int D, const int has_gamma, __global const float* x,
-                           __global const float* g, __global const float* gamma, __global const float* rstd,
-                           __global float* dx) {
+                           __global const float* g, __global const float* gamma, __global const float* mean,
+                           __global const float* rstd, __global float* dx) {
     const int o = get_global_id(0);
     if (o >= rows) return;
     const size_t b = (size_t)o * D;
     const float r = rstd[o];
+#if CENTER
+    const float m = mean[o];
+    float mg = 0.0f;
+#endif
     float c = 0.0f;
 #if VEC8
     float8 a = (float8)(0.0f);
+#if CENTER
+    float8 ag = (float8)(0.0f);
+#endif
     for (int j = 0; j < D; j += 8) {
         float8 gh = RN_LD8(B_HALF, g, b + j);
         if (has_gamma) gh *= RN_LD8(A_HALF, gamma, j);
-        a += gh * RN_LD8(IN_HALF, x, b + j);
+#if CENTER
+        ag += gh;
+#endif
+        a += gh * RNB_U(RN_LD8(IN_HALF, x, b + j));
     }
     const float4 h = a.lo + a.hi;
     c = (h.s0 + h.s1) + (h.s2 + h.s3);
+#if CENTER
+    const float4 hg = ag.lo + ag.hi;
+    mg = (hg.s0 + hg.s1) + (hg.s2 + hg.s3);
+#endif
 #else
     for (int j = 0; j < D; ++j) {
         float gh = LDX(B_HALF, g, b + j);
         if (has_gamma) gh *= LDX(A_HALF, gamma, j);
-        c += gh * LDX(IN_HALF, x, b + j);
+#if CENTER
+        mg += gh;
+#endif
+        c += gh * RNB_U(LDX(IN_HALF, x, b + j));
     }
+#endif
+#if CENTER
+    mg /= (float)D;
 #endif
     c *= r * r / (float)D;
 #if VEC8
     for (int j = 0; j < D; j += 8) {
         float8 gh = RN_LD8(B_HALF, g, b + j);
         if (has_gamma) gh *= RN_LD8(A_HALF, gamma, j);
-        RN_ST8(OUT_HALF, (gh - RN_LD8(IN_HALF, x, b + j) * c) * r, dx, b + j);
+#if CENTER
+        gh -= mg;
+#endif
+        RN_ST8(OUT_HALF, (gh - RNB_U(RN_LD8(IN_HALF, x, b + j)) * c) * r, dx, b + j);
     }
 #else
     for (int j = 0; j < D; ++j) {
         float gh = LDX(B_HALF, g, b + j);
         if (has_gamma) gh *= LDX(A_HALF, gamma, j);
-        STX(OUT_HALF, (gh - LDX(IN_HALF, x, b + j) * c) * r, dx, b + j);
+#if CENTER
+        gh -= mg;
+#endif
+        STX(OUT_HALF, (gh - RNB_U(LDX(IN_HALF, x, b + j)) * c) * r, dx, b + j);
     }
 #endif
 }

@@ -339,3 +339,356 @@ fn rms_norm_backward_matches_finite_differences() {
         }
     }
 }
+
+/// Row lengths and counts of the layer_norm backward checks.
+const BACK_DS: [usize; 6] = [1, 3, 40, 100, 257, 1024];
+const BACK_ROWS: [usize; 3] = [1, 5, 33];
+
+/// The algorithms forced on layer_norm's backward: the composed path, one item per row, work-groups of several
+/// sizes (1 and 16 leave most items of a row idle or looping; 256 is wider than most rows here), and a register
+/// form, which has no backward kernel and runs as the work-group kernel of its size.
+fn back_algos() -> [RowNormAlgo; 7] {
+    [
+        RowNormAlgo::Composed,
+        RowNormAlgo::Item,
+        RowNormAlgo::Wg(1),
+        RowNormAlgo::Wg(16),
+        RowNormAlgo::Wg(64),
+        RowNormAlgo::Wg(256),
+        RowNormAlgo::Reg(64, 2),
+    ]
+}
+
+fn check_layer_norm_backward(dev: &Device, dt: DType) {
+    let mut cases = 0;
+    for (i, &d) in BACK_DS.iter().enumerate() {
+        for (j, &rows) in BACK_ROWS.iter().enumerate() {
+            let seed = (i * 10 + j + 500) as u64;
+            let (xc, xd) = input(dev, &[rows, d], seed, dt);
+            let (gc, gd) = input(dev, &[rows, d], seed + 1, dt);
+            let (wc, wd) = input(dev, &[d], seed + 2, DType::F32);
+            let (bc, bd) = input(dev, &[d], seed + 3, DType::F32);
+            // γ with β, neither, and each alone.
+            let (gm, bt) =
+                [(true, true), (false, false), (true, false), (false, true)][(i + j) % 4];
+            let (w, wdv) = (gm.then_some(&wc), gm.then_some(&wd));
+            let oc = ops::layer_norm(&xc, 1, w, bt.then_some(&bc), 1e-5).unwrap();
+            let od = ops::layer_norm(&xd, 1, wdv, bt.then_some(&bd), 1e-5).unwrap();
+            let want = ops::layer_norm_backward(&xc, &gc, &oc, 1, w, bt).unwrap();
+            let composed = ops::norm::layer_norm_backward_with(
+                &xd,
+                &gd,
+                &od,
+                1,
+                wdv,
+                bt,
+                Some(RowNormAlgo::Composed),
+            )
+            .unwrap();
+            for a in back_algos() {
+                let what =
+                    format!("layer_norm_backward {a:?} rows {rows} d {d} {dt:?} γ {gm} β {bt}");
+                let got = ops::norm::layer_norm_backward_with(&xd, &gd, &od, 1, wdv, bt, Some(a))
+                    .unwrap();
+                assert_eq!(got.dx.dtype(), dt, "{what}: dx dtype");
+                close(
+                    &got.dx,
+                    &want.dx,
+                    tol(dt),
+                    &format!("{what} dx against cpu"),
+                );
+                close(
+                    &got.dx,
+                    &composed.dx.cast(DType::F32).unwrap(),
+                    tol(dt),
+                    &format!("{what} dx against composed"),
+                );
+                assert_eq!(got.dgamma.is_some(), gm, "{what}: dγ presence");
+                assert_eq!(got.dbeta.is_some(), bt, "{what}: dβ presence");
+                for (name, g, c) in [
+                    ("dγ", &got.dgamma, &want.dgamma),
+                    ("dβ", &got.dbeta, &want.dbeta),
+                ] {
+                    if let (Some(g), Some(c)) = (g, c) {
+                        assert_eq!(g.shape(), &[d], "{what}: {name} shape");
+                        close(g, c, 1e-3, &format!("{what} {name}"));
+                    }
+                }
+                cases += 1;
+            }
+        }
+    }
+    assert!(cases >= 100, "{cases} cases");
+}
+
+#[test]
+fn layer_norm_backward_every_algorithm_f32() {
+    let Some(dev) = opencl_device() else { return };
+    check_layer_norm_backward(&dev, DType::F32);
+}
+
+#[test]
+fn layer_norm_backward_every_algorithm_f16() {
+    let Some(dev) = opencl_device() else { return };
+    check_layer_norm_backward(&dev, DType::F16);
+}
+
+/// layer_norm over the last two dimensions (rows of 4·25) with f16 gradient and f32 input: the saved statistics
+/// keep the reduced axes, γ's and β's gradients keep γ's shape.
+#[test]
+fn layer_norm_backward_over_two_dimensions() {
+    let Some(dev) = opencl_device() else { return };
+    let (xc, xd) = input(&dev, &[3, 5, 4, 25], 71, DType::F32);
+    let (gc, gd) = input(&dev, &[3, 5, 4, 25], 72, DType::F16);
+    let (wc, wd) = input(&dev, &[4, 25], 73, DType::F32);
+    let (bc, bd) = input(&dev, &[4, 25], 74, DType::F32);
+    let oc = ops::layer_norm(&xc, 2, Some(&wc), Some(&bc), 1e-5).unwrap();
+    let od = ops::layer_norm(&xd, 2, Some(&wd), Some(&bd), 1e-5).unwrap();
+    let want = ops::layer_norm_backward(&xc, &gc, &oc, 2, Some(&wc), true).unwrap();
+    for a in back_algos() {
+        let got = ops::norm::layer_norm_backward_with(&xd, &gd, &od, 2, Some(&wd), true, Some(a))
+            .unwrap();
+        close(&got.dx, &want.dx, 1e-4, &format!("{a:?} dx"));
+        let (dg, db) = (got.dgamma.unwrap(), got.dbeta.unwrap());
+        assert_eq!(dg.shape(), &[4, 25], "{a:?} dγ shape");
+        assert_eq!(db.shape(), &[4, 25], "{a:?} dβ shape");
+        close(
+            &dg,
+            want.dgamma.as_ref().unwrap(),
+            1e-3,
+            &format!("{a:?} dγ"),
+        );
+        close(
+            &db,
+            want.dbeta.as_ref().unwrap(),
+            1e-3,
+            &format!("{a:?} dβ"),
+        );
+    }
+}
+
+/// Σ w·y of layer_norm on the device, summed in float64 on the host.
+fn ln_loss(
+    dev: &Device,
+    xv: &[f32],
+    shape: &[usize],
+    gamma: Option<&Tensor>,
+    beta: Option<&Tensor>,
+    w: &[f32],
+) -> f64 {
+    let x = Tensor::from_slice(dev, xv, shape).unwrap();
+    let y = ops::layer_norm(&x, 1, gamma, beta, 1e-5)
+        .unwrap()
+        .y
+        .to_vec::<f32>()
+        .unwrap();
+    y.iter().zip(w).map(|(a, b)| *a as f64 * *b as f64).sum()
+}
+
+/// Every forced algorithm's input gradient (and γ's and β's) against central differences of Σ w·y on the
+/// OpenCL device, with γ and β (D = 100) and without (D = 257).
+#[test]
+fn layer_norm_backward_matches_finite_differences() {
+    let Some(dev) = opencl_device() else { return };
+    for (d, affine) in [(100usize, true), (257, false)] {
+        let shape = [3, d];
+        let (xc, xd) = input(&dev, &shape, 81, DType::F32);
+        let (wc, wd) = input(&dev, &shape, 82, DType::F32);
+        let (gc, gd) = input(&dev, &[d], 83, DType::F32);
+        let (bc, bd) = input(&dev, &[d], 84, DType::F32);
+        let (gamma, beta) = (affine.then_some(&gd), affine.then_some(&bd));
+        let xv = xc.to_vec::<f32>().unwrap();
+        let wv = wc.to_vec::<f32>().unwrap();
+        let out = ops::layer_norm(&xd, 1, gamma, beta, 1e-5).unwrap();
+        let h = 1e-2f32;
+        let fd_x: Vec<(usize, f64)> = [0usize, 57, d + 3, 3 * d - 1]
+            .into_iter()
+            .map(|k| {
+                let (mut p, mut m) = (xv.clone(), xv.clone());
+                p[k] += h;
+                m[k] -= h;
+                let fd = (ln_loss(&dev, &p, &shape, gamma, beta, &wv)
+                    - ln_loss(&dev, &m, &shape, gamma, beta, &wv))
+                    / (2.0 * h as f64);
+                (k, fd)
+            })
+            .collect();
+        // γ's and β's gradients by differences in one parameter.
+        let param_fd = |which: usize, k: usize| -> f64 {
+            let base = [gc.to_vec::<f32>().unwrap(), bc.to_vec::<f32>().unwrap()];
+            let at = |s: f32| {
+                let mut v = base.clone();
+                v[which][k] += s;
+                let g = Tensor::from_slice(&dev, &v[0], &[d]).unwrap();
+                let b = Tensor::from_slice(&dev, &v[1], &[d]).unwrap();
+                ln_loss(&dev, &xv, &shape, Some(&g), Some(&b), &wv)
+            };
+            (at(h) - at(-h)) / (2.0 * h as f64)
+        };
+        for a in back_algos() {
+            let got =
+                ops::norm::layer_norm_backward_with(&xd, &wd, &out, 1, gamma, affine, Some(a))
+                    .unwrap();
+            let dx = got.dx.to_vec::<f32>().unwrap();
+            for &(k, fd) in &fd_x {
+                assert!(
+                    (dx[k] as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
+                    "{a:?} d {d}: dx[{k}] = {} against {fd}",
+                    dx[k]
+                );
+            }
+            if affine {
+                let dg = got.dgamma.unwrap().to_vec::<f32>().unwrap();
+                let db = got.dbeta.unwrap().to_vec::<f32>().unwrap();
+                for k in [0usize, 41, d - 1] {
+                    for (which, v) in [(0, dg[k]), (1, db[k])] {
+                        let fd = param_fd(which, k);
+                        assert!(
+                            (v as f64 - fd).abs() <= 2e-2 * (1.0 + fd.abs()),
+                            "{a:?} d {d}: {}[{k}] = {v} against {fd}",
+                            ["dγ", "dβ"][which]
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A forced work-group size that is not a power of two (or beyond the device) is refused with the limits named;
+/// saved statistics of the wrong shape and integer inputs are refused before anything runs; a forced algorithm
+/// that fits is recorded as forced under the backward's own key.
+#[test]
+fn layer_norm_backward_refuses_misfits_and_records_forced() {
+    let Some(dev) = opencl_device() else { return };
+    let (_, xd) = input(&dev, &[2, 100], 1, DType::F32);
+    let (_, gd) = input(&dev, &[2, 100], 2, DType::F32);
+    let out = ops::layer_norm(&xd, 1, None, None, 1e-5).unwrap();
+    for a in [
+        RowNormAlgo::Wg(48),
+        RowNormAlgo::Reg(96, 2),
+        RowNormAlgo::Wg(1 << 20),
+    ] {
+        let e = ops::norm::layer_norm_backward_with(&xd, &gd, &out, 1, None, false, Some(a))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("layer_norm_backward")
+                && e.contains("does not fit rows of 100")
+                && e.contains("power-of-two"),
+            "{a:?}: {e}"
+        );
+    }
+    let flat = netcl::ops::NormOut {
+        y: out.y.clone(),
+        mean: out.mean.reshape(&[2]).unwrap(),
+        rstd: out.rstd.clone(),
+    };
+    let e = ops::layer_norm_backward(&xd, &gd, &flat, 1, None, false)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("saved mean"), "{e}");
+    let gi = gd.cast(DType::I32).unwrap();
+    assert!(ops::layer_norm_backward(&xd, &gi, &out, 1, None, false).is_err());
+    let since = netcl::autotune::decisions_since(0)
+        .last()
+        .map_or(0, |d| d.seq);
+    ops::norm::layer_norm_backward_with(&xd, &gd, &out, 1, None, false, Some(RowNormAlgo::Item))
+        .unwrap();
+    let forced: Vec<_> = netcl::autotune::decisions_since(since)
+        .into_iter()
+        .filter(|d| d.kernel == "layer_norm_rows_backward" && d.shape_key == "(2, 128, 0, 0)")
+        .collect();
+    assert!(
+        forced
+            .iter()
+            .any(|d| d.source == netcl::autotune::Source::Forced && d.winner_label.contains("item")),
+        "{forced:?}"
+    );
+}
+
+/// Without a forced algorithm the device chooses among the composed path and the row kernels under the key
+/// `layer_norm_rows_backward`, and the result matches the reference.
+#[test]
+fn layer_norm_backward_tuned_choice_matches_reference() {
+    let Some(dev) = opencl_device() else { return };
+    // A row count no other test of this file uses, so the decision below is this call's.
+    let (xc, xd) = input(&dev, &[130, 1023], 13, DType::F32);
+    let (gc, gd) = input(&dev, &[130, 1023], 14, DType::F32);
+    let (wc, wd) = input(&dev, &[1023], 15, DType::F32);
+    let oc = ops::layer_norm(&xc, 1, Some(&wc), None, 1e-5).unwrap();
+    let od = ops::layer_norm(&xd, 1, Some(&wd), None, 1e-5).unwrap();
+    let want = ops::layer_norm_backward(&xc, &gc, &oc, 1, Some(&wc), true).unwrap();
+    let got = ops::layer_norm_backward(&xd, &gd, &od, 1, Some(&wd), true).unwrap();
+    close(&got.dx, &want.dx, 1e-4, "tuned dx");
+    close(
+        got.dgamma.as_ref().unwrap(),
+        want.dgamma.as_ref().unwrap(),
+        1e-3,
+        "tuned dγ",
+    );
+    close(
+        got.dbeta.as_ref().unwrap(),
+        want.dbeta.as_ref().unwrap(),
+        1e-3,
+        "tuned dβ",
+    );
+    let mine: Vec<_> = netcl::autotune::decisions_since(0)
+        .into_iter()
+        .filter(|d| d.kernel == "layer_norm_rows_backward" && d.shape_key == "(256, 1024, 0, 0)")
+        .collect();
+    assert!(
+        !mine.is_empty(),
+        "no layer_norm_rows_backward decision for 130 rows"
+    );
+    for d in &mine {
+        assert_ne!(d.source, netcl::autotune::Source::Forced, "{d:?}");
+        if !d.candidates.is_empty() {
+            assert!(
+                d.candidates.iter().any(|c| c.label.contains("composed")),
+                "composed path missing: {:?}",
+                d.candidates
+            );
+        }
+    }
+}
+
+/// Autograd's layer_norm (the `LayerNorm` layer's forward) takes its input gradient from the row family: its
+/// backward leaves a `layer_norm_rows_backward` decision, and its gradients match the reference.
+#[test]
+fn autograd_layer_norm_goes_through_the_row_backward() {
+    use netcl::autograd::{Var, ops as ag};
+    let Some(dev) = opencl_device() else { return };
+    let (xc, xd) = input(&dev, &[77, 48], 21, DType::F32);
+    let (wc, wd) = input(&dev, &[77, 48], 22, DType::F32);
+    let (gc, gd) = input(&dev, &[48], 23, DType::F32);
+    let (bc, bd) = input(&dev, &[48], 24, DType::F32);
+    let since = netcl::autotune::decisions_since(0)
+        .last()
+        .map_or(0, |d| d.seq);
+    let (x, gamma, beta) = (Var::param(xd), Var::param(gd), Var::param(bd));
+    let y = ag::layer_norm(&x, 1, &gamma, &beta, 1e-5).unwrap();
+    let loss = ag::sum_all(&ag::mul(&y, &Var::constant(wd)).unwrap()).unwrap();
+    loss.backward().unwrap();
+    let oc = ops::layer_norm(&xc, 1, Some(&gc), Some(&bc), 1e-5).unwrap();
+    let want = ops::layer_norm_backward(&xc, &wc, &oc, 1, Some(&gc), true).unwrap();
+    close(&x.grad().unwrap(), &want.dx, 1e-4, "autograd dx");
+    close(
+        &gamma.grad().unwrap(),
+        want.dgamma.as_ref().unwrap(),
+        1e-3,
+        "autograd dγ",
+    );
+    close(
+        &beta.grad().unwrap(),
+        want.dbeta.as_ref().unwrap(),
+        1e-3,
+        "autograd dβ",
+    );
+    assert!(
+        netcl::autotune::decisions_since(since)
+            .iter()
+            .any(|d| d.kernel == "layer_norm_rows_backward" && d.shape_key == "(128, 64, 1, 0)"),
+        "no layer_norm_rows_backward decision for autograd's layer_norm"
+    );
+}

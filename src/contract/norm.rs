@@ -142,12 +142,15 @@ pub(crate) struct RowNorm<'a> {
     pub algo: Option<RowNormAlgo>,
 }
 
-/// The tensors of one rms_norm backward over `rows` rows of `d` elements: the input's gradient `dx` from x,
-/// the output gradient `g`, γ and the forward's `rstd`.
+/// The tensors of one layer_norm or rms_norm backward over `rows` rows of `d` elements: the input's gradient
+/// `dx` from x, the output gradient `g`, γ and the forward's statistics.
 pub(crate) struct RowNormBack<'a> {
     pub x: &'a Tensor,
     pub g: &'a Tensor,
     pub gamma: Option<&'a Tensor>,
+    /// The forward's mean per row (f32) for layer_norm, whose rows are centred; `None` for rms_norm.
+    pub mean: Option<&'a Tensor>,
+    /// The forward's 1/√(var + ε) per row (f32).
     pub rstd: &'a Tensor,
     pub rows: usize,
     pub d: usize,
@@ -177,6 +180,17 @@ pub(crate) trait NormKernels {
     /// rms_norm's input gradient over rows, as [`NormKernels::row_norm`]: `Ok(true)` when a one-launch
     /// kernel wrote `dx`, `Ok(false)` when the caller runs `composed`.
     fn rms_norm_backward_rows(
+        &self,
+        _device: &Device,
+        _rb: &RowNormBack<'_>,
+        _composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        Ok(false)
+    }
+
+    /// layer_norm's input gradient over rows (`rb.mean` given), as
+    /// [`NormKernels::rms_norm_backward_rows`].
+    fn layer_norm_backward_rows(
         &self,
         _device: &Device,
         _rb: &RowNormBack<'_>,

@@ -4,9 +4,9 @@
 //! Training batch_norm2d has its own kernels (per-channel statistics as a grid reduction, then one normalising
 //! pass: the input is read twice and the output written once); the others are composed from the reduction
 //! passes (autotuned per shape) and fused elementwise kernels. layer_norm and rms_norm also have one-launch row
-//! kernels (statistics and output per row, x read once or twice); the tuner measures them beside the composed
-//! path per shape class. No value goes through the host. ε and momentum travel as kernel arguments, never as
-//! source.
+//! kernels (statistics and output per row, x read once or twice), and one-launch input gradients for their
+//! backward (x and g read twice); the tuner measures them beside the composed path per shape class. No value
+//! goes through the host. ε and momentum travel as kernel arguments, never as source.
 
 use super::limit;
 pub use crate::contract::norm::{
@@ -102,21 +102,17 @@ fn affine(
     }
 }
 
-/// The shared backward: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) over `axes`, with ĝ = g·γ, and the parameter
-/// gradients summed over `param_axes` into `param_shape`.
-#[allow(clippy::too_many_arguments)]
-fn backward(
+/// The composed input gradient over `axes`: dx = rstd·(ĝ − mean(ĝ) − x̂·mean(ĝ·x̂)) with ĝ = g·γ (rms_norm,
+/// `center` false: dx = (ĝ − x̂·mean(ĝ·x̂))·rstd with x̂ = x·rstd), stored like x, and x̂ (f32).
+fn input_grad(
     x: &Tensor,
     g: &Tensor,
     m: &Tensor,
     rstd: &Tensor,
     gamma: Option<&Tensor>,
     axes: &[isize],
-    param_axes: &[isize],
-    param_shape: &[usize],
-    has_beta: bool,
     center: bool,
-) -> Result<NormGrads> {
+) -> Result<(Tensor, Tensor)> {
     let xhat = if center {
         fz("(x0 - x1) * x2", &[x, m, rstd])?
     } else {
@@ -135,6 +131,25 @@ fn backward(
     } else {
         fused_as("(x0 - x2 * x3) * x1", &[&gh, rstd, &xhat, &mgx], x.dtype())?
     };
+    Ok((dx, xhat))
+}
+
+/// The shared backward: the input gradient of [`input_grad`] and the parameter gradients summed over
+/// `param_axes` into `param_shape`.
+#[allow(clippy::too_many_arguments)]
+fn backward(
+    x: &Tensor,
+    g: &Tensor,
+    m: &Tensor,
+    rstd: &Tensor,
+    gamma: Option<&Tensor>,
+    axes: &[isize],
+    param_axes: &[isize],
+    param_shape: &[usize],
+    has_beta: bool,
+    center: bool,
+) -> Result<NormGrads> {
+    let (dx, xhat) = input_grad(x, g, m, rstd, gamma, axes, center)?;
     let dgamma = match gamma {
         Some(_) => {
             Some(sum(&fz("x0 * x1", &[g, &xhat])?, Some(param_axes), false)?.reshape(param_shape)?)
@@ -251,6 +266,22 @@ pub fn layer_norm_backward(
     gamma: Option<&Tensor>,
     has_beta: bool,
 ) -> Result<NormGrads> {
+    layer_norm_backward_with(x, grad, out, normalized, gamma, has_beta, None)
+}
+
+/// [`layer_norm_backward`] with the input gradient's row algorithm forced to `algo` when given
+/// (`Reg(local, _)` runs as `Wg(local)`; the built-in device has one path and ignores it). The saved mean and
+/// rstd must have the forward's shape: x's leading dimensions, then `normalized` ones.
+pub fn layer_norm_backward_with(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    normalized: usize,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+    algo: Option<RowNormAlgo>,
+) -> Result<NormGrads> {
+    let op = "layer_norm_backward";
     let r = x.rank();
     if grad.shape() != x.shape() {
         return Err(Error::shape_mismatch(
@@ -265,22 +296,86 @@ pub fn layer_norm_backward(
             x.shape()
         )));
     }
+    x.same_device(&[grad, &out.mean, &out.rstd], op)?;
+    for t in [x, grad, &out.mean, &out.rstd] {
+        expect_float(t, op)?;
+    }
     let inner = x.shape()[r - normalized..].to_vec();
+    let mut stat_shape = x.shape()[..r - normalized].to_vec();
+    stat_shape.resize(r, 1);
+    for (t, what) in [(&out.mean, "mean"), (&out.rstd, "rstd")] {
+        if t.shape() != stat_shape.as_slice() {
+            return Err(Error::shape_mismatch(
+                format!("layer_norm_backward saved {what}"),
+                &stat_shape,
+                t.shape(),
+            ));
+        }
+    }
+    check_param(gamma, &inner, x, "gamma", op)?;
+    limit(x, op)?;
     let axes: Vec<isize> = (r - normalized..r).map(|a| a as isize).collect();
     let lead: Vec<isize> = (0..r - normalized).map(|a| a as isize).collect();
     let g = gamma.map(|t| t.reshape(&inner)).transpose()?;
-    backward(
+    let full = || {
+        backward(
+            x,
+            grad,
+            &out.mean,
+            &out.rstd,
+            g.as_ref(),
+            &axes,
+            &lead,
+            &inner,
+            has_beta,
+            true,
+        )
+    };
+    // What the row kernel replaces, for the tuner to time against it: the input gradient alone.
+    let dx_only = || -> Result<()> {
+        input_grad(x, grad, &out.mean, &out.rstd, g.as_ref(), &axes, true).map(drop)
+    };
+    let dev = x.device();
+    let (m, rstd) = (widen(&out.mean)?, widen(&out.rstd)?);
+    let dx = Tensor::empty(dev, x.shape(), x.dtype())?;
+    let d: usize = inner.iter().product();
+    let rb = RowNormBack {
         x,
-        grad,
-        &out.mean,
-        &out.rstd,
-        g.as_ref(),
-        &axes,
-        &lead,
-        &inner,
-        has_beta,
-        true,
-    )
+        g: grad,
+        gamma: g.as_ref(),
+        mean: Some(&m),
+        rstd: &rstd,
+        rows: x.numel().checked_div(d).unwrap_or(0),
+        d,
+        dx: &dx,
+        algo,
+    };
+    let fused = {
+        let mut run = dx_only;
+        dev.backend().layer_norm_backward_rows(dev, &rb, &mut run)?
+    };
+    if !fused {
+        return full();
+    }
+    // γ's and β's gradients are column sums over the rows: one fused product and one reduction for dγ, one
+    // reduction for dβ.
+    let dgamma = match &g {
+        Some(_) => Some(
+            sum(
+                &fz("x0 * (x1 - x2) * x3", &[grad, x, &m, &rstd])?,
+                Some(&lead),
+                false,
+            )?
+            .reshape(&inner)?,
+        ),
+        None => None,
+    };
+    let dbeta = if has_beta {
+        Some(sum(grad, Some(&lead), false)?.reshape(&inner)?)
+    } else {
+        None
+    };
+    Ok(NormGrads { dx, dgamma, dbeta })
 }
 
 /// RMS normalisation over the last dimension: `x / √(mean(x²) + ε) · γ`.
@@ -372,6 +467,11 @@ pub fn rms_norm_backward_with(
             out.rstd.shape(),
         ));
     }
+    x.same_device(&[grad, &out.rstd], "rms_norm_backward")?;
+    for t in [x, grad, &out.rstd] {
+        // The row kernels read these as f32 or f16.
+        expect_float(t, "rms_norm_backward")?;
+    }
     check_param(gamma, &[d], x, "gamma", "rms_norm_backward")?;
     limit(x, "rms_norm_backward")?;
     let lead: Vec<isize> = (0..r - 1).map(|a| a as isize).collect();
@@ -392,18 +492,7 @@ pub fn rms_norm_backward_with(
     };
     // What the row kernel replaces, for the tuner to time against it: the input gradient alone.
     let dx_only = || -> Result<()> {
-        let xhat = fz("x0 * x1", &[x, &out.rstd])?;
-        let gh = match &g {
-            Some(gm) => fz("x0 * x1", &[grad, gm])?,
-            None => grad.clone(),
-        };
-        let mgx = mean(&fz("x0 * x1", &[&gh, &xhat])?, Some(&[-1]), true)?;
-        fused_as(
-            "(x0 - x2 * x3) * x1",
-            &[&gh, &out.rstd, &xhat, &mgx],
-            x.dtype(),
-        )
-        .map(drop)
+        input_grad(x, grad, &out.mean, &out.rstd, g.as_ref(), &[-1], false).map(drop)
     };
     let dev = x.device();
     let rstd = widen(&out.rstd)?;
@@ -412,6 +501,7 @@ pub fn rms_norm_backward_with(
         x,
         g: grad,
         gamma: g.as_ref(),
+        mean: None,
         rstd: &rstd,
         rows: x.numel().checked_div(d).unwrap_or(0),
         d,

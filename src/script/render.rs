@@ -327,9 +327,10 @@ pub fn shape_fields(kernel: &str) -> Option<&'static [&'static str]> {
         "reduce_to_shape" => &["elements~", "reduced~"],
         "softmax" | "log_softmax" => &["rows~", "length~", "length % 4 = 0"],
         "batch_norm2d" => &["N~", "C~", "H·W~", "H·W % 4 = 0"],
-        "layer_norm_rows" | "rms_norm_rows" | "rms_norm_rows_backward" => {
-            &["rows~", "D~", "D % 8 = 0", "f16 buffers"]
-        }
+        "layer_norm_rows"
+        | "rms_norm_rows"
+        | "layer_norm_rows_backward"
+        | "rms_norm_rows_backward" => &["rows~", "D~", "D % 8 = 0", "f16 buffers"],
         k if k.starts_with("dwconv") || k.starts_with("depthwise") => {
             &["N~", "C", "H~", "W~", "K", "stride", "pad", "pass"]
         }

@@ -490,14 +490,16 @@ impl ClDevice {
 }
 
 impl ClDevice {
-    /// Launches one one-launch rms_norm backward kernel (not `Composed`; `Reg(local, _)` runs as `Wg(local)`).
+    /// Launches one one-launch backward kernel (not `Composed`; `Reg(local, _)` runs as `Wg(local)`): the rows
+    /// are centred (layer_norm) when `rb.mean` is given.
     fn run_rnb(&self, rb: &RowNormBack<'_>, algo: RowNormAlgo) -> Result<Event> {
         let d = rb.d;
+        let center = rb.mean.is_some();
         let halves = half_bits(&[rb.x, rb.g, rb.dx]);
         let ha = rb.gamma.map_or(0, |g| half_bits(&[g]));
         let defs = || {
             let defs = half_defines(
-                Defines::new(),
+                Defines::new().set("CENTER", u8::from(center)),
                 &[("IN_HALF", rb.x), ("B_HALF", rb.g), ("OUT_HALF", rb.dx)],
             );
             match rb.gamma {
@@ -505,8 +507,16 @@ impl ClDevice {
                 None => defs,
             }
         };
-        let key = |name, extra: usize| quick_key(rn_abi::FAMILY, name, &[halves, ha, extra]);
+        let key = |name, extra: usize| {
+            quick_key(
+                rn_abi::FAMILY,
+                name,
+                &[usize::from(center), halves, ha, extra],
+            )
+        };
+        // An absent γ is never read (x stands in), nor is the mean of rms_norm (rstd stands in).
         let gamma = rb.gamma.unwrap_or(rb.x).storage();
+        let mean = rb.mean.unwrap_or(rb.rstd).storage();
         let has_gamma = i32::from(rb.gamma.is_some());
         match algo {
             RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
@@ -518,6 +528,7 @@ impl ClDevice {
                     x: rb.x.storage(),
                     g: rb.g.storage(),
                     gamma,
+                    mean,
                     rstd: rb.rstd.storage(),
                     dx: rb.dx.storage(),
                     sc: l * 4,
@@ -536,15 +547,81 @@ impl ClDevice {
                     x: rb.x.storage(),
                     g: rb.g.storage(),
                     gamma,
+                    mean,
                     rstd: rb.rstd.storage(),
                     dx: rb.dx.storage(),
                 };
                 self.run(&k, &args, &[rb.rows], None)
             }
-            RowNormAlgo::Composed => Err(Error::Invalid(
-                "rms_norm_backward: the composed path is run by the op, not launched here".into(),
-            )),
+            RowNormAlgo::Composed => Err(Error::Invalid(format!(
+                "{}: the composed path is run by the op, not launched here",
+                back_op(center)
+            ))),
         }
+    }
+
+    /// The backward's input gradient over rows for layer_norm (`center`, with `rb.mean`) or rms_norm: the
+    /// forced or tuned algorithm, under the tune key `{op}_rows_backward`; `Ok(false)` when the composed path
+    /// is the choice.
+    fn rows_backward(
+        &self,
+        device: &Device,
+        rb: &RowNormBack<'_>,
+        center: bool,
+        composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        let op = back_op(center);
+        if rb.mean.is_some() != center {
+            return Err(Error::Invalid(format!(
+                "{op}: the saved mean is {} for this normalisation",
+                if center { "needed" } else { "not used" }
+            )));
+        }
+        if rb.rows == 0 || rb.d == 0 {
+            return Ok(false);
+        }
+        let max_wg = self.info.max_work_group_size.max(1);
+        let halves = half_bits(&[rb.x, rb.g, rb.dx]);
+        let kernel = if center {
+            "layer_norm_rows_backward"
+        } else {
+            "rms_norm_rows_backward"
+        };
+        let key = row_key(kernel, rb.rows, rb.d, halves);
+        let misfit = |a: RowNormAlgo| match a {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _)
+                if !(l.is_power_of_two() && l <= max_wg) =>
+            {
+                Some(format!(
+                    "{op}: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
+                    rb.d
+                ))
+            }
+            _ => None,
+        };
+        let chosen = row_choice(
+            device,
+            &key,
+            rb.algo,
+            misfit,
+            || self.rn_candidates(rb.d, false),
+            composed,
+            |a| self.run_rnb(rb, a).map(drop),
+        )?;
+        if chosen == RowNormAlgo::Composed {
+            return Ok(false);
+        }
+        self.run_rnb(rb, chosen)?;
+        Ok(true)
+    }
+}
+
+/// The backward op's name in messages.
+fn back_op(center: bool) -> &'static str {
+    if center {
+        "layer_norm_backward"
+    } else {
+        "rms_norm_backward"
     }
 }
 
@@ -616,37 +693,16 @@ impl NormKernels for ClDevice {
         rb: &RowNormBack<'_>,
         composed: &mut dyn FnMut() -> Result<()>,
     ) -> Result<bool> {
-        if rb.rows == 0 || rb.d == 0 {
-            return Ok(false);
-        }
-        let max_wg = self.info.max_work_group_size.max(1);
-        let halves = half_bits(&[rb.x, rb.g, rb.dx]);
-        let key = row_key("rms_norm_rows_backward", rb.rows, rb.d, halves);
-        let misfit = |a: RowNormAlgo| match a {
-            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _)
-                if !(l.is_power_of_two() && l <= max_wg) =>
-            {
-                Some(format!(
-                    "rms_norm_backward: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg})",
-                    rb.d
-                ))
-            }
-            _ => None,
-        };
-        let chosen = row_choice(
-            device,
-            &key,
-            rb.algo,
-            misfit,
-            || self.rn_candidates(rb.d, false),
-            composed,
-            |a| self.run_rnb(rb, a).map(drop),
-        )?;
-        if chosen == RowNormAlgo::Composed {
-            return Ok(false);
-        }
-        self.run_rnb(rb, chosen)?;
-        Ok(true)
+        self.rows_backward(device, rb, false, composed)
+    }
+
+    fn layer_norm_backward_rows(
+        &self,
+        device: &Device,
+        rb: &RowNormBack<'_>,
+        composed: &mut dyn FnMut() -> Result<()>,
+    ) -> Result<bool> {
+        self.rows_backward(device, rb, true, composed)
     }
 
     fn row_norm(
