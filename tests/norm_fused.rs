@@ -385,22 +385,27 @@ fn check_layer_norm_backward(dev: &Device, dt: DType) {
                 Some(RowNormAlgo::Composed),
             )
             .unwrap();
+            // dx = r·(ĝ − mean ĝ − x̂·c) is a difference of terms of size r·|ĝ|, so its rounding error grows
+            // with r = 1/σ: a row of one element has σ = 0 and r = 1/√ε ≈ 316, where dx is exactly 0 in exact
+            // arithmetic and a few float ulps of r·ĝ on a device that fuses a multiply-add differently.
+            let r_max = oc
+                .rstd
+                .to_vec::<f32>()
+                .unwrap()
+                .into_iter()
+                .fold(1.0f32, f32::max);
+            let dx_tol = tol(dt) * r_max;
             for a in back_algos() {
                 let what =
                     format!("layer_norm_backward {a:?} rows {rows} d {d} {dt:?} γ {gm} β {bt}");
                 let got = ops::norm::layer_norm_backward_with(&xd, &gd, &od, 1, wdv, bt, Some(a))
                     .unwrap();
                 assert_eq!(got.dx.dtype(), dt, "{what}: dx dtype");
-                close(
-                    &got.dx,
-                    &want.dx,
-                    tol(dt),
-                    &format!("{what} dx against cpu"),
-                );
+                close(&got.dx, &want.dx, dx_tol, &format!("{what} dx against cpu"));
                 close(
                     &got.dx,
                     &composed.dx.cast(DType::F32).unwrap(),
-                    tol(dt),
+                    dx_tol,
                     &format!("{what} dx against composed"),
                 );
                 assert_eq!(got.dgamma.is_some(), gm, "{what}: dγ presence");

@@ -153,10 +153,17 @@ macro_rules! fwd_args {
 
 /// The arguments of a one-item-per-rows dq or dk/dv kernel; the inputs of both are the same.
 macro_rules! bwd_args {
-    ($ty:path, $p:expr, $t:expr, $delta:expr, $($out:ident: $val:expr),+) => {{
+    ($ty:path, $p:expr, $t:expr, $delta:expr, $($out:ident: $val:expr),+) => {
+        grad_args!($ty, $p, $t, $delta; BH: $p.bh as i32, $($out: $val.storage()),+)
+    };
+}
+
+/// The arguments every dq and dk/dv kernel takes (the length, causality, scale, the forward's tensors, the
+/// output gradient, lse and the row terms), plus the kernel's own `fields`.
+macro_rules! grad_args {
+    ($ty:path, $p:expr, $t:expr, $delta:expr; $($field:ident: $val:expr),+ $(,)?) => {{
         use $ty as A;
         A {
-            BH: $p.bh as i32,
             S: $p.s as i32,
             causal: i32::from($p.causal),
             scale: $p.scale,
@@ -166,7 +173,7 @@ macro_rules! bwd_args {
             g: $t.g.storage(),
             lse: $t.lse.storage(),
             delta: $delta.storage(),
-            $($out: $val.storage()),+
+            $($field: $val),+
         }
     }};
 }
@@ -384,40 +391,21 @@ impl ClDevice {
         algo: AttnAlgo,
     ) -> Result<[Event; 2]> {
         let defs = Self::attn_defines(p, algo);
-        let causal = i32::from(p.causal);
         match algo {
             AttnAlgo::Block(bq, bk, rq, rk) => {
                 let items = (bq / rq) * (bk / rk);
                 let global = [p.bh * p.s.div_ceil(bq) * items];
                 let local = Some(&[items][..]);
                 let kq = self.kernel(bab::FAMILY, &defs, bab::ATTN_DQ_BLOCK)?;
-                let a = bab::AttnDqBlock {
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
+                let a = grad_args!(bab::AttnDqBlock, p, t, delta;
                     dq: t.dq.storage(),
-                };
+                );
                 let e1 = self.run(&kq, &a, &global, local)?;
                 let kk = self.kernel(bab::FAMILY, &defs, bab::ATTN_DKV_BLOCK)?;
-                let b = bab::AttnDkvBlock {
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
+                let b = grad_args!(bab::AttnDkvBlock, p, t, delta;
                     dk: t.dk.storage(),
                     dv: t.dv.storage(),
-                };
+                );
                 let e2 = self.run(&kk, &b, &global, local)?;
                 Ok([e1, e2])
             }
@@ -425,35 +413,17 @@ impl ClDevice {
                 let ld = p.d + 1;
                 let groups = p.bh * p.s.div_ceil(bq);
                 let kq = self.kernel(abi::FAMILY, &defs, abi::ATTN_DQ_TILE)?;
-                let a = abi::AttnDqTile {
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
+                let a = grad_args!(abi::AttnDqTile, p, t, delta;
                     dq: t.dq.storage(),
                     qs: bq * ld * 4,
                     gs: bq * ld * 4,
                     ks: bk * ld * 4,
                     vs: bk * ld * 4,
                     ss: bq * (bk + 1) * 4,
-                };
+                );
                 let e1 = self.run(&kq, &a, &[groups * bq * tpr], Some(&[bq * tpr]))?;
                 let kk = self.kernel(abi::FAMILY, &defs, abi::ATTN_DKV_TILE)?;
-                let b = abi::AttnDkvTile {
-                    S: p.s as i32,
-                    causal,
-                    scale: p.scale,
-                    q: t.q.storage(),
-                    k: t.k.storage(),
-                    v: t.v.storage(),
-                    g: t.g.storage(),
-                    lse: t.lse.storage(),
-                    delta: delta.storage(),
+                let b = grad_args!(abi::AttnDkvTile, p, t, delta;
                     dk: t.dk.storage(),
                     dv: t.dv.storage(),
                     ks: bq * ld * 4,
@@ -462,7 +432,7 @@ impl ClDevice {
                     gs: bk * ld * 4,
                     ps: bq * (bk + 1) * 4,
                     ds: bq * (bk + 1) * 4,
-                };
+                );
                 let e2 = self.run(&kk, &b, &[groups * bq * tpr], Some(&[bq * tpr]))?;
                 Ok([e1, e2])
             }
