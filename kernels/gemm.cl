@@ -12,6 +12,8 @@
 //                 (MR rows x NR = VW * NB columns per work-item, VW-wide vectors); the CPU OpenCL kernel.
 //  * gemm_reg     the same register blocking reading A and B in place (no packing pass; TRANS_B == 0 only).
 //  * gemm_smallk  K <= 64 without transposes: columns of B in registers, rows of A broadcast from local memory.
+//  * gemm_simple  one program for every product (transposes are arguments), small enough to compile in a
+//                 fraction of the others' time: a GPU's first calls run it while the chosen kernel is built.
 
 #ifndef TRANS_A
 #define TRANS_A 0
@@ -612,6 +614,67 @@ __kernel void gemm_reg(const int M, const int N, const int K,
 }
 #endif
 #endif
+
+// ------------------------------------------------------------------------------------------------ gemm_simple
+// 64 x 64 outputs per work-group of 16 x 16, 4 x 4 per work-item (rows ty + 16 i, columns tx + 16 j, so that stores
+// and local reads are contiguous across a row of work-items), K tiles of 16 through local memory. The transposes
+// are arguments (ta, tb), so one build serves every product; loads follow whichever index is contiguous in
+// memory. No splits (S == 1). It compiles quickly because nothing is specialised and little is unrolled; it is
+// several times slower than gemm_tiled and runs only until the chosen kernel is ready.
+#define SP_T 64
+#define SP_K 16
+__kernel __attribute__((reqd_work_group_size(16, 16, 1)))
+void gemm_simple(const int M, const int N, const int K,
+                 __global const float* restrict A, const int offA, const int lda, const int sA, const int ta,
+                 __global const float* restrict B, const int offB, const int ldb, const int sB, const int tb,
+                 __global float* restrict C, const int offC, const int ldc, const int sC,
+                 __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int tx = get_local_id(0), ty = get_local_id(1);
+    const int tid = ty * 16 + tx;
+    const int n0 = get_group_id(0) * SP_T, m0 = get_group_id(1) * SP_T;
+    const int b = get_group_id(2);
+    __global const float* Ab = A + offA + (size_t)b * sA;
+    __global const float* Bb = B + offB + (size_t)b * sB;
+    // op(A)(m, k) = Ab[m * am + k * ak]; op(B)(k, n) = Bb[k * bk + n * bn].
+    const int am = ta ? 1 : lda, ak = ta ? lda : 1;
+    const int bk = tb ? 1 : ldb, bn = tb ? ldb : 1;
+    __local float As[SP_K][SP_T + 1];
+    __local float Bs[SP_K][SP_T + 1];
+    float acc[4][4];
+    for (int i = 0; i < 4; ++i)
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+    for (int k0 = 0; k0 < K; k0 += SP_K) {
+        for (int l = 0; l < 4; ++l) {
+            const int e = tid + 256 * l;
+            // Consecutive work-items walk the index that is contiguous in memory.
+            const int ai = ak == 1 ? e / SP_K : e % SP_T, aq = ak == 1 ? e % SP_K : e / SP_T;
+            const int m = m0 + ai, k = k0 + aq;
+            As[aq][ai] = (m < M && k < K) ? Ab[(size_t)m * am + (size_t)k * ak] : 0.0f;
+            const int bi = bn == 1 ? e % SP_T : e / SP_K, bq = bn == 1 ? e / SP_T : e % SP_K;
+            const int n = n0 + bi, kb = k0 + bq;
+            Bs[bq][bi] = (n < N && kb < K) ? Bb[(size_t)kb * bk + (size_t)n * bn] : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        for (int q = 0; q < SP_K; ++q) {
+            float a[4], c[4];
+            for (int i = 0; i < 4; ++i) a[i] = As[q][ty + 16 * i];
+            for (int j = 0; j < 4; ++j) c[j] = Bs[q][tx + 16 * j];
+            for (int i = 0; i < 4; ++i)
+                for (int j = 0; j < 4; ++j) acc[i][j] = fma(a[i], c[j], acc[i][j]);
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+    __global float* Cb = C + offC + (size_t)b * sC;
+    for (int i = 0; i < 4; ++i) {
+        const int m = m0 + ty + 16 * i;
+        if (m >= M) continue;
+        for (int j = 0; j < 4; ++j) {
+            const int n = n0 + tx + 16 * j;
+            if (n < N) Cb[(size_t)m * ldc + n] = gemm_epilogue(acc[i][j], bias, bias_mode, relu, m, n);
+        }
+    }
+}
 
 // ------------------------------------------------------------------------------------------------ split-K
 // C[b] (M x N, leading dimension ldc) = sum over s of P[b * S + s] (M x N dense), plus the epilogue.

@@ -75,6 +75,10 @@ enum Command {
     },
     /// Serves playground jobs over stdin/stdout as JSON lines (started by `netcl serve`).
     Worker,
+    /// Builds OpenCL programs named on stdin into the on-disk program cache (started by netcl itself while a
+    /// process runs a quick kernel in their place).
+    #[command(hide = true)]
+    BuildPrograms,
     /// Trains a preset CNN on the UCI 8×8 digits and prints the metrics of each epoch.
     Train {
         /// The model preset (tiny_cnn, fast_cnn, fast_bn_cnn, example_cnn, example_mlp, digits_cnn, resnet18,
@@ -212,6 +216,11 @@ fn run(cli: Cli) -> Result<(), CliError> {
         Command::Worker => Ok(netcl::script::worker::serve(&Device::select(
             cli.device.as_deref(),
         )?)?),
+        Command::BuildPrograms => Ok(netcl::program::serve_builds(
+            &Device::select(cli.device.as_deref())?,
+            std::io::stdin().lock(),
+            std::io::stdout().lock(),
+        )?),
         Command::Tune { action } => {
             quiet_broken_pipe();
             Ok(tune(cli.device.as_deref(), action)?)

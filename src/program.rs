@@ -4,6 +4,6 @@
 
 pub use crate::backend::opencl::program::{
     Defines, ProgramSpec, ProgramStats, binary_cache_dir, build_check, build_ms_total,
-    compile_ms_thread, compile_ms_total, kernel_families, kernel_names, kernel_prelude,
-    kernel_source, prebuild, program_stats,
+    builds_pending, compile_ms_thread, compile_ms_total, kernel_families, kernel_names,
+    kernel_prelude, kernel_source, prebuild, program_stats, serve_builds,
 };

@@ -42,6 +42,8 @@ pub enum Source {
     Forced,
     /// Only one candidate was eligible for this shape.
     Only,
+    /// The choice's programs are still being built by a helper process: a quick generic kernel ran instead.
+    Interim,
 }
 
 /// One entry of the decision log.

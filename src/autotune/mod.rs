@@ -84,6 +84,11 @@ pub fn is_enabled() -> bool {
     config().mode != Mode::Off
 }
 
+/// Whether autotuning is in background mode (new shapes answered at once, measured on later calls).
+pub fn background() -> bool {
+    config().mode == Mode::Background
+}
+
 /// Whether this thread is measuring autotune candidates now (device launches then keep their events).
 pub fn measuring() -> bool {
     timing::measuring()
@@ -360,6 +365,34 @@ pub fn record_choice<C: Serialize>(
     });
 }
 
+/// Records, once per scope, that `ran` ran in place of `chosen` (the choice for `key`) because the chosen
+/// kernel's programs are still being built by helper processes.
+pub fn record_interim<C: Serialize, R: Serialize>(
+    device: &Device,
+    key: &TuneKey,
+    chosen: &C,
+    ran: &R,
+) {
+    let chosen = label(&serde_json::to_value(chosen).unwrap_or(Value::Null));
+    let w = serde_json::to_value(ran).unwrap_or(Value::Null);
+    record_once(Decision {
+        seq: 0,
+        kernel: key.kernel().to_owned(),
+        key: key.persistent(device.tune_id(), 0),
+        device: device.name().to_owned(),
+        shape_key: key.shape_key().to_owned(),
+        candidates: Vec::new(),
+        winner_label: label(&w),
+        winner: w,
+        source: Source::Interim,
+        tune_ms: 0.0,
+        note: Some(format!(
+            "{chosen} is being built by a helper process; the quick kernel runs until it is ready"
+        )),
+        depth: timing::measuring_depth(),
+    });
+}
+
 /// Logs `d` unless this thread logged the same key from the same source in this scope; true when it did.
 fn record_once(d: Decision) -> bool {
     let tag = format!("{:?}|{}", d.source, d.key);
@@ -427,6 +460,19 @@ pub fn tune<C: Serialize + Clone + 'static>(
     key: &TuneKey,
     candidates: &[C],
     default: usize,
+    bench: impl FnMut(&C) -> Result<f64>,
+) -> Result<C> {
+    tune_gated(device, key, candidates, default, true, bench)
+}
+
+/// As [`tune`], but in background mode measures nothing while `ready` is false (the candidates' programs are
+/// still being built elsewhere): the call gets the first choice, with a note saying why.
+pub fn tune_gated<C: Serialize + Clone + 'static>(
+    device: &Device,
+    key: &TuneKey,
+    candidates: &[C],
+    default: usize,
+    ready: bool,
     mut bench: impl FnMut(&C) -> Result<f64>,
 ) -> Result<C> {
     let cfg = config();
@@ -534,6 +580,11 @@ pub fn tune<C: Serialize + Clone + 'static>(
                 return provisional(format!("{first_note}; measured when the process is idle"));
             }
             None
+        }
+        Mode::Background if !ready => {
+            return provisional(format!(
+                "{first_note}; measured once helper processes have built the candidates"
+            ));
         }
         Mode::Background if DEFERRED.load(Ordering::SeqCst) => {
             return provisional(format!("{first_note}; measured when the process is idle"));

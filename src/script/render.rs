@@ -404,6 +404,7 @@ pub fn explain(d: &crate::autotune::Decision) -> DecisionView {
         "default" => "the default (every candidate failed)".to_owned(),
         "database" => "from the tuning database".to_owned(),
         "heuristic" => "first choice, not measured yet".to_owned(),
+        "interim" => "the quick kernel, while the chosen one is built".to_owned(),
         other => other.to_owned(),
     };
     let margin = match (&runner_up, speedup) {

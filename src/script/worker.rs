@@ -316,7 +316,9 @@ pub fn serve(device: &Device) -> Result<()> {
         let unmeasured = result.decisions.iter().any(|d| {
             matches!(
                 d.source,
-                autotune::Source::Database | autotune::Source::Heuristic
+                autotune::Source::Database
+                    | autotune::Source::Heuristic
+                    | autotune::Source::Interim
             )
         });
         if result.ok && unmeasured {

@@ -76,7 +76,16 @@ pub(crate) enum Algo {
     /// K ≤ 64 without transposes: `px` columns of B per work-item in registers, rows of A broadcast from local
     /// memory, `ls` work-items per group.
     SmallK { px: usize, ls: usize },
+    /// `gemm_simple`: one program for every product, quick to build; never a tuning candidate. A GPU runs it
+    /// for a product whose chosen kernel is still being built by a helper process (see [`ClDevice::gemm_choice`]).
+    Simple,
 }
+
+/// The quick kernel's candidate (no K split).
+pub(crate) const SIMPLE: GemmCand = GemmCand {
+    algo: Algo::Simple,
+    splits: 1,
+};
 
 /// A candidate: a kernel shape and the number of K splits (1 = no split).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -113,6 +122,7 @@ impl Serialize for GemmCand {
                 serde_json::json!(["reg", mr, vw * nb, ly, self.splits])
             }
             Algo::SmallK { px, ls } => serde_json::json!(["smallk", px, ls, self.splits]),
+            Algo::Simple => serde_json::json!(["simple"]),
         };
         v.serialize(s)
     }
@@ -359,12 +369,14 @@ impl ClDevice {
             Algo::Packed { mr, vw, nb, .. } | Algo::Reg { mr, vw, nb, .. } => {
                 blocked_defines(base, mr, vw, nb)
             }
+            Algo::Simple => Defines::new(),
         };
         let kernels: &[&'static str] = match cand.algo {
             Algo::Tiled { .. } => &[abi::GEMM_TILED],
             Algo::SmallK { .. } => &[abi::GEMM_SMALLK],
             Algo::Packed { .. } => &[abi::GEMM_PACK_A, abi::GEMM_PACK_B, abi::GEMM_PACKED],
             Algo::Reg { .. } => &[abi::GEMM_REG],
+            Algo::Simple => &[abi::GEMM_SIMPLE],
         };
         for k in kernels {
             v.push((abi::FAMILY, k, defines.clone()));
@@ -487,6 +499,39 @@ impl ClDevice {
                 let global = [cols.div_ceil(tn) * wx, g.m.div_ceil(tm) * wy, zz * ks];
                 evs.push(self.run(&k, &tiled, &global, Some(&[wx, wy, ks]))?);
             }
+            Algo::Simple => {
+                if splits > 1 {
+                    return Err(Error::Invalid(
+                        "gemm_simple does not split K; its candidate has one split".into(),
+                    ));
+                }
+                let k =
+                    self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_SIMPLE, &[]), Defines::new)?;
+                let simple = abi::GemmSimple {
+                    M: args.M,
+                    N: args.N,
+                    K: args.K,
+                    A: args.A,
+                    offA: args.offA,
+                    lda: args.lda,
+                    sA: args.sA,
+                    ta: g.trans_a as i32,
+                    B: args.B,
+                    offB: args.offB,
+                    ldb: args.ldb,
+                    sB: args.sB,
+                    tb: g.trans_b as i32,
+                    C: args.C,
+                    offC: args.offC,
+                    ldc: args.ldc,
+                    sC: args.sC,
+                    bias: args.bias,
+                    bias_mode: args.bias_mode,
+                    relu: args.relu,
+                };
+                let global = [g.n.div_ceil(64) * 16, g.m.div_ceil(64) * 16, g.batch];
+                evs.push(self.run(&k, &simple, &global, Some(&[16, 16, 1]))?);
+            }
             Algo::SmallK { px, ls } => {
                 let d = base().set("SK", g.k.max(1)).set("PX", px).set("LS", ls);
                 let k = self.kernel(abi::FAMILY, &d, abi::GEMM_SMALLK)?;
@@ -594,12 +639,22 @@ impl ClDevice {
     }
 
     /// The measured (or cached) best candidate for `g`, under its tune key ([`tune_key`]).
+    ///
+    /// Where programs are built by helper processes ([`ClDevice::builds_elsewhere`]: GPUs in background mode),
+    /// a choice whose programs are not at hand yet is handed to a helper and the quick kernel (`gemm_simple`)
+    /// runs meanwhile; the candidates are measured only once helpers have built them all, so no call of this
+    /// process waits for a compiler.
     pub(crate) fn gemm_choice(&self, device: &Device, op: &GemmOp<'_>) -> Result<GemmCand> {
         let g = op.g;
         // A repeated question is answered before the candidate list is built (most of a call's host time).
         let key = tune_key(g);
+        let elsewhere = self.builds_elsewhere();
         if let Some(c) = autotune::answered(device, &key) {
-            return Ok(c);
+            return Ok(if elsewhere {
+                self.gemm_at_hand(device, &key, g, c)
+            } else {
+                c
+            });
         }
         let cands = self.gemm_candidates(g);
         // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs.
@@ -608,16 +663,43 @@ impl ClDevice {
             .position(|c| matches!(c.algo, Algo::Packed { .. }))
             .filter(|_| self.info.kind == "cpu")
             .unwrap_or(0);
-        let mut prebuild = self.prebuild_once(|| {
+        let all = || -> Vec<ProgramSpec> {
             cands
                 .iter()
                 .flat_map(|c| Self::gemm_programs(g, *c))
                 .collect()
-        });
-        autotune::tune(device, &key, &cands, default, |cand| {
+        };
+        let ready = !elsewhere || {
+            let specs = all();
+            let ready = self.programs_ready(&specs);
+            if !ready {
+                self.build_elsewhere(&specs, false);
+            }
+            ready
+        };
+        let mut prebuild = self.prebuild_once(all);
+        let c = autotune::tune_gated(device, &key, &cands, default, ready, |cand| {
             prebuild();
             events_ms(&self.gemm_with(device, op, *cand)?)
+        })?;
+        Ok(if elsewhere {
+            self.gemm_at_hand(device, &key, g, c)
+        } else {
+            c
         })
+    }
+
+    /// `c` when its programs are at hand (or a helper failed on them: they are then built here, and a build
+    /// error surfaces at the launch); else `c`'s programs go to the front of the helpers' queue and the quick
+    /// kernel runs.
+    fn gemm_at_hand(&self, device: &Device, key: &TuneKey, g: &Gemm, c: GemmCand) -> GemmCand {
+        let specs = Self::gemm_programs(g, c);
+        if self.programs_ready(&specs) || self.failed_elsewhere(&specs) {
+            return c;
+        }
+        self.build_elsewhere(&specs, true);
+        autotune::record_interim(device, key, &c, &SIMPLE);
+        SIMPLE
     }
 
     /// Chooses the candidates of several products that one op runs together and gets every program they and
@@ -685,9 +767,14 @@ impl GemmKernels for ClDevice {
         let g = op.g;
         let cands = self.gemm_candidates(g);
         let labels = self.gemm_labels(g);
+        // The quick kernel is no tuning candidate, but runs any product on request.
+        let simple = autotune::label(&serde_json::to_value(SIMPLE).unwrap_or_default());
+        if label == simple {
+            return self.gemm_with(device, op, SIMPLE).map(|_| ());
+        }
         let Some(i) = labels.iter().position(|l| l == label) else {
             return Err(Error::Invalid(format!(
-                "gemm candidate `{label}` is not one of {labels:?}"
+                "gemm candidate `{label}` is not one of {labels:?} (or the quick kernel {simple})"
             )));
         };
         self.gemm_with(device, op, cands[i]).map(|_| ())

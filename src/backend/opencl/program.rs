@@ -23,9 +23,11 @@ use crate::device::activity::{self, Activity};
 use crate::error::{ClContext, Error, Result};
 
 mod disk;
+mod elsewhere;
 mod prune;
 
 pub use disk::cache_dir as binary_cache_dir;
+pub use elsewhere::{builds_pending, serve_builds};
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 
@@ -77,6 +79,16 @@ impl Defines {
         }
         let _ = write!(self.0, " -D {name}={value}");
         self
+    }
+
+    /// The defines as option text (` -D name=value` each), as [`Defines::from_text`] reads them back.
+    pub fn text(&self) -> &str {
+        &self.0
+    }
+
+    /// Defines from their option text ([`Defines::text`]).
+    pub fn from_text(text: &str) -> Self {
+        Defines(text.to_owned())
     }
 
     /// The compiler options: OpenCL C 1.2, contraction into FMA allowed, IEEE semantics kept (no fast-math,
@@ -154,6 +166,11 @@ pub(crate) struct ProgramCache {
     device_tag: OnceLock<String>,
     /// Whether this device's programs are kept on disk ([`disk::keep_for`]).
     keep_binaries: OnceLock<bool>,
+    /// Programs [`ProgramCache::ready`] found ready, by their map hash, and the disk paths it looked at.
+    ready: Mutex<(
+        std::collections::HashSet<u64>,
+        HashMap<u64, std::path::PathBuf>,
+    )>,
 }
 
 /// A kernel named by its family, its name and up to 12 integers that determine its defines, so that a hot
@@ -264,6 +281,57 @@ impl ProgramCache {
         let k = self.kernel(context, device, key.0, &defines(), key.1)?;
         lock()?.insert(key, k.clone());
         Ok(k)
+    }
+
+    /// Whether the program of `spec` is at hand without compiling: built in this process, or its binary in the
+    /// on-disk cache (written by this or another process, such as a builder helper).
+    pub(crate) fn ready(&self, device: cl_device_id, spec: &ProgramSpec) -> bool {
+        let (family, kernel, defines) = spec;
+        let held = prune::program_kernel(kernel);
+        let hash = program_hash(family, defines, held);
+        let Ok(mut memo) = self.ready.lock() else {
+            return false;
+        };
+        if memo.0.contains(&hash) {
+            return true;
+        }
+        let built = self.built.lock().is_ok_and(|map| {
+            map.get(&hash).is_some_and(|v| {
+                v.iter()
+                    .any(|(s, d, k, _)| s == family && d == defines && *k == held)
+            })
+        });
+        if built {
+            memo.0.insert(hash);
+            return true;
+        }
+        let path = match memo.1.get(&hash) {
+            Some(p) => p.clone(),
+            None => {
+                let keep = *self.keep_binaries.get_or_init(|| disk::keep_for(device));
+                let (Some(dir), Some(full)) =
+                    (disk::cache_dir().filter(|_| keep), kernel_source(family))
+                else {
+                    return false;
+                };
+                let declared = kernel_names(family).unwrap_or_default();
+                let src = prune::keep_only(full, declared, held);
+                let tag = self.device_tag.get_or_init(|| disk::device_tag(device));
+                let p = disk::Entry::new(&dir, tag, family, &src, &defines.options()).path;
+                memo.1.insert(hash, p.clone());
+                p
+            }
+        };
+        let on_disk = path.is_file();
+        if on_disk {
+            memo.0.insert(hash);
+        }
+        on_disk
+    }
+
+    /// Whether this device's programs are kept in the on-disk cache.
+    pub(crate) fn keeps_binaries(&self, device: cl_device_id) -> bool {
+        *self.keep_binaries.get_or_init(|| disk::keep_for(device)) && disk::cache_dir().is_some()
     }
 
     /// Builds every program of `programs` (kernel family, kernel, defines) not built yet, on up to as many threads as
@@ -585,6 +653,50 @@ impl super::ClDevice {
         let n = n?;
         STATS.prebuilt.fetch_add(n as u64, Ordering::Relaxed);
         Ok(n)
+    }
+
+    /// Builds (or loads) one program and stores its binary in the on-disk cache, without keeping it in this
+    /// process: what a builder helper does ([`serve_builds`]). The error carries the build log.
+    pub(crate) fn build_one(&self, family: &str, kernel: &str, defines: &Defines) -> Result<()> {
+        self.programs
+            .build(
+                &self.context,
+                self.device.id(),
+                family,
+                prune::program_kernel(kernel),
+                &defines.options(),
+            )
+            .map(|_| ())
+    }
+
+    /// Whether every program of `specs` is at hand without compiling (see [`ProgramCache::ready`]).
+    pub(crate) fn programs_ready(&self, specs: &[ProgramSpec]) -> bool {
+        let id = self.device.id();
+        specs.iter().all(|s| self.programs.ready(id, s))
+    }
+
+    /// Whether this device's ops hand the programs they lack to builder helpers and run a quick kernel
+    /// meanwhile ([`elsewhere`]): in background autotune mode, with a builder executable, binaries kept on disk,
+    /// and either a GPU or a builder named by `NETCL_BUILDER`. Never inside a measurement.
+    pub(crate) fn builds_elsewhere(&self) -> bool {
+        if !crate::autotune::background() || crate::autotune::measuring() {
+            return false;
+        }
+        let Some((_, explicit)) = elsewhere::builder() else {
+            return false;
+        };
+        (explicit || self.info.kind == crate::device::DeviceType::Gpu)
+            && self.programs.keeps_binaries(self.device.id())
+    }
+
+    /// Hands `specs` to builder helpers (`urgent`: before the programs queued so far).
+    pub(crate) fn build_elsewhere(&self, specs: &[ProgramSpec], urgent: bool) {
+        elsewhere::submit(self.info.index, specs, urgent);
+    }
+
+    /// Whether a builder helper failed on any program of `specs` (they are then built here).
+    pub(crate) fn failed_elsewhere(&self, specs: &[ProgramSpec]) -> bool {
+        specs.iter().any(|s| elsewhere::failed(self.info.index, s))
     }
 
     /// A step for the top of a tuner's timing closure: its first call builds the programs `programs()` lists

@@ -1,0 +1,177 @@
+//! Programs built by helper processes: in background mode, a product whose chosen kernel is not built yet runs
+//! the quick kernel (`gemm_simple`) at once, a helper process (`netcl build-programs`) builds the chosen
+//! kernel's program into the on-disk cache, and a later call loads it and switches. A helper that cannot build
+//! leaves the product to build here. Each scenario runs in a child process with fresh caches.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use netcl::autotune::{self, Source};
+use netcl::{Device, ops};
+
+/// Runs `a·b` on the device and checks it against the built-in CPU device; returns the kernels it launched.
+fn product(dev: &Device, seed: u64, what: &str) -> Vec<String> {
+    let (ac, ad) = common::pair(dev, &[70, 40], seed);
+    let (bc, bd) = common::pair(dev, &[40, 52], seed + 1);
+    let want = ops::matmul(&ac, &bc)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("cpu");
+    dev.record_launches(true);
+    let got = ops::matmul(&ad, &bd)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("device");
+    let launched: Vec<String> = dev
+        .take_launches()
+        .expect("launches")
+        .into_iter()
+        .filter(|l| !l.tuning)
+        .map(|l| l.kernel)
+        .collect();
+    dev.record_launches(false);
+    common::assert_close(&got, &want, 1e-4, 1e-4, what);
+    launched
+}
+
+/// Waits until helper processes have finished every program handed to them.
+fn wait_for_helpers() {
+    let start = Instant::now();
+    while netcl::program::builds_pending() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "helpers still building after 240 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+#[ignore = "run as a child process by the tests of this file"]
+fn child_quick_then_chosen() {
+    let Some(dev) = common::child_device() else {
+        return;
+    };
+    let seq = autotune::last_seq();
+    let first = product(&dev, 1, "first call (quick kernel)");
+    assert_eq!(
+        first,
+        ["gemm_simple"],
+        "the first call runs the quick kernel"
+    );
+    let interim: Vec<_> = autotune::decisions_since(seq)
+        .into_iter()
+        .filter(|d| d.source == Source::Interim)
+        .collect();
+    assert_eq!(interim.len(), 1, "one interim decision is logged");
+    assert_eq!(interim[0].winner_label, "[\"simple\"]");
+    assert!(
+        interim[0]
+            .note
+            .as_deref()
+            .is_some_and(|n| n.contains("helper process")),
+        "the note says why: {:?}",
+        interim[0].note
+    );
+    assert_eq!(
+        netcl::program::program_stats().source_builds,
+        1,
+        "only the quick kernel is compiled here"
+    );
+    // Convolutions' products (bias epilogue, transposed operands in the backward pass) run the quick kernel
+    // too on their first call, and are right.
+    let o = netcl::ops::Conv2dOptions::new().padding(1);
+    let (xc, xd) = common::pair(&dev, &[2, 5, 9, 7], 11);
+    let (wc, wd) = common::pair(&dev, &[6, 5, 3, 3], 12);
+    let (bc, bd) = common::pair(&dev, &[6], 13);
+    let want = ops::conv2d(&xc, &wc, Some(&bc), &o).expect("cpu conv");
+    let got = ops::conv2d(&xd, &wd, Some(&bd), &o).expect("device conv");
+    common::assert_tensors_close(&got, &want, 2e-4, 1e-4, "conv2d with bias, first call");
+    let (gc, gd) = common::pair(&dev, want.shape(), 14);
+    let want = ops::conv2d_backward(&xc, &wc, &gc, true, true, &o).expect("cpu backward");
+    let got = ops::conv2d_backward(&xd, &wd, &gd, true, true, &o).expect("device backward");
+    let (gx, wx) = (got.grad_x.expect("grad_x"), want.grad_x.expect("grad_x"));
+    common::assert_tensors_close(&gx, &wx, 2e-4, 1e-4, "conv2d grad_x, first call");
+    common::assert_tensors_close(
+        &got.grad_w,
+        &want.grad_w,
+        1e-3,
+        1e-4,
+        "conv2d grad_w, first call",
+    );
+    assert!(
+        autotune::decisions_since(seq)
+            .iter()
+            .filter(|d| d.source == Source::Interim)
+            .count()
+            >= 2,
+        "the convolution's products ran the quick kernel too"
+    );
+    let built_here = netcl::program::program_stats().source_builds;
+    wait_for_helpers();
+    let later = product(&dev, 3, "call after the helper built the chosen kernel");
+    assert!(
+        !later.is_empty() && !later.iter().any(|k| k == "gemm_simple"),
+        "a later call runs the chosen kernel, not the quick one: {later:?}"
+    );
+    let stats = netcl::program::program_stats();
+    assert_eq!(
+        stats.source_builds, built_here,
+        "the chosen program is loaded from the helper's binary, not compiled here: {stats:?}"
+    );
+    assert!(stats.binary_loads >= 1, "{stats:?}");
+    println!("QUICK_THEN_CHOSEN ok {later:?}");
+}
+
+#[test]
+#[ignore = "run as a child process by the tests of this file"]
+fn child_helper_fails() {
+    let Some(dev) = common::child_device() else {
+        return;
+    };
+    let first = product(&dev, 5, "first call, helper broken");
+    assert_eq!(first, ["gemm_simple"]);
+    wait_for_helpers();
+    let later = product(&dev, 7, "call after the helper failed");
+    assert!(
+        !later.iter().any(|k| k == "gemm_simple"),
+        "the chosen kernel is built here once the helper failed: {later:?}"
+    );
+    assert!(netcl::program::program_stats().source_builds >= 2);
+    println!("HELPER_FAILS ok {later:?}");
+}
+
+/// A child with empty caches in `work`, background tuning and the helper executable `builder`.
+fn run_child(name: &str, builder: &str, marker: &str) {
+    let work = std::env::temp_dir().join(format!("netcl-elsewhere-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(&work).expect("temp dir");
+    let out = common::child_command(name)
+        .env("NETCL_PROGRAM_CACHE", work.join("programs"))
+        .env("NETCL_AUTOTUNE_CACHE", work.join("autotune.json"))
+        .env("NETCL_AUTOTUNE", "background")
+        .env("NETCL_BUILDER", builder)
+        .env("NETCL_BUILDER_JOBS", "2")
+        .output()
+        .expect("spawn child");
+    let text = common::child_test_output(name, builder, &out);
+    let _ = std::fs::remove_dir_all(&work);
+    if text.contains("NO_DEVICE") {
+        return;
+    }
+    assert!(text.contains(marker), "{name}:\n{text}");
+}
+
+#[test]
+fn a_first_product_runs_the_quick_kernel_and_later_calls_load_the_chosen_one() {
+    run_child(
+        "child_quick_then_chosen",
+        env!("CARGO_BIN_EXE_netcl"),
+        "QUICK_THEN_CHOSEN ok",
+    );
+}
+
+#[test]
+fn a_helper_that_cannot_build_leaves_the_product_to_build_here() {
+    // An executable that exits at once without building anything.
+    run_child("child_helper_fails", "/bin/false", "HELPER_FAILS ok");
+}
