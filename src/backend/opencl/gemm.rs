@@ -10,7 +10,7 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::Event;
 use crate::backend::opencl::abi::gemm as abi;
 use crate::backend::opencl::events_ms;
-use crate::backend::opencl::program::{Defines, ProgramSpec, kernel_source, quick_key};
+use crate::backend::opencl::program::{Defines, ProgramSpec, QuickKey, kernel_source, quick_key};
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmOp, GemmTune};
 use crate::device::DeviceType;
 use crate::error::{Error, Result};
@@ -202,6 +202,24 @@ fn tiled_defines(base: Defines, t: [usize; 6], aligned: bool, flat: bool) -> Def
         .set("PAD", tiled_pad(tm, tn, tk))
         .set("VEC", aligned as i32)
         .set("FLAT", flat as i32)
+}
+
+/// The program memo's key of the tiled kernel with tile `t` = (TM, TN, TK, RM, RN, KS) for `g`.
+fn tiled_key(g: &Gemm, t: [usize; 6], aligned: bool, flat: bool) -> QuickKey {
+    let [tm, tn, tk, rm, rn, ks] = t;
+    let parts = [
+        g.trans_a as usize,
+        g.trans_b as usize,
+        tm,
+        tn,
+        tk,
+        rm,
+        rn,
+        ks,
+        aligned as usize,
+        flat as usize,
+    ];
+    quick_key(abi::FAMILY, abi::GEMM_TILED, &parts)
 }
 
 /// The defines of the register-blocked kernels (packed and in place) on top of `base`.
@@ -456,19 +474,8 @@ impl ClDevice {
                 flat,
             } => {
                 let (aligned, flat) = tiled_access(g, (off_c, ldc, s_c), splits, flat);
-                let key = [
-                    g.trans_a as usize,
-                    g.trans_b as usize,
-                    tm,
-                    tn,
-                    tk,
-                    rm,
-                    rn,
-                    ks,
-                    aligned as usize,
-                    flat as usize,
-                ];
-                let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_TILED, &key), || {
+                let key = tiled_key(g, [tm, tn, tk, rm, rn, ks], aligned, flat);
+                let k = self.kernel_by(key, || {
                     tiled_defines(base(), [tm, tn, tk, rm, rn, ks], aligned, flat)
                 })?;
                 let (wx, wy) = (tn / rn, tm / rm);
@@ -693,6 +700,28 @@ impl ClDevice {
     /// error surfaces at the launch); else `c`'s programs go to the front of the helpers' queue and the quick
     /// kernel runs.
     fn gemm_at_hand(&self, device: &Device, key: &TuneKey, g: &Gemm, c: GemmCand) -> GemmCand {
+        // The hot case, without building the program list: a tiled kernel this process has launched before.
+        if let Algo::Tiled {
+            tm,
+            tn,
+            tk,
+            rm,
+            rn,
+            ks,
+            flat,
+        } = c.algo
+        {
+            let (splits, _) = split_plan(g, c);
+            let out = if splits > 1 {
+                (0, g.n, g.m * g.n)
+            } else {
+                (g.off_c, g.ldc, g.s_c)
+            };
+            let (aligned, flat) = tiled_access(g, out, splits, flat);
+            if self.has_kernel(&tiled_key(g, [tm, tn, tk, rm, rn, ks], aligned, flat)) {
+                return c;
+            }
+        }
         let specs = Self::gemm_programs(g, c);
         if self.programs_ready(&specs) || self.failed_elsewhere(&specs) {
             return c;

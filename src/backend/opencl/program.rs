@@ -283,6 +283,11 @@ impl ProgramCache {
         Ok(k)
     }
 
+    /// Whether a kernel was got through [`ProgramCache::kernel_by`] with `key` (it is built and kept).
+    pub(crate) fn has_quick(&self, key: &QuickKey) -> bool {
+        self.quick.lock().is_ok_and(|m| m.contains_key(key))
+    }
+
     /// Whether the program of `spec` is at hand without compiling: built in this process, or its binary in the
     /// on-disk cache (written by this or another process, such as a builder helper).
     pub(crate) fn ready(&self, device: cl_device_id, spec: &ProgramSpec) -> bool {
@@ -667,6 +672,11 @@ impl super::ClDevice {
                 &defines.options(),
             )
             .map(|_| ())
+    }
+
+    /// Whether this process has got the kernel of `key` already (see [`ProgramCache::has_quick`]).
+    pub(crate) fn has_kernel(&self, key: &QuickKey) -> bool {
+        self.programs.has_quick(key)
     }
 
     /// Whether every program of `specs` is at hand without compiling (see [`ProgramCache::ready`]).
