@@ -3,7 +3,8 @@
 
 // YZ_BEGIN, GRID_LOOP and the f16 storage switches come from kernels/prelude.cl: permute, the block copies,
 // index_select and pad2d (and its backward) read their float source with LDX(IN_HALF, …) and write with
-// STX(OUT_HALF, …), so f16 moves as f16 (one_hot and topk stay f32).
+// STX(OUT_HALF, …), so f16 moves as f16; one_hot writes with STX(OUT_HALF, …) and topk reads and writes its
+// values so (f16 widens to f32 exactly, so ranks are those of the stored values).
 
 // y[i] = x[Σ c_k·istride_k] where (c_k) is i decomposed over the output shape (innermost in .s0).
 __kernel void permute(const int n, const int rank, const int8 oshape, const int8 istride, __global const float* x,
@@ -46,7 +47,8 @@ __kernel void index_select(const int O, const int K, const int A, const int I, _
 __kernel void one_hot(const int N, const int C, __global const int* labels, __global float* y) {
     const int c = get_global_id(0);
     if (c >= C) return;
-    for (int n = get_global_id(1); n < N; n += get_global_size(1)) y[n * C + c] = labels[n] == c ? 1.0f : 0.0f;
+    for (int n = get_global_id(1); n < N; n += get_global_size(1))
+        STX(OUT_HALF, labels[n] == c ? 1.0f : 0.0f, y, n * C + c);
 }
 
 // The source row of padded coordinate u (= output − pad): -1 for zero padding outside, else reflected.
@@ -111,21 +113,22 @@ __kernel void topk(const int O, const int R, const int I, const int k, const int
     if (t >= O * I) return;
     const int o = t / I;
     const int i = t - o * I;
-    __global const float* p = x + o * R * I + i;
+    // The lane's first element (an element index: with IN_HALF the buffer holds halves).
+    const int p0 = o * R * I + i;
     float pv = 0.0f;
     int pi = -1;
     for (int j = 0; j < k; ++j) {
         int bi = -1;
         float bv = 0.0f;
         for (int r = 0; r < R; ++r) {
-            const float v = p[r * I];
+            const float v = LDX(IN_HALF, x, p0 + r * I);
             if (pi >= 0 && !ranks_before(pv, pi, v, r, largest)) continue;
             if (bi < 0 || ranks_before(v, r, bv, bi, largest)) {
                 bv = v;
                 bi = r;
             }
         }
-        vals[(o * k + j) * I + i] = bv;
+        STX(OUT_HALF, bv, vals, (o * k + j) * I + i);
         idx[(o * k + j) * I + i] = bi;
         pv = bv;
         pi = bi;

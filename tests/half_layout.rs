@@ -3,7 +3,8 @@
 //! transpose, narrow, split, cat, index_select, pad2d (zero and reflect, and its backward), dropout and its
 //! backward, rope and its inverse, masked_fill (f32 and f16 masks), and embedding (forward, and the backward,
 //! which reads an f16 gradient into an f32 table). Each case runs on f16 inputs of odd shapes on the OpenCL
-//! device and on the built-in device, and is checked against the f32 result of the same values widened.
+//! device and on the built-in device, and is checked against the f32 result of the same values widened; topk (its
+//! values keep the f16 dtype, its indices are i32) and one_hot_as with an f16 output are checked on their own.
 //!
 //! An f16 input must come out f16 (the table's `out` dtype): the op reads and writes halves itself, with no
 //! cast to f32 and back around it.
@@ -371,4 +372,65 @@ fn f32_inputs_still_give_f32_outputs() {
             }
         }
     }
+}
+
+/// topk keeps an f16 input's dtype for its values: the values and indices are those of the widened f32 input
+/// (widening is exact, so the ranks and the ties are the same), on the OpenCL and the built-in device. The
+/// input is quantised to a few levels so that many values tie and the lower-index rule is exercised.
+#[test]
+fn topk_and_one_hot_store_f16() {
+    let Some(dev) = opencl_device() else { return };
+    let raw = Tensor::randn(&cpu(), &[3, 37, 5], 0.0, 2.0, 77).unwrap();
+    let q: Vec<f32> = raw
+        .to_vec::<f32>()
+        .unwrap()
+        .into_iter()
+        .map(|v| (v * 2.0).round() / 2.0)
+        .collect();
+    let wide = Tensor::from_slice(&cpu(), &q, &[3, 37, 5]).unwrap();
+    let half = wide.cast(DType::F16).unwrap();
+    for (axis, k, largest) in [
+        (1isize, 6usize, true),
+        (1, 37, false),
+        (2, 3, true),
+        (0, 2, false),
+    ] {
+        let (wv, wi) = ops::topk(&wide, k, axis, largest).unwrap();
+        for (where_, x) in [
+            ("OpenCL", half.to_device(&dev).unwrap()),
+            ("built-in", half.clone()),
+        ] {
+            let what = format!("topk axis {axis} k {k} largest {largest} on the {where_} device");
+            let (v, i) = ops::topk(&x, k, axis, largest).unwrap();
+            assert_eq!(v.dtype(), DType::F16, "{what}: values dtype");
+            assert_eq!(i.dtype(), DType::I32, "{what}: indices dtype");
+            assert_close(
+                &v.to_f32_vec().unwrap(),
+                &wv.to_vec::<f32>().unwrap(),
+                0.0,
+                0.0,
+                &what,
+            );
+            assert_eq!(
+                i.to_vec::<i32>().unwrap(),
+                wi.to_vec::<i32>().unwrap(),
+                "{what}: indices"
+            );
+        }
+    }
+    let labels = [3, 0, 6, 6, 1];
+    let want = ops::one_hot(&idx(&cpu(), &labels), 7).unwrap();
+    for (where_, d) in [("OpenCL", dev.clone()), ("built-in", cpu())] {
+        let got = ops::one_hot_as(&idx(&d, &labels), 7, DType::F16).unwrap();
+        assert_eq!(got.dtype(), DType::F16, "one_hot_as on the {where_} device");
+        assert_close(
+            &got.to_f32_vec().unwrap(),
+            &want.to_vec::<f32>().unwrap(),
+            0.0,
+            0.0,
+            &format!("one_hot_as f16 on the {where_} device"),
+        );
+    }
+    let err = ops::one_hot_as(&idx(&dev, &labels), 7, DType::I32).unwrap_err();
+    assert!(err.to_string().contains("f32 or f16"), "{err}");
 }

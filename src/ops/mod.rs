@@ -59,8 +59,8 @@ pub use reduce::{
 pub use reduce::{reduce_with, sum, sum_all};
 pub use resize::{Upsample, upsample, upsample_backward};
 pub use shape::{
-    PadMode, cat, index_select, narrow, one_hot, pad2d, pad2d_backward, permute, split, topk,
-    transpose,
+    PadMode, cat, index_select, narrow, one_hot, one_hot_as, pad2d, pad2d_backward, permute, split,
+    topk, transpose,
 };
 pub use softmax::{
     SoftmaxAlgo, cross_entropy, cross_entropy_backward, log_softmax, log_softmax_backward, softmax,

@@ -217,6 +217,17 @@ pub(crate) fn first_outside(t: &Tensor, n: usize) -> Result<Option<i32>> {
 
 /// `[N, classes]` f32 with a 1 at each label; a label outside `0..classes` is an error.
 pub fn one_hot(labels: &Tensor, classes: usize) -> Result<Tensor> {
+    one_hot_as(labels, classes, DType::F32)
+}
+
+/// [`one_hot`] stored as `dtype` (f32 or f16; 0 and 1 are exact in both).
+pub fn one_hot_as(labels: &Tensor, classes: usize, dtype: DType) -> Result<Tensor> {
+    if !matches!(dtype, DType::F32 | DType::F16) {
+        return Err(Error::Invalid(format!(
+            "one_hot: the output dtype must be f32 or f16, got {}",
+            dtype.name()
+        )));
+    }
     labels.expect_dtype(DType::I32, "one_hot")?;
     if labels.rank() != 1 {
         return Err(Error::Shape(format!(
@@ -229,7 +240,7 @@ pub fn one_hot(labels: &Tensor, classes: usize) -> Result<Tensor> {
             "one_hot: label {bad} is outside 0..{classes}"
         )));
     }
-    let y = Tensor::empty(labels.device(), &[labels.numel(), classes], DType::F32)?;
+    let y = Tensor::empty(labels.device(), &[labels.numel(), classes], dtype)?;
     limit(&y, "one_hot")?;
     if y.numel() > 0 {
         labels.device().backend().one_hot(labels, &y)?;
@@ -305,9 +316,9 @@ pub fn pad2d_backward(
 }
 
 /// The `k` largest (or smallest) values along `axis` in order, with their i32 indices. Ties keep the lower
-/// index first; NaN ranks as the largest value.
+/// index first; NaN ranks as the largest value. The values keep `x`'s dtype (f32 or f16).
 pub fn topk(x: &Tensor, k: usize, axis: isize, largest: bool) -> Result<(Tensor, Tensor)> {
-    x.expect_dtype(DType::F32, "topk")?;
+    expect_float(x, "topk")?;
     limit(x, "topk")?;
     let a = normalize_axes(Some(&[axis]), x.rank(), "topk")?[0];
     let (o, r, i) = view3(x.shape(), a);
@@ -319,7 +330,7 @@ pub fn topk(x: &Tensor, k: usize, axis: isize, largest: bool) -> Result<(Tensor,
     }
     let mut shape = x.shape().to_vec();
     shape[a] = k;
-    let vals = Tensor::empty(x.device(), &shape, DType::F32)?;
+    let vals = Tensor::empty(x.device(), &shape, x.dtype())?;
     let idx = Tensor::empty(x.device(), &shape, DType::I32)?;
     if vals.numel() > 0 {
         x.device().backend().topk(

@@ -43,7 +43,7 @@ fn pad_src(u: isize, h: usize, reflect: bool) -> Option<usize> {
 impl ShapeKernels for CpuDevice {
     fn topk(&self, x: &Tensor, t: TopK, vals: &Tensor, idx: &Tensor) -> Result<()> {
         let (Ori { o, r, i }, k, largest) = (t.v, t.k, t.largest);
-        let xs = x.to_vec::<f32>()?;
+        let xs = read_f32(x)?;
         let (mut vs, mut is) = (
             crate::tensor::host_vec(vals.numel(), 0f32)?,
             crate::tensor::host_vec(vals.numel(), 0i32)?,
@@ -66,7 +66,7 @@ impl ShapeKernels for CpuDevice {
                 }
             }
         }
-        write_pod(vals, &vs)?;
+        write_f32(vals, &vs)?;
         write_pod(idx, &is)
     }
 
@@ -114,7 +114,7 @@ impl ShapeKernels for CpuDevice {
         for (n, &l) in labels.to_vec::<i32>()?.iter().enumerate() {
             ys[n * c + l as usize] = 1.0;
         }
-        write_pod(y, &ys)
+        write_f32(y, &ys)
     }
 
     fn pad2d(&self, src: &Tensor, dst: &Tensor, pad: Pad) -> Result<()> {

@@ -31,6 +31,7 @@ impl ShapeKernels for ClDevice {
     fn topk(&self, x: &Tensor, t: TopK, vals: &Tensor, idx: &Tensor) -> Result<()> {
         let (Ori { o, r, i }, k, largest) = (t.v, t.k, t.largest);
         let [O, R, I, k, largest] = [o, r, i, k, usize::from(largest)].map(|v| v as i32);
+        let d = io_defines(x, vals);
         let (x, vals, idx) = (x.storage(), vals.storage(), idx.storage());
         let args = abi::Topk {
             O,
@@ -42,7 +43,7 @@ impl ShapeKernels for ClDevice {
             vals,
             idx,
         };
-        self.run_1d(abi::TOPK, &Defines::new(), &args, o * i, Some(64))?;
+        self.run_1d(abi::TOPK, &d, &args, o * i, Some(64))?;
         Ok(())
     }
 
@@ -101,7 +102,8 @@ impl ShapeKernels for ClDevice {
     }
 
     fn one_hot(&self, labels: &Tensor, y: &Tensor) -> Result<()> {
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::ONE_HOT)?;
+        let d = half_defines(Defines::new(), &[("OUT_HALF", y)]);
+        let k = self.kernel(abi::FAMILY, &d, abi::ONE_HOT)?;
         let (n, c) = (y.shape()[0], y.shape()[1]);
         let args = abi::OneHot {
             N: n as i32,
