@@ -166,9 +166,10 @@ fn a_basic_block_s_gradients_match_central_differences() {
 
 #[test]
 fn inference_with_one_kernel_per_batch_norm_matches_the_layers_path() {
-    // Without a graph, an evaluation-mode block applies each batch norm and its activation as one kernel; with
-    // a graph it runs the layers' own ops. Both must give the same logits, after a training step has moved the
-    // running statistics and γ, β away from their initial values.
+    // Without a graph, an evaluation-mode block folds each batch norm that follows a convolution into the
+    // convolution's weights and bias (ReLU into its epilogue), and applies the others with their activation as
+    // one kernel; with a graph it runs the layers' own ops. Both must give the same logits, after a training
+    // step has moved the running statistics and γ, β away from their initial values.
     let dev = common::opencl_device().unwrap_or_else(Device::builtin);
     let x = Tensor::randn(&dev, &[2, 3, 32, 32], 0.0, 1.0, 10).expect("x");
     for (name, cfg) in narrow() {

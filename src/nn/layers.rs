@@ -172,6 +172,44 @@ impl Conv2d {
     }
 }
 
+impl Conv2d {
+    /// Inference with a batch norm folded in: `conv(x, w·s) + (b − mean)·s + β` with `s = γ/√(var + ε)` per
+    /// output channel, then ReLU in the same epilogue when `relu`; one pass over the output instead of the
+    /// convolution's and the normalisation's. No graph is recorded (callers use it without gradients).
+    pub(crate) fn forward_folded(
+        &self,
+        x: &Tensor,
+        bn: &BatchNorm2d,
+        relu: bool,
+    ) -> Result<Tensor> {
+        let c = self.out_c;
+        if bn.running_mean.numel() != c {
+            return Err(Error::Shape(format!(
+                "folding BatchNorm2d({}) into Conv2d(…→{c})",
+                bn.running_mean.numel()
+            )));
+        }
+        let scale = crate::ops::fused(
+            &format!("x0 * rsqrt(x1 + {:e})", bn.eps),
+            &[bn.gamma.value(), &bn.running_var],
+        )?;
+        let w = crate::ops::fused(
+            "x0 * x1",
+            &[self.weight.value(), &scale.reshape(&[c, 1, 1, 1])?],
+        )?;
+        let shift = match &self.bias {
+            Some(b) => crate::ops::fused(
+                "(x0 - x1) * x2 + x3",
+                &[b.value(), &bn.running_mean, &scale, bn.beta.value()],
+            )?,
+            None => {
+                crate::ops::fused("x2 - x0 * x1", &[&bn.running_mean, &scale, bn.beta.value()])?
+            }
+        };
+        crate::ops::conv2d(x, &w, Some(&shift), &self.opts.clone().fuse_relu(relu))
+    }
+}
+
 impl Module for Conv2d {
     module_state!("Conv2d", weight_bias);
     fn forward(&mut self, x: &Var) -> Result<Var> {

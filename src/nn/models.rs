@@ -131,6 +131,31 @@ fn bn_act(bn: &mut Option<BatchNorm2d>, x: Var, clamp: Option<(f32, f32)>) -> Re
     }
 }
 
+/// `conv`, then `bn` and the activation as [`bn_act`] does. In inference (a batch norm in evaluation mode,
+/// gradients off), the normalisation is folded into the convolution's weights and bias, and ReLU into its
+/// epilogue, so the block writes its output once; a clamp to a finite bound (ReLU6) is applied after.
+fn conv_bn_act(
+    conv: &mut Conv2d,
+    bn: &mut Option<BatchNorm2d>,
+    x: &Var,
+    clamp: Option<(f32, f32)>,
+) -> Result<Var> {
+    let inference = bn
+        .as_ref()
+        .is_some_and(|b| !b.is_training() && !crate::autograd::is_grad_enabled());
+    if let (true, Some(b)) = (inference, bn.as_ref()) {
+        let relu = clamp.is_some_and(|(lo, hi)| lo == 0.0 && hi.is_infinite());
+        let y = conv.forward_folded(x.value(), b, relu)?;
+        let y = match clamp {
+            Some((lo, hi)) if !relu => ops::unary(UnaryOp::Clamp(lo, hi), &y)?,
+            _ => y,
+        };
+        return Ok(Var::constant(y));
+    }
+    let h = conv.forward(x)?;
+    bn_act(bn, h, clamp)
+}
+
 const RELU: Option<(f32, f32)> = Some((0.0, f32::INFINITY));
 const RELU6: Option<(f32, f32)> = Some((0.0, 6.0));
 
@@ -260,10 +285,10 @@ impl Module for BasicBlock {
     block_state!("BasicBlock");
 
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        let h = bn_act(&mut self.bn1, self.conv1.forward(x)?, RELU)?;
-        let h = bn_act(&mut self.bn2, self.conv2.forward(&h)?, None)?;
+        let h = conv_bn_act(&mut self.conv1, &mut self.bn1, x, RELU)?;
+        let h = conv_bn_act(&mut self.conv2, &mut self.bn2, &h, None)?;
         let skip = match &mut self.proj {
-            Some(p) => bn_act(&mut self.proj_bn, p.forward(x)?, None)?,
+            Some(p) => conv_bn_act(p, &mut self.proj_bn, x, None)?,
             None => x.clone(),
         };
         add_relu(&h, &skip)
@@ -389,10 +414,10 @@ impl Module for InvertedResidual {
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let mut h = x.clone();
         if let Some((c, b)) = &mut self.expand {
-            h = bn_act(b, c.forward(&h)?, RELU6)?;
+            h = conv_bn_act(c, b, &h, RELU6)?;
         }
         h = bn_act(&mut self.dw_bn, self.dw.forward(&h)?, RELU6)?;
-        h = bn_act(&mut self.project_bn, self.project.forward(&h)?, None)?;
+        h = conv_bn_act(&mut self.project, &mut self.project_bn, &h, None)?;
         if self.has_residual() {
             h = crate::autograd::ops::add(&h, x)?;
         }
