@@ -173,6 +173,21 @@ impl Conv2d {
 }
 
 impl Conv2d {
+    /// Whether folding a batch norm into this convolution saves memory traffic for input `x`: the fold reads and
+    /// writes the weights once more per call and saves a write and a read of the output, so it pays when the
+    /// output has more elements than the weights (large batches and maps; not the deep layers of a small batch).
+    pub(crate) fn folding_pays(&self, x: &Tensor) -> bool {
+        let [n, _, h, w] = match *x.shape() {
+            [n, c, h, w] => [n, c, h, w],
+            _ => return false,
+        };
+        let out = |size: usize, i: usize| {
+            let span = self.opts.dilation[i] * (self.k - 1) + 1;
+            (size + 2 * self.opts.padding[i]).saturating_sub(span) / self.opts.stride[i] + 1
+        };
+        n * out(h, 0) * out(w, 1) > self.in_c / self.opts.groups * self.k * self.k
+    }
+
     /// Inference with a batch norm folded in: `conv(x, w·s) + (b − mean)·s + β` with `s = γ/√(var + ε)` per
     /// output channel, then ReLU in the same epilogue when `relu`; one pass over the output instead of the
     /// convolution's and the normalisation's. No graph is recorded (callers use it without gradients).

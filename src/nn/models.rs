@@ -132,8 +132,9 @@ fn bn_act(bn: &mut Option<BatchNorm2d>, x: Var, clamp: Option<(f32, f32)>) -> Re
 }
 
 /// `conv`, then `bn` and the activation as [`bn_act`] does. In inference (a batch norm in evaluation mode,
-/// gradients off), the normalisation is folded into the convolution's weights and bias, and ReLU into its
-/// epilogue, so the block writes its output once; a clamp to a finite bound (ReLU6) is applied after.
+/// gradients off), where the convolution's output outweighs its weights ([`Conv2d::folding_pays`]), the
+/// normalisation is folded into the convolution's weights and bias, and ReLU into its epilogue, so the block
+/// writes its output once; a clamp to a finite bound (ReLU6) is applied after.
 fn conv_bn_act(
     conv: &mut Conv2d,
     bn: &mut Option<BatchNorm2d>,
@@ -143,7 +144,7 @@ fn conv_bn_act(
     let inference = bn
         .as_ref()
         .is_some_and(|b| !b.is_training() && !crate::autograd::is_grad_enabled());
-    if let (true, Some(b)) = (inference, bn.as_ref()) {
+    if let (true, Some(b)) = (inference && conv.folding_pays(x.value()), bn.as_ref()) {
         let relu = clamp.is_some_and(|(lo, hi)| lo == 0.0 && hi.is_infinite());
         let y = conv.forward_folded(x.value(), b, relu)?;
         let y = match clamp {
