@@ -108,6 +108,8 @@ mod docs_pages {
     mod optimizers {}
     #[doc = include_str!("../web-wiki/content/concepts/mixed-precision.md")]
     mod mixed_precision {}
+    #[doc = include_str!("../web-wiki/content/concepts/precision.md")]
+    mod precision {}
     #[doc = include_str!("../web-wiki/content/concepts/training.md")]
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]
