@@ -16,7 +16,7 @@
 
 mod common;
 
-use std::sync::Once;
+use std::sync::{Mutex, MutexGuard, Once};
 
 use common::{Lcg, child_command, opencl_device};
 use netcl::autotune::{self, decisions_since, last_seq};
@@ -30,8 +30,11 @@ fn is_nvidia_gpu(d: &Device) -> bool {
 }
 
 /// The device, with emulation on where there are no tensor cores to test (see the module docs) and the
-/// tuner off (each product takes its op's first choice: the first tensor-core tile under TF32 / FP16).
-fn device() -> Option<Device> {
+/// tuner off (each product takes its op's first choice: the first tensor-core tile under TF32 / FP16), and
+/// the guard that runs this file's tests one at a time: several read the process's decision log, which the
+/// products of a test running beside them would write to.
+fn device() -> Option<(Device, MutexGuard<'static, ()>)> {
+    static SERIAL: Mutex<()> = Mutex::new(());
     static INIT: Once = Once::new();
     INIT.call_once(|| {
         let dev = opencl_device();
@@ -61,7 +64,8 @@ fn device() -> Option<Device> {
             panic!("{p}: no tensor cores on {} ({notes:?})", dev.name());
         }
     }
-    Some(dev)
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some((dev, serial))
 }
 
 /// Random operands on the host and the device.
@@ -125,7 +129,9 @@ fn smallest_tc_label(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> String {
 
 #[test]
 fn odd_shapes_and_every_transpose_within_the_bound() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     let shapes = [(1, 7, 33), (33, 1, 7), (100, 45, 257), (65, 130, 1)];
     for p in [Precision::Tf32, Precision::Fp16] {
         for (s, &(m, n, k)) in shapes.iter().enumerate() {
@@ -172,7 +178,9 @@ fn odd_shapes_and_every_transpose_within_the_bound() {
 
 #[test]
 fn every_tile_configuration_within_the_bound() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     let (m, n, k) = (130, 150, 70);
     let (av, a) = operand(&dev, &[m, k], 1);
     let (bv, b) = operand(&dev, &[k, n], 2);
@@ -208,7 +216,9 @@ fn every_tile_configuration_within_the_bound() {
 
 #[test]
 fn batches_with_strides_and_shared_operands() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     for (i, &(ba, bb, m, n, k, ta, tb)) in [
         (3, 3, 17, 9, 40, false, false),
         (1, 4, 33, 70, 20, true, false),
@@ -254,7 +264,9 @@ fn batches_with_strides_and_shared_operands() {
 
 #[test]
 fn f16_tensors_multiply_as_stored_into_f16() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     for &(m, n, k, ta, tb) in &[(37, 45, 70, false, false), (64, 20, 33, true, true)] {
         let (_, a) = operand(&dev, &if ta { [k, m] } else { [m, k] }, 50);
         let (_, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 51);
@@ -289,7 +301,9 @@ fn f16_tensors_multiply_as_stored_into_f16() {
 
 #[test]
 fn fp32_stays_the_default_and_bitwise_unchanged() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     let mut rng = Lcg(3);
     for case in 0..3 {
         let (m, n, k) = (rng.range(1, 90), rng.range(1, 90), rng.range(1, 200));
@@ -336,7 +350,9 @@ fn fp32_stays_the_default_and_bitwise_unchanged() {
 
 #[test]
 fn precision_enters_the_tune_key() {
-    let Some(dev) = device() else { return };
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
     let (_, a) = operand(&dev, &[48, 40], 80);
     let (_, b) = operand(&dev, &[40, 56], 81);
     let mut keys = Vec::new();

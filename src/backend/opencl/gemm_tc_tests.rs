@@ -31,6 +31,7 @@ fn values(n: usize, seed: u64) -> Vec<f32> {
 
 /// Runs `g` (f32 storage) with tile `t` and checks every output element against the f64 reference with the
 /// bound of the precision, and every element of C the product must not write against its sentinel.
+#[allow(clippy::needless_range_loop)]
 fn check(cl: &ClDevice, g: &Gemm, t: &TcTile, ptx: bool, what: &str) {
     let (ea, eb) = (
         g.off_a + (g.batch - 1) * g.s_a + if g.trans_a { g.k * g.lda } else { g.m * g.lda },
