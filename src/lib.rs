@@ -54,6 +54,14 @@ pub mod data;
 pub mod io;
 pub mod nn;
 pub mod optim;
+/// The precision policy of matrix products (FP32 by default; TF32 and FP16 on tensor cores where usable).
+pub mod precision {
+    pub use crate::contract::precision::{
+        Precision, PrecisionGuard, current, emulated, parse_emulate_value, parse_env_value,
+        process_default, scoped, tensor_cores, with,
+    };
+}
+pub use contract::precision::Precision;
 /// Mixed precision, as netcl names it: the dtype policy and its [`autocast`] scope (from [`ops::policy`]) and
 /// loss scaling with [`GradScaler`] (from [`optim`]).
 pub mod amp {
@@ -100,6 +108,8 @@ mod docs_pages {
     mod optimizers {}
     #[doc = include_str!("../web-wiki/content/concepts/mixed-precision.md")]
     mod mixed_precision {}
+    #[doc = include_str!("../web-wiki/content/concepts/precision.md")]
+    mod precision {}
     #[doc = include_str!("../web-wiki/content/concepts/training.md")]
     mod training {}
     #[doc = include_str!("../web-wiki/content/concepts/model-files.md")]

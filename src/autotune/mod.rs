@@ -394,7 +394,7 @@ pub fn record_interim<C: Serialize, R: Serialize>(
 }
 
 /// Logs `d` unless this thread logged the same key from the same source in this scope; true when it did.
-fn record_once(d: Decision) -> bool {
+pub(crate) fn record_once(d: Decision) -> bool {
     let tag = format!("{:?}|{}", d.source, d.key);
     let new = LOGGED.with(|l| l.borrow_mut().insert(tag));
     if new {

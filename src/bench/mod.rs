@@ -19,6 +19,7 @@ mod cases_core;
 mod cases_half;
 mod cases_models;
 mod cases_reduce;
+mod cases_tc;
 
 use std::time::Instant;
 
@@ -106,6 +107,7 @@ pub fn cases() -> Vec<Case> {
     let mut v = Vec::new();
     v.extend(cases_core::cases());
     v.extend(cases_conv::cases());
+    v.extend(cases_tc::cases());
     v.extend(cases_reduce::cases());
     v.extend(cases_half::cases());
     v.extend(cases_attention::cases());
@@ -232,6 +234,8 @@ fn is_large(name: &str) -> bool {
         || name.starts_with("attention_fwd")
         || name.starts_with("resnet18_")
         || name.starts_with("mobilenet_v2_")
+        // 137 GFLOP a call.
+        || name.starts_with("matmul_4096")
 }
 
 fn round1(x: f64) -> f64 {

@@ -1,6 +1,7 @@
 //! The GEMM contract: one strided, batched product descriptor ([`Gemm`]) and the primitives that run it.
 
 use crate::Device;
+use crate::contract::precision::{Math, Precision};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -38,6 +39,8 @@ pub(crate) struct Gemm {
     pub relu: bool,
     /// What the autotuner measures this product under.
     pub tune: GemmTune,
+    /// The arithmetic (FP32, or TF32 / FP16 on tensor cores) and whether A, B and C are stored as f16.
+    pub math: Math,
 }
 
 /// The autotune kernel name and shape key of a product; every candidate list depends only on what the key holds.
@@ -79,6 +82,7 @@ impl Gemm {
             bias: BiasMode::None,
             relu: false,
             tune: GemmTune::Matmul,
+            math: Math::FP32,
         }
     }
 
@@ -160,4 +164,9 @@ pub(crate) trait GemmKernels {
     fn gemm_labels(&self, g: &Gemm) -> Vec<String>;
     /// Computes `g` with the candidate labelled `label` (bypassing the autotuner).
     fn gemm_forced(&self, device: &Device, op: &GemmOp<'_>, label: &str) -> Result<()>;
+    /// Whether products at precision `p` (TF32 or FP16) run on tensor cores here; without them such products
+    /// run at FP32.
+    fn gemm_tensor_cores(&self, _p: Precision) -> bool {
+        false
+    }
 }

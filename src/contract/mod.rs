@@ -37,6 +37,7 @@ pub(crate) mod attention;
 pub(crate) mod conv;
 pub(crate) mod depthwise;
 pub(crate) mod gemm;
+pub mod precision;
 
 use std::any::Any;
 

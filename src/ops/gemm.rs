@@ -5,9 +5,17 @@
 //! kernels (GPUs), packed float8/float16 register-blocked kernels without barriers (CPU OpenCL), and split-K
 //! variants of both for long reductions. The convolution family reuses the same descriptor with its own
 //! tuning keys (e.g. `conv2d_pointwise_gemm`).
+//!
+//! Precision ([`crate::precision`]): `matmul`, `matmul_t` and `bmm` multiply at this thread's precision (FP32
+//! unless `NETCL_PRECISION` or a [`crate::precision::with`] scope says TF32 or FP16); [`matmul_prec`] and
+//! [`bmm_prec`] take it per call. TF32 and FP16 run on tensor cores where the device has usable ones (the
+//! tensor-core candidates join the FP32 ones under a precision-keyed tune key) and at FP32 elsewhere. Under
+//! FP16, f16 tensors are multiplied as stored and the product is stored in f16 (rounded once, from the f32
+//! accumulators); f32 tensors are rounded to f16 as they are staged and the product is f32.
 
 use super::policy::via_f32;
 use crate::contract::gemm::{Gemm, GemmOp};
+use crate::contract::precision::{self, Math, Precision};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -28,16 +36,67 @@ pub fn matmul(a: &Tensor, b: &Tensor) -> Result<Tensor> {
 ///
 /// f16 inputs are widened to f32 on the device and the product stored back in f16 ([`crate::ops::policy`]).
 pub fn matmul_t(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
+    matmul_prec(a, b, trans_a, trans_b, precision::current()?)
+}
+
+/// `matmul_t` at precision `p`, whatever this thread's policy: [`Precision::Fp32`] runs the FP32 kernels;
+/// TF32 and FP16 run on tensor cores where the device has usable ones, else at FP32 (the decision log says
+/// so). Under FP16, two f16 tensors are multiplied as stored and the product is f16.
+pub fn matmul_prec(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    p: Precision,
+) -> Result<Tensor> {
+    if let Some(g) = f16_direct(a, b, p, || matmul_shape(a, b, trans_a, trans_b))? {
+        return product(a, b, &g, &[g.m, g.n], DType::F16);
+    }
     via_f32(&[a, b], "matmul", |t| {
-        matmul_f32(t[0], t[1], trans_a, trans_b)
+        matmul_f32(t[0], t[1], trans_a, trans_b, p)
     })
 }
 
-fn matmul_f32(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    let g = matmul_desc(a, b, trans_a, trans_b)?;
-    let out = Tensor::empty(a.device(), &[g.m, g.n], DType::F32)?;
-    run(a, b, &out, None, &g)?;
+fn matmul_f32(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    p: Precision,
+) -> Result<Tensor> {
+    let mut g = matmul_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(p);
+    product(a, b, &g, &[g.m, g.n], DType::F32)
+}
+
+/// Runs `g` into a new tensor of `shape` and `dtype`.
+fn product(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], dtype: DType) -> Result<Tensor> {
+    let out = Tensor::empty(a.device(), shape, dtype)?;
+    run(a, b, &out, None, g)?;
     Ok(out)
+}
+
+/// The descriptor of a product of two f16 tensors on tensor cores (f16 in, f16 out), when `p` is FP16 and the
+/// device can: `desc` gives the shape. `None`: the product goes through f32 ([`via_f32`]).
+fn f16_direct(
+    a: &Tensor,
+    b: &Tensor,
+    p: Precision,
+    desc: impl FnOnce() -> Result<Gemm>,
+) -> Result<Option<Gemm>> {
+    if p != Precision::Fp16 || a.dtype() != DType::F16 || b.dtype() != DType::F16 {
+        return Ok(None);
+    }
+    a.same_device(&[b], "matmul")?;
+    if !a.device().backend().gemm_tensor_cores(p) {
+        return Ok(None);
+    }
+    let mut g = desc()?;
+    g.math = Math {
+        precision: p,
+        f16_io: true,
+    };
+    Ok(Some(g))
 }
 
 /// The (rows, cols) of `op(t)` for the last two dimensions of `t`: swapped when `trans`.
@@ -50,18 +109,36 @@ fn op_dims(t: &Tensor, trans: bool) -> (usize, usize) {
 /// Batched product of 3-D tensors: `out[i] = op(a[i]) · op(b[i])`. A batch of 1 on either side is shared by
 /// every batch of the other.
 pub fn bmm(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    via_f32(&[a, b], "bmm", |t| bmm_f32(t[0], t[1], trans_a, trans_b))
+    bmm_prec(a, b, trans_a, trans_b, precision::current()?)
 }
 
-fn bmm_f32(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Tensor> {
-    let g = bmm_desc(a, b, trans_a, trans_b)?;
-    let out = Tensor::empty(a.device(), &[g.batch, g.m, g.n], DType::F32)?;
-    run(a, b, &out, None, &g)?;
-    Ok(out)
+/// `bmm` at precision `p` (see [`matmul_prec`]).
+pub fn bmm_prec(
+    a: &Tensor,
+    b: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+    p: Precision,
+) -> Result<Tensor> {
+    if let Some(g) = f16_direct(a, b, p, || bmm_shape(a, b, trans_a, trans_b))? {
+        return product(a, b, &g, &[g.batch, g.m, g.n], DType::F16);
+    }
+    via_f32(&[a, b], "bmm", |t| bmm_f32(t[0], t[1], trans_a, trans_b, p))
+}
+
+fn bmm_f32(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool, p: Precision) -> Result<Tensor> {
+    let mut g = bmm_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(p);
+    product(a, b, &g, &[g.batch, g.m, g.n], DType::F32)
 }
 
 fn bmm_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     check_f32(&[a, b], "bmm")?;
+    bmm_shape(a, b, trans_a, trans_b)
+}
+
+/// The descriptor of `bmm` from the shapes alone (the dtypes are the caller's to check).
+fn bmm_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     if a.rank() != 3 || b.rank() != 3 {
         return Err(Error::Shape(format!(
             "bmm needs 3-D tensors (batch, rows, cols), got {:?} and {:?}",
@@ -91,10 +168,12 @@ fn bmm_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm
     Ok(g)
 }
 
-/// The kernel candidates the autotuner measures for `bmm(a, b, trans_a, trans_b)` on their device, as labels
-/// (with a shared `a`, the GPU kernels can fold the batches into the columns: `tiled_flat`).
+/// The kernel candidates the autotuner measures for `bmm(a, b, trans_a, trans_b)` on their device at this
+/// thread's precision, as labels (with a shared `a`, the GPU kernels can fold the batches into the columns:
+/// `tiled_flat`; under TF32 or FP16 with usable tensor cores, `["tc_tf32",128,128,16,64,32]` and the like).
 pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
-    let g = bmm_desc(a, b, trans_a, trans_b)?;
+    let mut g = bmm_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(precision::current()?);
     Ok(a.device().backend().gemm_labels(&g))
 }
 
@@ -106,7 +185,8 @@ pub fn bmm_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let g = bmm_desc(a, b, trans_a, trans_b)?;
+    let mut g = bmm_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(precision::current()?);
     forced(a, b, &g, &[g.batch, g.m, g.n], label)
 }
 
@@ -123,6 +203,11 @@ fn forced(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], label: &str) -> Res
 
 fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     check_f32(&[a, b], "matmul")?;
+    matmul_shape(a, b, trans_a, trans_b)
+}
+
+/// The descriptor of `matmul_t` from the shapes alone (the dtypes are the caller's to check).
+fn matmul_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gemm> {
     if a.rank() != 2 || b.rank() != 2 {
         return Err(Error::Shape(format!(
             "matmul needs 2-D tensors, got {:?} and {:?} (use bmm for batches)",
@@ -143,16 +228,19 @@ fn matmul_desc(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<G
     Ok(Gemm::dense(m, n, ka, 1, trans_a, trans_b, false))
 }
 
-/// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device, as
-/// labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or `["tiled_sliced",64,32,32,4,4,4,1]`
-/// with the K tile sliced among 4 layers of work-items); the built-in device has the one candidate `reference`.
+/// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device at this
+/// thread's precision, as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
+/// `["tiled_sliced",64,32,32,4,4,4,1]` with the K tile sliced among 4 layers of work-items; under TF32 or FP16
+/// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile); the built-in
+/// device has the one candidate `reference`.
 pub fn matmul_candidates(
     a: &Tensor,
     b: &Tensor,
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Vec<String>> {
-    let g = matmul_desc(a, b, trans_a, trans_b)?;
+    let mut g = matmul_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(precision::current()?);
     Ok(a.device().backend().gemm_labels(&g))
 }
 
@@ -165,7 +253,8 @@ pub fn matmul_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let g = matmul_desc(a, b, trans_a, trans_b)?;
+    let mut g = matmul_desc(a, b, trans_a, trans_b)?;
+    g.math = Math::f32_at(precision::current()?);
     forced(a, b, &g, &[g.m, g.n], label)
 }
 

@@ -41,7 +41,10 @@ pub use elementwise::{
 pub use elementwise::{rdiv_scalar, rsub_scalar, sub_scalar};
 pub use fused::{ALIASES, Expr, Grad, OPS, OpDef, function_names};
 pub use fused::{broadcast_to, fused, fused_expr, where_};
-pub use gemm::{bmm, bmm_candidates, bmm_with, matmul, matmul_candidates, matmul_t, matmul_with};
+pub use gemm::{
+    bmm, bmm_candidates, bmm_prec, bmm_with, matmul, matmul_candidates, matmul_prec, matmul_t,
+    matmul_with,
+};
 pub use norm::{
     BatchNormOut, NormGrads, NormOut, batch_norm2d, batch_norm2d_backward, group_norm,
     group_norm_backward,

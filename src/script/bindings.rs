@@ -675,6 +675,10 @@ pub(crate) fn register_output(engine: &mut Engine, ctx: &Shared) {
                     "source".into(),
                     format!("{:?}", d.source).to_lowercase().into(),
                 );
+                m.insert(
+                    "note".into(),
+                    d.note.clone().map_or(Dynamic::UNIT, Dynamic::from),
+                );
                 let cands: Array = d
                     .candidates
                     .iter()

@@ -129,6 +129,19 @@ pub(crate) fn register(engine: &mut Engine, ctx: &Shared) {
         track_var(&c, ag::matmul(&a, &b).map_err(engine_err)?)
     });
     let c = ctx.clone();
+    engine.register_fn("matmul", move |a: Var, b: Var, precision: &str| -> R<Var> {
+        // The forward product at `precision` (fp32, tf32 or fp16); a backward pass runs at the default.
+        let p: crate::Precision = precision.parse().map_err(engine_err)?;
+        let (sa, sb) = (a.value().shape(), b.value().shape());
+        if let (Some(&k), Some(&n)) = (sa.last(), sb.last())
+            && k > 0
+        {
+            precharge(&c, (a.value().numel() / k).checked_mul(n), "`matmul`")?;
+        }
+        let y = crate::precision::with(p, || ag::matmul(&a, &b)).map_err(engine_err)?;
+        track_var(&c, y)
+    });
+    let c = ctx.clone();
     engine.register_fn("bmm", move |a: Var, b: Var| -> R<Var> {
         forward_only(&a, "bmm")?;
         forward_only(&b, "bmm")?;

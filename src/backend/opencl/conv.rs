@@ -14,6 +14,7 @@ use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
 use crate::contract::gemm::{BiasMode, Gemm, GemmOp, GemmTune};
+use crate::contract::precision::Math;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -212,6 +213,7 @@ impl ClDevice {
                         BiasMode::None
                     },
                     relu: relu && fused,
+                    math: Math::FP32,
                     tune: GemmTune::Named(
                         "conv2d_gemm",
                         shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
@@ -422,6 +424,7 @@ impl ClDevice {
                         s_c: g.f * cg * kk,
                         bias: BiasMode::None,
                         relu: false,
+                        math: Math::FP32,
                         tune: GemmTune::Named(
                             "conv2d_gemm",
                             shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
@@ -451,6 +454,7 @@ impl ClDevice {
                         s_c: g.c * kk * p,
                         bias: BiasMode::None,
                         relu: false,
+                        math: Math::FP32,
                         tune: GemmTune::Named(
                             "conv2d_gemm",
                             shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),

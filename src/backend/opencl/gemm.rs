@@ -10,6 +10,7 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::Event;
 use crate::backend::opencl::abi::gemm as abi;
 use crate::backend::opencl::events_ms;
+use crate::backend::opencl::gemm_tc::{self, TcTile};
 use crate::backend::opencl::program::{Defines, ProgramSpec, QuickKey, kernel_source, quick_key};
 use crate::contract::gemm::{BiasMode, Gemm, GemmKernels, GemmOp, GemmTune};
 use crate::device::DeviceType;
@@ -24,11 +25,12 @@ fn bias_code(b: BiasMode) -> i32 {
     }
 }
 
-/// The autotune key `g` is measured under; its candidates run `kernels/gemm.cl`.
-fn tune_key(g: &Gemm) -> TuneKey {
+/// The autotune key `g` is measured under; its candidates run `kernels/gemm.cl` (and `kernels/gemm_tc.cl`
+/// when `tc`: the precision then names the kernel, see [`gemm_tc::tuned_name`]).
+pub(super) fn tune_key(g: &Gemm, tc: bool) -> TuneKey {
     let key = match &g.tune {
         GemmTune::Matmul => TuneKey::new(
-            "matmul",
+            gemm_tc::tuned_name(g, tc, "matmul"),
             &[
                 ("m", bucket(g.m)),
                 ("n", bucket(g.n)),
@@ -38,9 +40,16 @@ fn tune_key(g: &Gemm) -> TuneKey {
                 ("trans_b", g.trans_b as i64),
             ],
         ),
-        GemmTune::Named(name, key) => TuneKey::from_shape_key(*name, key.as_str()),
+        GemmTune::Named(name, key) => {
+            TuneKey::from_shape_key(gemm_tc::tuned_name(g, tc, name), key.as_str())
+        }
     };
-    key.source(kernel_source("gemm").unwrap_or_default())
+    let key = key.source(kernel_source("gemm").unwrap_or_default());
+    if tc {
+        key.source(kernel_source("gemm_tc").unwrap_or_default())
+    } else {
+        key
+    }
 }
 
 /// One kernel shape of the family.
@@ -79,6 +88,8 @@ pub(crate) enum Algo {
     /// `gemm_simple`: one program for every product, quick to build; never a tuning candidate. A GPU runs it
     /// for a product whose chosen kernel is still being built by a helper process (see [`ClDevice::gemm_choice`]).
     Simple,
+    /// Tensor cores (TF32 or FP16 `mma.sync`), see `gemm_tc.rs`.
+    Tc(TcTile),
 }
 
 /// The quick kernel's candidate (no K split).
@@ -123,6 +134,7 @@ impl Serialize for GemmCand {
             }
             Algo::SmallK { px, ls } => serde_json::json!(["smallk", px, ls, self.splits]),
             Algo::Simple => serde_json::json!(["simple"]),
+            Algo::Tc(t) => t.label_value(),
         };
         v.serialize(s)
     }
@@ -231,6 +243,9 @@ impl ClDevice {
     /// The candidates for `g`. They depend only on what `g`'s tune key holds (bucketed sizes and flags), so a
     /// cached winner always names one of them.
     pub(crate) fn gemm_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
+        if g.math.f16_io {
+            return self.tc_candidates(g);
+        }
         let max_wg = self.info.max_work_group_size.max(1);
         let lmem = self.info.local_mem_bytes as usize;
         let wis = &self.info.max_work_item_sizes;
@@ -337,6 +352,7 @@ impl ClDevice {
                 .collect();
             v.extend(base.into_iter().map(|c| GemmCand { splits, ..c }));
         }
+        v.extend(self.tc_candidates(g));
         v
     }
 
@@ -388,6 +404,7 @@ impl ClDevice {
                 blocked_defines(base, mr, vw, nb)
             }
             Algo::Simple => Defines::new(),
+            Algo::Tc(t) => return gemm_tc::programs(g, &t),
         };
         let kernels: &[&'static str] = match cand.algo {
             Algo::Tiled { .. } => &[abi::GEMM_TILED],
@@ -395,6 +412,7 @@ impl ClDevice {
             Algo::Packed { .. } => &[abi::GEMM_PACK_A, abi::GEMM_PACK_B, abi::GEMM_PACKED],
             Algo::Reg { .. } => &[abi::GEMM_REG],
             Algo::Simple => &[abi::GEMM_SIMPLE],
+            Algo::Tc(_) => &[],
         };
         for k in kernels {
             v.push((abi::FAMILY, k, defines.clone()));
@@ -623,6 +641,7 @@ impl ClDevice {
                 })?;
                 evs.push(self.run(&k, &args, &[pn, pm, z], Some(&[1, ly, 1]))?);
             }
+            Algo::Tc(t) => evs.extend(self.gemm_tc_with(op, t)?),
         }
         if let Some(p) = &partial {
             let k = self.kernel(abi::FAMILY, &Defines::new(), abi::GEMM_REDUCE_SPLITS)?;
@@ -654,7 +673,8 @@ impl ClDevice {
     pub(crate) fn gemm_choice(&self, device: &Device, op: &GemmOp<'_>) -> Result<GemmCand> {
         let g = op.g;
         // A repeated question is answered before the candidate list is built (most of a call's host time).
-        let key = tune_key(g);
+        let tc = self.tc_active(device, g)?;
+        let key = tune_key(g, tc);
         let elsewhere = self.builds_elsewhere();
         if let Some(c) = autotune::answered(device, &key) {
             return Ok(if elsewhere {
@@ -664,12 +684,20 @@ impl ClDevice {
             });
         }
         let cands = self.gemm_candidates(g);
-        // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs.
+        // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs;
+        // the first tensor-core tile when the precision asks for tensor cores.
         let default = cands
             .iter()
             .position(|c| matches!(c.algo, Algo::Packed { .. }))
             .filter(|_| self.info.kind == "cpu")
             .unwrap_or(0);
+        let default = match tc {
+            true => cands
+                .iter()
+                .position(|c| matches!(c.algo, Algo::Tc(_)))
+                .unwrap_or(default),
+            false => default,
+        };
         let all = || -> Vec<ProgramSpec> {
             cands
                 .iter()
@@ -700,6 +728,10 @@ impl ClDevice {
     /// error surfaces at the launch); else `c`'s programs go to the front of the helpers' queue and the quick
     /// kernel runs.
     fn gemm_at_hand(&self, device: &Device, key: &TuneKey, g: &Gemm, c: GemmCand) -> GemmCand {
+        // The quick kernel reads f32 only: an f16 product on tensor cores builds its own program here.
+        if g.math.f16_io {
+            return c;
+        }
         // The hot case, without building the program list: a tiled kernel this process has launched before.
         if let Algo::Tiled {
             tm,
@@ -807,5 +839,9 @@ impl GemmKernels for ClDevice {
             )));
         };
         self.gemm_with(device, op, cands[i]).map(|_| ())
+    }
+
+    fn gemm_tensor_cores(&self, p: crate::contract::precision::Precision) -> bool {
+        self.tc_capable(p)
     }
 }

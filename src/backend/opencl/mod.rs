@@ -12,6 +12,7 @@ mod dropout;
 pub(crate) mod elementwise;
 mod fused;
 mod gemm;
+mod gemm_tc;
 mod norm;
 mod pool;
 pub mod program;

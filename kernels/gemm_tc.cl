@@ -1,0 +1,398 @@
+// Tensor-core GEMM: C[z] = op(A[z]) · op(B[z]) (+ bias per row, ReLU) with the warp-level mma.sync of PTX,
+// reached from OpenCL C through inline assembly (NVIDIA's OpenCL compiler accepts `asm volatile` as CUDA does).
+//
+// Defines (every one has a default, so the family builds as it stands):
+//   TC_PTX   1: the mma and the tf32 rounding are PTX instructions; 0: they are emulated in OpenCL C (below), so
+//            that any device runs the same tile loads, fragment layouts, edges and epilogue.
+//   PREC     0: TF32 (mma.m16n8k8, operands rounded to nearest, ties away from zero); 1: FP16 (mma.m16n8k16,
+//            operands rounded to nearest even when staged from f32, or read as stored when A_HALF / B_HALF).
+//   A_HALF, B_HALF, OUT_HALF   operands / output stored as f16 (PREC 1 only for the operands).
+//   TRANS_A, TRANS_B           as in kernels/gemm.cl: A stored K×M, B stored N×K.
+//   BM×BN    the block tile, BK its K tile; WM×WN the warp tile (8 warps of 32 lanes, 256 work-items).
+//   VEC      1 when every row and batch start of A, B and C is a multiple of 4 elements: 128-bit (f32) or
+//            64-bit (f16) global loads and 64-bit f32 stores.
+//
+// Fragment layouts (PTX ISA, "Matrix fragments for mma.m16n8k8 / m16n8k16"), g = lane >> 2, t = lane & 3:
+//   m16n8k8 tf32: A a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4); B b0 (k t, n g) b1 (k t+4, n g).
+//   m16n8k16 f16: A r0 (g, 2t..2t+1) r1 (g+8, 2t..) r2 (g, 2t+8..) r3 (g+8, 2t+8..), lower half = lower column;
+//                 B r0 (k 2t..2t+1, n g) r1 (k 2t+8..2t+9, n g).
+//   C/D (both):   c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
+//
+// Each operand's tile is kept in local memory in the orientation of its global storage (the contiguous
+// dimension stays contiguous, so global quads land as one local store), double-buffered, with row padding
+// chosen so that the fragment reads of a warp hit 32 distinct banks: rows along K are padded to a row stride of
+// 4 mod 32 words (f32) or 20 words (f16), rows along M or N to 8 mod 32 words.
+
+#ifndef TC_PTX
+#define TC_PTX 0
+#endif
+#ifndef PREC
+#define PREC 0
+#endif
+#ifndef TRANS_A
+#define TRANS_A 0
+#endif
+#ifndef TRANS_B
+#define TRANS_B 0
+#endif
+#ifndef BM
+#define BM 64
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef WM
+#define WM 32
+#endif
+#ifndef WN
+#define WN 16
+#endif
+#ifndef VEC
+#define VEC 0
+#endif
+
+#define NT 256
+#define WARPS_N (BN / WN)
+#define MI (WM / 16)
+#define NI (WN / 8)
+#if (BM / WM) * (BN / WN) != 8
+#error "the warp tiles must split the block tile among 8 warps"
+#endif
+#if PREC == 0 && (A_HALF || B_HALF)
+#error "f16 operands multiply with the f16 mma (PREC 1)"
+#endif
+
+#if PREC == 0
+#define KSTEP 8
+#define LT float
+#define LT4 float4
+#define PAD_K 4
+#else
+#define KSTEP 16
+#define LT ushort
+#define LT4 ushort4
+#define PAD_K 8
+#endif
+#define PAD_MN 8
+
+// Tiles in storage orientation: A is BM×BK (rows m) or BK×BM (TRANS_A, rows k); B is BK×BN or BN×BK (TRANS_B).
+#if TRANS_A
+#define A_ROWS BK
+#define A_COLS BM
+#define A_LD (BM + PAD_MN)
+#define AL(p, m, k) (p)[(k) * A_LD + (m)]
+#else
+#define A_ROWS BM
+#define A_COLS BK
+#define A_LD (BK + PAD_K)
+#define AL(p, m, k) (p)[(m) * A_LD + (k)]
+#endif
+#if TRANS_B
+#define B_ROWS BN
+#define B_COLS BK
+#define B_LD (BK + PAD_K)
+#define BL(p, k, n) (p)[(n) * B_LD + (k)]
+#else
+#define B_ROWS BK
+#define B_COLS BN
+#define B_LD (BN + PAD_MN)
+#define BL(p, k, n) (p)[(k) * B_LD + (n)]
+#endif
+#define A_SIZE (A_ROWS * A_LD)
+#define B_SIZE (B_ROWS * B_LD)
+#define A_QUADS (A_ROWS * A_COLS / (4 * NT))
+#define B_QUADS (B_ROWS * B_COLS / (4 * NT))
+#if A_QUADS * 4 * NT != A_ROWS * A_COLS || B_QUADS * 4 * NT != B_ROWS * B_COLS
+#error "a tile must be a whole number of quads per work-item"
+#endif
+
+#if TC_PTX
+#define TC_UNROLL _Pragma("unroll")
+#else
+// The emulated mma holds barriers: loops over it stay loops (CPU compilers build them far faster).
+#define TC_UNROLL _Pragma("nounroll")
+#endif
+
+// The staged quad type of an operand: its storage type.
+#define STAGE(h) NCL_CAT(STAGE_, h)
+#define STAGE_0 float4
+#define STAGE_1 ushort4
+
+// Quad (r, c..c+3) of a rows × cols matrix at p with row stride ld, zeros outside it.
+inline float4 tc_quad_f32(__global const float* p, const int ld, const int r, const int c, const int rows,
+                          const int cols) {
+    float4 v = (float4)(0.0f);
+    if (r < rows) {
+        __global const float* q = p + (size_t)r * ld + c;
+#if VEC
+        if (c + 3 < cols) return *(__global const float4*)q;
+#endif
+        if (c < cols) v.s0 = q[0];
+        if (c + 1 < cols) v.s1 = q[1];
+        if (c + 2 < cols) v.s2 = q[2];
+        if (c + 3 < cols) v.s3 = q[3];
+    }
+    return v;
+}
+
+inline ushort4 tc_quad_f16(__global const ushort* p, const int ld, const int r, const int c, const int rows,
+                           const int cols) {
+    ushort4 v = (ushort4)(0);
+    if (r < rows) {
+        __global const ushort* q = p + (size_t)r * ld + c;
+#if VEC
+        if (c + 3 < cols) return *(__global const ushort4*)q;
+#endif
+        if (c < cols) v.s0 = q[0];
+        if (c + 1 < cols) v.s1 = q[1];
+        if (c + 2 < cols) v.s2 = q[2];
+        if (c + 3 < cols) v.s3 = q[3];
+    }
+    return v;
+}
+#define QUAD(h) NCL_CAT(QUAD_, h)
+#define QUAD_0 tc_quad_f32
+#define QUAD_1 tc_quad_f16
+
+// f32 to tf32, rounded to nearest with ties away from zero (the rounding of cvt.rna.tf32.f32); infinities and
+// NaN pass unchanged. The result is a float whose low 13 mantissa bits are zero.
+inline float tc_tf32(const float x) {
+#if TC_PTX
+    uint u;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(u) : "f"(x));
+    return as_float(u & 0xffffe000u);
+#else
+    uint u = as_uint(x);
+    if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;
+    return as_float(u);
+#endif
+}
+
+// Stores a staged quad at element i of a local tile, converted to the tile's type.
+#if PREC == 0
+inline void tc_put_f32(__local float* p, const int i, const float4 v) {
+    *(__local float4*)(p + i) = (float4)(tc_tf32(v.s0), tc_tf32(v.s1), tc_tf32(v.s2), tc_tf32(v.s3));
+}
+#else
+inline void tc_put_f32(__local ushort* p, const int i, const float4 v) {
+    vstore_half4_rte(v, 0, (__local half*)(p + i));
+}
+inline void tc_put_f16(__local ushort* p, const int i, const ushort4 v) { *(__local ushort4*)(p + i) = v; }
+#endif
+#define PUT(h) NCL_CAT(PUT_, h)
+#define PUT_0 tc_put_f32
+#define PUT_1 tc_put_f16
+
+#if TC_PTX
+#if PREC == 0
+#define MMA(c, a, b)                                                                                  \
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                 "{%8,%9}, {%10,%11,%12,%13};"                                                        \
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])                                     \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),       \
+                   "f"(c[1]), "f"(c[2]), "f"(c[3]))
+#else
+#define MMA(c, a, b)                                                                                 \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, " \
+                 "{%8,%9}, {%10,%11,%12,%13};"                                                       \
+                 : "=f"(c[0]), "=f"(c[1]), "=f"(c[2]), "=f"(c[3])                                    \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]),      \
+                   "f"(c[1]), "f"(c[2]), "f"(c[3]))
+#endif
+#else
+// The emulated mma, done by the warp together through local memory: every lane writes the A and B values its
+// fragment registers hold at the (row, column) the fragment layout assigns them, then each lane computes its
+// four C elements from the whole 16×K and K×8 operands, accumulating in f32. A wrong fragment mapping in the
+// tile code therefore gives wrong products here too. Every work-item of the group reaches both barriers.
+#define SCRATCH_A (16 * KSTEP)
+#define SCRATCH_W (16 * KSTEP + KSTEP * 8)
+inline float tc_half(const uint bits) {
+    const ushort h = (ushort)bits;
+    return vload_half(0, (const half*)&h);
+}
+inline void tc_mma_emu(float* c, const uint* a, const uint* b, __local float* s, const int lane) {
+    const int g = lane >> 2, t = lane & 3;
+    __local float* sa = s;
+    __local float* sb = s + SCRATCH_A;
+    barrier(CLK_LOCAL_MEM_FENCE);
+#if PREC == 0
+    sa[g * 8 + t] = as_float(a[0]);
+    sa[(g + 8) * 8 + t] = as_float(a[1]);
+    sa[g * 8 + t + 4] = as_float(a[2]);
+    sa[(g + 8) * 8 + t + 4] = as_float(a[3]);
+    sb[t * 8 + g] = as_float(b[0]);
+    sb[(t + 4) * 8 + g] = as_float(b[1]);
+#else
+    for (int h = 0; h < 2; ++h) {
+        sa[g * 16 + 2 * t + h] = tc_half(a[0] >> (16 * h));
+        sa[(g + 8) * 16 + 2 * t + h] = tc_half(a[1] >> (16 * h));
+        sa[g * 16 + 2 * t + 8 + h] = tc_half(a[2] >> (16 * h));
+        sa[(g + 8) * 16 + 2 * t + 8 + h] = tc_half(a[3] >> (16 * h));
+        sb[(2 * t + h) * 8 + g] = tc_half(b[0] >> (16 * h));
+        sb[(2 * t + 8 + h) * 8 + g] = tc_half(b[1] >> (16 * h));
+    }
+#endif
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int e = 0; e < 4; ++e) {
+        const int row = g + (e >> 1) * 8, col = 2 * t + (e & 1);
+        float acc = c[e];
+        for (int k = 0; k < KSTEP; ++k) acc = fma(sa[row * KSTEP + k], sb[k * 8 + col], acc);
+        c[e] = acc;
+    }
+}
+#define MMA(c, a, b) tc_mma_emu((c), (a), (b), scratch + warp * SCRATCH_W, lane)
+#endif
+
+#define PACK(lo, hi) ((uint)(lo) | ((uint)(hi) << 16))
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void gemm_tc(const int M, const int N, const int K,
+             __global const float* restrict A, const int offA, const int lda, const int sA,
+             __global const float* restrict B, const int offB, const int ldb, const int sB,
+             __global float* restrict C, const int offC, const int ldc, const int sC,
+             __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int tid = get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+    const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
+    const int z = get_group_id(2);
+#if A_HALF
+    __global const ushort* Ab = (__global const ushort*)A + offA + (size_t)z * sA;
+#else
+    __global const float* Ab = A + offA + (size_t)z * sA;
+#endif
+#if B_HALF
+    __global const ushort* Bb = (__global const ushort*)B + offB + (size_t)z * sB;
+#else
+    __global const float* Bb = B + offB + (size_t)z * sB;
+#endif
+
+    __local LT4 smem_a[2 * A_SIZE / 4];
+    __local LT4 smem_b[2 * B_SIZE / 4];
+    __local LT* As = (__local LT*)smem_a;
+    __local LT* Bs = (__local LT*)smem_b;
+#if !TC_PTX
+    __local float scratch[8 * SCRATCH_W];
+#endif
+
+    STAGE(A_HALF) ra[A_QUADS];
+    STAGE(B_HALF) rb[B_QUADS];
+    float acc[MI][NI][4];
+    TC_UNROLL for (int i = 0; i < MI; ++i)
+        TC_UNROLL for (int j = 0; j < NI; ++j)
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    // Quad l of a work-item: element (r, c) of the tile in storage orientation.
+#define QRC(l, ncols) const int q_ = tid + (l) * NT, r = q_ / ((ncols) / 4), c = (q_ % ((ncols) / 4)) * 4;
+#define LOAD_TILES(k0)                                                                                  \
+    {                                                                                                   \
+        TC_UNROLL for (int l = 0; l < A_QUADS; ++l) {                                                   \
+            QRC(l, A_COLS)                                                                              \
+            ra[l] = TRANS_A ? QUAD(A_HALF)(Ab, lda, (k0) + r, m0 + c, K, M)                             \
+                            : QUAD(A_HALF)(Ab, lda, m0 + r, (k0) + c, M, K);                            \
+        }                                                                                               \
+        TC_UNROLL for (int l = 0; l < B_QUADS; ++l) {                                                   \
+            QRC(l, B_COLS)                                                                              \
+            rb[l] = TRANS_B ? QUAD(B_HALF)(Bb, ldb, n0 + r, (k0) + c, N, K)                             \
+                            : QUAD(B_HALF)(Bb, ldb, (k0) + r, n0 + c, K, N);                            \
+        }                                                                                               \
+    }
+#define STORE_TILES(buf)                                                                                \
+    {                                                                                                   \
+        TC_UNROLL for (int l = 0; l < A_QUADS; ++l) {                                                   \
+            QRC(l, A_COLS)                                                                              \
+            PUT(A_HALF)(As + (buf) * A_SIZE, r * A_LD + c, ra[l]);                                      \
+        }                                                                                               \
+        TC_UNROLL for (int l = 0; l < B_QUADS; ++l) {                                                   \
+            QRC(l, B_COLS)                                                                              \
+            PUT(B_HALF)(Bs + (buf) * B_SIZE, r * B_LD + c, rb[l]);                                      \
+        }                                                                                               \
+    }
+
+    const int nk = (K + BK - 1) / BK;
+    if (nk > 0) {
+        LOAD_TILES(0)
+        STORE_TILES(0)
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    for (int kt = 0; kt < nk; ++kt) {
+        const int cur = kt & 1;
+        const bool more = kt + 1 < nk;
+        if (more) LOAD_TILES((kt + 1) * BK)
+        __local const LT* at = As + cur * A_SIZE;
+        __local const LT* bt = Bs + cur * B_SIZE;
+        TC_UNROLL for (int kk = 0; kk < BK; kk += KSTEP) {
+            uint af[MI][4], bf[NI][2];
+            TC_UNROLL for (int i = 0; i < MI; ++i) {
+                const int r = wm0 + i * 16 + g;
+#if PREC == 0
+                af[i][0] = as_uint(AL(at, r, kk + t));
+                af[i][1] = as_uint(AL(at, r + 8, kk + t));
+                af[i][2] = as_uint(AL(at, r, kk + t + 4));
+                af[i][3] = as_uint(AL(at, r + 8, kk + t + 4));
+#elif TRANS_A
+                af[i][0] = PACK(AL(at, r, kk + 2 * t), AL(at, r, kk + 2 * t + 1));
+                af[i][1] = PACK(AL(at, r + 8, kk + 2 * t), AL(at, r + 8, kk + 2 * t + 1));
+                af[i][2] = PACK(AL(at, r, kk + 2 * t + 8), AL(at, r, kk + 2 * t + 9));
+                af[i][3] = PACK(AL(at, r + 8, kk + 2 * t + 8), AL(at, r + 8, kk + 2 * t + 9));
+#else
+                // Pairs along k are adjacent: one 32-bit read each.
+                af[i][0] = *(__local const uint*)&AL(at, r, kk + 2 * t);
+                af[i][1] = *(__local const uint*)&AL(at, r + 8, kk + 2 * t);
+                af[i][2] = *(__local const uint*)&AL(at, r, kk + 2 * t + 8);
+                af[i][3] = *(__local const uint*)&AL(at, r + 8, kk + 2 * t + 8);
+#endif
+            }
+            TC_UNROLL for (int j = 0; j < NI; ++j) {
+                const int n = wn0 + j * 8 + g;
+#if PREC == 0
+                bf[j][0] = as_uint(BL(bt, kk + t, n));
+                bf[j][1] = as_uint(BL(bt, kk + t + 4, n));
+#elif TRANS_B
+                bf[j][0] = *(__local const uint*)&BL(bt, kk + 2 * t, n);
+                bf[j][1] = *(__local const uint*)&BL(bt, kk + 2 * t + 8, n);
+#else
+                bf[j][0] = PACK(BL(bt, kk + 2 * t, n), BL(bt, kk + 2 * t + 1, n));
+                bf[j][1] = PACK(BL(bt, kk + 2 * t + 8, n), BL(bt, kk + 2 * t + 9, n));
+#endif
+            }
+            TC_UNROLL for (int i = 0; i < MI; ++i)
+                TC_UNROLL for (int j = 0; j < NI; ++j) MMA(acc[i][j], af[i], bf[j]);
+        }
+        if (more) STORE_TILES(cur ^ 1)
+        barrier(CLK_LOCAL_MEM_FENCE);
+    }
+
+    // Epilogue: c0..c3 of each fragment, bias per row, ReLU, guarded stores.
+    const size_t cbase = (size_t)offC + (size_t)z * sC;
+    TC_UNROLL for (int i = 0; i < MI; ++i) {
+        TC_UNROLL for (int h = 0; h < 2; ++h) {
+            const int row = m0 + wm0 + i * 16 + g + 8 * h;
+            if (row >= M) continue;
+            const float bv = bias_mode == 1 ? bias[row] : 0.0f;
+            TC_UNROLL for (int j = 0; j < NI; ++j) {
+                const int col = n0 + wn0 + j * 8 + 2 * t;
+                float v0 = acc[i][j][2 * h] + bv, v1 = acc[i][j][2 * h + 1] + bv;
+                if (relu) {
+                    // Clamps at 0, NaN stays NaN (as gemm_epilogue in kernels/gemm.cl).
+                    v0 = v0 < 0.0f ? 0.0f : v0;
+                    v1 = v1 < 0.0f ? 0.0f : v1;
+                }
+                const size_t at_ = cbase + (size_t)row * ldc + col;
+#if VEC && !OUT_HALF
+                if (col + 1 < N) {
+                    *(__global float2*)(C + at_) = (float2)(v0, v1);
+                    continue;
+                }
+#endif
+                if (col < N) STX(OUT_HALF, v0, C, at_);
+                if (col + 1 < N) STX(OUT_HALF, v1, C, at_ + 1);
+            }
+        }
+    }
+}

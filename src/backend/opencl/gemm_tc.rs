@@ -1,0 +1,411 @@
+//! Tensor-core GEMM (`kernels/gemm_tc.cl`): TF32 and FP16 products through PTX `mma.sync`, offered to the
+//! autotuner beside the FP32 candidates when a product's precision asks for them and the device has usable
+//! tensor cores.
+//!
+//! Usable means probed, never assumed from a name: on an NVIDIA GPU the kernel is built with its PTX and run
+//! once per device and process on a product whose exact result is known; only if it builds and computes that
+//! result are tensor-core candidates offered. Anywhere else (PoCL, other vendors, a failed probe) a TF32 or
+//! FP16 product runs the FP32 kernels, and the decision log records why. `NETCL_TC_EMULATE=1` makes every
+//! device usable with each mma emulated in OpenCL C, cooperatively through local memory (see the kernel).
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+use super::gemm::{Algo, GemmCand, tune_key};
+use crate::Device;
+use crate::autotune::{self, Decision, Source, TuneKey};
+use crate::backend::opencl::abi::gemm_tc as abi;
+use crate::backend::opencl::program::{Defines, ProgramSpec, quick_key};
+use crate::backend::opencl::{ClDevice, Event};
+use crate::contract::Backend;
+use crate::contract::gemm::{BiasMode, Gemm, GemmOp};
+use crate::contract::precision::{Math, Precision, emulated};
+use crate::device::DeviceType;
+use crate::error::{Error, Result};
+use crate::memory::{Allocator, Storage};
+
+/// Work-items of every tensor-core work-group: 8 warps of 32.
+const THREADS: usize = 256;
+
+/// One tile configuration of the tensor-core kernel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct TcTile {
+    /// TF32 or FP16.
+    pub prec: Precision,
+    /// The block tile (rows × columns of C) and its K tile.
+    pub bm: usize,
+    pub bn: usize,
+    pub bk: usize,
+    /// The warp tile; (bm / wm) · (bn / wn) = 8 warps.
+    pub wm: usize,
+    pub wn: usize,
+}
+
+impl TcTile {
+    /// The candidate's label value: `["tc_tf32", bm, bn, bk, wm, wn]`.
+    pub(crate) fn label_value(&self) -> Value {
+        json!([
+            format!("tc_{}", self.prec.name()),
+            self.bm,
+            self.bn,
+            self.bk,
+            self.wm,
+            self.wn
+        ])
+    }
+}
+
+/// TF32 tiles (bm, bn, bk, wm, wn), largest first. K tiles of 16 keep the double-buffered f32 tiles of the
+/// 128×128 block within 48 KiB of local memory.
+const TF32_TILES: [(usize, usize, usize, usize, usize); 4] = [
+    (128, 128, 16, 64, 32),
+    (128, 64, 16, 32, 32),
+    (64, 128, 16, 32, 32),
+    (64, 64, 16, 32, 16),
+];
+/// FP16 tiles: halves in local memory, so K tiles of 32 fit.
+const F16_TILES: [(usize, usize, usize, usize, usize); 4] = [
+    (128, 128, 32, 64, 32),
+    (128, 64, 32, 32, 32),
+    (64, 128, 32, 32, 32),
+    (64, 64, 32, 32, 16),
+];
+
+fn tiles(p: Precision) -> impl Iterator<Item = TcTile> {
+    let list: &[(usize, usize, usize, usize, usize)] = match p {
+        Precision::Tf32 => &TF32_TILES,
+        Precision::Fp16 => &F16_TILES,
+        Precision::Fp32 => &[],
+    };
+    list.iter().map(move |&(bm, bn, bk, wm, wn)| TcTile {
+        prec: p,
+        bm,
+        bn,
+        bk,
+        wm,
+        wn,
+    })
+}
+
+/// The local memory tile `t` takes for `g` (both double-buffered operand tiles, with the padding of the
+/// kernel, plus the emulation's scratch when emulated).
+fn local_bytes(g: &Gemm, t: &TcTile, emulate: bool) -> usize {
+    let (elem, pad_k, kstep) = match t.prec {
+        Precision::Fp16 => (2, 8, 16),
+        _ => (4, 4, 8),
+    };
+    let a = if g.trans_a {
+        t.bk * (t.bm + 8)
+    } else {
+        t.bm * (t.bk + pad_k)
+    };
+    let b = if g.trans_b {
+        t.bn * (t.bk + pad_k)
+    } else {
+        t.bk * (t.bn + 8)
+    };
+    let scratch = if emulate {
+        8 * (16 * kstep + kstep * 8) * 4
+    } else {
+        0
+    };
+    2 * (a + b) * elem + scratch
+}
+
+/// Whether every row and batch start of A, B and C lies on a multiple of 4 elements (vector global access).
+fn aligned(g: &Gemm) -> bool {
+    [
+        g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b, g.ldc, g.off_c, g.s_c,
+    ]
+    .iter()
+    .all(|v| v % 4 == 0)
+}
+
+/// The defines of tile `t` for `g`; `ptx` selects the PTX mma (else the emulation).
+fn defines(g: &Gemm, t: &TcTile, aligned: bool, ptx: bool) -> Defines {
+    let half = g.math.f16_io as i32;
+    Defines::new()
+        .set("TC_PTX", ptx as i32)
+        .set("PREC", (t.prec == Precision::Fp16) as i32)
+        .set("A_HALF", half)
+        .set("B_HALF", half)
+        .set("OUT_HALF", half)
+        .set("TRANS_A", g.trans_a as i32)
+        .set("TRANS_B", g.trans_b as i32)
+        .set("BM", t.bm)
+        .set("BN", t.bn)
+        .set("BK", t.bk)
+        .set("WM", t.wm)
+        .set("WN", t.wn)
+        .set("VEC", aligned as i32)
+}
+
+/// The autotune kernel name of a product: `base` itself on the FP32 kernels, else with the precision (and
+/// `_f16io` for f16 storage, `_emulated` under `NETCL_TC_EMULATE`), so that FP32 winners are never reused for
+/// tensor-core lists or back.
+pub(crate) fn tuned_name(g: &Gemm, tc: bool, base: &'static str) -> Cow<'static, str> {
+    if !tc {
+        return Cow::Borrowed(base);
+    }
+    Cow::Owned(format!(
+        "{base}_{}{}{}",
+        g.math.precision.name(),
+        if g.math.f16_io { "_f16io" } else { "" },
+        if emulated().unwrap_or(false) {
+            "_emulated"
+        } else {
+            ""
+        }
+    ))
+}
+
+/// The programs tile `t` launches for `g`.
+pub(crate) fn programs(g: &Gemm, t: &TcTile) -> Vec<ProgramSpec> {
+    let ptx = !emulated().unwrap_or(false);
+    vec![(abi::FAMILY, abi::GEMM_TC, defines(g, t, aligned(g), ptx))]
+}
+
+/// Probe results per OpenCL device id and precision (TF32, FP16): `Err` holds why tensor cores are not used.
+type Probes = HashMap<usize, [Option<std::result::Result<(), String>>; 2]>;
+static PROBES: Mutex<Option<Probes>> = Mutex::new(None);
+
+fn slot(p: Precision) -> usize {
+    (p == Precision::Fp16) as usize
+}
+
+impl ClDevice {
+    /// Whether tensor cores compute products at `p` (TF32 or FP16) on this device: `Ok`, or why not.
+    pub(crate) fn tc_status(&self, p: Precision) -> std::result::Result<(), String> {
+        if p == Precision::Fp32 {
+            return Err("FP32 needs no tensor cores".into());
+        }
+        match emulated() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        let id = self.device.id() as usize;
+        let known = PROBES
+            .lock()
+            .ok()
+            .and_then(|m| m.as_ref()?.get(&id)?[slot(p)].clone());
+        if let Some(r) = known {
+            return r;
+        }
+        let r = self.tc_probe(p);
+        if let Err(why) = &r {
+            tracing::info!("{} tensor cores on {}: {why}", p.name(), self.info.name);
+        }
+        if let Ok(mut m) = PROBES.lock() {
+            m.get_or_insert_with(HashMap::new).entry(id).or_default()[slot(p)] = Some(r.clone());
+        }
+        r
+    }
+
+    /// Whether tensor-core candidates are offered at `p`.
+    pub(crate) fn tc_capable(&self, p: Precision) -> bool {
+        self.tc_status(p).is_ok()
+    }
+
+    /// Builds the tensor-core kernel with its PTX and runs it on a 20×24×40 product of small integers (exact in
+    /// TF32 and FP16, and summed exactly in f32), over a K of several tiles; `Ok` only if it builds and every
+    /// element is exact. Never an error to the caller: a failure is the reason tensor cores are not used.
+    fn tc_probe(&self, p: Precision) -> std::result::Result<(), String> {
+        let vendor = format!("{} {}", self.info.platform, self.info.vendor).to_ascii_lowercase();
+        if self.info.kind != DeviceType::Gpu || !vendor.contains("nvidia") {
+            return Err("not an NVIDIA GPU".into());
+        }
+        if self.info.max_work_group_size < THREADS {
+            return Err(format!("work-groups of {THREADS} work-items do not fit"));
+        }
+        let (m, n, k) = (20usize, 24usize, 40usize);
+        let a: Vec<f32> = (0..m * k)
+            .map(|i| ((i / k * 7 + i % k * 3) % 9) as f32 - 4.0)
+            .collect();
+        let b: Vec<f32> = (0..k * n)
+            .map(|i| ((i / n * 5 + i % n * 11) % 7) as f32 - 3.0)
+            .collect();
+        let want: Vec<f32> = (0..m * n)
+            .map(|i| {
+                let (r, c) = (i / n, i % n);
+                (0..k).map(|p| a[r * k + p] * b[p * n + c]).sum()
+            })
+            .collect();
+        let mut g = Gemm::dense(m, n, k, 1, false, false, false);
+        g.math = Math::f32_at(p);
+        let tile = tiles(p)
+            .last()
+            .ok_or_else(|| "no tile configuration".to_string())?;
+        let run = || -> Result<Vec<f32>> {
+            let upload = |v: &[f32]| -> Result<Storage> {
+                let s = self.alloc(v.len() * 4)?;
+                self.write(&s, 0, bytemuck::cast_slice(v))?;
+                Ok(s)
+            };
+            let (sa, sb) = (upload(&a)?, upload(&b)?);
+            let sc = self.alloc(m * n * 4)?;
+            self.launch_tc(&g, &tile, [&sa, &sb, &sc], None, true)?;
+            let mut out = vec![0f32; m * n];
+            self.read(&sc, 0, bytemuck::cast_slice_mut(&mut out))?;
+            Ok(out)
+        };
+        let got = run().map_err(|e| format!("the probe kernel failed: {e}"))?;
+        match got.iter().zip(&want).position(|(x, y)| x != y) {
+            None => Ok(()),
+            Some(i) => Err(format!(
+                "the probe product is wrong at ({}, {}): {} instead of {}",
+                i / n,
+                i % n,
+                got[i],
+                want[i]
+            )),
+        }
+    }
+
+    /// Whether `g` runs on tensor cores: its precision asks for them and they are usable here. A TF32 or FP16
+    /// product on a device without them runs the FP32 kernels; that is logged (once per logging scope) as a
+    /// decision of the precision-keyed kernel (`matmul_tf32`, …) with the reason.
+    pub(crate) fn tc_active(&self, device: &Device, g: &Gemm) -> Result<bool> {
+        let p = g.math.precision;
+        if p == Precision::Fp32 {
+            return Ok(false);
+        }
+        emulated()?;
+        match self.tc_status(p) {
+            Ok(()) => Ok(true),
+            Err(why) if g.math.f16_io => Err(Error::Invalid(format!(
+                "an f16 product on tensor cores, which this device cannot use ({why})"
+            ))),
+            Err(why) => {
+                let fp32 = tune_key(g, false);
+                let key = TuneKey::from_shape_key(
+                    format!("{}_{}", fp32.kernel(), p.name()),
+                    fp32.shape_key().to_owned(),
+                );
+                let winner = json!("fp32");
+                autotune::record_once(Decision {
+                    seq: 0,
+                    kernel: key.kernel().to_owned(),
+                    key: key.persistent(device.tune_id(), 0),
+                    device: device.name().to_owned(),
+                    shape_key: key.shape_key().to_owned(),
+                    candidates: Vec::new(),
+                    winner_label: autotune::label(&winner),
+                    winner,
+                    source: Source::Only,
+                    tune_ms: 0.0,
+                    note: Some(format!(
+                        "tensor cores not available on this device ({why}): FP32 kernels for {}",
+                        p.name()
+                    )),
+                    depth: crate::device::timing::measuring_depth(),
+                });
+                Ok(false)
+            }
+        }
+    }
+
+    /// The tensor-core candidates for `g`: none unless its precision asks for them and the device can use
+    /// them. They depend only on what `g`'s tune key holds (bucketed sizes, transposes, precision).
+    pub(crate) fn tc_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
+        let p = g.math.precision;
+        if p == Precision::Fp32 || !self.tc_capable(p) {
+            return Vec::new();
+        }
+        let emulate = emulated().unwrap_or(false);
+        let lmem = self.info.local_mem_bytes as usize;
+        let wis = &self.info.max_work_item_sizes;
+        if self.info.max_work_group_size < THREADS || wis.first().is_some_and(|&x| x < THREADS) {
+            return Vec::new();
+        }
+        let (bm, bn) = (g.m.next_power_of_two(), g.n.next_power_of_two());
+        tiles(p)
+            // A tile far larger than the product only pads work (the smallest one is always kept).
+            .filter(|t| {
+                (t.bm <= 2 * bm.max(64) && t.bn <= 2 * bn.max(64)) || t.bm * t.bn == 64 * 64
+            })
+            .filter(|t| local_bytes(g, t, emulate) <= lmem)
+            .map(|t| GemmCand {
+                algo: Algo::Tc(t),
+                splits: 1,
+            })
+            .collect()
+    }
+
+    /// Launches tile `t` for `g` on the buffers `[a, b, c]`: one launch of `gemm_tc`, with the PTX mma (`ptx`)
+    /// or its emulation.
+    pub(crate) fn launch_tc(
+        &self,
+        g: &Gemm,
+        t: &TcTile,
+        [a, b, c]: [&Storage; 3],
+        bias: Option<&Storage>,
+        ptx: bool,
+    ) -> Result<Event> {
+        let aligned = aligned(g);
+        let key = [
+            g.trans_a as usize,
+            g.trans_b as usize,
+            slot(t.prec),
+            g.math.f16_io as usize,
+            t.bm,
+            t.bn,
+            t.bk,
+            t.wm,
+            t.wn,
+            aligned as usize,
+            ptx as usize,
+        ];
+        let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_TC, &key), || {
+            defines(g, t, aligned, ptx)
+        })?;
+        let i = |v: usize| v as i32;
+        let bias_mode = match (bias, g.bias) {
+            (Some(_), BiasMode::Row) => 1,
+            _ => 0,
+        };
+        let args = abi::GemmTc {
+            M: i(g.m),
+            N: i(g.n),
+            K: i(g.k),
+            A: a,
+            offA: i(g.off_a),
+            lda: i(g.lda),
+            sA: i(g.s_a),
+            B: b,
+            offB: i(g.off_b),
+            ldb: i(g.ldb),
+            sB: i(g.s_b),
+            C: c,
+            offC: i(g.off_c),
+            ldc: i(g.ldc),
+            sC: i(g.s_c),
+            bias: bias.unwrap_or(c),
+            bias_mode,
+            relu: g.relu as i32,
+        };
+        let global = [g.n.div_ceil(t.bn) * THREADS, g.m.div_ceil(t.bm), g.batch];
+        self.run(&k, &args, &global, Some(&[THREADS, 1, 1]))
+    }
+
+    /// Runs `op` with tile `t`.
+    pub(crate) fn gemm_tc_with(&self, op: &GemmOp<'_>, t: TcTile) -> Result<Vec<Event>> {
+        let (a, b, c, bias, g) = op.parts();
+        let ptx = !emulated()?;
+        let bufs = [a.storage(), b.storage(), c.storage()];
+        Ok(vec![self.launch_tc(
+            g,
+            &t,
+            bufs,
+            bias.map(|t| t.storage()),
+            ptx,
+        )?])
+    }
+}
+
+#[cfg(test)]
+#[path = "gemm_tc_tests.rs"]
+mod tests;

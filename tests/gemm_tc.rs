@@ -1,0 +1,511 @@
+//! Tensor-core products (TF32, FP16) and the precision policy.
+//!
+//! On a device without tensor cores (PoCL) the tests turn on `NETCL_TC_EMULATE=1` for their process (unless the
+//! variable is set), so the tensor-core kernel runs with each mma emulated cooperatively through local memory:
+//! the tile loads, fragment layouts, edges and batches are what is checked. On an NVIDIA GPU
+//! (`NETCL_TEST_DEVICE=gpu`) they run the PTX mma itself, and fail if the probe refused the tensor cores.
+//!
+//! Error bound, per element, against the f64 reference on the operands as given:
+//! |C − C_ref| ≤ (2u + u² + K·2^-23)·(|A|·|B|)_ij + 2^-11·|C_ref| (f16 output only) + 1e-30,
+//! u = 2^-11 (TF32 rounds to nearest, ties away, with 10 mantissa bits; f16 rounds to nearest even, normal
+//! range: the test data are far from its subnormals). Each operand's rounding contributes u, their product u²;
+//! the products of rounded operands are exact in f32 (11 + 11 significant bits), and a sum of K of them
+//! loses at most one unit in the last place (2^-23 relative) per addition, since tensor cores are not bound to
+//! round to nearest as they accumulate (round to nearest would give K·2^-24). A wrong fragment mapping or
+//! tile load puts errors of the size of C itself, far past the bound; honest rounding stays well inside it.
+
+mod common;
+
+use std::sync::{Mutex, MutexGuard, Once};
+
+use common::{Lcg, child_command, opencl_device};
+use netcl::autotune::{self, decisions_since, last_seq};
+use netcl::precision::{self, Precision};
+use netcl::{DType, Device, Tensor, ops};
+
+fn is_nvidia_gpu(d: &Device) -> bool {
+    let i = d.info();
+    let v = format!("{} {}", i.platform, i.vendor).to_ascii_lowercase();
+    i.kind == netcl::DeviceType::Gpu && v.contains("nvidia")
+}
+
+/// The device, with emulation on where there are no tensor cores to test (see the module docs) and the
+/// tuner off (each product takes its op's first choice: the first tensor-core tile under TF32 / FP16), and
+/// the guard that runs this file's tests one at a time: several read the process's decision log, which the
+/// products of a test running beside them would write to.
+fn device() -> Option<(Device, MutexGuard<'static, ()>)> {
+    static SERIAL: Mutex<()> = Mutex::new(());
+    static INIT: Once = Once::new();
+    INIT.call_once(|| {
+        let dev = opencl_device();
+        // SAFETY: every test calls this first; the other tests wait in `call_once` while the variables are set.
+        unsafe {
+            if std::env::var_os("NETCL_TC_EMULATE").is_none()
+                && !dev.as_ref().is_some_and(is_nvidia_gpu)
+            {
+                std::env::set_var("NETCL_TC_EMULATE", "1");
+            }
+            if std::env::var_os("NETCL_AUTOTUNE").is_none() {
+                std::env::set_var("NETCL_AUTOTUNE", "off");
+            }
+        }
+        autotune::reload_config();
+    });
+    let dev = opencl_device()?;
+    for p in [Precision::Tf32, Precision::Fp16] {
+        if !precision::tensor_cores(&dev, p) {
+            let seq = last_seq();
+            let a = Tensor::ones(&dev, &[2, 2]).unwrap();
+            let _ = ops::matmul_prec(&a, &a, false, false, p);
+            let notes: Vec<String> = decisions_since(seq)
+                .into_iter()
+                .filter_map(|d| d.note)
+                .collect();
+            panic!("{p}: no tensor cores on {} ({notes:?})", dev.name());
+        }
+    }
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some((dev, serial))
+}
+
+/// Random operands on the host and the device.
+fn operand(dev: &Device, shape: &[usize], seed: u64) -> (Vec<f32>, Tensor) {
+    let t = Tensor::randn(dev, shape, 0.0, 1.0, seed).unwrap();
+    (t.to_vec::<f32>().unwrap(), t)
+}
+
+/// Checks `got` (batch × m × n) against the f64 product of the host operands with the bound of the module
+/// docs; `out16` adds the rounding of an f16 output.
+#[allow(clippy::too_many_arguments)]
+fn check(
+    got: &[f32],
+    a: &[f32],
+    b: &[f32],
+    dims: (usize, usize, usize, usize),
+    trans: (bool, bool),
+    shared: (bool, bool),
+    p: Precision,
+    out16: bool,
+    what: &str,
+) {
+    let (batch, m, n, k) = dims;
+    assert_eq!(got.len(), batch * m * n, "{what}: output size");
+    let u = p.operand_roundoff();
+    let rel = 2.0 * u + u * u + k as f64 * 2f64.powi(-23);
+    let out = if out16 { 2f64.powi(-11) } else { 0.0 };
+    for z in 0..batch {
+        let (za, zb) = (if shared.0 { 0 } else { z }, if shared.1 { 0 } else { z });
+        for i in 0..m {
+            for j in 0..n {
+                let (mut want, mut mag) = (0f64, 0f64);
+                for q in 0..k {
+                    let x = a[za * m * k + if trans.0 { q * m + i } else { i * k + q }] as f64;
+                    let y = b[zb * k * n + if trans.1 { j * k + q } else { q * n + j }] as f64;
+                    want += x * y;
+                    mag += (x * y).abs();
+                }
+                let g = got[(z * m + i) * n + j] as f64;
+                let bound = rel * mag + out * want.abs() + 1e-30;
+                assert!(
+                    (g - want).abs() <= bound,
+                    "{what}: C[{z}][{i}][{j}] = {g}, reference {want}, error {:e} > bound {bound:e}",
+                    (g - want).abs()
+                );
+            }
+        }
+    }
+}
+
+/// The label of the smallest tensor-core tile for this product at this thread's precision.
+fn smallest_tc_label(a: &Tensor, b: &Tensor, ta: bool, tb: bool) -> String {
+    let labels = ops::matmul_candidates(a, b, ta, tb).unwrap();
+    labels
+        .iter()
+        .rev()
+        .find(|l| l.contains("\"tc_"))
+        .unwrap_or_else(|| panic!("no tensor-core candidate among {labels:?}"))
+        .clone()
+}
+
+#[test]
+fn odd_shapes_and_every_transpose_within_the_bound() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let shapes = [(1, 7, 33), (33, 1, 7), (100, 45, 257), (65, 130, 1)];
+    for p in [Precision::Tf32, Precision::Fp16] {
+        for (s, &(m, n, k)) in shapes.iter().enumerate() {
+            for case in 0..4 {
+                let (ta, tb) = (case & 1 == 1, case & 2 == 2);
+                let (av, a) = operand(&dev, &if ta { [k, m] } else { [m, k] }, 10 + s as u64);
+                let (bv, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 20 + case);
+                let what = format!("{p} {m}x{n}x{k} ta={ta} tb={tb}");
+                // The smallest tile, forced (it fits every shape), ...
+                let label = precision::with(p, || smallest_tc_label(&a, &b, ta, tb));
+                let got = precision::with(p, || ops::matmul_with(&a, &b, ta, tb, &label)).unwrap();
+                let got = got.to_vec::<f32>().unwrap();
+                check(
+                    &got,
+                    &av,
+                    &bv,
+                    (1, m, n, k),
+                    (ta, tb),
+                    (false, false),
+                    p,
+                    false,
+                    &what,
+                );
+                // ... and the per-call precision, through the tuner's first choice (a tensor-core tile).
+                if case == 0 {
+                    let got = ops::matmul_prec(&a, &b, ta, tb, p).unwrap();
+                    let got = got.to_vec::<f32>().unwrap();
+                    check(
+                        &got,
+                        &av,
+                        &bv,
+                        (1, m, n, k),
+                        (ta, tb),
+                        (false, false),
+                        p,
+                        false,
+                        &what,
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn every_tile_configuration_within_the_bound() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let (m, n, k) = (130, 150, 70);
+    let (av, a) = operand(&dev, &[m, k], 1);
+    let (bv, b) = operand(&dev, &[k, n], 2);
+    for p in [Precision::Tf32, Precision::Fp16] {
+        let labels = precision::with(p, || ops::matmul_candidates(&a, &b, false, false)).unwrap();
+        let tc: Vec<&String> = labels.iter().filter(|l| l.contains("\"tc_")).collect();
+        assert_eq!(
+            tc.len(),
+            4,
+            "{p}: four tensor-core tiles for {m}x{n}x{k}: {labels:?}"
+        );
+        assert!(
+            tc.iter().all(|l| l.contains(&format!("\"tc_{p}\""))),
+            "{tc:?}"
+        );
+        for label in tc {
+            let got = precision::with(p, || ops::matmul_with(&a, &b, false, false, label)).unwrap();
+            let got = got.to_vec::<f32>().unwrap();
+            check(
+                &got,
+                &av,
+                &bv,
+                (1, m, n, k),
+                (false, false),
+                (false, false),
+                p,
+                false,
+                label,
+            );
+        }
+    }
+}
+
+#[test]
+fn batches_with_strides_and_shared_operands() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    for (i, &(ba, bb, m, n, k, ta, tb)) in [
+        (3, 3, 17, 9, 40, false, false),
+        (1, 4, 33, 70, 20, true, false),
+        (2, 1, 9, 40, 65, false, true),
+        (2, 2, 64, 64, 64, true, true),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let p = if i % 2 == 0 {
+            Precision::Tf32
+        } else {
+            Precision::Fp16
+        };
+        let (av, a) = operand(
+            &dev,
+            &if ta { [ba, k, m] } else { [ba, m, k] },
+            30 + i as u64,
+        );
+        let (bv, b) = operand(
+            &dev,
+            &if tb { [bb, n, k] } else { [bb, k, n] },
+            40 + i as u64,
+        );
+        let got = precision::with(p, || ops::bmm(&a, &b, ta, tb)).unwrap();
+        let batch = ba.max(bb);
+        assert_eq!(got.shape(), &[batch, m, n]);
+        let what = format!("{p} bmm case {i}");
+        let got = got.to_vec::<f32>().unwrap();
+        check(
+            &got,
+            &av,
+            &bv,
+            (batch, m, n, k),
+            (ta, tb),
+            (ba == 1, bb == 1),
+            p,
+            false,
+            &what,
+        );
+    }
+}
+
+#[test]
+fn f16_tensors_multiply_as_stored_into_f16() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    for &(m, n, k, ta, tb) in &[(37, 45, 70, false, false), (64, 20, 33, true, true)] {
+        let (_, a) = operand(&dev, &if ta { [k, m] } else { [m, k] }, 50);
+        let (_, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 51);
+        let (a16, b16) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+        // The operands as stored (exact in f32).
+        let av = a16.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let bv = b16.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let seq = last_seq();
+        let got = ops::matmul_prec(&a16, &b16, ta, tb, Precision::Fp16).unwrap();
+        assert_eq!(got.dtype(), DType::F16, "f16 in, f16 out");
+        let kernels: Vec<String> = decisions_since(seq).into_iter().map(|d| d.kernel).collect();
+        assert!(
+            kernels.iter().any(|k| k.starts_with("matmul_fp16_f16io")),
+            "the f16 product is tuned under its own key: {kernels:?}"
+        );
+        let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        // The operands are exact in f16: no operand rounding, only the sums and the f16 output.
+        let what = format!("f16 storage {m}x{n}x{k} ta={ta} tb={tb}");
+        check(
+            &got,
+            &av,
+            &bv,
+            (1, m, n, k),
+            (ta, tb),
+            (false, false),
+            Precision::Fp32,
+            true,
+            &what,
+        );
+    }
+}
+
+#[test]
+fn fp32_stays_the_default_and_bitwise_unchanged() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let mut rng = Lcg(3);
+    for case in 0..3 {
+        let (m, n, k) = (rng.range(1, 90), rng.range(1, 90), rng.range(1, 200));
+        let (_, a) = operand(&dev, &[m, k], 60 + case);
+        let (_, b) = operand(&dev, &[k, n], 70 + case);
+        assert_eq!(precision::current().unwrap(), Precision::Fp32);
+        let seq = last_seq();
+        let default = ops::matmul(&a, &b).unwrap().to_vec::<f32>().unwrap();
+        let kernels: Vec<String> = decisions_since(seq).into_iter().map(|d| d.kernel).collect();
+        assert!(kernels.iter().all(|k| k == "matmul"), "{kernels:?}");
+        let labels = ops::matmul_candidates(&a, &b, false, false).unwrap();
+        assert!(labels.iter().all(|l| !l.contains("tc_")), "{labels:?}");
+        let explicit = ops::matmul_prec(&a, &b, false, false, Precision::Fp32).unwrap();
+        let scoped = precision::with(Precision::Fp32, || ops::matmul(&a, &b)).unwrap();
+        // Under TF32 a scope turns FP32 back on for its inner products.
+        let nested = precision::with(Precision::Tf32, || {
+            precision::with(Precision::Fp32, || ops::matmul(&a, &b))
+        })
+        .unwrap();
+        for (name, t) in [
+            ("explicit", explicit),
+            ("scoped", scoped),
+            ("nested", nested),
+        ] {
+            let v = t.to_vec::<f32>().unwrap();
+            assert!(
+                v.iter()
+                    .zip(&default)
+                    .all(|(x, y)| x.to_bits() == y.to_bits()),
+                "{name} FP32 differs from the default"
+            );
+        }
+        // TF32 is another arithmetic: on data not representable in TF32 some element differs.
+        if k >= 8 && m * n >= 16 {
+            let tf = ops::matmul_prec(&a, &b, false, false, Precision::Tf32).unwrap();
+            let tf = tf.to_vec::<f32>().unwrap();
+            assert!(
+                tf.iter().zip(&default).any(|(x, y)| x != y),
+                "TF32 gave FP32's bits"
+            );
+        }
+    }
+}
+
+#[test]
+fn precision_enters_the_tune_key() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let (_, a) = operand(&dev, &[48, 40], 80);
+    let (_, b) = operand(&dev, &[40, 56], 81);
+    let mut keys = Vec::new();
+    for p in Precision::ALL {
+        let seq = last_seq();
+        ops::matmul_prec(&a, &b, false, false, p).unwrap();
+        let d = decisions_since(seq);
+        let d = d
+            .last()
+            .unwrap_or_else(|| panic!("{p}: no decision logged"));
+        match p {
+            Precision::Fp32 => assert_eq!(d.kernel, "matmul"),
+            _ => {
+                assert!(
+                    d.kernel.starts_with(&format!("matmul_{p}")),
+                    "{p}: {}",
+                    d.kernel
+                );
+                assert!(
+                    d.winner_label.contains(&format!("tc_{p}")),
+                    "{p}: {}",
+                    d.winner_label
+                );
+            }
+        }
+        keys.push(d.key.clone());
+    }
+    assert!(
+        keys[0] != keys[1] && keys[1] != keys[2] && keys[0] != keys[2],
+        "{keys:?}"
+    );
+}
+
+/// Runs the ignored test `name` in a child process with the given variables; returns its output.
+fn child(name: &str, vars: &[(&str, &str)]) -> String {
+    let mut cmd = child_command(name);
+    for (k, v) in vars {
+        cmd.env(k, v);
+    }
+    cmd.env("NETCL_AUTOTUNE", "off");
+    let out = cmd.output().expect("run the child test");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && text.contains("1 passed"),
+        "{name}:\n{text}"
+    );
+    text
+}
+
+#[test]
+fn without_tensor_cores_tf32_and_fp16_fall_back_with_a_note() {
+    let Some(dev) = opencl_device() else { return };
+    let text = child("fallback_child", &[("NETCL_TC_EMULATE", "0")]);
+    if is_nvidia_gpu(&dev) {
+        assert!(
+            text.contains("TENSOR_CORES") || text.contains("FELL_BACK"),
+            "{text}"
+        );
+    } else {
+        assert!(
+            text.contains("FELL_BACK"),
+            "{} has no tensor cores:\n{text}",
+            dev.name()
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by without_tensor_cores_tf32_and_fp16_fall_back_with_a_note"]
+fn fallback_child() {
+    let Some(dev) = opencl_device() else { return };
+    if precision::tensor_cores(&dev, Precision::Tf32) {
+        println!("TENSOR_CORES");
+        return;
+    }
+    let (_, a) = operand(&dev, &[33, 70], 90);
+    let (_, b) = operand(&dev, &[70, 21], 91);
+    let fp32 = ops::matmul_prec(&a, &b, false, false, Precision::Fp32).unwrap();
+    let fp32 = fp32.to_vec::<f32>().unwrap();
+    for p in [Precision::Tf32, Precision::Fp16] {
+        let seq = last_seq();
+        let got = ops::matmul_prec(&a, &b, false, false, p).unwrap();
+        let got = got.to_vec::<f32>().unwrap();
+        assert!(
+            got.iter()
+                .zip(&fp32)
+                .all(|(x, y)| x.to_bits() == y.to_bits()),
+            "{p} without tensor cores is not the FP32 product"
+        );
+        let notes: Vec<(String, String)> = decisions_since(seq)
+            .into_iter()
+            .map(|d| (d.kernel, d.note.unwrap_or_default()))
+            .collect();
+        assert!(
+            notes.iter().any(|(k, n)| *k == format!("matmul_{p}")
+                && n.contains("tensor cores not available on this device")
+                && n.contains("FP32 kernels")),
+            "{p}: {notes:?}"
+        );
+    }
+    // f16 tensors under FP16 go through f32 and come back f16, as without a policy.
+    let (a16, b16) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+    let got = ops::matmul_prec(&a16, &b16, false, false, Precision::Fp16).unwrap();
+    let want = ops::matmul_prec(&a16, &b16, false, false, Precision::Fp32).unwrap();
+    assert_eq!(got.dtype(), DType::F16);
+    let (got, want) = (
+        got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+        want.cast(DType::F32).unwrap().to_vec::<f32>().unwrap(),
+    );
+    assert_eq!(got, want);
+    println!("FELL_BACK");
+}
+
+#[test]
+fn bad_settings_are_clear_errors() {
+    if opencl_device().is_none() {
+        return;
+    }
+    let text = child(
+        "setting_error_child",
+        &[
+            ("NETCL_PRECISION", "bf16"),
+            ("EXPECT_ERROR", "NETCL_PRECISION=`bf16`"),
+        ],
+    );
+    assert!(text.contains("REFUSED"), "{text}");
+    let text = child(
+        "setting_error_child",
+        &[
+            ("NETCL_PRECISION", "tf32"),
+            ("NETCL_TC_EMULATE", "maybe"),
+            ("EXPECT_ERROR", "NETCL_TC_EMULATE=`maybe`"),
+        ],
+    );
+    assert!(text.contains("REFUSED"), "{text}");
+}
+
+#[test]
+#[ignore = "run by bad_settings_are_clear_errors"]
+fn setting_error_child() {
+    let Some(dev) = opencl_device() else { return };
+    let want = std::env::var("EXPECT_ERROR").expect("EXPECT_ERROR names the expected message");
+    let a = Tensor::ones(&dev, &[4, 4]).unwrap();
+    let e = ops::matmul(&a, &a).expect_err("a bad setting refuses the product");
+    let msg = e.to_string();
+    assert!(msg.contains(&want), "{msg}");
+    assert!(
+        msg.contains("use "),
+        "the message names the accepted values: {msg}"
+    );
+    println!("REFUSED");
+}
