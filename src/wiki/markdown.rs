@@ -248,7 +248,14 @@ pub fn render(body: &str, page_path: &str, content: &Content, linker: &Linker) -
                     push_text(&mut r.sections, src);
                     push_text(&mut r.sections, " ");
                 }
-                Event::InlineHtml(math::to_mathml(src, display).into())
+                let ml = math::to_mathml(src, display);
+                // Display math sits inside a paragraph: a block-level span that scrolls sideways in its own box
+                // rather than widening the page on a narrow screen.
+                Event::InlineHtml(if display {
+                    format!("<span class=\"math-block\">{ml}</span>").into()
+                } else {
+                    ml.into()
+                })
             }
             // Footnotes: numbered in order of first reference, each reference and definition with an id, and a
             // link from the definition back to where it was cited.
