@@ -51,7 +51,8 @@ fn state() -> &'static Mutex<State> {
 }
 
 /// The executable that builds programs for this process, or `None` when helpers are off: `NETCL_BUILDER` (a
-/// path; `off`, `0` or empty turn helpers off), else this executable when its file name starts with `netcl`.
+/// path; `off`, `0` or empty turn helpers off), else this executable when it is `netcl` (not a test binary or
+/// another program embedding the engine: those name the `netcl` binary in the variable).
 /// `explicit` says whether the variable named it (helpers are then used on every device type, not only GPUs).
 pub(crate) fn builder() -> Option<(PathBuf, bool)> {
     static B: OnceLock<Option<(PathBuf, bool)>> = OnceLock::new();
@@ -66,8 +67,8 @@ pub(crate) fn builder() -> Option<(PathBuf, bool)> {
         }
         None => {
             let exe = std::env::current_exe().ok()?;
-            let name = exe.file_name()?.to_string_lossy().to_string();
-            name.starts_with("netcl").then_some((exe, false))
+            let stem = exe.file_stem()?.to_string_lossy().to_string();
+            (stem == "netcl").then_some((exe, false))
         }
     })
     .clone()
