@@ -348,8 +348,19 @@ pub fn record_choice<C: Serialize>(
     source: Source,
     note: &str,
 ) {
+    record(unmeasured(device, key, winner, source, note.to_owned()));
+}
+
+/// A decision made without measuring: `winner` for `key`, from `source`, with `note`.
+pub(crate) fn unmeasured<C: Serialize>(
+    device: &Device,
+    key: &TuneKey,
+    winner: &C,
+    source: Source,
+    note: String,
+) -> Decision {
     let w = serde_json::to_value(winner).unwrap_or(Value::Null);
-    record(Decision {
+    Decision {
         seq: 0,
         kernel: key.kernel().to_owned(),
         key: key.persistent(device.tune_id(), 0),
@@ -360,9 +371,9 @@ pub fn record_choice<C: Serialize>(
         winner: w,
         source,
         tune_ms: 0.0,
-        note: Some(note.to_owned()),
+        note: Some(note),
         depth: timing::measuring_depth(),
-    });
+    }
 }
 
 /// Records, once per scope, that `ran` ran in place of `chosen` (the choice for `key`) because the chosen
@@ -374,23 +385,15 @@ pub fn record_interim<C: Serialize, R: Serialize>(
     ran: &R,
 ) {
     let chosen = label(&serde_json::to_value(chosen).unwrap_or(Value::Null));
-    let w = serde_json::to_value(ran).unwrap_or(Value::Null);
-    record_once(Decision {
-        seq: 0,
-        kernel: key.kernel().to_owned(),
-        key: key.persistent(device.tune_id(), 0),
-        device: device.name().to_owned(),
-        shape_key: key.shape_key().to_owned(),
-        candidates: Vec::new(),
-        winner_label: label(&w),
-        winner: w,
-        source: Source::Interim,
-        tune_ms: 0.0,
-        note: Some(format!(
+    record_once(unmeasured(
+        device,
+        key,
+        ran,
+        Source::Interim,
+        format!(
             "{chosen} is being built by a helper process; the quick kernel runs until it is ready"
-        )),
-        depth: timing::measuring_depth(),
-    });
+        ),
+    ));
 }
 
 /// Logs `d` unless this thread logged the same key from the same source in this scope; true when it did.

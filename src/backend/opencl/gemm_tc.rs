@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 
 use super::gemm::{Algo, GemmCand, tune_key};
 use crate::Device;
-use crate::autotune::{self, Decision, Source, TuneKey};
+use crate::autotune::{self, Source, TuneKey};
 use crate::backend::opencl::abi::gemm_tc as abi;
 use crate::backend::opencl::program::{Defines, ProgramSpec, quick_key};
 use crate::backend::opencl::{ClDevice, Event};
@@ -59,10 +59,11 @@ impl TcTile {
 }
 
 /// TF32 tiles (bm, bn, bk, wm, wn), largest first. K tiles of 16 keep the double-buffered f32 tiles of the
-/// 128×128 block within 48 KiB of local memory.
-const TF32_TILES: [(usize, usize, usize, usize, usize); 4] = [
+/// 128×128 block within 48 KiB of local memory. The 128×64 block is left out: in the CPU emulation it computed
+/// NaN for a whole product after a fresh PoCL compile (not after a cached one), which is not understood yet; it
+/// comes back once it is, and is checked on a GPU.
+const TF32_TILES: [(usize, usize, usize, usize, usize); 3] = [
     (128, 128, 16, 64, 32),
-    (128, 64, 16, 32, 32),
     (64, 128, 16, 32, 32),
     (64, 64, 16, 32, 16),
 ];
@@ -285,24 +286,16 @@ impl ClDevice {
                     format!("{}_{}", fp32.kernel(), p.name()),
                     fp32.shape_key().to_owned(),
                 );
-                let winner = json!("fp32");
-                autotune::record_once(Decision {
-                    seq: 0,
-                    kernel: key.kernel().to_owned(),
-                    key: key.persistent(device.tune_id(), 0),
-                    device: device.name().to_owned(),
-                    shape_key: key.shape_key().to_owned(),
-                    candidates: Vec::new(),
-                    winner_label: autotune::label(&winner),
-                    winner,
-                    source: Source::Only,
-                    tune_ms: 0.0,
-                    note: Some(format!(
+                autotune::record_once(autotune::unmeasured(
+                    device,
+                    &key,
+                    &"fp32",
+                    Source::Only,
+                    format!(
                         "tensor cores not available on this device ({why}): FP32 kernels for {}",
                         p.name()
-                    )),
-                    depth: crate::device::timing::measuring_depth(),
-                });
+                    ),
+                ));
                 Ok(false)
             }
         }
