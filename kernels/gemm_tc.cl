@@ -109,11 +109,14 @@
 #error "a tile must be a whole number of quads per work-item"
 #endif
 
-#if TC_PTX
+// Loops over fragments and staged quads are unrolled, so that their private arrays are indexed by constants and
+// live in registers. The K steps of a tile stay a loop when the mma is emulated: the emulation holds barriers,
+// and unrolling them costs CPU compilers much build time.
 #define TC_UNROLL _Pragma("unroll")
+#if TC_PTX
+#define TC_UNROLL_K _Pragma("unroll")
 #else
-// The emulated mma holds barriers: loops over it stay loops (CPU compilers build them far faster).
-#define TC_UNROLL _Pragma("nounroll")
+#define TC_UNROLL_K _Pragma("nounroll")
 #endif
 
 // The staged quad type of an operand: its storage type.
@@ -121,38 +124,24 @@
 #define STAGE_0 float4
 #define STAGE_1 ushort4
 
-// Quad (r, c..c+3) of a rows × cols matrix at p with row stride ld, zeros outside it.
-inline float4 tc_quad_f32(__global const float* p, const int ld, const int r, const int c, const int rows,
-                          const int cols) {
-    float4 v = (float4)(0.0f);
-    if (r < rows) {
-        __global const float* q = p + (size_t)r * ld + c;
-#if VEC
-        if (c + 3 < cols) return *(__global const float4*)q;
-#endif
-        if (c < cols) v.s0 = q[0];
-        if (c + 1 < cols) v.s1 = q[1];
-        if (c + 2 < cols) v.s2 = q[2];
-        if (c + 3 < cols) v.s3 = q[3];
+// Quad (r, c..c+3) of a rows × cols matrix at p with row stride ld, zeros outside it; one function per storage
+// type T (float, ushort).
+#define TC_QUAD(name, T)                                                                                     \
+    inline T##4 name(__global const T* p, const int ld, const int r, const int c, const int rows,          \
+                     const int cols) {                                                                     \
+        T##4 v = (T##4)(0);                                                                                \
+        if (r < rows) {                                                                                    \
+            __global const T* q = p + (size_t)r * ld + c;                                                  \
+            if (VEC && c + 3 < cols) return *(__global const T##4*)q;                                      \
+            if (c < cols) v.s0 = q[0];                                                                     \
+            if (c + 1 < cols) v.s1 = q[1];                                                                 \
+            if (c + 2 < cols) v.s2 = q[2];                                                                 \
+            if (c + 3 < cols) v.s3 = q[3];                                                                 \
+        }                                                                                                  \
+        return v;                                                                                          \
     }
-    return v;
-}
-
-inline ushort4 tc_quad_f16(__global const ushort* p, const int ld, const int r, const int c, const int rows,
-                           const int cols) {
-    ushort4 v = (ushort4)(0);
-    if (r < rows) {
-        __global const ushort* q = p + (size_t)r * ld + c;
-#if VEC
-        if (c + 3 < cols) return *(__global const ushort4*)q;
-#endif
-        if (c < cols) v.s0 = q[0];
-        if (c + 1 < cols) v.s1 = q[1];
-        if (c + 2 < cols) v.s2 = q[2];
-        if (c + 3 < cols) v.s3 = q[3];
-    }
-    return v;
-}
+TC_QUAD(tc_quad_f32, float)
+TC_QUAD(tc_quad_f16, ushort)
 #define QUAD(h) NCL_CAT(QUAD_, h)
 #define QUAD_0 tc_quad_f32
 #define QUAD_1 tc_quad_f16
@@ -326,7 +315,7 @@ void gemm_tc(const int M, const int N, const int K,
         if (more) LOAD_TILES((kt + 1) * BK)
         __local const LT* at = As + cur * A_SIZE;
         __local const LT* bt = Bs + cur * B_SIZE;
-        TC_UNROLL for (int kk = 0; kk < BK; kk += KSTEP) {
+        TC_UNROLL_K for (int kk = 0; kk < BK; kk += KSTEP) {
             uint af[MI][4], bf[NI][2];
             TC_UNROLL for (int i = 0; i < MI; ++i) {
                 const int r = wm0 + i * 16 + g;

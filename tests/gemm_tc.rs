@@ -187,7 +187,7 @@ fn every_tile_configuration_within_the_bound() {
     for p in [Precision::Tf32, Precision::Fp16] {
         let labels = precision::with(p, || ops::matmul_candidates(&a, &b, false, false)).unwrap();
         let tc: Vec<&String> = labels.iter().filter(|l| l.contains("\"tc_")).collect();
-        let tiles = if p == Precision::Tf32 { 3 } else { 4 };
+        let tiles = 4;
         assert_eq!(
             tc.len(),
             tiles,

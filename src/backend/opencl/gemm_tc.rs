@@ -59,11 +59,10 @@ impl TcTile {
 }
 
 /// TF32 tiles (bm, bn, bk, wm, wn), largest first. K tiles of 16 keep the double-buffered f32 tiles of the
-/// 128×128 block within 48 KiB of local memory. The 128×64 block is left out: in the CPU emulation it computed
-/// NaN for a whole product after a fresh PoCL compile (not after a cached one), which is not understood yet; it
-/// comes back once it is, and is checked on a GPU.
-const TF32_TILES: [(usize, usize, usize, usize, usize); 3] = [
+/// 128×128 block within 48 KiB of local memory.
+const TF32_TILES: [(usize, usize, usize, usize, usize); 4] = [
     (128, 128, 16, 64, 32),
+    (128, 64, 16, 32, 32),
     (64, 128, 16, 32, 32),
     (64, 64, 16, 32, 16),
 ];
