@@ -224,6 +224,20 @@ fn fused_expressions_match_reference_and_broadcast() {
         assert_eq!(got.shape(), &[6, 5, 17]);
         assert_tensors_close(&got, &want, 1e-6, 1e-5, e);
     }
+    // An innermost run of 16: four elements per work-item, with one input along every dimension's rows, one
+    // repeated over the outermost and one repeated along the innermost.
+    let (uc, ud) = with_specials(&dev, &[6, 1, 16], 65);
+    let (vc, vd) = pair(&dev, &[5, 16], 66);
+    let (wc, wd) = pair(&dev, &[6, 5, 1], 67);
+    for e in [
+        "max(x0 * x1 + x2, 0)",
+        "where(x0 > x1, exp(x2), -x0 / 3)",
+    ] {
+        let got = ops::fused(e, &[&ud, &vd, &wd]).unwrap();
+        let want = ops::fused(e, &[&uc, &vc, &wc]).unwrap();
+        assert_eq!(got.shape(), &[6, 5, 16]);
+        assert_tensors_close(&got, &want, 1e-6, 1e-5, &format!("{e}, quads"));
+    }
     // Five alternating broadcast dimensions: the general (dividing) kernel.
     let (pc, pd) = pair(&dev, &[2, 1, 3, 1, 5], 63);
     let (qc, qd) = pair(&dev, &[4, 1, 6, 1], 64);

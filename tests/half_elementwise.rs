@@ -261,4 +261,15 @@ fn fused_expressions_read_and_write_f16() {
     let got = ops::fused("x0 - x1", &[&a, &b]).expect("3-D path");
     let want = ops::fused("x0 - x1", &[&aw, &bw]).expect("reference");
     assert_rounded(&got, &want, 1e-6, 1e-3, "3-D");
+    // Rows of 16 and a whole number of quads: four halves per work-item on both paths, f16 and f32 mixed.
+    let (p, pw) = halves(&dev, &[9, 16], 4);
+    let (q, qw) = halves(&dev, &[16], 5);
+    let rw = halves(&dev, &[9, 1], 6).1;
+    let rf = rw.to_device(&dev).expect("r as f32 on the device");
+    let got = ops::fused("max(x0 * x1 + x2, 0)", &[&p, &q, &rf]).expect("3-D quads");
+    let want = ops::fused("max(x0 * x1 + x2, 0)", &[&pw, &qw, &rw]).expect("reference");
+    assert_tensors_close(&got, &want, 1e-5, 1e-5, "3-D quads");
+    let got = ops::fused("x0 * x1 + 1", &[&p, &p]).expect("same-shape quads");
+    let want = ops::fused("x0 * x1 + 1", &[&pw, &pw]).expect("reference");
+    assert_rounded(&got, &want, 1e-6, 1e-3, "same quads");
 }

@@ -87,7 +87,7 @@ impl FusedKernels for ClDevice {
         };
         if plan.same {
             let args = fused_args!(FusedSame { n: n as i32 }, slots, out);
-            self.run_1d(abi::FUSED_SAME, &defines, &args, n, Some(256))?;
+            self.run_1d(abi::FUSED_SAME, &defines, &args, n.div_ceil(4), Some(256))?;
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
             let r = plan.shape.len();
@@ -100,9 +100,19 @@ impl FusedKernels for ClDevice {
                 }
                 st
             });
+            // Four elements per work-item where every input runs along the innermost dimension with aligned
+            // rows or repeats one value along it.
+            let quads = d[2] % 4 == 0
+                && st[..inputs.len()]
+                    .iter()
+                    .all(|s| s[2] == 0 || (s[2] == 1 && s[0] % 4 == 0 && s[1] % 4 == 0));
             let [d0, d1, d2] = d.map(|v| v as i32);
             let args = fused_args!(Fused3d { d0, d1, d2 }, st, slots, out);
-            self.run_grid(abi::FUSED_3D, &defines, &args, [d[2], d[1], d[0]])?;
+            if quads {
+                self.run_grid(abi::FUSED_3D4, &defines, &args, [d[2] / 4, d[1], d[0]])?;
+            } else {
+                self.run_grid(abi::FUSED_3D, &defines, &args, [d[2], d[1], d[0]])?;
+            }
         } else {
             let mut shape = [1i32; 8];
             for (i, d) in plan.shape.iter().rev().enumerate() {
