@@ -229,10 +229,7 @@ fn fused_expressions_match_reference_and_broadcast() {
     let (uc, ud) = with_specials(&dev, &[6, 1, 16], 65);
     let (vc, vd) = pair(&dev, &[5, 16], 66);
     let (wc, wd) = pair(&dev, &[6, 5, 1], 67);
-    for e in [
-        "max(x0 * x1 + x2, 0)",
-        "where(x0 > x1, exp(x2), -x0 / 3)",
-    ] {
+    for e in ["max(x0 * x1 + x2, 0)", "where(x0 > x1, exp(x2), -x0 / 3)"] {
         let got = ops::fused(e, &[&ud, &vd, &wd]).unwrap();
         let want = ops::fused(e, &[&uc, &vc, &wc]).unwrap();
         assert_eq!(got.shape(), &[6, 5, 16]);

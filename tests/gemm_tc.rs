@@ -510,3 +510,138 @@ fn setting_error_child() {
     );
     println!("REFUSED");
 }
+
+/// `|t|` as a tensor on the host (the magnitudes whose convolution bounds the rounding error).
+fn abs_on_host(t: &[f32], shape: &[usize]) -> Tensor {
+    let v: Vec<f32> = t.iter().map(|x| x.abs()).collect();
+    Tensor::from_slice(&Device::builtin(), &v, shape).unwrap()
+}
+
+/// Checks `got` against the host's FP32 `want`, element by element, within the bound of the module docs for
+/// sums of `k` products whose magnitudes sum to `mag` (the host's FP32 sums add their own rounding, which the
+/// bound's `k · 2^-23` term covers twice over).
+fn check_bound(got: &Tensor, want: &Tensor, mag: &Tensor, k: usize, p: Precision, what: &str) {
+    let (g, w, m) = (
+        got.to_vec::<f32>().unwrap(),
+        want.to_vec::<f32>().unwrap(),
+        mag.to_vec::<f32>().unwrap(),
+    );
+    assert_eq!(g.len(), w.len(), "{what}: size");
+    let u = p.operand_roundoff();
+    let rel = 2.0 * u + u * u + k as f64 * 2f64.powi(-23);
+    for (i, ((&g, &w), &m)) in g.iter().zip(&w).zip(&m).enumerate() {
+        let bound = rel * m as f64 + 1e-30;
+        let err = (g as f64 - w as f64).abs();
+        assert!(
+            err <= bound,
+            "{what}: element {i} = {g}, FP32 reference {w}, error {err:e} > bound {bound:e}"
+        );
+    }
+}
+
+#[test]
+fn convolutions_follow_the_precision_policy() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let host = Device::builtin();
+    for (p, algo, ks, pad) in [
+        (Precision::Tf32, ops::ConvAlgo::Im2col, 3, 1),
+        (Precision::Tf32, ops::ConvAlgo::Pointwise, 1, 0),
+        (Precision::Fp16, ops::ConvAlgo::Im2col, 3, 1),
+        (Precision::Fp16, ops::ConvAlgo::Pointwise, 1, 0),
+    ] {
+        let (n, c, h, w, f) = (2, 5, 9, 7, 6);
+        let (xv, x) = operand(&dev, &[n, c, h, w], 60);
+        let (wv, wt) = operand(&dev, &[f, c, ks, ks], 61);
+        let opts = ops::Conv2dOptions {
+            padding: [pad, pad],
+            algo: Some(algo),
+            ..Default::default()
+        };
+        let seq = last_seq();
+        let y = precision::with(p, || ops::conv2d(&x, &wt, None, &opts)).unwrap();
+        let (oh, ow) = (y.shape()[2], y.shape()[3]);
+        let (gov, go) = operand(&dev, &[n, f, oh, ow], 62);
+        let grads =
+            precision::with(p, || ops::conv2d_backward(&x, &wt, &go, false, true, &opts)).unwrap();
+        let at_p = decisions_since(seq)
+            .into_iter()
+            .filter(|d| d.kernel.contains(&format!("_{p}")))
+            .count();
+        assert!(
+            at_p > 0,
+            "{p} {algo:?}: no product of the convolution ran at {p}"
+        );
+        // The host computes FP32; the magnitudes come from the same convolutions of |x|, |w| and |g|.
+        let plain = ops::Conv2dOptions {
+            algo: None,
+            ..opts.clone()
+        };
+        let (xh, wh, goh) = (
+            x.to_device(&host).unwrap(),
+            wt.to_device(&host).unwrap(),
+            go.to_device(&host).unwrap(),
+        );
+        let (xa, wa, goa) = (
+            abs_on_host(&xv, x.shape()),
+            abs_on_host(&wv, wt.shape()),
+            abs_on_host(&gov, go.shape()),
+        );
+        let want = ops::conv2d(&xh, &wh, None, &plain).unwrap();
+        let mag = ops::conv2d(&xa, &wa, None, &plain).unwrap();
+        check_bound(
+            &y,
+            &want,
+            &mag,
+            c * ks * ks,
+            p,
+            &format!("{p} {algo:?} forward"),
+        );
+        let want = ops::conv2d_backward(&xh, &wh, &goh, false, true, &plain).unwrap();
+        let mag = ops::conv2d_backward(&xa, &wa, &goa, false, true, &plain).unwrap();
+        check_bound(
+            grads.grad_x.as_ref().unwrap(),
+            want.grad_x.as_ref().unwrap(),
+            mag.grad_x.as_ref().unwrap(),
+            f * ks * ks,
+            p,
+            &format!("{p} {algo:?} grad_x"),
+        );
+        check_bound(
+            &grads.grad_w,
+            &want.grad_w,
+            &mag.grad_w,
+            n * oh * ow,
+            p,
+            &format!("{p} {algo:?} grad_w"),
+        );
+        // The operands really were rounded: the forward differs from the FP32 one somewhere.
+        let y32 = ops::conv2d(&x, &wt, None, &opts)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        let yt = y.to_vec::<f32>().unwrap();
+        assert!(
+            y32.iter().zip(&yt).any(|(a, b)| a != b),
+            "{p} {algo:?}: the forward equals the FP32 one bit for bit"
+        );
+    }
+    // Winograd keeps FP32 products under TF32: the same bits as under FP32.
+    let (_, x) = operand(&dev, &[2, 5, 9, 7], 63);
+    let (_, wt) = operand(&dev, &[6, 5, 3, 3], 64);
+    let opts = ops::Conv2dOptions {
+        padding: [1, 1],
+        algo: Some(ops::ConvAlgo::Winograd),
+        ..Default::default()
+    };
+    let y32 = ops::conv2d(&x, &wt, None, &opts)
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    let yt = precision::with(Precision::Tf32, || ops::conv2d(&x, &wt, None, &opts))
+        .unwrap()
+        .to_vec::<f32>()
+        .unwrap();
+    assert_eq!(y32, yt, "Winograd under TF32");
+}

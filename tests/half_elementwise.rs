@@ -272,4 +272,8 @@ fn fused_expressions_read_and_write_f16() {
     let got = ops::fused("x0 * x1 + 1", &[&p, &p]).expect("same-shape quads");
     let want = ops::fused("x0 * x1 + 1", &[&pw, &pw]).expect("reference");
     assert_rounded(&got, &want, 1e-6, 1e-3, "same quads");
+    let pf = pw.to_device(&dev).expect("p as f32 on the device");
+    let got = ops::fused("x0 * x1 + 1", &[&p, &pf]).expect("same-shape quads, f16 and f32");
+    assert_eq!(got.dtype(), DType::F32);
+    assert_tensors_close(&got, &want, 1e-6, 1e-6, "same quads, mixed");
 }

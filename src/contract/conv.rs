@@ -3,6 +3,7 @@
 use serde::Serialize;
 
 use crate::Device;
+use crate::contract::precision::Precision;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
@@ -51,6 +52,10 @@ pub(crate) struct ConvGeom {
     pub pw: usize,
     pub dh: usize,
     pub dw: usize,
+    /// The arithmetic of the im2col and pointwise GEMMs: the thread's precision policy when the convolution
+    /// was asked for. The direct kernels and Winograd's GEMMs always compute in FP32 (Winograd's transforms
+    /// widen the sums a rounded operand would spoil, see the Precision page).
+    pub prec: Precision,
 }
 
 impl ConvGeom {
@@ -104,6 +109,7 @@ impl ConvGeom {
             pw: self.kw - 1 - self.pw,
             dh: 1,
             dw: 1,
+            prec: self.prec,
         }
     }
 }

@@ -12,6 +12,7 @@
 use super::policy::{store_as, via_f32, widen};
 pub use crate::contract::conv::ConvAlgo;
 use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom, ConvGrads};
+use crate::contract::precision::{self, Precision};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -149,6 +150,7 @@ fn geom(op: &str, x: &[usize], w: &[usize], o: &Conv2dOptions) -> Result<ConvGeo
         pw: o.padding[1],
         dh: o.dilation[0],
         dw: o.dilation[1],
+        prec: precision::current()?,
     };
     let lim = i32::MAX as usize;
     let biggest = [
@@ -577,6 +579,7 @@ pub(crate) fn bias_grad(go: &Tensor) -> Result<Tensor> {
         pw: 0,
         dh: 1,
         dw: 1,
+        prec: Precision::Fp32,
     };
     cl_or_cpu_bias_grad(dev, go, &gb, &g)?;
     Ok(gb)

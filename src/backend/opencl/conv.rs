@@ -14,7 +14,7 @@ use crate::backend::opencl::events_ms;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
 use crate::contract::gemm::{BiasMode, Gemm, GemmOp, GemmTune};
-use crate::contract::precision::Math;
+use crate::contract::precision::{Math, Precision};
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -87,27 +87,35 @@ pub(super) fn algo_key(
         ("groups", g.groups as i64),
     ]);
     k.extend_from_slice(extra);
+    push_precision(&mut k, g);
     TuneKey::new(kernel, &k)
         .source(kernel_source("conv").unwrap_or_default())
         .source(kernel_source("gemm").unwrap_or_default())
         .source(kernel_source("winograd").unwrap_or_default())
 }
 
+/// Adds the GEMMs' precision to a convolution's key when it is not FP32 (FP32 keys stay as they were, so kept
+/// and shipped FP32 answers still apply).
+fn push_precision(k: &mut Vec<(&'static str, i64)>, g: &ConvGeom) {
+    if g.prec != Precision::Fp32 {
+        k.push(("prec", g.prec as i64));
+    }
+}
+
 /// netcl's pointwise shape class: (bucket N, C, bucket H·W, F, has_bias, flag).
 fn pointwise_key(kernel: &'static str, g: &ConvGeom, has_bias: bool, flag: bool) -> TuneKey {
-    TuneKey::new(
-        kernel,
-        &[
-            ("n", bucket(g.n)),
-            ("c", g.c as i64),
-            ("hw", bucket(g.h * g.w)),
-            ("f", g.f as i64),
-            ("bias", has_bias as i64),
-            ("flag", flag as i64),
-        ],
-    )
-    .source(kernel_source("conv").unwrap_or_default())
-    .source(kernel_source("gemm").unwrap_or_default())
+    let mut k = vec![
+        ("n", bucket(g.n)),
+        ("c", g.c as i64),
+        ("hw", bucket(g.h * g.w)),
+        ("f", g.f as i64),
+        ("bias", has_bias as i64),
+        ("flag", flag as i64),
+    ];
+    push_precision(&mut k, g);
+    TuneKey::new(kernel, &k)
+        .source(kernel_source("conv").unwrap_or_default())
+        .source(kernel_source("gemm").unwrap_or_default())
 }
 
 /// The first choice among the general algorithms before measurement: Winograd where it is eligible for a
@@ -213,7 +221,7 @@ impl ClDevice {
                         BiasMode::None
                     },
                     relu: relu && fused,
-                    math: Math::FP32,
+                    math: Math::f32_at(g.prec),
                     tune: GemmTune::Named(
                         "conv2d_gemm",
                         shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 0]),
@@ -257,6 +265,7 @@ impl ClDevice {
                 "conv2d_pointwise_gemm",
                 shape_key(&[g.f as i64, g.c as i64, bucket(p), bucket(g.n), 0]),
             ),
+            math: Math::f32_at(g.prec),
             ..Gemm::dense(g.f, p, g.c, g.n, false, false, true)
         };
         let mut ev = Vec::new();
@@ -424,7 +433,7 @@ impl ClDevice {
                         s_c: g.f * cg * kk,
                         bias: BiasMode::None,
                         relu: false,
-                        math: Math::FP32,
+                        math: Math::f32_at(g.prec),
                         tune: GemmTune::Named(
                             "conv2d_gemm",
                             shape_key(&[fg as i64, (cg * kk) as i64, bucket(p), bucket(nb), 0, 1]),
@@ -454,7 +463,7 @@ impl ClDevice {
                         s_c: g.c * kk * p,
                         bias: BiasMode::None,
                         relu: false,
-                        math: Math::FP32,
+                        math: Math::f32_at(g.prec),
                         tune: GemmTune::Named(
                             "conv2d_gemm",
                             shape_key(&[(cg * kk) as i64, fg as i64, bucket(p), bucket(nb), 1, 0]),
@@ -485,6 +494,7 @@ impl ClDevice {
                 "conv2d_pointwise_gemm",
                 shape_key(&[g.c as i64, g.f as i64, bucket(p), bucket(g.n), 1]),
             ),
+            math: Math::f32_at(g.prec),
             ..Gemm::dense(g.c, p, g.f, g.n, true, false, true)
         };
         // Split-K over the samples: one partial F×C product per sample (the GEMM may split P further), then
@@ -494,6 +504,7 @@ impl ClDevice {
                 "conv2d_pointwise_grad_w",
                 shape_key(&[g.f as i64, g.c as i64, bucket(g.n), bucket(p)]),
             ),
+            math: Math::f32_at(g.prec),
             ..Gemm::dense(g.f, g.c, p, g.n, false, true, false)
         };
         let part = match gr.gw {

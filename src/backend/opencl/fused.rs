@@ -66,7 +66,8 @@ impl FusedKernels for ClDevice {
             .set("EXPR", cl_code(expr));
         let mut all = inputs.to_vec();
         all.push(out);
-        if half_bits(&all) != 0 {
+        let halves = half_bits(&all);
+        if halves != 0 {
             // Every slot's switch is set (kernels/fused.cl); the slots past NIN are never read.
             defines = defines
                 .set("FUSED_HALF", 1)
@@ -87,7 +88,12 @@ impl FusedKernels for ClDevice {
         };
         if plan.same {
             let args = fused_args!(FusedSame { n: n as i32 }, slots, out);
-            self.run_1d(abi::FUSED_SAME, &defines, &args, n.div_ceil(4), Some(256))?;
+            // Quads where the loads are the cost (GPUs, halves); CPU compilers vectorise f32 across items.
+            if self.info.kind != "cpu" || halves != 0 {
+                self.run_1d(abi::FUSED_SAME4, &defines, &args, n.div_ceil(4), Some(256))?;
+            } else {
+                self.run_1d(abi::FUSED_SAME, &defines, &args, n, Some(256))?;
+            }
         } else if plan.shape.len() <= 3 {
             // Pad to three dimensions on the outside; strides of d0, d1, d2 per input in .s0..s2.
             let r = plan.shape.len();
