@@ -64,49 +64,62 @@ static inline float hswish(float v) { return isinf(v) ? XLIM(v) : v * hsig(v); }
 #define FST4_0(v, p, i) (*(__global float4*)((p) + (i)) = (v))
 #define FST4_1(v, p, i) STXA4_1(v, p, i)
 #define FST4(h, v, p, i) NCL_CAT(FST4_, h)(v, p, i)
-// Per input k < NIN: XS_k(j) declares x_k as element j (scalar), XL_k(L) as lane L of the loaded quad v_k.
+// Per input k < NIN: XS_k(j) declares x_k as element j (scalar), XL_k(L) as lane L of the loaded quad v_k, and
+// VQ_k(q) declares v_k as the quad q. LOADS4(Q) declares v_k = Q(k) for every input.
 #define XS_0(j) const float x0 = LDX(H0, a0, j);
 #define XL_0(L) const float x0 = v0.s##L;
+#define VQ_0(q) const float4 v0 = q;
 #if NIN > 1
 #define XS_1(j) const float x1 = LDX(H1, a1, j);
 #define XL_1(L) const float x1 = v1.s##L;
+#define VQ_1(q) const float4 v1 = q;
 #else
 #define XS_1(j)
 #define XL_1(L)
+#define VQ_1(q)
 #endif
 #if NIN > 2
 #define XS_2(j) const float x2 = LDX(H2, a2, j);
 #define XL_2(L) const float x2 = v2.s##L;
+#define VQ_2(q) const float4 v2 = q;
 #else
 #define XS_2(j)
 #define XL_2(L)
+#define VQ_2(q)
 #endif
 #if NIN > 3
 #define XS_3(j) const float x3 = LDX(H3, a3, j);
 #define XL_3(L) const float x3 = v3.s##L;
+#define VQ_3(q) const float4 v3 = q;
 #else
 #define XS_3(j)
 #define XL_3(L)
+#define VQ_3(q)
 #endif
 #if NIN > 4
 #define XS_4(j) const float x4 = LDX(H4, a4, j);
 #define XL_4(L) const float x4 = v4.s##L;
+#define VQ_4(q) const float4 v4 = q;
 #else
 #define XS_4(j)
 #define XL_4(L)
+#define VQ_4(q)
 #endif
 #if NIN > 5
 #define XS_5(j) const float x5 = LDX(H5, a5, j);
 #define XL_5(L) const float x5 = v5.s##L;
+#define VQ_5(q) const float4 v5 = q;
 #else
 #define XS_5(j)
 #define XL_5(L)
+#define VQ_5(q)
 #endif
 // Lane L of the result from lane L of every input.
 #define LANE(L)                                                           \
     {                                                                     \
         XL_0(L) XL_1(L) XL_2(L) XL_3(L) XL_4(L) XL_5(L) r.s##L = EXPR;    \
     }
+#define LOADS4(Q) VQ_0(Q(0)) VQ_1(Q(1)) VQ_2(Q(2)) VQ_3(Q(3)) VQ_4(Q(4)) VQ_5(Q(5))
 #define LANES4(r) \
     float4 r;     \
     LANE(0) LANE(1) LANE(2) LANE(3)
@@ -125,22 +138,8 @@ __kernel void fused_same4(const int n, __global const float* a0, __global const 
                           __global const float* a3, __global const float* a4, __global const float* a5, __global float* out) {
     const int i = get_global_id(0) * 4;
     if (i + 3 < n) {
-        const float4 v0 = FLD4(H0, a0, i);
-#if NIN > 1
-        const float4 v1 = FLD4(H1, a1, i);
-#endif
-#if NIN > 2
-        const float4 v2 = FLD4(H2, a2, i);
-#endif
-#if NIN > 3
-        const float4 v3 = FLD4(H3, a3, i);
-#endif
-#if NIN > 4
-        const float4 v4 = FLD4(H4, a4, i);
-#endif
-#if NIN > 5
-        const float4 v5 = FLD4(H5, a5, i);
-#endif
+#define SAME4(k) FLD4(H##k, a##k, i)
+        LOADS4(SAME4)
         LANES4(r)
         FST4(OUT_HALF, r, out, i);
     } else {
@@ -229,22 +228,7 @@ __kernel void fused_3d4(const int d0, const int d1, const int d2, const int8 s0,
     const int x = get_global_id(0) * 4;
     if (x >= d2) return;
     YZ_BEGIN(y, d1, z, d0)
-    const float4 v0 = QUAD3(0);
-#if NIN > 1
-    const float4 v1 = QUAD3(1);
-#endif
-#if NIN > 2
-    const float4 v2 = QUAD3(2);
-#endif
-#if NIN > 3
-    const float4 v3 = QUAD3(3);
-#endif
-#if NIN > 4
-    const float4 v4 = QUAD3(4);
-#endif
-#if NIN > 5
-    const float4 v5 = QUAD3(5);
-#endif
+    LOADS4(QUAD3)
     LANES4(r)
     FST4(OUT_HALF, r, out, (z * d1 + y) * d2 + x);
     }
