@@ -1,7 +1,7 @@
 //! The command line as a user meets it: an unknown device is an error, listings end quietly when their reader
 //! goes away, `export` finds the documentation from any working directory, and `train` reports progress and
-//! its throughput after warm-up when its output is not a terminal, and `tune warm` measures once and then answers
-//! from the cache.
+//! its throughput after warm-up when its output is not a terminal, `tune warm` measures once and then answers
+//! from the cache, and `bench` lines say the precision they ran at.
 
 mod common;
 
@@ -154,4 +154,57 @@ fn tune_warm_measures_every_candidate_once_and_later_runs_answer_from_the_cache(
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("/no/such/snippet.rhai"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bench_lines_name_the_precision_they_ran_at() {
+    let line = |precision: Option<&str>| {
+        let mut cmd = netcl();
+        cmd.args([
+            "--device",
+            "builtin",
+            "bench",
+            "--small",
+            "--reps",
+            "1",
+            "--no-check",
+            "add_1k",
+        ]);
+        match precision {
+            Some(p) => cmd.env("NETCL_PRECISION", p),
+            None => cmd.env_remove("NETCL_PRECISION"),
+        };
+        let out = cmd.output().expect("run netcl bench");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (set, want) in [
+        (None, "fp32"),
+        (Some("tf32"), "tf32"),
+        (Some("fp16"), "fp16"),
+    ] {
+        let (ok, out, err) = line(set);
+        assert!(ok, "{set:?}: {err}");
+        let last = out
+            .lines()
+            .rev()
+            .find(|l| l.contains("\"case\""))
+            .expect("a result line");
+        let v: serde_json::Value = serde_json::from_str(last).expect("JSON");
+        assert_eq!(v["case"], "add_1k");
+        assert_eq!(v["precision"], want, "{set:?}: {last}");
+    }
+    // An unknown value fails the case with an error that names the variable, on the case's own line.
+    let (_, out, _) = line(Some("fp8"));
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| l.contains("\"case\""))
+        .expect("a result line");
+    let v: serde_json::Value = serde_json::from_str(last).expect("JSON");
+    let e = v["error"].as_str().unwrap_or_default();
+    assert!(e.contains("NETCL_PRECISION") && e.contains("fp8"), "{last}");
 }

@@ -62,6 +62,8 @@ pub struct BenchLine {
     pub implementation: String,
     /// The device name.
     pub device: String,
+    /// The process's precision policy (`NETCL_PRECISION`); the `_tf32` and `_fp16` cases set their own.
+    pub precision: String,
     /// Minimum time per call in milliseconds.
     pub ms: f64,
     /// Median time per call in milliseconds.
@@ -207,6 +209,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         case: case.name.to_owned(),
         implementation: "netcl".into(),
         device: device.name().to_owned(),
+        precision: crate::precision::current()?.name().to_owned(),
         ms: round4(ms),
         median_ms: round4(median_ms),
         first_call_ms: round1(first_call_ms),
