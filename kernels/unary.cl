@@ -28,12 +28,15 @@ static inline float softplus_f(float v) { return fmax(v, 0.0f) + log1p(exp(-fabs
 #define GLIM(v, g) ((v) > 0.0f ? (g) : 0.0f)
 #define GELU_K 0.7978845608028654f
 #define GELU_C 0.044715f
-static inline float gelu_t(float v) {
-    return isinf(v) ? XLIM(v) : 0.5f * v * (1.0f + tanh(GELU_K * (v + GELU_C * v * v * v)));
-}
+// 0.5·v·(1 + tanh(u)) as v·σ(2u), with u = K(v + C·v³): one exp and one division instead of a tanh, and no
+// cancellation where tanh(u) nears −1. Its slope σ(2u) + 2v·σ(1 − σ)·K(1 + 3Cv²) drops the second term once
+// σ(1 − σ) is 0 (large |v|, where K(1 + 3Cv²) may overflow).
+static inline float gelu_s(float v) { return 1.0f / (1.0f + exp(-2.0f * GELU_K * (v + GELU_C * v * v * v))); }
+static inline float gelu_t(float v) { return isinf(v) ? XLIM(v) : v * gelu_s(v); }
 static inline float gelu_t_d(float v) {
-    const float t = tanh(GELU_K * (v + GELU_C * v * v * v));
-    return 0.5f * (1.0f + t) + 0.5f * v * (1.0f - t * t) * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
+    const float s = gelu_s(v);
+    const float q = s * (1.0f - s);
+    return q == 0.0f ? s : s + 2.0f * v * q * GELU_K * (1.0f + 3.0f * GELU_C * v * v);
 }
 static inline float gelu_e(float v) { return isinf(v) ? XLIM(v) : 0.5f * v * (1.0f + erf(v * 0.7071067811865476f)); }
 static inline float gelu_e_d(float v) {

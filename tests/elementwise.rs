@@ -324,3 +324,41 @@ fn broadcast_to_repeats_and_rejects() {
     assert!(ops::broadcast_to(&d, &[3, 2, 4]).is_err());
     assert!(ops::broadcast_to(&d, &[4]).is_err());
 }
+
+#[test]
+fn gelu_tanh_keeps_its_relative_accuracy_in_the_negative_tail() {
+    // 0.5x(1 + tanh(u)) cancels as tanh(u) nears −1 (f32 gives 0 or noise from x ≈ −5 down); x·σ(2u), the same
+    // function, does not. Reference: x·σ(2u) and its slope in f64. Down to x = −10 the values are normal f32
+    // (about −1e-37 there). The function's condition number in the tail is about 6|u| (u ∝ x³ sits in an
+    // exponent), up to ~260 here, so f32 arithmetic on the input may move the result by ~1e-5 of itself;
+    // the cancelling form is off by 100 %.
+    let xs: Vec<f32> = vec![-10.0, -9.0, -6.5, -4.0, -2.0, 0.5, 3.0];
+    let exact = |x: f64| {
+        let (k, c) = (0.797_884_560_802_865_4_f64, 0.044715_f64);
+        let s = 1.0 / (1.0 + (-2.0 * k * (x + c * x * x * x)).exp());
+        let d = s + 2.0 * x * s * (1.0 - s) * k * (1.0 + 3.0 * c * x * x);
+        (x * s, d)
+    };
+    let mut devs = vec![cpu()];
+    devs.extend(opencl_device());
+    for dev in devs {
+        let x = Tensor::from_slice(&dev, &xs, &[xs.len()]).unwrap();
+        let y = ops::gelu(&x, true).unwrap().to_vec::<f32>().unwrap();
+        let ones = Tensor::ones(&dev, &[xs.len()]).unwrap();
+        let g = ops::unary_backward(UnaryOp::GeluTanh, &x, &ones)
+            .unwrap()
+            .to_vec::<f32>()
+            .unwrap();
+        for (i, &v) in xs.iter().enumerate() {
+            let (wy, wg) = exact(v as f64);
+            for (what, got, want) in [("gelu", y[i], wy), ("slope", g[i], wg)] {
+                let rel = (got as f64 - want).abs() / want.abs().max(f64::MIN_POSITIVE);
+                assert!(
+                    rel < 1e-4,
+                    "{} {what}({v}) = {got:e}, exact {want:e} (relative error {rel:e})",
+                    dev.name()
+                );
+            }
+        }
+    }
+}

@@ -36,7 +36,8 @@ pub enum UnaryOp {
     Sigmoid,
     /// `tanh x`
     Tanh,
-    /// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
+    /// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`, computed as `x·σ(2√(2/π)(x + 0.044715x³))` (no
+    /// cancellation of `1 + tanh` in the negative tail)
     GeluTanh,
     /// `0.5x(1 + erf(x/√2))`
     GeluErf,

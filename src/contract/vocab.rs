@@ -137,12 +137,19 @@ fn gated_grad(v: f32, g: f32, f: fn(f64) -> f64) -> f32 {
 const GELU_K: f64 = 0.797_884_560_802_865_4;
 const GELU_C: f64 = 0.044715;
 
+/// `0.5v(1 + tanh(u))` computed as `v·σ(2u)` (the same function, without the cancellation of `1 + tanh(u)`
+/// near −1), as the kernels do.
 fn gelu_tanh(v: f64) -> f64 {
-    0.5 * v * (1.0 + (GELU_K * (v + GELU_C * v * v * v)).tanh())
+    v * sigmoid64(2.0 * GELU_K * (v + GELU_C * v * v * v))
 }
 fn gelu_tanh_d(v: f64) -> f64 {
-    let t = (GELU_K * (v + GELU_C * v * v * v)).tanh();
-    0.5 * (1.0 + t) + 0.5 * v * (1.0 - t * t) * GELU_K * (1.0 + 3.0 * GELU_C * v * v)
+    let s = sigmoid64(2.0 * GELU_K * (v + GELU_C * v * v * v));
+    let q = s * (1.0 - s);
+    if q == 0.0 {
+        s
+    } else {
+        s + 2.0 * v * q * GELU_K * (1.0 + 3.0 * GELU_C * v * v)
+    }
 }
 fn gelu_erf(v: f64) -> f64 {
     0.5 * v * (1.0 + erf(v * std::f64::consts::FRAC_1_SQRT_2))
@@ -362,7 +369,8 @@ macro_rules! gated_op {
         )
     };
 }
-/// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`
+/// `0.5x(1 + tanh(√(2/π)(x + 0.044715x³)))`, computed as `x·σ(2√(2/π)(x + 0.044715x³))` (no cancellation
+/// of `1 + tanh` in the negative tail)
 pub static GELU_TANH: OpDef =
     gated_op!("gelu_tanh"; "gelu_t", gelu_tanh; "gelu_t_d($0)", gelu_tanh_d);
 /// `0.5x(1 + erf(x/√2))`
