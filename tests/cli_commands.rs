@@ -175,9 +175,16 @@ fn bench_lines_name_the_precision_they_ran_at() {
             None => cmd.env_remove("NETCL_PRECISION"),
         };
         let out = cmd.output().expect("run netcl bench");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let last = stdout
+            .lines()
+            .rev()
+            .find(|l| l.contains("\"case\""))
+            .unwrap_or_else(|| panic!("{precision:?}: no result line"));
+        let v: serde_json::Value = serde_json::from_str(last).expect("JSON");
         (
             out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
+            v,
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
@@ -186,25 +193,13 @@ fn bench_lines_name_the_precision_they_ran_at() {
         (Some("tf32"), "tf32"),
         (Some("fp16"), "fp16"),
     ] {
-        let (ok, out, err) = line(set);
+        let (ok, v, err) = line(set);
         assert!(ok, "{set:?}: {err}");
-        let last = out
-            .lines()
-            .rev()
-            .find(|l| l.contains("\"case\""))
-            .expect("a result line");
-        let v: serde_json::Value = serde_json::from_str(last).expect("JSON");
         assert_eq!(v["case"], "add_1k");
-        assert_eq!(v["precision"], want, "{set:?}: {last}");
+        assert_eq!(v["precision"], want, "{set:?}: {v}");
     }
     // An unknown value fails the case with an error that names the variable, on the case's own line.
-    let (_, out, _) = line(Some("fp8"));
-    let last = out
-        .lines()
-        .rev()
-        .find(|l| l.contains("\"case\""))
-        .expect("a result line");
-    let v: serde_json::Value = serde_json::from_str(last).expect("JSON");
+    let (_, v, _) = line(Some("fp8"));
     let e = v["error"].as_str().unwrap_or_default();
-    assert!(e.contains("NETCL_PRECISION") && e.contains("fp8"), "{last}");
+    assert!(e.contains("NETCL_PRECISION") && e.contains("fp8"), "{v}");
 }
