@@ -8,7 +8,6 @@ use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::conv::{ConvBwd, ConvFwd, ConvGeom};
 use crate::contract::gemm::{Gemm, GemmOp, GemmTune};
-use crate::contract::precision::Math;
 use crate::error::Result;
 use crate::tensor::{DType, Tensor};
 
@@ -143,7 +142,6 @@ impl ClDevice {
         ev.push(e);
         let gm = Gemm {
             tune: GemmTune::Named("wino_batched_gemm", tl.gemm_key(g)),
-            math: Math::FP32,
             ..Gemm::dense(g.f, nt, g.c, al2, false, false, false)
         };
         ev.extend(self.run_gemm(device, &GemmOp::new(&u, &v, &m, None, &gm))?);
@@ -222,7 +220,6 @@ impl ClDevice {
         }
         let gm = Gemm {
             tune: GemmTune::Named("wino_grad_w_gemm", tune_key),
-            math: Math::FP32,
             ..Gemm::dense(g.f, g.c, nt, al2, false, !vt, false)
         };
         ev.extend(self.run_gemm(device, &GemmOp::new(&dm, &v, &mw, None, &gm))?);
