@@ -1,6 +1,7 @@
 //! Matrix products at the tensor-core precisions: `matmul_2048_tf32` and `matmul_4096_tf32` (f32 tensors,
 //! operands rounded to TF32) and `matmul_4096_fp16` (f16 tensors multiplied as stored, f16 product), each
-//! through `ops::matmul_prec`, beside the FP32 `matmul_2048` of the GEMM family. Work is 2·n³ FLOPs. On a
+//! through `ops::matmul_prec`, and `matmul_4096` at FP32, the large partner of the GEMM family's `matmul_2048`
+//! that the tensor-core cases are compared with. Work is 2·n³ FLOPs. On a
 //! device without usable tensor cores they run the FP32 kernels (their decisions say so).
 //!
 //! `rel_err` is measured against the built-in device, which multiplies in FP32 (and, for the f16 case, stores
@@ -35,6 +36,11 @@ fn product(dev: &Device, n: usize, p: Precision, dtype: DType) -> Result<Runner>
 /// The tensor-core cases.
 pub(super) fn cases() -> Vec<Case> {
     vec![
+        Case {
+            name: "matmul_4096",
+            work: |small| work(4096, small),
+            setup: |dev, small| product(dev, side(4096, small), Precision::Fp32, DType::F32),
+        },
         Case {
             name: "matmul_2048_tf32",
             work: |small| work(2048, small),
