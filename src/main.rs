@@ -446,7 +446,9 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
             }
         }
         TuneAction::Export { out } => {
-            let table = autotune::export_table(&Device::select(device)?)?;
+            let dev = Device::select(device)?;
+            let mut table = autotune::export_table(&dev)?;
+            table.programs = netcl::program::built_programs(&dev);
             let mut text = serde_json::to_vec_pretty(&table)
                 .map_err(|e| netcl::Error::Invalid(format!("tuning table: {e}")))?;
             text.push(b'\n');
@@ -455,8 +457,9 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
                     netcl::fsio::write_atomic(&path, &text)
                         .map_err(|e| netcl::Error::io(&path, e))?;
                     eprintln!(
-                        "wrote {} entries to {}",
+                        "wrote {} entries and {} programs to {}",
                         table.entries.len(),
+                        table.programs.len(),
                         path.display()
                     );
                 }

@@ -1,7 +1,8 @@
 //! Programs built by helper processes: in background mode, a product whose chosen kernel is not built yet runs
 //! the quick kernel (`gemm_simple`) at once, a helper process (`netcl build-programs`) builds the chosen
 //! kernel's program into the on-disk cache, and a later call loads it and switches. A helper that cannot build
-//! leaves the product to build here. Each scenario runs in a child process with fresh caches.
+//! leaves the product to build here. A tuning table's program list is built by helpers as soon as a device of
+//! its class is opened. Each scenario runs in a child process with fresh caches.
 
 mod common;
 
@@ -174,4 +175,117 @@ fn a_first_product_runs_the_quick_kernel_and_later_calls_load_the_chosen_one() {
 fn a_helper_that_cannot_build_leaves_the_product_to_build_here() {
     // An executable that exits at once without building anything.
     run_child("child_helper_fails", "/bin/false", "HELPER_FAILS ok");
+}
+
+/// Three programs of the kernel families, as a tuning table lists them.
+const LISTED: [(&str, &str, &str); 3] = [
+    ("elementwise", "binary_same", " -D OP(x,y)=((x)+(y))"),
+    (
+        "reduce",
+        "red_row_chunk",
+        " -D COMB(a,b)=((a)+(b)) -D IDENT=0.0f -D PRE(v)=(v) -D KAHAN=1",
+    ),
+    (
+        "reduce",
+        "red_row_wg",
+        " -D COMB(a,b)=((a)+(b)) -D IDENT=0.0f -D PRE(v)=(v) -D KAHAN=1 -D ALIGN4=1",
+    ),
+];
+
+/// A program only the table of another device class lists.
+const OTHER: (&str, &str, &str) = ("elementwise", "binary_same", " -D OP(x,y)=((x)*(y))");
+
+/// The programs the cache's list of built programs names, as `family kernel defines` lines.
+fn built_list(dir: &std::path::Path) -> Vec<String> {
+    std::fs::read_to_string(dir.join("built.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<(String, String, String, String)>(l).ok())
+        .map(|(_, f, k, d)| format!("{f} {k} {d}"))
+        .collect()
+}
+
+#[test]
+#[ignore = "run as a child process by the tests of this file"]
+fn child_table_programs_built_ahead() {
+    let Some(dev) = common::child_device() else {
+        return;
+    };
+    // Opening the device handed the table's programs to helpers; nothing else has run here.
+    let dir = std::path::PathBuf::from(std::env::var("NETCL_PROGRAM_CACHE").expect("cache dir"));
+    let want: Vec<String> = LISTED
+        .iter()
+        .map(|(f, k, d)| format!("{f} {k} {d}"))
+        .collect();
+    let start = Instant::now();
+    while !want.iter().all(|w| built_list(&dir).contains(w)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(240),
+            "the listed programs were not built by helpers within 240 s: {:?}",
+            built_list(&dir)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wait_for_helpers();
+    let specs: Vec<netcl::program::ProgramSpec> = LISTED
+        .iter()
+        .map(|(f, k, d)| (*f, *k, netcl::program::Defines::from_text(d)))
+        .collect();
+    netcl::program::prebuild(&dev, &specs).expect("prebuild");
+    let stats = netcl::program::program_stats();
+    assert_eq!(
+        (stats.source_builds, stats.binary_loads),
+        (0, 3),
+        "the three listed programs are loaded from the helpers' binaries, none compiled here: {stats:?}"
+    );
+    let other = format!("{} {} {}", OTHER.0, OTHER.1, OTHER.2);
+    assert!(
+        !built_list(&dir).contains(&other),
+        "a program listed only for another device class was built"
+    );
+    // The table's unknown kernel was skipped, and the device still works.
+    product(&dev, 9, "a product after the table's programs");
+    println!("TABLE_PROGRAMS ok");
+}
+
+#[test]
+fn a_tuning_tables_programs_are_built_by_helpers_when_the_device_opens() {
+    let Some(dev) = common::opencl_device() else {
+        return;
+    };
+    let work = std::env::temp_dir().join(format!("netcl-elsewhere-table-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&work);
+    std::fs::create_dir_all(work.join("tables")).expect("temp dir");
+    let class = autotune::db::DeviceClass::of(dev.info());
+    let table = |class: &autotune::db::DeviceClass, programs: Vec<(&str, &str, &str)>| {
+        serde_json::json!({
+            "format": autotune::db::FORMAT,
+            "device": class,
+            "entries": {},
+            "programs": programs,
+        })
+        .to_string()
+    };
+    let mut listed = LISTED.to_vec();
+    listed.push(("elementwise", "no_such_kernel", ""));
+    std::fs::write(work.join("tables/this.json"), table(&class, listed)).expect("table");
+    let other = autotune::db::DeviceClass {
+        name: format!("{} (another)", class.name),
+        ..class.clone()
+    };
+    std::fs::write(work.join("tables/other.json"), table(&other, vec![OTHER])).expect("table");
+    let name = "child_table_programs_built_ahead";
+    let builder = env!("CARGO_BIN_EXE_netcl");
+    let out = common::child_command(name)
+        .env("NETCL_PROGRAM_CACHE", work.join("programs"))
+        .env("NETCL_AUTOTUNE_CACHE", work.join("autotune.json"))
+        .env("NETCL_TUNING_DIR", work.join("tables"))
+        .env("NETCL_AUTOTUNE", "background")
+        .env("NETCL_BUILDER", builder)
+        .env("NETCL_BUILDER_JOBS", "2")
+        .output()
+        .expect("spawn child");
+    let text = common::child_test_output(name, builder, &out);
+    let _ = std::fs::remove_dir_all(&work);
+    assert!(text.contains("TABLE_PROGRAMS ok"), "{name}:\n{text}");
 }

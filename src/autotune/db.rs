@@ -89,6 +89,12 @@ pub struct TuningTable {
     pub measured: String,
     /// `"{kernel}::{shape_key}"` → winner.
     pub entries: BTreeMap<String, Value>,
+    /// The programs the device's workloads built, `[family, kernel, defines]` (`netcl tune export` lists those
+    /// of the local program cache). On a device of exactly this class, with builder helpers (GPUs in background
+    /// mode), helpers build the ones not on disk yet as soon as the device is opened, so that an op's first
+    /// call finds its programs ready instead of compiling them. Optional.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub programs: Vec<(String, String, String)>,
 }
 
 impl TuningTable {
@@ -193,6 +199,17 @@ fn read_dir_tables(dir: &Path) -> Vec<TuningTable> {
                 .map_err(|e| tracing::warn!("{e}"))
                 .ok()
         })
+        .collect()
+}
+
+/// The programs the tables of exactly class `class` list, each once, in table order.
+pub fn programs_for(tables: &[TuningTable], class: &DeviceClass) -> Vec<(String, String, String)> {
+    let mut seen = std::collections::HashSet::new();
+    tables
+        .iter()
+        .filter(|t| t.device == *class)
+        .flat_map(|t| t.programs.iter().cloned())
+        .filter(|p| seen.insert(p.clone()))
         .collect()
 }
 

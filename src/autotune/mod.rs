@@ -839,6 +839,7 @@ pub fn export_table(device: &Device) -> Result<TuningTable> {
             newest.len()
         ),
         entries: newest.into_iter().map(|(k, (_, w))| (k, w)).collect(),
+        programs: Vec::new(),
     })
 }
 

@@ -473,6 +473,8 @@ impl ProgramCache {
             }
         }
         let built = build_pruned(context, device, source, &src, full, options)?;
+        let defines = options.strip_prefix(Defines::new().options().as_str());
+        disk::note_built(&dir, tag, source, kernel, defines.unwrap_or(options));
         match built.program.get_binaries() {
             Ok(bins) if bins.first().is_some_and(|b| !b.is_empty()) => {
                 match entry.write(&bins[0]) {
@@ -640,6 +642,44 @@ pub fn prebuild(device: &crate::Device, programs: &[ProgramSpec]) -> Result<usiz
         Some(cl) => cl.prebuild(programs),
         None => Ok(0),
     }
+}
+
+/// The programs the on-disk cache's list ([`disk::BUILT_LIST`]) says were compiled for `device`, as
+/// `(family, kernel, defines)`: what `netcl tune export` writes into a table's `programs`. Empty for a device
+/// that is not OpenCL or when the cache is off.
+pub fn built_programs(device: &crate::Device) -> Vec<(String, String, String)> {
+    let (Some(cl), Some(dir)) = (
+        device.backend().as_any().downcast_ref::<super::ClDevice>(),
+        disk::cache_dir(),
+    ) else {
+        return Vec::new();
+    };
+    disk::built_programs(&dir, &disk::device_tag(cl.device.id()))
+}
+
+/// Hands the programs that the tuning tables of `device`'s exact class list (their `programs`), and that are
+/// neither built nor on disk yet, to builder helpers, behind any program an op asks for; returns how many.
+/// Nothing happens where programs are not built by helpers (see [`super::ClDevice::builds_elsewhere`]), so on
+/// a fresh machine the helpers compile what the device's workloads use while the first ops run.
+pub fn warm_ahead(device: &crate::Device) -> usize {
+    let Some(cl) = device.backend().as_any().downcast_ref::<super::ClDevice>() else {
+        return 0;
+    };
+    if !cl.builds_elsewhere() {
+        return 0;
+    }
+    let class = crate::autotune::db::DeviceClass::of(&cl.info);
+    let tables = crate::autotune::db::tables();
+    let specs: Vec<ProgramSpec> = crate::autotune::db::programs_for(&tables, &class)
+        .iter()
+        .filter_map(|(f, k, d)| {
+            let (f, k) = declared(f, k).ok()?;
+            Some((f, k, Defines::from_text(d)))
+        })
+        .filter(|s| !cl.programs_ready(std::slice::from_ref(s)))
+        .collect();
+    cl.build_elsewhere(&specs, false);
+    specs.len()
 }
 
 impl super::ClDevice {

@@ -94,6 +94,44 @@ pub(super) fn device_tag(device: cl_device_id) -> String {
     )
 }
 
+/// The file beside the binaries that lists every program compiled from source into this cache, one JSON line
+/// each: `[device tag, family, kernel, defines]`. It is what `netcl tune export` reads to name the programs a
+/// device's workloads use, so that a table can list them for helpers to build ahead on a fresh machine.
+pub const BUILT_LIST: &str = "built.jsonl";
+
+/// Appends one program to [`BUILT_LIST`] in `dir`. Each line is one `write` to a file opened for appending, so
+/// lines of processes writing at once do not interleave; a reader skips a line it cannot parse.
+pub(super) fn note_built(dir: &Path, tag: &str, family: &str, kernel: &str, defines: &str) {
+    use std::io::Write;
+    let mut line = serde_json::json!([tag, family, kernel, defines]).to_string();
+    line.push('\n');
+    let r = std::fs::create_dir_all(dir).and_then(|()| {
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join(BUILT_LIST))?
+            .write_all(line.as_bytes())
+    });
+    if let Err(e) = r {
+        tracing::debug!("cannot note a built program in {}: {e}", dir.display());
+    }
+}
+
+/// The programs [`BUILT_LIST`] in `dir` names for the device `tag` describes, each once, in the order first
+/// built: `(family, kernel, defines)`.
+pub fn built_programs(dir: &Path, tag: &str) -> Vec<(String, String, String)> {
+    let Ok(text) = std::fs::read_to_string(dir.join(BUILT_LIST)) else {
+        return Vec::new();
+    };
+    let mut seen = std::collections::HashSet::new();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<(String, String, String, String)>(l).ok())
+        .filter(|(t, ..)| t == tag)
+        .map(|(_, f, k, d)| (f, k, d))
+        .filter(|p| seen.insert(p.clone()))
+        .collect()
+}
+
 /// Where one program's binary lives and what its file must say it is.
 pub(super) struct Entry {
     pub(super) path: PathBuf,
