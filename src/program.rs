@@ -4,6 +4,6 @@
 
 pub use crate::backend::opencl::program::{
     Defines, ProgramSpec, ProgramStats, binary_cache_dir, build_check, build_ms_total,
-    built_programs, builds_pending, compile_ms_thread, compile_ms_total, kernel_families, kernel_names,
-    kernel_prelude, kernel_source, prebuild, program_stats, serve_builds, warm_ahead,
+    builds_pending, built_programs, compile_ms_thread, compile_ms_total, kernel_families,
+    kernel_names, kernel_prelude, kernel_source, prebuild, program_stats, serve_builds, warm_ahead,
 };

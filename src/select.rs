@@ -64,7 +64,8 @@ impl Device {
             Device::from_backend(cpu::builtin_info(index), Box::new(cpu::CpuDevice::new()))
         } else {
             let (id, info) = cl[index].clone();
-            let dev = Device::from_backend(info.clone(), Box::new(opencl::ClDevice::new(id, info)?));
+            let dev =
+                Device::from_backend(info.clone(), Box::new(opencl::ClDevice::new(id, info)?));
             // Helpers start on the programs the device's tuning table lists (GPUs in background mode); the
             // check of which are on disk already runs beside the caller's first ops.
             let warm = dev.clone();

@@ -97,7 +97,7 @@ pub(super) fn device_tag(device: cl_device_id) -> String {
 /// The file beside the binaries that lists every program compiled from source into this cache, one JSON line
 /// each: `[device tag, family, kernel, defines]`. It is what `netcl tune export` reads to name the programs a
 /// device's workloads use, so that a table can list them for helpers to build ahead on a fresh machine.
-pub const BUILT_LIST: &str = "built.jsonl";
+pub(super) const BUILT_LIST: &str = "built.jsonl";
 
 /// Appends one program to [`BUILT_LIST`] in `dir`. Each line is one `write` to a file opened for appending, so
 /// lines of processes writing at once do not interleave; a reader skips a line it cannot parse.
@@ -119,7 +119,7 @@ pub(super) fn note_built(dir: &Path, tag: &str, family: &str, kernel: &str, defi
 
 /// The programs [`BUILT_LIST`] in `dir` names for the device `tag` describes, each once, in the order first
 /// built: `(family, kernel, defines)`.
-pub fn built_programs(dir: &Path, tag: &str) -> Vec<(String, String, String)> {
+pub(super) fn built_programs(dir: &Path, tag: &str) -> Vec<(String, String, String)> {
     let Ok(text) = std::fs::read_to_string(dir.join(BUILT_LIST)) else {
         return Vec::new();
     };
