@@ -855,3 +855,24 @@ fn two_processes_never_measure_one_key_twice() {
         "the key was measured once across both processes (one warm-up and five runs per candidate)"
     );
 }
+
+/// Every program a shipped tuning table lists names a kernel family and a kernel of that family that this
+/// build embeds, so helpers never spend a start on a program that cannot exist.
+#[test]
+fn shipped_tables_list_only_programs_this_build_has() {
+    let tables = netcl::autotune::db::tables();
+    let mut listed = 0;
+    for t in tables.iter() {
+        for (family, kernel, _) in &t.programs {
+            let names = netcl::program::kernel_names(family)
+                .unwrap_or_else(|| panic!("{}: no kernel family `{family}`", t.device.name));
+            assert!(
+                names.contains(&kernel.as_str()),
+                "{}: family `{family}` declares no kernel `{kernel}`",
+                t.device.name
+            );
+            listed += 1;
+        }
+    }
+    assert!(listed > 0, "no shipped table lists programs");
+}

@@ -23,6 +23,10 @@ const SHIPPED: &[(&str, &str)] = &[
         include_str!("../../tuning/nvidia-h200.json"),
     ),
     (
+        "nvidia-h100.json",
+        include_str!("../../tuning/nvidia-h100.json"),
+    ),
+    (
         "pocl-amd-epyc-2cu.json",
         include_str!("../../tuning/pocl-amd-epyc-2cu.json"),
     ),

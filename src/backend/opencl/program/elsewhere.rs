@@ -11,7 +11,8 @@
 //!
 //! The executable is `NETCL_BUILDER` when set (a path, or `off`), else this process's own executable when it
 //! is `netcl` (tests and embedders name it). Helpers run at most `NETCL_BUILDER_JOBS` at once (default: a
-//! quarter of the cores, 1 to 4), each given up to [`BATCH`] programs, the urgent ones (a chosen kernel) first.
+//! half of the cores, 1 to 8: each helper compiles on one core, and a tuning table's program list gives them
+//! work as soon as a device opens), each given up to [`BATCH`] programs, the urgent ones (a chosen kernel) first.
 //! A program a helper could not build is remembered: its product then builds it here, and the build error
 //! surfaces as it would without helpers.
 
@@ -74,7 +75,7 @@ pub(crate) fn builder() -> Option<(PathBuf, bool)> {
     .clone()
 }
 
-/// Helper processes allowed at once: `NETCL_BUILDER_JOBS`, else a quarter of the cores (1 to 4).
+/// Helper processes allowed at once: `NETCL_BUILDER_JOBS`, else half of the cores (1 to 8).
 fn jobs() -> usize {
     std::env::var("NETCL_BUILDER_JOBS")
         .ok()
@@ -82,8 +83,8 @@ fn jobs() -> usize {
         .filter(|&n| n > 0)
         .unwrap_or_else(|| {
             std::thread::available_parallelism()
-                .map_or(1, |n| n.get() / 4)
-                .clamp(1, 4)
+                .map_or(1, |n| n.get() / 2)
+                .clamp(1, 8)
         })
 }
 
