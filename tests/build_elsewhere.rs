@@ -197,7 +197,7 @@ const OTHER: (&str, &str, &str) = ("elementwise", "binary_same", " -D OP(x,y)=((
 
 /// The programs the cache's list of built programs names, as `family kernel defines` lines.
 fn built_list(dir: &std::path::Path) -> Vec<String> {
-    std::fs::read_to_string(dir.join("built.jsonl"))
+    std::fs::read_to_string(dir.join("built.list"))
         .unwrap_or_default()
         .lines()
         .filter_map(|l| serde_json::from_str::<(String, String, String, String)>(l).ok())

@@ -97,7 +97,7 @@ pub(super) fn device_tag(device: cl_device_id) -> String {
 /// The file beside the binaries that lists every program compiled from source into this cache, one JSON line
 /// each: `[device tag, family, kernel, defines]`. It is what `netcl tune export` reads to name the programs a
 /// device's workloads use, so that a table can list them for helpers to build ahead on a fresh machine.
-pub(super) const BUILT_LIST: &str = "built.jsonl";
+pub(super) const BUILT_LIST: &str = "built.list";
 
 /// Appends one program to [`BUILT_LIST`] in `dir`. Each line is one `write` to a file opened for appending, so
 /// lines of processes writing at once do not interleave; a reader skips a line it cannot parse.
