@@ -660,7 +660,9 @@ pub fn built_programs(device: &crate::Device) -> Vec<(String, String, String)> {
 /// Hands the programs that the tuning tables of `device`'s exact class list (their `programs`), and that are
 /// neither built nor on disk yet, to builder helpers, behind any program an op asks for; returns how many.
 /// Nothing happens where programs are not built by helpers (see [`super::ClDevice::builds_elsewhere`]), so on
-/// a fresh machine the helpers compile what the device's workloads use while the first ops run.
+/// a fresh machine the helpers compile what the device's workloads use while the first ops run. Of processes
+/// sharing a cache directory, one at a time does this: it leaves a claim file there ([`disk::WARM_CLAIM`])
+/// that keeps the others from it for ten minutes.
 pub fn warm_ahead(device: &crate::Device) -> usize {
     let Some(cl) = device.backend().as_any().downcast_ref::<super::ClDevice>() else {
         return 0;
@@ -678,6 +680,10 @@ pub fn warm_ahead(device: &crate::Device) -> usize {
         })
         .filter(|s| !cl.programs_ready(std::slice::from_ref(s)))
         .collect();
+    let claimed = || disk::cache_dir().is_some_and(|dir| disk::claim_warm_ahead(&dir));
+    if specs.is_empty() || !claimed() {
+        return 0;
+    }
     cl.build_elsewhere(&specs, false);
     specs.len()
 }
