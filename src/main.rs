@@ -159,6 +159,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    // This executable answers `build-programs`, whatever its file is called: its ops may start helpers that
+    // are this executable.
+    netcl::program::serve_builds_from_here();
     let cli = Cli::parse();
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,

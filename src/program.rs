@@ -5,5 +5,6 @@
 pub use crate::backend::opencl::program::{
     Defines, ProgramSpec, ProgramStats, binary_cache_dir, build_check, build_ms_total,
     builds_pending, built_programs, compile_ms_thread, compile_ms_total, kernel_families,
-    kernel_names, kernel_prelude, kernel_source, prebuild, program_stats, serve_builds, warm_ahead,
+    kernel_names, kernel_prelude, kernel_source, prebuild, program_stats, serve_builds,
+    serve_builds_from_here, warm_ahead,
 };

@@ -60,6 +60,7 @@ fn a_team_table_reaches_the_workers_and_a_broken_one_is_ignored() {
         entries: [(entry.clone(), plain["winner"].clone())]
             .into_iter()
             .collect(),
+        programs: Vec::new(),
     };
     let team = dir.join("team.json");
     std::fs::write(&team, serde_json::to_vec_pretty(&table).unwrap()).unwrap();

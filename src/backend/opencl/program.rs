@@ -27,7 +27,7 @@ mod elsewhere;
 mod prune;
 
 pub use disk::cache_dir as binary_cache_dir;
-pub use elsewhere::{builds_pending, serve_builds};
+pub use elsewhere::{builds_pending, serve_builds, serve_builds_from_here};
 
 include!(concat!(env!("OUT_DIR"), "/kernel_sources.rs"));
 

@@ -51,13 +51,42 @@ fn state() -> &'static Mutex<State> {
     S.get_or_init(Mutex::default)
 }
 
+/// Set by [`serve_builds_from_here`]: this executable answers `build-programs`.
+static SELF_BUILDS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Declares that this executable answers `build-programs` (the `netcl` command does, whatever its file is
+/// called), so that its own ops hand programs to helpers that are this executable. Call it before the first
+/// device is opened; test binaries and other programs that embed the engine do not, and name the `netcl`
+/// executable in `NETCL_BUILDER` instead.
+pub fn serve_builds_from_here() {
+    SELF_BUILDS.store(true, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// The executable that builds programs for this process, or `None` when helpers are off: `NETCL_BUILDER` (a
-/// path; `off`, `0` or empty turn helpers off), else this executable when it is `netcl` (not a test binary or
-/// another program embedding the engine: those name the `netcl` binary in the variable).
-/// `explicit` says whether the variable named it (helpers are then used on every device type, not only GPUs).
+/// path; `off`, `0` or empty turn helpers off), else this executable when it is `netcl`, by its file name or by
+/// [`serve_builds_from_here`] (not a test binary or another program embedding the engine: those name the `netcl`
+/// binary in the variable). `explicit` says whether the variable named it (helpers are then used on every
+/// device type, not only GPUs).
 pub(crate) fn builder() -> Option<(PathBuf, bool)> {
     static B: OnceLock<Option<(PathBuf, bool)>> = OnceLock::new();
-    B.get_or_init(|| match std::env::var_os("NETCL_BUILDER") {
+    B.get_or_init(|| {
+        choose_builder(
+            std::env::var_os("NETCL_BUILDER"),
+            std::env::current_exe().ok(),
+            SELF_BUILDS.load(std::sync::atomic::Ordering::Relaxed),
+        )
+    })
+    .clone()
+}
+
+/// [`builder`]'s rule, given `NETCL_BUILDER`, this process's executable and whether it declared that it
+/// answers `build-programs`.
+fn choose_builder(
+    var: Option<std::ffi::OsString>,
+    exe: Option<PathBuf>,
+    serves: bool,
+) -> Option<(PathBuf, bool)> {
+    match var {
         Some(v) => {
             let s = v.to_string_lossy().trim().to_ascii_lowercase();
             if matches!(s.as_str(), "" | "0" | "off" | "no" | "none" | "false") {
@@ -67,12 +96,11 @@ pub(crate) fn builder() -> Option<(PathBuf, bool)> {
             }
         }
         None => {
-            let exe = std::env::current_exe().ok()?;
-            let stem = exe.file_stem()?.to_string_lossy().to_string();
-            (stem == "netcl").then_some((exe, false))
+            let exe = exe?;
+            let named = exe.file_stem().is_some_and(|s| s == "netcl");
+            (serves || named).then_some((exe, false))
         }
-    })
-    .clone()
+    }
 }
 
 /// Helper processes allowed at once: `NETCL_BUILDER_JOBS`, else half of the cores (1 to 8).
@@ -261,4 +289,39 @@ pub fn serve_builds(
         out.flush().map_err(io)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_builder_is_the_variable_or_the_netcl_command_under_any_name() {
+        let exe = |p: &str| Some(PathBuf::from(p));
+        let own = |p: &str| Some((PathBuf::from(p), false));
+        assert_eq!(
+            choose_builder(None, exe("/usr/bin/netcl"), false),
+            own("/usr/bin/netcl")
+        );
+        // The command under another file name declares itself.
+        assert_eq!(
+            choose_builder(None, exe("/opt/netcl-new"), true),
+            own("/opt/netcl-new")
+        );
+        // A test binary or an embedding program does not build for itself.
+        assert_eq!(
+            choose_builder(None, exe("/t/netcl_tests-1a2b"), false),
+            None
+        );
+        assert_eq!(
+            choose_builder(Some("/usr/bin/netcl".into()), exe("/t/app"), false),
+            Some((PathBuf::from("/usr/bin/netcl"), true))
+        );
+        for off in ["off", "0", "", " NONE ", "false", "no"] {
+            assert_eq!(
+                choose_builder(Some(off.into()), exe("/usr/bin/netcl"), true),
+                None
+            );
+        }
+    }
 }
