@@ -143,20 +143,33 @@ fn child_helper_fails() {
     println!("HELPER_FAILS ok {later:?}");
 }
 
+/// Runs child `name` with its caches in `work`, background tuning, the helper executable `builder` (two at
+/// once) and, when given, the tuning tables of `tables`; returns its output.
+fn child_in(
+    name: &str,
+    builder: &str,
+    work: &std::path::Path,
+    tables: Option<&std::path::Path>,
+) -> String {
+    let mut cmd = common::child_command(name);
+    cmd.env("NETCL_PROGRAM_CACHE", work.join("programs"))
+        .env("NETCL_AUTOTUNE_CACHE", work.join("autotune.json"))
+        .env("NETCL_AUTOTUNE", "background")
+        .env("NETCL_BUILDER", builder)
+        .env("NETCL_BUILDER_JOBS", "2");
+    if let Some(t) = tables {
+        cmd.env("NETCL_TUNING_DIR", t);
+    }
+    let out = cmd.output().expect("spawn child");
+    common::child_test_output(name, builder, &out)
+}
+
 /// A child with empty caches in `work`, background tuning and the helper executable `builder`.
 fn run_child(name: &str, builder: &str, marker: &str) {
     let work = std::env::temp_dir().join(format!("netcl-elsewhere-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&work);
     std::fs::create_dir_all(&work).expect("temp dir");
-    let out = common::child_command(name)
-        .env("NETCL_PROGRAM_CACHE", work.join("programs"))
-        .env("NETCL_AUTOTUNE_CACHE", work.join("autotune.json"))
-        .env("NETCL_AUTOTUNE", "background")
-        .env("NETCL_BUILDER", builder)
-        .env("NETCL_BUILDER_JOBS", "2")
-        .output()
-        .expect("spawn child");
-    let text = common::child_test_output(name, builder, &out);
+    let text = child_in(name, builder, &work, None);
     let _ = std::fs::remove_dir_all(&work);
     if text.contains("NO_DEVICE") {
         return;
@@ -310,17 +323,12 @@ fn run_table_child(name: &str, claim_age: Option<Duration>) -> Option<String> {
             .set_modified(std::time::SystemTime::now() - age)
             .expect("claim time");
     }
-    let builder = env!("CARGO_BIN_EXE_netcl");
-    let out = common::child_command(name)
-        .env("NETCL_PROGRAM_CACHE", work.join("programs"))
-        .env("NETCL_AUTOTUNE_CACHE", work.join("autotune.json"))
-        .env("NETCL_TUNING_DIR", work.join("tables"))
-        .env("NETCL_AUTOTUNE", "background")
-        .env("NETCL_BUILDER", builder)
-        .env("NETCL_BUILDER_JOBS", "2")
-        .output()
-        .expect("spawn child");
-    let text = common::child_test_output(name, builder, &out);
+    let text = child_in(
+        name,
+        env!("CARGO_BIN_EXE_netcl"),
+        &work,
+        Some(&work.join("tables")),
+    );
     let _ = std::fs::remove_dir_all(&work);
     Some(text)
 }

@@ -78,10 +78,14 @@ fn first_run(name: &str) -> Option<(PathBuf, PathBuf, ProgramStats, String)> {
     Some((work, cache, stats, result))
 }
 
-/// The cache's entry files (no temporaries).
+/// The cache's entry files (no temporaries, not the list of built programs).
 fn entries(dir: &Path) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|r| r.map(|e| e.expect("entry").path()).collect())
+        .map(|r| {
+            r.map(|e| e.expect("entry").path())
+                .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
