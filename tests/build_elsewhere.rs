@@ -267,12 +267,12 @@ fn child_table_programs_built_ahead() {
 
 #[test]
 #[ignore = "run as a child process by the tests of this file"]
-fn child_table_programs_claimed_elsewhere() {
+fn child_table_programs_locked_elsewhere() {
     let Some(dev) = common::child_device() else {
         return;
     };
-    // Another process claimed the list a moment ago: neither the hand-over at the device's opening nor this
-    // one gives helpers anything, and the listed programs stay unbuilt.
+    // Another process holds the hand-over's lock: neither the hand-over at the device's opening nor this one
+    // gives helpers anything, and the listed programs stay unbuilt.
     assert_eq!(netcl::program::warm_ahead(&dev), 0);
     assert_eq!(netcl::program::builds_pending(), 0);
     let dir = std::path::PathBuf::from(std::env::var("NETCL_PROGRAM_CACHE").expect("cache dir"));
@@ -281,19 +281,18 @@ fn child_table_programs_claimed_elsewhere() {
         LISTED
             .iter()
             .all(|(f, k, d)| !built.contains(&format!("{f} {k} {d}"))),
-        "listed programs were built although another process held the claim: {built:?}"
+        "listed programs were built although another process held the lock: {built:?}"
     );
-    println!("TABLE_CLAIMED ok");
+    println!("TABLE_LOCKED ok");
 }
 
 /// Runs child `name` with a table listing [`LISTED`] (and an unknown kernel) for the test device's class and
-/// [`OTHER`] for another class, fresh caches, background mode and helpers; `claim_age` leaves a claim file of
-/// that age in the program cache first. Returns the child's output.
-fn run_table_child(name: &str, claim_age: Option<Duration>) -> Option<String> {
+/// [`OTHER`] for another class, fresh caches, background mode and helpers; with `hold_lock`, this process holds
+/// the program cache's hand-over lock while the child runs. Returns the child's output.
+fn run_table_child(name: &str, hold_lock: bool) -> Option<String> {
     let dev = common::opencl_device()?;
-    let claim = claim_age.map_or(0, |a| a.as_secs());
     let work = std::env::temp_dir().join(format!(
-        "netcl-elsewhere-{name}-{claim}-{}",
+        "netcl-elsewhere-{name}-{hold_lock}-{}",
         std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&work);
@@ -316,19 +315,16 @@ fn run_table_child(name: &str, claim_age: Option<Duration>) -> Option<String> {
         ..class.clone()
     };
     std::fs::write(work.join("tables/other.json"), table(&other, vec![OTHER])).expect("table");
-    if let Some(age) = claim_age {
-        std::fs::create_dir_all(work.join("programs")).expect("cache dir");
-        let claim = std::fs::File::create(work.join("programs/warm-ahead.claim")).expect("claim");
-        claim
-            .set_modified(std::time::SystemTime::now() - age)
-            .expect("claim time");
-    }
+    let lock = hold_lock.then(|| {
+        netcl::fsio::FileLock::acquire(&work.join("programs/warm-ahead.lock")).expect("lock")
+    });
     let text = child_in(
         name,
         env!("CARGO_BIN_EXE_netcl"),
         &work,
         Some(&work.join("tables")),
     );
+    drop(lock);
     let _ = std::fs::remove_dir_all(&work);
     Some(text)
 }
@@ -336,20 +332,15 @@ fn run_table_child(name: &str, claim_age: Option<Duration>) -> Option<String> {
 #[test]
 fn a_tuning_tables_programs_are_built_by_helpers_when_the_device_opens() {
     let name = "child_table_programs_built_ahead";
-    if let Some(text) = run_table_child(name, None) {
+    if let Some(text) = run_table_child(name, false) {
         assert!(text.contains("TABLE_PROGRAMS ok"), "{name}:\n{text}");
     }
 }
 
 #[test]
-fn a_claim_by_another_process_keeps_the_list_from_this_ones_helpers_until_it_is_stale() {
-    let name = "child_table_programs_claimed_elsewhere";
-    if let Some(text) = run_table_child(name, Some(Duration::from_secs(5))) {
-        assert!(text.contains("TABLE_CLAIMED ok"), "{name}:\n{text}");
-    }
-    // A claim older than ten minutes is taken over: the list is built as without one.
-    let name = "child_table_programs_built_ahead";
-    if let Some(text) = run_table_child(name, Some(Duration::from_secs(3600))) {
-        assert!(text.contains("TABLE_PROGRAMS ok"), "{name}:\n{text}");
+fn a_process_holding_the_hand_over_lock_keeps_the_list_from_another_ones_helpers() {
+    let name = "child_table_programs_locked_elsewhere";
+    if let Some(text) = run_table_child(name, true) {
+        assert!(text.contains("TABLE_LOCKED ok"), "{name}:\n{text}");
     }
 }

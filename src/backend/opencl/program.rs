@@ -661,8 +661,9 @@ pub fn built_programs(device: &crate::Device) -> Vec<(String, String, String)> {
 /// neither built nor on disk yet, to builder helpers, behind any program an op asks for; returns how many.
 /// Nothing happens where programs are not built by helpers (see [`super::ClDevice::builds_elsewhere`]), so on
 /// a fresh machine the helpers compile what the device's workloads use while the first ops run. Of processes
-/// sharing a cache directory, one at a time does this: it leaves a claim file there ([`disk::WARM_CLAIM`])
-/// that keeps the others from it for ten minutes.
+/// sharing a cache directory, one at a time does this: it holds the lock file [`disk::WARM_LOCK`] there until
+/// its helpers have built everything handed to them (this call waits that long), and the others, finding the
+/// lock held, hand nothing over.
 pub fn warm_ahead(device: &crate::Device) -> usize {
     let Some(cl) = device.backend().as_any().downcast_ref::<super::ClDevice>() else {
         return 0;
@@ -680,11 +681,19 @@ pub fn warm_ahead(device: &crate::Device) -> usize {
         })
         .filter(|s| !cl.programs_ready(std::slice::from_ref(s)))
         .collect();
-    let claimed = || disk::cache_dir().is_some_and(|dir| disk::claim_warm_ahead(&dir));
-    if specs.is_empty() || !claimed() {
+    if specs.is_empty() {
         return 0;
     }
+    let lock = disk::cache_dir()
+        .and_then(|dir| crate::fsio::FileLock::try_acquire(&dir.join(disk::WARM_LOCK)).ok())
+        .flatten();
+    let Some(_held) = lock else {
+        return 0;
+    };
     cl.build_elsewhere(&specs, false);
+    while elsewhere::builds_pending() > 0 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
     specs.len()
 }
 

@@ -132,45 +132,10 @@ pub(super) fn built_programs(dir: &Path, tag: &str) -> Vec<(String, String, Stri
         .collect()
 }
 
-/// The file a process creates in the cache directory when it hands a tuning table's program list to helpers.
-pub(super) const WARM_CLAIM: &str = "warm-ahead.claim";
-
-/// How long a claim keeps other processes from handing the same list to helpers of their own: long enough for
-/// one process's helpers to build a list, short enough that a crashed process's claim does not last.
-const WARM_CLAIM_FOR: std::time::Duration = std::time::Duration::from_secs(600);
-
-/// Whether this process may hand a program list to helpers: it created the claim file in `dir` or replaced one
-/// older than [`WARM_CLAIM_FOR`]. Processes opening the device together (a server's workers, parallel runs)
-/// then do not each start helpers on the same programs. `false` when `dir` cannot be written (helpers could
-/// not store binaries there either).
-pub(super) fn claim_warm_ahead(dir: &Path) -> bool {
-    let path = dir.join(WARM_CLAIM);
-    let _ = std::fs::create_dir_all(dir);
-    let create = || {
-        std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&path)
-    };
-    match create() {
-        Ok(_) => true,
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-            let fresh = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| t.elapsed().ok())
-                .is_some_and(|age| age < WARM_CLAIM_FOR);
-            if fresh {
-                return false;
-            }
-            // A stale claim: its process has had time to finish, or died. One of the processes that find it
-            // removes it and creates its own; the others find the new one.
-            let _ = std::fs::remove_file(&path);
-            create().is_ok()
-        }
-        Err(_) => false,
-    }
-}
+/// The lock file in the cache directory that the process handing a tuning table's program list to its helpers
+/// holds until they are done, so that processes opening the device together (a server's workers, parallel runs)
+/// do not each start helpers on the same programs. The lock goes with its process, however that ends.
+pub(super) const WARM_LOCK: &str = "warm-ahead.lock";
 
 /// Where one program's binary lives and what its file must say it is.
 pub(super) struct Entry {
