@@ -14,7 +14,14 @@
 
 // BEGIN op vocabulary helpers: the functions the templates of src/contract/vocab.rs call. The same block stands
 // in unary.cl and fused.cl (a test keeps the two equal).
-static inline float sigm(float v) { return 1.0f / (1.0f + exp(-v)); }
+// An f16 output is rounded to 11 significant bits, far coarser than the error of the native exponential and
+// reciprocal (a few f32 ulps), which GPUs compute several times faster: the logistic forms use them then.
+#if OUT_HALF
+#define LOGISTIC(t) native_recip(1.0f + native_exp(t))
+#else
+#define LOGISTIC(t) (1.0f / (1.0f + exp(t)))
+#endif
+static inline float sigm(float v) { return LOGISTIC(-v); }
 // max, min and clamp that keep NaN (fmax/fmin would drop it)
 static inline float fmaxn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmax(a, b); }
 static inline float fminn(float a, float b) { return (isnan(a) || isnan(b)) ? a + b : fmin(a, b); }
@@ -33,7 +40,7 @@ static inline float softplus_f(float v) { return fmax(v, 0.0f) + log1p(exp(-fabs
 // 0.5·v·(1 + tanh(u)) as v·σ(2u), with u = K(v + C·v³): one exp and one division instead of a tanh, and no
 // cancellation where tanh(u) nears −1. Its slope σ(2u) + 2v·σ(1 − σ)·K(1 + 3Cv²) drops the second term once
 // σ(1 − σ) is 0 (large |v|, where K(1 + 3Cv²) may overflow).
-static inline float gelu_s(float v) { return 1.0f / (1.0f + exp(-2.0f * GELU_K * (v + GELU_C * v * v * v))); }
+static inline float gelu_s(float v) { return LOGISTIC(-2.0f * GELU_K * (v + GELU_C * v * v * v)); }
 static inline float gelu_t(float v) { return isinf(v) ? XLIM(v) : v * gelu_s(v); }
 static inline float gelu_t_d(float v) {
     const float s = gelu_s(v);

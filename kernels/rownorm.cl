@@ -4,7 +4,8 @@
 //   rn_row_wg:   one work-group of L items per row, local-memory trees; x is read twice (GPUs);
 //   rn_row_reg:  one work-group per row holding the row in registers (RN_K values per item, D ≤ RN_K·L), so
 //                x is read once and written once; the mean is shifted as below, the variance the two-pass
-//                Σ(x − mean)² over the held values (GPUs);
+//                Σ(x − mean)² over the held values; with RN_V4 (D % 4 == 0) every access moves four
+//                elements (GPUs);
 //   rn_row_item: one work-item per row, float8 loads along the row when D % 8 == 0 (VEC8), no barriers; the
 //                second read finds the row in the item's cache (CPU OpenCL).
 // The streaming kernels (wg, item) use shifted sums: with K the row's first element (0 when not finite), they
@@ -23,6 +24,11 @@
 #ifndef VEC8
 #define VEC8 0
 #endif
+#ifndef RN_V4
+#define RN_V4 0
+#endif
+// rn_row_reg with RN_V4: the runs of four each item holds (RN_K values rounded up to whole runs).
+#define RN_Q ((RN_K + 3) / 4)
 
 static inline float rn_shift(__global const float* x, const size_t b) {
 #if CENTER
@@ -72,6 +78,24 @@ static inline float rn_apply(const float v, const float m, const float r, const 
     v = sc[0];                                                 \
     barrier(CLK_LOCAL_MEM_FENCE);
 
+// The same for the register kernel, with `sc` of L + 32 floats, in two barriers where the tree takes log2(L):
+// every item's value goes to sc[lid], the first W = min(L, 32) items each sum every W-th value into sc[L + lid],
+// and every item sums those W in the same order.
+#define RN_GROUP_SUM2(v)                                                   \
+    {                                                                      \
+        const int w_ = L < 32 ? L : 32;                                    \
+        sc[lid] = (v);                                                     \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        if (lid < w_) {                                                    \
+            float a_ = sc[lid];                                            \
+            for (int i_ = lid + w_; i_ < L; i_ += w_) a_ += sc[i_];        \
+            sc[L + lid] = a_;                                              \
+        }                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        v = sc[L];                                                         \
+        for (int i_ = 1; i_ < w_; ++i_) v += sc[L + i_];                   \
+    }
+
 __kernel void rn_row_wg(const int D, const float eps, const int has_gamma, const int has_beta,
                         __global const float* x, __global const float* gamma, __global const float* beta,
                         __global float* y, __global float* mean, __global float* rstd, __local float* sc) {
@@ -109,11 +133,57 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     const int L = get_local_size(0);
     const int o = get_group_id(0);
     const size_t b = (size_t)o * D;
-    float v[RN_K];
-    float s = 0.0f;
     // The mean is the row's first element plus the mean of the shifted values: the sum never grows with the
     // offset of the row.
     const float k = rn_shift(x, b);
+    const float inv = 1.0f / (float)D;
+#if RN_V4
+    // D % 4 == 0: each item holds RN_Q runs of four, run c = lid + i·L covering elements 4c … 4c + 3, moved as
+    // one aligned access each (16 bytes in f32, 8 in f16), so a warp's load is whole lines even in f16.
+    float4 v[RN_Q];
+    float s = 0.0f;
+    for (int i = 0; i < RN_Q; ++i) {
+        const int j = (lid + i * L) * 4;
+        v[i] = j < D ? LDXA4(IN_HALF, x, b + j) : (float4)(0.0f);
+#if CENTER
+        if (j < D) {
+            const float4 d = v[i] - k;
+            s += (d.s0 + d.s1) + (d.s2 + d.s3);
+        }
+#endif
+    }
+#if CENTER
+    RN_GROUP_SUM2(s)
+    const float m = k + s * inv;
+#else
+    const float m = 0.0f;
+#endif
+    float q = 0.0f;
+    for (int i = 0; i < RN_Q; ++i) {
+        if ((lid + i * L) * 4 < D) {
+            const float4 d = v[i] - m;
+            const float4 d2 = d * d;
+            q += (d2.s0 + d2.s1) + (d2.s2 + d2.s3);
+        }
+    }
+    RN_GROUP_SUM2(q)
+    const float r = rsqrt(q * inv + eps);
+    for (int i = 0; i < RN_Q; ++i) {
+        const int j = (lid + i * L) * 4;
+        if (j < D) {
+#if CENTER
+            float4 t = (v[i] - m) * r;
+#else
+            float4 t = v[i] * r;
+#endif
+            if (has_gamma) t *= LDXA4(A_HALF, gamma, j);
+            if (has_beta) t += LDXA4(B_HALF, beta, j);
+            STXA4(OUT_HALF, t, y, b + j);
+        }
+    }
+#else
+    float v[RN_K];
+    float s = 0.0f;
     for (int i = 0; i < RN_K; ++i) {
         const int j = lid + i * L;
         v[i] = j < D ? LDX(IN_HALF, x, b + j) : 0.0f;
@@ -121,9 +191,8 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
         if (j < D) s += v[i] - k;
 #endif
     }
-    const float inv = 1.0f / (float)D;
 #if CENTER
-    RN_GROUP_SUM(s)
+    RN_GROUP_SUM2(s)
     const float m = k + s * inv;
 #else
     const float m = 0.0f;
@@ -135,12 +204,13 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
             q += d * d;
         }
     }
-    RN_GROUP_SUM(q)
+    RN_GROUP_SUM2(q)
     const float r = rsqrt(q * inv + eps);
     for (int i = 0; i < RN_K; ++i) {
         const int j = lid + i * L;
         if (j < D) STX(OUT_HALF, rn_apply(v[i], m, r, has_gamma, has_beta, gamma, beta, j), y, b + j);
     }
+#endif
     if (lid == 0) {
         mean[o] = m;
         rstd[o] = r;

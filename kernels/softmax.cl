@@ -52,18 +52,34 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
 #define SM_K 1
 #endif
 
+// An f16 output is rounded to 11 significant bits, far coarser than the native exponential's error (a few f32
+// ulps), which GPUs compute several times faster: the register kernel uses it then.
+#if OUT_HALF
+#define SM_EXP(v) native_exp(v)
+#else
+#define SM_EXP(v) exp(v)
+#endif
+
 #define MAX4(v) nmax(nmax((v).s0, (v).s1), nmax((v).s2, (v).s3))
 
-// Reduces `v` over the work-group with OP through the local array `sc` (L a power of two); every item gets it.
-#define GROUP_REDUCE(v, OP)                                    \
-    sc[lid] = (v);                                             \
-    barrier(CLK_LOCAL_MEM_FENCE);                              \
-    for (int s_ = L >> 1; s_ > 0; s_ >>= 1) {                  \
-        if (lid < s_) sc[lid] = OP(sc[lid], sc[lid + s_]);     \
-        barrier(CLK_LOCAL_MEM_FENCE);                          \
-    }                                                          \
-    v = sc[0];                                                 \
-    barrier(CLK_LOCAL_MEM_FENCE);
+// Reduces `v` over the work-group with OP through the local array `sc` of L + 32 floats (L a power of two);
+// every item gets the same result. Two barriers, where a tree takes log2(L): every item's value goes to sc[lid],
+// the first W = min(L, 32) items each fold every W-th value into sc[L + lid], and every item folds those W in
+// the same order.
+#define GROUP_REDUCE(v, OP)                                                \
+    {                                                                      \
+        const int w_ = L < 32 ? L : 32;                                    \
+        sc[lid] = (v);                                                     \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        if (lid < w_) {                                                    \
+            float a_ = sc[lid];                                            \
+            for (int i_ = lid + w_; i_ < L; i_ += w_) a_ = OP(a_, sc[i_]); \
+            sc[L + lid] = a_;                                              \
+        }                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        v = sc[L];                                                         \
+        for (int i_ = 1; i_ < w_; ++i_) v = OP(v, sc[L + i_]);             \
+    }
 
 #define ADD(a, b) ((a) + (b))
 
@@ -98,7 +114,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     float z = 0.0f;
     for (int k = 0; k < SM_K; ++k) {
         if (lid + k * L < R4) {
-            const float4 e = exp(v[k] - m);
+            const float4 e = SM_EXP(v[k] - m);
             z += (e.s0 + e.s1) + (e.s2 + e.s3);
 #if !LOG
             v[k] = e;

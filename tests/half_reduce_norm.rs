@@ -14,7 +14,7 @@ mod half_support;
 
 use common::{assert_close, cpu, opencl_device};
 use half_support::{assert_read_close, assert_rounded, halves};
-use netcl::ops::{self, Conv2dOptions};
+use netcl::ops::{self, Conv2dOptions, SoftmaxAlgo};
 use netcl::{DType, Tensor};
 
 fn read(t: &Tensor) -> Vec<f32> {
@@ -99,6 +99,17 @@ fn softmax_of_f16_forward_and_backward() {
             assert_eq!(y.dtype(), DType::F16);
             let yw = ops::softmax_with(&xw, *axis, log, None).expect("reference");
             assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax log={log} {shape:?}"));
+            // The register kernel (rows of a multiple of 4), with fewer items than its reductions' 32 lanes
+            // and with more.
+            let r = shape[shape.len() - 1];
+            if *axis == -1 && r % 4 == 0 {
+                for l in [16usize, 64] {
+                    let algo = SoftmaxAlgo::Reg(l, (r / 4).div_ceil(l));
+                    let y = ops::softmax_with(&x, -1, log, Some(algo)).expect("forced forward");
+                    assert_eq!(y.dtype(), DType::F16);
+                    assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax {algo:?} log={log}"));
+                }
+            }
             // Backward from the f16 output (the reference reads the same f16 output, widened).
             let yr = y
                 .to_device(&cpu())

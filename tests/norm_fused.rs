@@ -18,8 +18,8 @@ use opsutil::{cpu, opencl_device};
 const DS: [usize; 7] = [1, 3, 40, 64, 100, 1023, 4096];
 const ROWS: [usize; 3] = [1, 7, 33];
 
-/// The algorithms forced for rows of `d`: every kind, the register form where a work-group of 64 or 256 covers
-/// the row with at most 32 values per item.
+/// The algorithms forced for rows of `d`: every kind, the register form where a work-group of 16 (fewer items
+/// than the reduction's 32 lanes), 64 or 256 covers the row with at most 32 values per item.
 fn algos(d: usize) -> Vec<RowNormAlgo> {
     let mut v = vec![
         RowNormAlgo::Composed,
@@ -27,7 +27,7 @@ fn algos(d: usize) -> Vec<RowNormAlgo> {
         RowNormAlgo::Wg(64),
         RowNormAlgo::Wg(256),
     ];
-    for l in [64usize, 256] {
+    for l in [16usize, 64, 256] {
         let k = d.div_ceil(l);
         if k <= 32 {
             v.push(RowNormAlgo::Reg(l, k));

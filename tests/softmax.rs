@@ -132,6 +132,8 @@ fn softmax_rows_in_registers_match_reference() {
         (&[5, 8], SoftmaxAlgo::Reg(128, 1)),
         (&[2, 3, 64], SoftmaxAlgo::Reg(64, 1)),
         (&[4, 2048], SoftmaxAlgo::Reg(64, 8)),
+        // Fewer items than the reductions' 32 lanes.
+        (&[3, 256], SoftmaxAlgo::Reg(16, 4)),
     ];
     for (k, &(shape, algo)) in cases.iter().enumerate() {
         for specials in [false, true] {

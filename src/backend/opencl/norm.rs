@@ -369,9 +369,7 @@ impl ClDevice {
 impl ClDevice {
     /// The row-normalisation candidates for rows of `d` and the index of the unmeasured default: on GPUs the
     /// composed path (the first choice before the one-launch kernels were measured there), on CPU OpenCL one
-    /// work-item per row.
-    /// The row-norm candidates for rows of `d` and the default's index; `reg`: offer the register form (the
-    /// backward has none).
+    /// work-item per row. `reg`: offer the register form (the backward has none).
     fn rn_candidates(&self, d: usize, reg: bool) -> (Vec<RowNormAlgo>, usize) {
         let max_wg = self.info.max_work_group_size.max(1);
         let gpu = self.info.kind != "cpu";
@@ -441,12 +439,21 @@ impl ClDevice {
             RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
                 let l = l.min(self.info.max_work_group_size.max(1));
                 let k = match algo {
+                    // Rows of a multiple of four elements move four at a time.
                     RowNormAlgo::Reg(_, k) => {
-                        self.kernel_by(key(rn_abi::RN_ROW_REG, k), || defs().set("RN_K", k))?
+                        let v4 = d.is_multiple_of(4);
+                        self.kernel_by(key(rn_abi::RN_ROW_REG, k * 2 + usize::from(v4)), || {
+                            defs().set("RN_K", k).set("RN_V4", u8::from(v4))
+                        })?
                     }
                     _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
                 };
-                // rn_row_reg has the parameters of rn_row_wg.
+                // rn_row_reg has the parameters of rn_row_wg; its reductions take 32 floats more.
+                let floats = if matches!(algo, RowNormAlgo::Reg(..)) {
+                    l + 32
+                } else {
+                    l
+                };
                 let args = rn_abi::RnRowWg {
                     D: d as i32,
                     eps: rn.eps,
@@ -458,7 +465,7 @@ impl ClDevice {
                     y: rn.y.storage(),
                     mean: rn.mean.storage(),
                     rstd: rn.rstd.storage(),
-                    sc: l * 4,
+                    sc: floats * 4,
                 };
                 self.run(&k, &args, &[l * rn.rows], Some(&[l]))
             }
