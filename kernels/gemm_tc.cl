@@ -19,7 +19,8 @@
 //   C/D (both):   c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1).
 //
 // Each operand's tile is kept in local memory in the orientation of its global storage (the contiguous
-// dimension stays contiguous, so global quads land as one local store), double-buffered, with row padding
+// dimension stays contiguous, so global quads land as one local store; FP16's B stored K×N is the exception,
+// kept pair-interleaved as described at B_PAIRS), double-buffered, with row padding
 // chosen so that the fragment reads of a warp hit 32 distinct banks: rows along K are padded to a row stride of
 // 4 mod 32 words (f32) or 20 words (f16), rows along M or N to 8 mod 32 words.
 
@@ -107,6 +108,19 @@
 #define B_QUADS (B_ROWS * B_COLS / (4 * NT))
 #if A_QUADS * 4 * NT != A_ROWS * A_COLS || B_QUADS * 4 * NT != B_ROWS * B_COLS
 #error "a tile must be a whole number of quads per work-item"
+#endif
+
+// FP16 with B stored K×N: the fragment wants the pairs (k, k+1) of one column n in one 32-bit register, but they
+// lie a row apart. With an even number of B quads per work-item, each item stages its quads as pairs of rows
+// (2p, 2p+1) at the same columns, and the tile is kept pair-interleaved: the 32-bit word (p, n) holds
+// (2p, n) in its low half and (2p+1, n) in its high half, at word p·B_LDW + n. The fragment then reads one
+// word per register (B_LDW ≡ 8 mod 32 words, so a warp's reads hit 32 distinct banks) and the staging writes
+// four packed words as one 128-bit store.
+#if PREC == 1 && !TRANS_B && (B_QUADS % 2 == 0)
+#define B_PAIRS 1
+#define B_LDW B_LD
+#else
+#define B_PAIRS 0
 #endif
 
 // Loops over fragments and staged quads are unrolled, so that their private arrays are indexed by constants and
@@ -237,6 +251,23 @@ inline void tc_mma_emu(float* c, const uint* a, const uint* b, __local float* s,
 
 #define PACK(lo, hi) ((uint)(lo) | ((uint)(hi) << 16))
 
+// Four packed words from two staged quads of B (rows 2p and 2p + 1): f16 quads as they are, f32 quads rounded to
+// nearest even as the other staging does.
+#if B_PAIRS
+inline uint4 tc_pair4_f16(const ushort4 lo, const ushort4 hi) {
+    return (uint4)(PACK(lo.s0, hi.s0), PACK(lo.s1, hi.s1), PACK(lo.s2, hi.s2), PACK(lo.s3, hi.s3));
+}
+inline ushort4 tc_h4(const float4 v) {
+    ushort4 u;
+    vstore_half4_rte(v, 0, (half*)&u);
+    return u;
+}
+inline uint4 tc_pair4_f32(const float4 lo, const float4 hi) { return tc_pair4_f16(tc_h4(lo), tc_h4(hi)); }
+#define PAIR4(lo, hi) NCL_CAT(PAIR4_, B_HALF)(lo, hi)
+#define PAIR4_0 tc_pair4_f32
+#define PAIR4_1 tc_pair4_f16
+#endif
+
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gemm_tc(const int M, const int N, const int K,
              __global const float* restrict A, const int offA, const int lda, const int sA,
@@ -286,7 +317,7 @@ void gemm_tc(const int M, const int N, const int K,
                             : QUAD(A_HALF)(Ab, lda, m0 + r, (k0) + c, M, K);                            \
         }                                                                                               \
         TC_UNROLL for (int l = 0; l < B_QUADS; ++l) {                                                   \
-            QRC(l, B_COLS)                                                                              \
+            BRC(l)                                                                                      \
             rb[l] = TRANS_B ? QUAD(B_HALF)(Bb, ldb, n0 + r, (k0) + c, N, K)                             \
                             : QUAD(B_HALF)(Bb, ldb, (k0) + r, n0 + c, K, N);                            \
         }                                                                                               \
@@ -297,11 +328,32 @@ void gemm_tc(const int M, const int N, const int K,
             QRC(l, A_COLS)                                                                              \
             PUT(A_HALF)(As + (buf) * A_SIZE, r * A_LD + c, ra[l]);                                      \
         }                                                                                               \
+        STORE_B(buf)                                                                                    \
+    }
+
+#if B_PAIRS
+    // Quads 2h and 2h + 1 of a work-item are rows 2p and 2p + 1 of the same four columns.
+#define BRC(l)                                                                                          \
+    const int p_ = tid + ((l) >> 1) * NT, r = 2 * (p_ / (B_COLS / 4)) + ((l) & 1),                      \
+              c = (p_ % (B_COLS / 4)) * 4;
+#define STORE_B(buf)                                                                                    \
+    {                                                                                                   \
+        TC_UNROLL for (int h = 0; h < B_QUADS / 2; ++h) {                                               \
+            BRC(2 * h)                                                                                  \
+            __local uint* w = (__local uint*)(Bs + (buf) * B_SIZE) + (r >> 1) * B_LDW + c;              \
+            *(__local uint4*)w = PAIR4(rb[2 * h], rb[2 * h + 1]);                                       \
+        }                                                                                               \
+    }
+#else
+#define BRC(l) QRC(l, B_COLS)
+#define STORE_B(buf)                                                                                    \
+    {                                                                                                   \
         TC_UNROLL for (int l = 0; l < B_QUADS; ++l) {                                                   \
             QRC(l, B_COLS)                                                                              \
             PUT(B_HALF)(Bs + (buf) * B_SIZE, r * B_LD + c, rb[l]);                                      \
         }                                                                                               \
     }
+#endif
 
     const int nk = (K + BK - 1) / BK;
     if (nk > 0) {
@@ -345,6 +397,9 @@ void gemm_tc(const int M, const int N, const int K,
 #elif TRANS_B
                 bf[j][0] = *(__local const uint*)&BL(bt, kk + 2 * t, n);
                 bf[j][1] = *(__local const uint*)&BL(bt, kk + 2 * t + 8, n);
+#elif B_PAIRS
+                bf[j][0] = ((__local const uint*)bt)[(kk / 2 + t) * B_LDW + n];
+                bf[j][1] = ((__local const uint*)bt)[(kk / 2 + t + 4) * B_LDW + n];
 #else
                 bf[j][0] = PACK(BL(bt, kk + 2 * t, n), BL(bt, kk + 2 * t + 1, n));
                 bf[j][1] = PACK(BL(bt, kk + 2 * t + 8, n), BL(bt, kk + 2 * t + 9, n));
