@@ -293,7 +293,12 @@ void gemm_tc(const int M, const int N, const int K,
 #endif
 
     __local LT4 smem_a[2 * A_SIZE / 4];
+#if B_PAIRS
+    // 128-bit stores into the pair-interleaved tile: the array must be 16-byte aligned (2·B_SIZE halves).
+    __local uint4 smem_b[B_SIZE / 4];
+#else
     __local LT4 smem_b[2 * B_SIZE / 4];
+#endif
     __local LT* As = (__local LT*)smem_a;
     __local LT* Bs = (__local LT*)smem_b;
 #if !TC_PTX
