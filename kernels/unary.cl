@@ -53,16 +53,39 @@ static inline float silu_f(float v) { return isinf(v) ? XLIM(v) : v * sigm(v); }
 static inline float hswish(float v) { return isinf(v) ? XLIM(v) : v * hsig(v); }
 // END op vocabulary helpers
 
+#ifndef UN8
+#define UN8 0
+#endif
+// UN8 (every buffer f16): eight elements per work-item, so each access moves 16 bytes as in f32 builds; the
+// other builds take four.
+#if UN8
+#define UN_W 8
+#define UN_LD(h, p, i) vloada_half8((i) >> 3, (__global const half*)(p))
+#define UN_ST(h, v, p, i) vstorea_half8_rte((v), (i) >> 3, (__global half*)(p))
+#define UN_T float8
+#else
+#define UN_W 4
+#define UN_LD(h, p, i) LDXA4(h, p, i)
+#define UN_ST(h, v, p, i) STXA4(h, v, p, i)
+#define UN_T float4
+#endif
+
 __kernel void unary_fwd(const int n, const float p0, const float p1, __global const float* x, __global float* out) {
-    const int i = get_global_id(0) * 4;
-    if (i + 3 < n) {
-        const float4 v = LDXA4(IN_HALF, x, i);
-        float4 r;
+    const int i = get_global_id(0) * UN_W;
+    if (i + UN_W - 1 < n) {
+        const UN_T v = UN_LD(IN_HALF, x, i);
+        UN_T r;
         r.s0 = F(v.s0);
         r.s1 = F(v.s1);
         r.s2 = F(v.s2);
         r.s3 = F(v.s3);
-        STXA4(OUT_HALF, r, out, i);
+#if UN8
+        r.s4 = F(v.s4);
+        r.s5 = F(v.s5);
+        r.s6 = F(v.s6);
+        r.s7 = F(v.s7);
+#endif
+        UN_ST(OUT_HALF, r, out, i);
     } else {
         for (int j = i; j < n; ++j) STX(OUT_HALF, F(LDX(IN_HALF, x, j)), out, j);
     }
@@ -72,16 +95,22 @@ __kernel void unary_fwd(const int n, const float p0, const float p1, __global co
 
 __kernel void unary_bwd(const int n, const float p0, const float p1, __global const float* x, __global const float* g,
                         __global float* out) {
-    const int i = get_global_id(0) * 4;
-    if (i + 3 < n) {
-        const float4 v = LDXA4(IN_HALF, x, i);
-        const float4 d = LDXA4(B_HALF, g, i);
-        float4 r;
+    const int i = get_global_id(0) * UN_W;
+    if (i + UN_W - 1 < n) {
+        const UN_T v = UN_LD(IN_HALF, x, i);
+        const UN_T d = UN_LD(B_HALF, g, i);
+        UN_T r;
         r.s0 = DFN(v.s0, d.s0);
         r.s1 = DFN(v.s1, d.s1);
         r.s2 = DFN(v.s2, d.s2);
         r.s3 = DFN(v.s3, d.s3);
-        STXA4(OUT_HALF, r, out, i);
+#if UN8
+        r.s4 = DFN(v.s4, d.s4);
+        r.s5 = DFN(v.s5, d.s5);
+        r.s6 = DFN(v.s6, d.s6);
+        r.s7 = DFN(v.s7, d.s7);
+#endif
+        UN_ST(OUT_HALF, r, out, i);
     } else {
         for (int j = i; j < n; ++j) STX(OUT_HALF, DFN(LDX(IN_HALF, x, j), LDX(B_HALF, g, j)), out, j);
     }

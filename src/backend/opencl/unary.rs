@@ -7,7 +7,7 @@ use crate::backend::opencl::program::Defines;
 use crate::contract::unary::{UnaryKernels, UnaryOp};
 use crate::contract::vocab::instantiate;
 use crate::error::{Error, Result};
-use crate::tensor::Tensor;
+use crate::tensor::{DType, Tensor};
 
 /// Forward and backward OpenCL C expressions of `op` on the scalars `v` and `g`, from the vocabulary's
 /// templates; the op's parameters are the kernel arguments `p0` and `p1`.
@@ -33,11 +33,19 @@ impl ClDevice {
 
 impl ClDevice {
     /// `op` over `x` into `out`: the forward, or with the output gradient `g` the backward. Both kernels take
-    /// four elements per work-item.
+    /// four elements per work-item, eight when every buffer is f16 (`UN8`: 16-byte accesses as in f32).
     fn unary_pass(&self, op: UnaryOp, x: &Tensor, g: Option<&Tensor>, out: &Tensor) -> Result<()> {
         let (p0, p1) = op.params();
-        let (n, items) = (x.numel() as i32, x.numel().div_ceil(4));
-        let d = ClDevice::unary_defines(op)?;
+        let all_half = [Some(x), g, Some(out)]
+            .into_iter()
+            .flatten()
+            .all(|t| t.dtype() == DType::F16);
+        let width = if all_half { 8 } else { 4 };
+        let (n, items) = (x.numel() as i32, x.numel().div_ceil(width));
+        let mut d = ClDevice::unary_defines(op)?;
+        if all_half {
+            d = d.set("UN8", 1u8);
+        }
         let (xs, outs) = (x.storage(), out.storage());
         match g {
             None => {
