@@ -58,3 +58,24 @@
 #ifndef OUT_HALF
 #define OUT_HALF 0
 #endif
+
+// GROUP_FOLD(v, OP): folds `v` over the work-group with OP (a two-argument macro or function) through a local
+// array `sc` of L + 32 floats, with `lid` the local id and L the work-group size (a power of two) in scope;
+// every item gets the same result. Two barriers, where a tree takes log2(L): every item's value goes to
+// sc[lid], the first W = min(L, 32) items each fold every W-th value into sc[L + lid], and every item folds
+// those W in the same order. Two folds may follow each other without a barrier between them.
+#define NCL_ADD(a, b) ((a) + (b))
+#define GROUP_FOLD(v, OP)                                                  \
+    {                                                                      \
+        const int w_ = L < 32 ? L : 32;                                    \
+        sc[lid] = (v);                                                     \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        if (lid < w_) {                                                    \
+            float a_ = sc[lid];                                            \
+            for (int i_ = lid + w_; i_ < L; i_ += w_) a_ = OP(a_, sc[i_]); \
+            sc[L + lid] = a_;                                              \
+        }                                                                  \
+        barrier(CLK_LOCAL_MEM_FENCE);                                      \
+        v = sc[L];                                                         \
+        for (int i_ = 1; i_ < w_; ++i_) v = OP(v, sc[L + i_]);             \
+    }

@@ -27,8 +27,24 @@
 #ifndef RN_V4
 #define RN_V4 0
 #endif
-// rn_row_reg with RN_V4: the runs of four each item holds (RN_K values rounded up to whole runs).
-#define RN_Q ((RN_K + 3) / 4)
+// rn_row_reg holds RN_N values of type RN_T per item, value i covering elements (lid + i·L)·RN_W onwards: with
+// RN_V4 (D % 4 == 0) runs of four moved as one aligned access each (16 bytes in f32, 8 in f16, so a warp's
+// load is whole lines even in f16), RN_K values rounded up to whole runs; otherwise RN_K single elements.
+#if RN_V4
+#define RN_W 4
+#define RN_N ((RN_K + 3) / 4)
+#define RN_T float4
+#define RN_LD(h, p, i) LDXA4(h, p, i)
+#define RN_ST(h, v, p, i) STXA4(h, v, p, i)
+#define RN_HSUM(d) (((d).s0 + (d).s1) + ((d).s2 + (d).s3))
+#else
+#define RN_W 1
+#define RN_N RN_K
+#define RN_T float
+#define RN_LD(h, p, i) LDX(h, p, i)
+#define RN_ST(h, v, p, i) STX(h, v, p, i)
+#define RN_HSUM(d) (d)
+#endif
 
 static inline float rn_shift(__global const float* x, const size_t b) {
 #if CENTER
@@ -78,24 +94,6 @@ static inline float rn_apply(const float v, const float m, const float r, const 
     v = sc[0];                                                 \
     barrier(CLK_LOCAL_MEM_FENCE);
 
-// The same for the register kernel, with `sc` of L + 32 floats, in two barriers where the tree takes log2(L):
-// every item's value goes to sc[lid], the first W = min(L, 32) items each sum every W-th value into sc[L + lid],
-// and every item sums those W in the same order.
-#define RN_GROUP_SUM2(v)                                                   \
-    {                                                                      \
-        const int w_ = L < 32 ? L : 32;                                    \
-        sc[lid] = (v);                                                     \
-        barrier(CLK_LOCAL_MEM_FENCE);                                      \
-        if (lid < w_) {                                                    \
-            float a_ = sc[lid];                                            \
-            for (int i_ = lid + w_; i_ < L; i_ += w_) a_ += sc[i_];        \
-            sc[L + lid] = a_;                                              \
-        }                                                                  \
-        barrier(CLK_LOCAL_MEM_FENCE);                                      \
-        v = sc[L];                                                         \
-        for (int i_ = 1; i_ < w_; ++i_) v += sc[L + i_];                   \
-    }
-
 __kernel void rn_row_wg(const int D, const float eps, const int has_gamma, const int has_beta,
                         __global const float* x, __global const float* gamma, __global const float* beta,
                         __global float* y, __global float* mean, __global float* rstd, __local float* sc) {
@@ -137,80 +135,47 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     // offset of the row.
     const float k = rn_shift(x, b);
     const float inv = 1.0f / (float)D;
-#if RN_V4
-    // D % 4 == 0: each item holds RN_Q runs of four, run c = lid + i·L covering elements 4c … 4c + 3, moved as
-    // one aligned access each (16 bytes in f32, 8 in f16), so a warp's load is whole lines even in f16.
-    float4 v[RN_Q];
+    RN_T v[RN_N];
     float s = 0.0f;
-    for (int i = 0; i < RN_Q; ++i) {
-        const int j = (lid + i * L) * 4;
-        v[i] = j < D ? LDXA4(IN_HALF, x, b + j) : (float4)(0.0f);
+    for (int i = 0; i < RN_N; ++i) {
+        const int j = (lid + i * L) * RN_W;
+        v[i] = j < D ? RN_LD(IN_HALF, x, b + j) : (RN_T)(0.0f);
 #if CENTER
         if (j < D) {
-            const float4 d = v[i] - k;
-            s += (d.s0 + d.s1) + (d.s2 + d.s3);
+            const RN_T d = v[i] - k;
+            s += RN_HSUM(d);
         }
 #endif
     }
 #if CENTER
-    RN_GROUP_SUM2(s)
+    GROUP_FOLD(s, NCL_ADD)
     const float m = k + s * inv;
 #else
     const float m = 0.0f;
 #endif
     float q = 0.0f;
-    for (int i = 0; i < RN_Q; ++i) {
-        if ((lid + i * L) * 4 < D) {
-            const float4 d = v[i] - m;
-            const float4 d2 = d * d;
-            q += (d2.s0 + d2.s1) + (d2.s2 + d2.s3);
+    for (int i = 0; i < RN_N; ++i) {
+        if ((lid + i * L) * RN_W < D) {
+            const RN_T d = v[i] - m;
+            const RN_T d2 = d * d;
+            q += RN_HSUM(d2);
         }
     }
-    RN_GROUP_SUM2(q)
+    GROUP_FOLD(q, NCL_ADD)
     const float r = rsqrt(q * inv + eps);
-    for (int i = 0; i < RN_Q; ++i) {
-        const int j = (lid + i * L) * 4;
+    for (int i = 0; i < RN_N; ++i) {
+        const int j = (lid + i * L) * RN_W;
         if (j < D) {
 #if CENTER
-            float4 t = (v[i] - m) * r;
+            RN_T t = (v[i] - m) * r;
 #else
-            float4 t = v[i] * r;
+            RN_T t = v[i] * r;
 #endif
-            if (has_gamma) t *= LDXA4(A_HALF, gamma, j);
-            if (has_beta) t += LDXA4(B_HALF, beta, j);
-            STXA4(OUT_HALF, t, y, b + j);
+            if (has_gamma) t *= RN_LD(A_HALF, gamma, j);
+            if (has_beta) t += RN_LD(B_HALF, beta, j);
+            RN_ST(OUT_HALF, t, y, b + j);
         }
     }
-#else
-    float v[RN_K];
-    float s = 0.0f;
-    for (int i = 0; i < RN_K; ++i) {
-        const int j = lid + i * L;
-        v[i] = j < D ? LDX(IN_HALF, x, b + j) : 0.0f;
-#if CENTER
-        if (j < D) s += v[i] - k;
-#endif
-    }
-#if CENTER
-    RN_GROUP_SUM2(s)
-    const float m = k + s * inv;
-#else
-    const float m = 0.0f;
-#endif
-    float q = 0.0f;
-    for (int i = 0; i < RN_K; ++i) {
-        if (lid + i * L < D) {
-            const float d = v[i] - m;
-            q += d * d;
-        }
-    }
-    RN_GROUP_SUM2(q)
-    const float r = rsqrt(q * inv + eps);
-    for (int i = 0; i < RN_K; ++i) {
-        const int j = lid + i * L;
-        if (j < D) STX(OUT_HALF, rn_apply(v[i], m, r, has_gamma, has_beta, gamma, beta, j), y, b + j);
-    }
-#endif
     if (lid == 0) {
         mean[o] = m;
         rstd[o] = r;

@@ -62,26 +62,6 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
 
 #define MAX4(v) nmax(nmax((v).s0, (v).s1), nmax((v).s2, (v).s3))
 
-// Reduces `v` over the work-group with OP through the local array `sc` of L + 32 floats (L a power of two);
-// every item gets the same result. Two barriers, where a tree takes log2(L): every item's value goes to sc[lid],
-// the first W = min(L, 32) items each fold every W-th value into sc[L + lid], and every item folds those W in
-// the same order.
-#define GROUP_REDUCE(v, OP)                                                \
-    {                                                                      \
-        const int w_ = L < 32 ? L : 32;                                    \
-        sc[lid] = (v);                                                     \
-        barrier(CLK_LOCAL_MEM_FENCE);                                      \
-        if (lid < w_) {                                                    \
-            float a_ = sc[lid];                                            \
-            for (int i_ = lid + w_; i_ < L; i_ += w_) a_ = OP(a_, sc[i_]); \
-            sc[L + lid] = a_;                                              \
-        }                                                                  \
-        barrier(CLK_LOCAL_MEM_FENCE);                                      \
-        v = sc[L];                                                         \
-        for (int i_ = 1; i_ < w_; ++i_) v = OP(v, sc[L + i_]);             \
-    }
-
-#define ADD(a, b) ((a) + (b))
 
 __kernel void sm_row_reg(const int R, __global const float* x, __global float* y, __local float* sc) {
     const int lid = get_local_id(0);
@@ -110,7 +90,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
         v[k] = j < R4 ? P4(j) : (float4)(-INFINITY);
         m = nmax(m, MAX4(v[k]));
     }
-    GROUP_REDUCE(m, nmax)
+    GROUP_FOLD(m, nmax)
     float z = 0.0f;
     for (int k = 0; k < SM_K; ++k) {
         if (lid + k * L < R4) {
@@ -121,7 +101,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
 #endif
         }
     }
-    GROUP_REDUCE(z, ADD)
+    GROUP_FOLD(z, NCL_ADD)
 #if LOG
     const float lz = m + log(z);
     for (int k = 0; k < SM_K; ++k) {
