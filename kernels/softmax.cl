@@ -62,7 +62,6 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
 
 #define MAX4(v) nmax(nmax((v).s0, (v).s1), nmax((v).s2, (v).s3))
 
-
 __kernel void sm_row_reg(const int R, __global const float* x, __global float* y, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);

@@ -778,6 +778,71 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
     set_env("NETCL_AUTOTUNE", Some("sync"));
 }
 
+/// Background mode keeps a winner from a table of exactly this device class: no later call measures it, so
+/// a warm process runs the table's kernel from its first call on. Sync mode still measures and replaces it.
+#[test]
+fn background_mode_keeps_an_exact_table_winner_and_sync_measures_it() {
+    let (_g, path) = fresh_cache("keep");
+    let dev = Device::builtin();
+    let w = autotune::tune(
+        &dev,
+        &key("t_keep", &[5]),
+        &["x", "y", "z"],
+        0,
+        times_of(&[("y", 0.5)]),
+    )
+    .expect("tune");
+    assert_eq!(w, "y");
+    let table = autotune::export_table(&dev).expect("export");
+    let dir = path.parent().expect("dir").join("keep-tables");
+    std::fs::create_dir_all(&dir).expect("dir");
+    std::fs::write(
+        dir.join("mine.json"),
+        serde_json::to_string(&table).expect("json"),
+    )
+    .expect("write table");
+    autotune::clear_cache().expect("clear");
+    set_env("NETCL_TUNING_DIR", dir.to_str());
+    set_env("NETCL_AUTOTUNE", Some("background"));
+    autotune::begin_scope();
+    let calls = AtomicUsize::new(0);
+    let bench = |c: &&str| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(if *c == "z" { 0.1 } else { 1.0 })
+    };
+    for _ in 0..6 {
+        let w =
+            autotune::tune(&dev, &key("t_keep", &[5]), &["x", "y", "z"], 0, bench).expect("tune");
+        assert_eq!(w, "y");
+    }
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        0,
+        "nothing measured in background mode"
+    );
+    let d = last_decision("t_keep");
+    assert_eq!(d.source, Source::Database);
+    assert!(
+        d.note
+            .as_deref()
+            .is_some_and(|n| n.contains("kept in background mode")),
+        "{:?}",
+        d.note
+    );
+    // A shape the table lacks is still measured on later calls.
+    let _ = autotune::tune(&dev, &key("t_keep", &[6]), &["x", "y", "z"], 0, bench).expect("tune");
+    let _ = autotune::tune(&dev, &key("t_keep", &[6]), &["x", "y", "z"], 0, bench).expect("tune");
+    assert!(
+        calls.load(Ordering::SeqCst) > 0,
+        "the uncovered shape is measured"
+    );
+    // Sync mode measures the covered shape and takes the measured winner.
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+    let w = autotune::tune(&dev, &key("t_keep", &[5]), &["x", "y", "z"], 0, bench).expect("tune");
+    assert_eq!((w, last_decision("t_keep").source), ("z", Source::Measured));
+    set_env("NETCL_TUNING_DIR", None);
+}
+
 #[test]
 fn shipped_h200_table_matches_only_an_h200() {
     use autotune::db::{DeviceClass, Hint, lookup, tables};

@@ -592,6 +592,13 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         Mode::Background if DEFERRED.load(Ordering::SeqCst) => {
             return provisional(format!("{first_note}; measured when the process is idle"));
         }
+        // A table of exactly this device class holds a winner measured on the same hardware: the caller's
+        // calls do not pay for measuring it again (sync mode, `netcl tune warm` and the idle pass still do).
+        Mode::Background if first_source == Source::Database => {
+            return provisional(format!(
+                "{first_note}; kept in background mode (measured on this device class)"
+            ));
+        }
         Mode::Background => {
             let first_sight = seen()
                 .lock()
