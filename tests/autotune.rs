@@ -706,20 +706,36 @@ fn measurements_survive_a_kill() {
     );
 }
 
+/// Measures `kernel` at shape class `[n]` among x, y, z with `winner` the fastest, checks the answer, and
+/// exports the cache as a table.
+fn measured_table(
+    dev: &Device,
+    kernel: &str,
+    n: i64,
+    winner: &'static str,
+) -> autotune::TuningTable {
+    let bench = move |c: &&str| Ok(if *c == winner { 0.5 } else { 9.0 });
+    let w = autotune::tune(dev, &key(kernel, &[n]), &["x", "y", "z"], 0, bench).expect("tune");
+    assert_eq!(w, winner);
+    autotune::export_table(dev).expect("export")
+}
+
+/// Writes `table` as the only table of the directory `name` beside the test cache and empties the cache: a
+/// fresh machine with that table once `NETCL_TUNING_DIR` names the returned directory.
+fn fresh_machine_with(path: &Path, name: &str, table: &autotune::TuningTable) -> PathBuf {
+    let dir = path.parent().expect("dir").join(name);
+    std::fs::create_dir_all(&dir).expect("dir");
+    let text = serde_json::to_string(table).expect("json");
+    std::fs::write(dir.join("mine.json"), text).expect("write table");
+    autotune::clear_cache().expect("clear");
+    dir
+}
+
 #[test]
 fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
     let (_g, path) = fresh_cache("export");
     let dev = Device::builtin();
-    let w = autotune::tune(
-        &dev,
-        &key("t_db", &[7]),
-        &["x", "y", "z"],
-        0,
-        times_of(&[("z", 0.5)]),
-    )
-    .expect("tune");
-    assert_eq!(w, "z");
-    let table = autotune::export_table(&dev).expect("export");
+    let table = measured_table(&dev, "t_db", 7, "z");
     assert_eq!(table.device, autotune::DeviceClass::of(dev.info()));
     assert_eq!(
         table.entries.get("t_db::(7,)"),
@@ -727,11 +743,7 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
     );
 
     // A fresh machine (empty cache) with the table: the first answer comes from it, nothing is measured.
-    let dir = path.parent().expect("dir").join("tables");
-    std::fs::create_dir_all(&dir).expect("dir");
-    let text = serde_json::to_string(&table).expect("json");
-    std::fs::write(dir.join("mine.json"), &text).expect("write table");
-    autotune::clear_cache().expect("clear");
+    let dir = fresh_machine_with(&path, "tables", &table);
     set_env("NETCL_TUNING_DIR", dir.to_str());
     set_env("NETCL_AUTOTUNE", Some("off"));
     // One answer for t_db of shape class `n` among x, y, z (first choice `default`), measuring nothing.
@@ -784,24 +796,8 @@ fn an_exported_table_is_a_database_hit_for_its_device_class_only() {
 fn background_mode_keeps_an_exact_table_winner_and_sync_measures_it() {
     let (_g, path) = fresh_cache("keep");
     let dev = Device::builtin();
-    let w = autotune::tune(
-        &dev,
-        &key("t_keep", &[5]),
-        &["x", "y", "z"],
-        0,
-        times_of(&[("y", 0.5)]),
-    )
-    .expect("tune");
-    assert_eq!(w, "y");
-    let table = autotune::export_table(&dev).expect("export");
-    let dir = path.parent().expect("dir").join("keep-tables");
-    std::fs::create_dir_all(&dir).expect("dir");
-    std::fs::write(
-        dir.join("mine.json"),
-        serde_json::to_string(&table).expect("json"),
-    )
-    .expect("write table");
-    autotune::clear_cache().expect("clear");
+    let table = measured_table(&dev, "t_keep", 5, "y");
+    let dir = fresh_machine_with(&path, "keep-tables", &table);
     set_env("NETCL_TUNING_DIR", dir.to_str());
     set_env("NETCL_AUTOTUNE", Some("background"));
     autotune::begin_scope();

@@ -448,12 +448,8 @@ impl ClDevice {
                     }
                     _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
                 };
-                // rn_row_reg has the parameters of rn_row_wg; its reductions take 32 floats more.
-                let floats = if matches!(algo, RowNormAlgo::Reg(..)) {
-                    l + 32
-                } else {
-                    l
-                };
+                // rn_row_reg has the parameters of rn_row_wg; the register kernel's folds
+                // (GROUP_FOLD) use 32 floats beyond one per work-item.
                 let args = rn_abi::RnRowWg {
                     D: d as i32,
                     eps: rn.eps,
@@ -465,7 +461,7 @@ impl ClDevice {
                     y: rn.y.storage(),
                     mean: rn.mean.storage(),
                     rstd: rn.rstd.storage(),
-                    sc: floats * 4,
+                    sc: (l + 32) * 4,
                 };
                 self.run(&k, &args, &[l * rn.rows], Some(&[l]))
             }

@@ -115,17 +115,13 @@ impl ClDevice {
                     }
                     _ => self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?,
                 };
-                // sm_row_reg has the parameters of sm_row_wg; its reductions take 32 floats more.
-                let floats = if matches!(algo, SoftmaxAlgo::Reg(..)) {
-                    l + 32
-                } else {
-                    l
-                };
+                // sm_row_reg has the parameters of sm_row_wg; the register kernel's folds
+                // (GROUP_FOLD) use 32 floats beyond one per work-item.
                 let args = abi::SmRowWg {
                     R: v.r as i32,
                     x: x.storage(),
                     y: y.storage(),
-                    sc: floats * 4,
+                    sc: (l + 32) * 4,
                 };
                 self.run(&k, &args, &[l * v.o], Some(&[l]))
             }
