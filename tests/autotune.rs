@@ -578,24 +578,113 @@ fn background_mode_answers_at_once_then_switches_to_the_measured_winner() {
         calls.fetch_add(1, Ordering::SeqCst);
         Ok(if *c == "c" { 1.0 } else { 2.0 })
     };
+    // A caller's call ends when the host waits for the device (a read back or `synchronize`).
+    let call = || {
+        let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
+        dev.synchronize().expect("synchronize");
+        w
+    };
     // First call: the heuristic choice (the op's default), nothing measured.
-    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
-    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 0));
+    assert_eq!((call(), calls.load(Ordering::SeqCst)), ("b", 0));
     let d = last_decision("t_bg");
     assert_eq!(d.source, Source::Heuristic);
     // Later calls measure one candidate each and keep answering the first choice meanwhile.
-    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
-    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 6));
-    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
-    assert_eq!((w, calls.load(Ordering::SeqCst)), ("b", 12));
+    assert_eq!((call(), calls.load(Ordering::SeqCst)), ("b", 6));
+    assert_eq!((call(), calls.load(Ordering::SeqCst)), ("b", 12));
     // The last candidate completes the set: this call switches to the winner.
-    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
-    assert_eq!(w, "c");
+    assert_eq!(call(), "c");
     assert_eq!(last_decision("t_bg").source, Source::Measured);
     assert_eq!(last_decision("t_bg").candidates.len(), 3);
     let before = calls.load(Ordering::SeqCst);
-    let w = autotune::tune(&dev, &k, &cands, 1, bench).expect("tune");
-    assert_eq!((w, calls.load(Ordering::SeqCst)), ("c", before));
+    assert_eq!((call(), calls.load(Ordering::SeqCst)), ("c", before));
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+}
+
+/// A call that meets one shape several times (a network with repeated layers) measures nothing in that call:
+/// measuring starts on a later call, once the host has waited for the device.
+#[test]
+fn background_mode_measures_nothing_in_the_call_that_first_meets_a_shape() {
+    let (_g, _) = fresh_cache("repeat");
+    set_env("NETCL_AUTOTUNE", Some("background"));
+    autotune::begin_scope();
+    let dev = Device::builtin();
+    let calls = AtomicUsize::new(0);
+    let bench = |_: &&str| {
+        calls.fetch_add(1, Ordering::SeqCst);
+        Ok(1.0)
+    };
+    for _ in 0..4 {
+        let w = autotune::tune(&dev, &key("t_repeat", &[3]), &["a", "b"], 0, bench).expect("tune");
+        assert_eq!(w, "a");
+    }
+    assert_eq!(calls.load(Ordering::SeqCst), 0, "the first call measured");
+    dev.synchronize().expect("synchronize");
+    let _ = autotune::tune(&dev, &key("t_repeat", &[3]), &["a", "b"], 0, bench).expect("tune");
+    assert!(
+        calls.load(Ordering::SeqCst) > 0,
+        "the next call did not measure"
+    );
+    set_env("NETCL_AUTOTUNE", Some("sync"));
+}
+
+/// A background measurement in a caller's call whose candidate has a nested choice not measured yet (a
+/// Winograd tile and its product) measures one nested candidate per call, not all of them, and times the
+/// outer candidate only once the nested choice is settled. The outcome is the sync mode's.
+#[test]
+fn background_mode_measures_a_nested_choice_one_candidate_per_call() {
+    let (_g, _) = fresh_cache("nested");
+    set_env("NETCL_AUTOTUNE", Some("background"));
+    autotune::begin_scope();
+    let dev = Device::builtin();
+    let inner_runs = AtomicUsize::new(0);
+    let inner = |c: &&str| {
+        inner_runs.fetch_add(1, Ordering::SeqCst);
+        Ok(match *c {
+            "p" => 2.0,
+            "q" => 3.0,
+            _ => 0.5,
+        })
+    };
+    let inner_cands = ["p", "q", "r"];
+    // The outer candidate "nested" runs the nested choice: its time is the nested winner's plus 0.1.
+    let outer = |c: &&str| -> netcl::Result<f64> {
+        match *c {
+            "direct" => Ok(1.0),
+            _ => {
+                let w = autotune::tune(&dev, &key("t_inner", &[9]), &inner_cands, 0, inner)?;
+                inner(&w).map(|t| t + 0.1)
+            }
+        }
+    };
+    let outer_cands = ["direct", "nested"];
+    let mut answers = Vec::new();
+    let mut per_call = Vec::new();
+    for _ in 0..8 {
+        let before = inner_runs.load(Ordering::SeqCst);
+        answers.push(autotune::tune(&dev, &key("t_outer", &[9]), &outer_cands, 0, outer).expect("tune"));
+        dev.synchronize().expect("synchronize");
+        per_call.push(inner_runs.load(Ordering::SeqCst) - before);
+    }
+    // No call ran more than one nested candidate's measurement (a warm-up and the timed runs, with the outer
+    // candidate's own runs of the nested choice).
+    let reps = autotune::config().reps;
+    assert!(
+        per_call.iter().all(|&n| n <= 2 * (reps + 1)),
+        "nested runs per call: {per_call:?}"
+    );
+    assert_eq!(answers[0], "direct");
+    assert_eq!(
+        *answers.last().expect("answers"),
+        "nested",
+        "answers {answers:?}"
+    );
+    let d = last_decision("t_inner");
+    assert!(
+        matches!(d.source, Source::Measured | Source::Cache),
+        "{:?}",
+        d.source
+    );
+    assert_eq!((d.winner_label.as_str(), d.candidates.len()), ("r", 3));
     set_env("NETCL_AUTOTUNE", Some("sync"));
 }
 
@@ -615,6 +704,7 @@ fn background_measurement_stops_at_the_scope_budget() {
         })
         .expect("tune");
         assert_eq!(w, "a");
+        dev.synchronize().expect("synchronize");
     }
     // The second call measured one candidate (120 ms); with no budget, the scope's time share (a tenth of its
     // running time) does not cover another one yet.
@@ -827,6 +917,7 @@ fn background_mode_keeps_an_exact_table_winner_and_sync_measures_it() {
     );
     // A shape the table lacks is still measured on later calls.
     let _ = autotune::tune(&dev, &key("t_keep", &[6]), &["x", "y", "z"], 0, bench).expect("tune");
+    dev.synchronize().expect("synchronize");
     let _ = autotune::tune(&dev, &key("t_keep", &[6]), &["x", "y", "z"], 0, bench).expect("tune");
     assert!(
         calls.load(Ordering::SeqCst) > 0,

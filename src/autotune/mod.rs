@@ -9,8 +9,11 @@
 //! - `sync`: every candidate is measured now (one warm-up, then the minimum of `NETCL_AUTOTUNE_REPS` runs)
 //!   and the fastest is stored;
 //! - `background` (the default): the first call answers at once with the tuning database's winner for this
-//!   device class or the heuristic first choice; later calls of the same shape measure one candidate each,
-//!   within a time budget per logging scope, and switch to the winner once every candidate is timed;
+//!   device class or the heuristic first choice; later calls of the same shape (once the host has waited for
+//!   the device since the shape was first met) measure one candidate each, within a time budget per logging
+//!   scope, and switch to the winner once every candidate is timed; a table winner of exactly this device
+//!   class is kept; a choice nested in a candidate (a Winograd tile's product) is measured one candidate per
+//!   call too, and the outer candidate is timed once its nested choices are settled;
 //! - `off`: the database or heuristic choice, never measured.
 //!
 //! A process that runs work under a time limit (the wiki's playground workers) defers measurement instead
@@ -112,6 +115,13 @@ thread_local! {
     static BG_SPENT: Cell<f64> = const { Cell::new(0.0) };
     /// When the current scope began (the thread's first question when no scope was begun).
     static SCOPE_START: Cell<Option<Instant>> = const { Cell::new(None) };
+    /// Set while this thread times a candidate of a background measurement inside a caller's call (one
+    /// candidate per call). A nested decision that is not settled then measures one candidate of its own, not
+    /// all of them, and marks the candidate being timed as [`NESTED_UNSETTLED`].
+    static IN_LIMITED: Cell<bool> = const { Cell::new(false) };
+    /// Set when the candidate being timed ran a nested choice that is not settled yet: its time is thrown
+    /// away, and it is timed again on a later call, once its nested choices are measured.
+    static NESTED_UNSETTLED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// The share of a scope's running time that background measurement may take beyond the budget, so a long
@@ -137,10 +147,12 @@ fn invalidate_hot() {
     GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
-/// Persistent keys this process has answered at least once (background mode measures from the second call).
-fn seen() -> &'static Mutex<HashSet<String>> {
-    static S: OnceLock<Mutex<HashSet<String>>> = OnceLock::new();
-    S.get_or_init(|| Mutex::new(HashSet::new()))
+/// Persistent keys this process has answered, each with the count of host waits ([`timing::host_waits`]) when
+/// it was first answered. Background mode measures a key only once the host has waited for the device since:
+/// a call that meets a shape twice (a network with repeated layers) does not measure it in that same call.
+fn seen() -> &'static Mutex<HashMap<String, u64>> {
+    static S: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    S.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
 /// One kept answer: the device's tune id, the question, the answer in the asker's type.
@@ -575,8 +587,25 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
     let limit = match cfg.mode {
         Mode::Off => return provisional(format!("{first_note}; NETCL_AUTOTUNE=off")),
         Mode::Sync => None,
-        // Inside another decision's measurement the nested choice is measured fully, so the outer candidate's
-        // time is that of its best configuration.
+        // Inside a background measurement made in a caller's call, a nested choice not settled yet costs the
+        // call one of its candidates at most (a table winner of this class is taken as it is); the outer
+        // candidate's time is then thrown away, since it did not run its best configuration.
+        Mode::Background if timing::measuring() && IN_LIMITED.with(Cell::get) => {
+            if first_source == Source::Database {
+                return provisional(format!(
+                    "{first_note}; kept in background mode (measured on this device class)"
+                ));
+            }
+            let again = NESTED_UNSETTLED.with(|n| n.replace(true));
+            if again {
+                return provisional(format!(
+                    "{first_note}; measured on later calls (nested in another measurement)"
+                ));
+            }
+            Some(1)
+        }
+        // Inside any other measurement the nested choice is measured fully, so the outer candidate's time is
+        // that of its best configuration.
         Mode::Background if timing::measuring() => None,
         Mode::Background if IDLE_MEASURING.load(Ordering::SeqCst) => {
             if idle_interrupted() {
@@ -600,9 +629,10 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
             ));
         }
         Mode::Background => {
+            let waits = timing::host_waits();
             let first_sight = seen()
                 .lock()
-                .map(|mut s| s.insert(pkey.clone()))
+                .map(|mut s| *s.entry(pkey.clone()).or_insert(waits) == waits)
                 .unwrap_or(false);
             if first_sight || !background_allowed(cfg.budget_ms) {
                 return provisional(format!("{first_note}; measured on later calls"));
@@ -613,7 +643,8 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
     let outcome = measure(
         device, &cfg, kernel, &pkey, &values, candidates, first, limit, &mut bench,
     );
-    if limit.is_some() {
+    // A nested measurement's time is part of the outer one's, which is counted once it ends.
+    if limit.is_some() && !timing::measuring() {
         BG_SPENT.with(|b| b.set(b.get() + started.elapsed().as_secs_f64() * 1e3));
     }
     match outcome {
@@ -689,6 +720,12 @@ fn measure<C>(
         .collect();
     let n = cfg.reps;
     let span = timing::Measuring::start();
+    // Restored on return, so a nested measurement leaves the outer one's flags as they were.
+    let outer_flags = (
+        IN_LIMITED.with(|f| f.replace(limit.is_some())),
+        NESTED_UNSETTLED.with(Cell::get),
+    );
+    let _restore = Restore(outer_flags);
     let order = std::iter::once(first).chain((0..candidates.len()).filter(|&i| i != first));
     let mut taken = 0;
     for i in order {
@@ -722,7 +759,13 @@ fn measure<C>(
             t.sort_by(f64::total_cmp);
             Ok((t[0], t[t.len() / 2]))
         };
-        let t = match run() {
+        NESTED_UNSETTLED.with(|f| f.set(false));
+        let result = run();
+        if NESTED_UNSETTLED.with(Cell::get) {
+            // A nested choice of this candidate is still being measured: its time says nothing yet.
+            break;
+        }
+        let t = match result {
             Ok((min, med)) => CandidateTime {
                 candidate: v.clone(),
                 label: label(v),
@@ -766,6 +809,16 @@ fn measure<C>(
         win,
         times,
         fresh: true,
+    }
+}
+
+/// Puts back the nesting flags of [`measure`]'s caller when the measurement ends, however it ends.
+struct Restore((bool, bool));
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        IN_LIMITED.with(|f| f.set(self.0.0));
+        NESTED_UNSETTLED.with(|f| f.set(self.0.1));
     }
 }
 

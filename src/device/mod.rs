@@ -168,6 +168,7 @@ impl Device {
 
     /// Waits until every operation queued on this device has finished.
     pub fn synchronize(&self) -> Result<()> {
+        timing::count_host_wait();
         self.0.backend.finish()
     }
 

@@ -6,6 +6,7 @@
 //! parallel tests) each see only their own launches.
 
 use std::cell::{Cell, RefCell};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -106,6 +107,25 @@ thread_local! {
 /// device's memory is the host's).
 pub(crate) fn count_host_read() {
     HOST_READS.with(|c| c.set(c.get() + 1));
+    count_host_wait();
+}
+
+/// Times the host has waited for a device outside tuning measurements, in every thread: each read back and
+/// each `synchronize`. The autotuner's background mode takes one wait as the end of a caller's call.
+static HOST_WAITS: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one wait of the host for a device (a read back or a `synchronize`), unless the autotuner is
+/// measuring on this thread.
+pub(crate) fn count_host_wait() {
+    if !measuring() {
+        HOST_WAITS.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// How many times the host has waited for a device outside tuning measurements so far (see
+/// [`count_host_wait`]).
+pub fn host_waits() -> u64 {
+    HOST_WAITS.load(Ordering::Relaxed)
 }
 
 /// How many device→host reads from OpenCL devices this thread has made so far (every tensor read back, every
