@@ -314,7 +314,11 @@ pub fn begin_scope() {
 /// `None`; [`tune`] asks it too.
 pub fn answered<C: Clone + 'static>(device: &Device, key: &TuneKey) -> Option<C> {
     let cfg = config();
-    if cfg.mode == Mode::Off || cfg.problem.is_some() || cfg.forced_label(key.kernel()).is_some() {
+    if cfg.mode == Mode::Off
+        || cfg.problem.is_some()
+        || cfg.forced_label(key.kernel()).is_some()
+        || IDLE_MEASURING.load(Ordering::SeqCst)
+    {
         return None;
     }
     let generation = generations();
@@ -623,10 +627,13 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         }
         // A table of exactly this device class holds a winner measured on the same hardware: the caller's
         // calls do not pay for measuring it again (sync mode, `netcl tune warm` and the idle pass still do).
+        // Kept for the thread's later calls too, as a cached winner is: they skip the lookup.
         Mode::Background if first_source == Source::Database => {
-            return provisional(format!(
-                "{first_note}; kept in background mode (measured on this device class)"
-            ));
+            let note = format!("{first_note}; kept in background mode (measured on this device class)");
+            if !record_once(decision(first, first_source, Vec::new(), Some(note))) {
+                keep_answer(device, key, &candidates[first], generation);
+            }
+            return Ok(candidates[first].clone());
         }
         Mode::Background => {
             let waits = timing::host_waits();
