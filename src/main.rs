@@ -144,6 +144,21 @@ enum TuneAction {
         #[arg(long)]
         out: Option<std::path::PathBuf>,
     },
+    /// Adds the programs of recorded tables (`tune export` output, the parts of a workload recorded in separate
+    /// processes) to a tuning table of the same device class, keeping its winners.
+    Merge {
+        /// The table whose winners are kept.
+        base: std::path::PathBuf,
+        /// Tables whose programs are added.
+        #[arg(required = true)]
+        parts: Vec<std::path::PathBuf>,
+        /// Replaces the base table's `measured` text (say how the programs were recorded).
+        #[arg(long)]
+        measured: Option<String>,
+        /// The file to write (atomically); standard output when absent.
+        #[arg(long)]
+        out: Option<std::path::PathBuf>,
+    },
 }
 
 /// Prints `v` as pretty JSON on standard output.
@@ -468,6 +483,40 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
                 }
                 None => print!("{}", String::from_utf8_lossy(&text)),
             }
+        }
+        TuneAction::Merge {
+            base,
+            parts,
+            measured,
+            out,
+        } => {
+            let read = |path: &std::path::Path| -> netcl::Result<autotune::db::TuningTable> {
+                let text =
+                    std::fs::read_to_string(path).map_err(|e| netcl::Error::io(path, e))?;
+                autotune::db::TuningTable::parse(&path.display().to_string(), &text)
+            };
+            let mut table = read(&base)?;
+            let parts = parts
+                .iter()
+                .map(|p| Ok((p.display().to_string(), read(p)?)))
+                .collect::<netcl::Result<Vec<_>>>()?;
+            let added = autotune::db::merge_programs(&mut table, &parts)?;
+            if let Some(m) = measured {
+                table.measured = m;
+            }
+            let mut text = serde_json::to_vec_pretty(&table)
+                .map_err(|e| netcl::Error::Invalid(format!("tuning table: {e}")))?;
+            text.push(b'\n');
+            match out {
+                Some(path) => netcl::fsio::write_atomic(&path, &text)
+                    .map_err(|e| netcl::Error::io(&path, e))?,
+                None => print!("{}", String::from_utf8_lossy(&text)),
+            }
+            eprintln!(
+                "{added} programs added: {} entries and {} programs",
+                table.entries.len(),
+                table.programs.len()
+            );
         }
         TuneAction::Path => println!("{}", autotune::cache_path().display()),
         TuneAction::Clear => {

@@ -206,6 +206,37 @@ fn read_dir_tables(dir: &Path) -> Vec<TuningTable> {
         .collect()
 }
 
+/// Adds the programs of `parts` (tables `netcl tune export` wrote, each with a name for errors) to `base`,
+/// keeping its winners: the base's programs first, then each part's new ones in order, each program once.
+/// Returns how many were added. A part of another device class is refused before anything changes: its
+/// programs were built for another device.
+pub fn merge_programs(base: &mut TuningTable, parts: &[(String, TuningTable)]) -> Result<usize> {
+    if let Some((name, t)) = parts.iter().find(|(_, t)| t.device != base.device) {
+        return Err(Error::Invalid(format!(
+            "tuning table {name}: recorded on {} ({} compute units, OpenCL {}, {}), not on the base table's {} ({} compute units, OpenCL {}, {})",
+            t.device.name,
+            t.device.compute_units,
+            t.device.opencl,
+            t.device.kind,
+            base.device.name,
+            base.device.compute_units,
+            base.device.opencl,
+            base.device.kind
+        )));
+    }
+    let mut seen: std::collections::HashSet<(String, String, String)> =
+        base.programs.iter().cloned().collect();
+    let before = base.programs.len();
+    for (_, t) in parts {
+        for p in &t.programs {
+            if seen.insert(p.clone()) {
+                base.programs.push(p.clone());
+            }
+        }
+    }
+    Ok(base.programs.len() - before)
+}
+
 /// The programs the tables of exactly class `class` list, each once, in table order.
 pub fn programs_for(tables: &[TuningTable], class: &DeviceClass) -> Vec<(String, String, String)> {
     let mut seen = std::collections::HashSet::new();
