@@ -491,8 +491,7 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
             out,
         } => {
             let read = |path: &std::path::Path| -> netcl::Result<autotune::db::TuningTable> {
-                let text =
-                    std::fs::read_to_string(path).map_err(|e| netcl::Error::io(path, e))?;
+                let text = std::fs::read_to_string(path).map_err(|e| netcl::Error::io(path, e))?;
                 autotune::db::TuningTable::parse(&path.display().to_string(), &text)
             };
             let mut table = read(&base)?;

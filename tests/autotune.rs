@@ -661,7 +661,9 @@ fn background_mode_measures_a_nested_choice_one_candidate_per_call() {
     let mut per_call = Vec::new();
     for _ in 0..8 {
         let before = inner_runs.load(Ordering::SeqCst);
-        answers.push(autotune::tune(&dev, &key("t_outer", &[9]), &outer_cands, 0, outer).expect("tune"));
+        answers.push(
+            autotune::tune(&dev, &key("t_outer", &[9]), &outer_cands, 0, outer).expect("tune"),
+        );
         dev.synchronize().expect("synchronize");
         per_call.push(inner_runs.load(Ordering::SeqCst) - before);
     }

@@ -209,9 +209,7 @@ fn bench_lines_name_the_precision_they_ran_at() {
 #[test]
 fn tune_merge_adds_recorded_programs_and_refuses_another_device_class() {
     let dir = scratch("merge");
-    let class = |name: &str| {
-        serde_json::json!({"vendor": "V", "name": name, "compute_units": 4, "opencl": "3.0", "type": "gpu"})
-    };
+    let class = |name: &str| serde_json::json!({"vendor": "V", "name": name, "compute_units": 4, "opencl": "3.0", "type": "gpu"});
     let table = |name: &str, entries: serde_json::Value, programs: serde_json::Value| {
         serde_json::json!({"format": "netcl-tuning-1", "device": class(name), "measured": "m",
             "entries": entries, "programs": programs})
@@ -221,19 +219,31 @@ fn tune_merge_adds_recorded_programs_and_refuses_another_device_class() {
     let base = dir.join("base.json");
     std::fs::write(
         &base,
-        table("Dev", serde_json::json!({"matmul::(1)": "a"}), serde_json::json!([p("k1")])),
+        table(
+            "Dev",
+            serde_json::json!({"matmul::(1)": "a"}),
+            serde_json::json!([p("k1")]),
+        ),
     )
     .unwrap();
     let part1 = dir.join("part1.json");
     std::fs::write(
         &part1,
-        table("Dev", serde_json::json!({"matmul::(1)": "b"}), serde_json::json!([p("k2"), p("k1")])),
+        table(
+            "Dev",
+            serde_json::json!({"matmul::(1)": "b"}),
+            serde_json::json!([p("k2"), p("k1")]),
+        ),
     )
     .unwrap();
     let part2 = dir.join("part2.json");
     std::fs::write(
         &part2,
-        table("Dev", serde_json::json!({}), serde_json::json!([p("k3"), p("k2")])),
+        table(
+            "Dev",
+            serde_json::json!({}),
+            serde_json::json!([p("k3"), p("k2")]),
+        ),
     )
     .unwrap();
     let out = dir.join("merged.json");
@@ -244,16 +254,31 @@ fn tune_merge_adds_recorded_programs_and_refuses_another_device_class() {
         .arg(&out)
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
     let merged: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    assert_eq!(merged["entries"], serde_json::json!({"matmul::(1)": "a"}), "the base's winners stay");
-    assert_eq!(merged["programs"], serde_json::json!([p("k1"), p("k2"), p("k3")]));
+    assert_eq!(
+        merged["entries"],
+        serde_json::json!({"matmul::(1)": "a"}),
+        "the base's winners stay"
+    );
+    assert_eq!(
+        merged["programs"],
+        serde_json::json!([p("k1"), p("k2"), p("k3")])
+    );
     assert_eq!(merged["measured"], "recorded in two parts");
     assert!(String::from_utf8_lossy(&run.stderr).contains("2 programs added"));
 
     let other = dir.join("other.json");
-    std::fs::write(&other, table("Other", serde_json::json!({}), serde_json::json!([p("k9")]))).unwrap();
+    std::fs::write(
+        &other,
+        table("Other", serde_json::json!({}), serde_json::json!([p("k9")])),
+    )
+    .unwrap();
     let out2 = dir.join("refused.json");
     let run = netcl()
         .args(["tune", "merge"])
@@ -264,6 +289,9 @@ fn tune_merge_adds_recorded_programs_and_refuses_another_device_class() {
         .unwrap();
     assert!(!run.status.success());
     let err = String::from_utf8_lossy(&run.stderr);
-    assert!(err.contains("other.json") && err.contains("recorded on Other"), "{err}");
+    assert!(
+        err.contains("other.json") && err.contains("recorded on Other"),
+        "{err}"
+    );
     assert!(!out2.exists(), "nothing is written");
 }

@@ -629,7 +629,8 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         // calls do not pay for measuring it again (sync mode, `netcl tune warm` and the idle pass still do).
         // Kept for the thread's later calls too, as a cached winner is: they skip the lookup.
         Mode::Background if first_source == Source::Database => {
-            let note = format!("{first_note}; kept in background mode (measured on this device class)");
+            let note =
+                format!("{first_note}; kept in background mode (measured on this device class)");
             if !record_once(decision(first, first_source, Vec::new(), Some(note))) {
                 keep_answer(device, key, &candidates[first], generation);
             }
