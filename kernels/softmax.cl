@@ -68,12 +68,18 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const int o = get_group_id(0);
     const int R4 = R >> 2;
     // R % 4 == 0, so every row starts 16-byte aligned (an f16 row 8-byte aligned, read as 4 halves a time).
+    // An f16 row stays in registers as its raw halves (two 32-bit words per four elements, half the registers
+    // of float4), converted where it is used; the exponentials are then computed again for the output.
 #if IN_HALF
-    __global const half* p = (__global const half*)x + (size_t)o * R;
-#define P4(j) vloada_half4((j), p)
+    __global const uint2* p = (__global const uint2*)((__global const half*)x + (size_t)o * R);
+#define SM_ELEM uint2
+#define SM_PAD ((uint2)(0xFC00FC00u))
+#define SM_F(r) vload_half4(0, (const __private half*)&(r))
 #else
     __global const float4* p = (__global const float4*)(x + (size_t)o * R);
-#define P4(j) p[j]
+#define SM_ELEM float4
+#define SM_PAD ((float4)(-INFINITY))
+#define SM_F(r) (r)
 #endif
 #if OUT_HALF
     __global half* q = (__global half*)y + (size_t)o * R;
@@ -82,20 +88,20 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     __global float4* q = (__global float4*)(y + (size_t)o * R);
 #define Q4(j, v) (q[j] = (v))
 #endif
-    float4 v[SM_K];
+    SM_ELEM v[SM_K];
     float m = -INFINITY;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        v[k] = j < R4 ? P4(j) : (float4)(-INFINITY);
-        m = nmax(m, MAX4(v[k]));
+        v[k] = j < R4 ? p[j] : SM_PAD;
+        m = nmax(m, MAX4(SM_F(v[k])));
     }
     GROUP_FOLD(m, nmax)
     float z = 0.0f;
     for (int k = 0; k < SM_K; ++k) {
         if (lid + k * L < R4) {
-            const float4 e = SM_EXP(v[k] - m);
+            const float4 e = SM_EXP(SM_F(v[k]) - m);
             z += (e.s0 + e.s1) + (e.s2 + e.s3);
-#if !LOG
+#if !LOG && !IN_HALF
             v[k] = e;
 #endif
         }
@@ -105,13 +111,17 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const float lz = m + log(z);
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        if (j < R4) Q4(j, v[k] - lz);
+        if (j < R4) Q4(j, SM_F(v[k]) - lz);
     }
 #else
     const float iz = 1.0f / z;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
+#if IN_HALF
+        if (j < R4) Q4(j, SM_EXP(SM_F(v[k]) - m) * iz);
+#else
         if (j < R4) Q4(j, v[k] * iz);
+#endif
     }
 #endif
 }
