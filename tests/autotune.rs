@@ -1030,3 +1030,52 @@ fn shipped_tables_list_only_programs_this_build_has() {
     }
     assert!(listed > 0, "no shipped table lists programs");
 }
+
+/// The programs built ahead for a device: its own class's list; when its class lists none, a sibling's (the
+/// same vendor, type, OpenCL version and compute units under another name); never a list of another kind.
+#[test]
+fn programs_built_ahead_come_from_the_class_or_else_a_sibling() {
+    use autotune::db::{DeviceClass, FORMAT, TuningTable, programs_for};
+    let class = |name: &str, cu: u32| DeviceClass {
+        vendor: "V".into(),
+        name: name.into(),
+        compute_units: cu,
+        opencl: "3.0".into(),
+        kind: "gpu".into(),
+    };
+    let table = |c: DeviceClass, progs: &[&str]| TuningTable {
+        format: FORMAT.into(),
+        device: c,
+        measured: String::new(),
+        entries: Default::default(),
+        programs: progs
+            .iter()
+            .map(|k| ("gemm".to_owned(), (*k).to_owned(), String::new()))
+            .collect(),
+    };
+    let names = |v: Vec<(String, String, String)>| v.into_iter().map(|p| p.1).collect::<Vec<_>>();
+    let tables = vec![
+        table(class("A", 132), &["a1", "a2"]),
+        table(class("B", 132), &["b1", "a1"]),
+        table(class("C", 66), &["c1"]),
+        table(class("E", 132), &[]),
+    ];
+    // A class with its own list gets only that.
+    assert_eq!(names(programs_for(&tables, &class("A", 132))), ["a1", "a2"]);
+    // A class with no list of its own (no table, or a table with winners only) gets its siblings' lists.
+    assert_eq!(
+        names(programs_for(&tables, &class("D", 132))),
+        ["a1", "a2", "b1"]
+    );
+    assert_eq!(
+        names(programs_for(&tables, &class("E", 132))),
+        ["a1", "a2", "b1"]
+    );
+    // Another compute-unit count or another type is not a sibling.
+    assert!(programs_for(&tables, &class("D", 64)).is_empty());
+    let cpu = DeviceClass {
+        kind: "cpu".into(),
+        ..class("D", 132)
+    };
+    assert!(programs_for(&tables, &cpu).is_empty());
+}

@@ -237,15 +237,32 @@ pub fn merge_programs(base: &mut TuningTable, parts: &[(String, TuningTable)]) -
     Ok(base.programs.len() - before)
 }
 
-/// The programs the tables of exactly class `class` list, each once, in table order.
+/// The programs to build ahead on a device of class `class`: those the tables of exactly that class list, each
+/// once, in table order. When none lists any, those of tables of a sibling class, one that differs only by
+/// name (same vendor, type, OpenCL version and compute units: NVIDIA's H100 and H200, for one). The candidates
+/// an op offers depend on the device's limits, not its name, so a sibling's workloads compiled much the same
+/// programs; one the device does not need costs a helper's time, never a call's.
 pub fn programs_for(tables: &[TuningTable], class: &DeviceClass) -> Vec<(String, String, String)> {
-    let mut seen = std::collections::HashSet::new();
-    tables
-        .iter()
-        .filter(|t| t.device == *class)
-        .flat_map(|t| t.programs.iter().cloned())
-        .filter(|p| seen.insert(p.clone()))
-        .collect()
+    let collect = |pick: &dyn Fn(&DeviceClass) -> bool| {
+        let mut seen = std::collections::HashSet::new();
+        tables
+            .iter()
+            .filter(|t| pick(&t.device))
+            .flat_map(|t| t.programs.iter().cloned())
+            .filter(|p| seen.insert(p.clone()))
+            .collect::<Vec<_>>()
+    };
+    let exact = collect(&|d| d == class);
+    if !exact.is_empty() {
+        return exact;
+    }
+    collect(&|d| {
+        d.name != class.name
+            && d.vendor == class.vendor
+            && d.kind == class.kind
+            && d.opencl == class.opencl
+            && d.compute_units == class.compute_units
+    })
 }
 
 /// What the database says for a question.

@@ -657,8 +657,9 @@ pub fn built_programs(device: &crate::Device) -> Vec<(String, String, String)> {
     disk::built_programs(&dir, &disk::device_tag(cl.device.id()))
 }
 
-/// Hands the programs that the tuning tables of `device`'s exact class list (their `programs`), and that are
-/// neither built nor on disk yet, to builder helpers, behind any program an op asks for; returns how many.
+/// Hands the programs that the tuning tables list for `device` ([`crate::autotune::db::programs_for`]: its exact
+/// class, or else a sibling class), and that are neither built nor on disk yet, to builder helpers, behind any
+/// program an op asks for; returns how many.
 /// Nothing happens where programs are not built by helpers (see [`super::ClDevice::builds_elsewhere`]), so on
 /// a fresh machine the helpers compile what the device's workloads use while the first ops run. Of processes
 /// sharing a cache directory, one at a time does this: it holds the lock file [`disk::WARM_LOCK`] there until
