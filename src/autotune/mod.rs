@@ -592,8 +592,9 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         Mode::Off => return provisional(format!("{first_note}; NETCL_AUTOTUNE=off")),
         Mode::Sync => None,
         // Inside a background measurement made in a caller's call, a nested choice not settled yet costs the
-        // call one of its candidates at most (a table winner of this class is taken as it is); the outer
-        // candidate's time is then thrown away, since it did not run its best configuration.
+        // call one of its candidates at most, and none while helpers still build them (a table winner of this
+        // class is taken as it is); the outer candidate's time is then thrown away, since it did not run its
+        // best configuration.
         Mode::Background if timing::measuring() && IN_LIMITED.with(Cell::get) => {
             if first_source == Source::Database {
                 return provisional(format!(
@@ -601,7 +602,7 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
                 ));
             }
             let again = NESTED_UNSETTLED.with(|n| n.replace(true));
-            if again {
+            if again || !ready {
                 return provisional(format!(
                     "{first_note}; measured on later calls (nested in another measurement)"
                 ));
