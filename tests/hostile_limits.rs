@@ -122,8 +122,10 @@ fn the_cli_reports_a_negative_shape_without_a_panic() {
 
 #[test]
 fn the_cli_time_limit_holds_inside_one_device_call() {
-    // Two 4096³ matrix products: each one device call of many seconds on a CPU device.
-    let code = "let a = ones([4096, 4096]); let b = matmul(a, a); sum_all(matmul(b, a))";
+    // Four chained 4096³ matrix products, enqueued without waiting: the final read waits for all of them in
+    // one device call, several seconds on a CPU device (well past the limit, its grace and the build time).
+    let code = "let a = ones([4096, 4096]); let b = matmul(a, a); let c = matmul(b, a); \
+                let d = matmul(c, a); sum_all(matmul(d, a))";
     let (code, stderr, took) = cli(&["--timeout-ms", "300"], code);
     assert_eq!(code, Some(124), "{stderr}");
     assert!(stderr.contains("time limit of 300 ms"), "{stderr}");
