@@ -161,6 +161,27 @@ enum TuneAction {
     },
 }
 
+/// Writes `table` atomically to `out` (and says what it wrote), or prints it on standard output.
+fn write_table(
+    table: &autotune::db::TuningTable,
+    out: Option<&std::path::Path>,
+) -> netcl::Result<()> {
+    let text = table.to_json();
+    match out {
+        Some(path) => {
+            netcl::fsio::write_atomic(path, &text).map_err(|e| netcl::Error::io(path, e))?;
+            eprintln!(
+                "wrote {} entries and {} programs to {}",
+                table.entries.len(),
+                table.programs.len(),
+                path.display()
+            );
+        }
+        None => print!("{}", String::from_utf8_lossy(&text)),
+    }
+    Ok(())
+}
+
 /// Prints `v` as pretty JSON on standard output.
 fn print_json(v: &impl serde::Serialize) {
     println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
@@ -467,22 +488,7 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
             let dev = Device::select(device)?;
             let mut table = autotune::export_table(&dev)?;
             table.programs = netcl::program::built_programs(&dev);
-            let mut text = serde_json::to_vec_pretty(&table)
-                .map_err(|e| netcl::Error::Invalid(format!("tuning table: {e}")))?;
-            text.push(b'\n');
-            match out {
-                Some(path) => {
-                    netcl::fsio::write_atomic(&path, &text)
-                        .map_err(|e| netcl::Error::io(&path, e))?;
-                    eprintln!(
-                        "wrote {} entries and {} programs to {}",
-                        table.entries.len(),
-                        table.programs.len(),
-                        path.display()
-                    );
-                }
-                None => print!("{}", String::from_utf8_lossy(&text)),
-            }
+            write_table(&table, out.as_deref())?;
         }
         TuneAction::Merge {
             base,
@@ -490,32 +496,23 @@ fn tune(device: Option<&str>, action: TuneAction) -> netcl::Result<()> {
             measured,
             out,
         } => {
-            let read = |path: &std::path::Path| -> netcl::Result<autotune::db::TuningTable> {
-                let text = std::fs::read_to_string(path).map_err(|e| netcl::Error::io(path, e))?;
-                autotune::db::TuningTable::parse(&path.display().to_string(), &text)
-            };
-            let mut table = read(&base)?;
+            use autotune::db::TuningTable;
+            let mut table = TuningTable::read(&base, &base.display().to_string())?;
             let parts = parts
                 .iter()
-                .map(|p| Ok((p.display().to_string(), read(p)?)))
+                .map(|p| {
+                    Ok((
+                        p.display().to_string(),
+                        TuningTable::read(p, &p.display().to_string())?,
+                    ))
+                })
                 .collect::<netcl::Result<Vec<_>>>()?;
             let added = autotune::db::merge_programs(&mut table, &parts)?;
             if let Some(m) = measured {
                 table.measured = m;
             }
-            let mut text = serde_json::to_vec_pretty(&table)
-                .map_err(|e| netcl::Error::Invalid(format!("tuning table: {e}")))?;
-            text.push(b'\n');
-            match out {
-                Some(path) => netcl::fsio::write_atomic(&path, &text)
-                    .map_err(|e| netcl::Error::io(&path, e))?,
-                None => print!("{}", String::from_utf8_lossy(&text)),
-            }
-            eprintln!(
-                "{added} programs added: {} entries and {} programs",
-                table.entries.len(),
-                table.programs.len()
-            );
+            eprintln!("{added} programs added");
+            write_table(&table, out.as_deref())?;
         }
         TuneAction::Path => println!("{}", autotune::cache_path().display()),
         TuneAction::Clear => {

@@ -64,6 +64,16 @@ impl DeviceClass {
     }
 }
 
+impl std::fmt::Display for DeviceClass {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} ({} compute units, OpenCL {}, {})",
+            self.name, self.compute_units, self.opencl, self.kind
+        )
+    }
+}
+
 fn kind_name(k: DeviceType) -> &'static str {
     match k {
         DeviceType::Gpu => "gpu",
@@ -102,6 +112,19 @@ pub struct TuningTable {
 }
 
 impl TuningTable {
+    /// Reads and parses the table file `path`; errors name it as `name`.
+    pub fn read(path: &Path, name: &str) -> Result<TuningTable> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::io(path, e))?;
+        TuningTable::parse(name, &text)
+    }
+
+    /// The table as `netcl tune export` writes it: pretty JSON and a final newline.
+    pub fn to_json(&self) -> Vec<u8> {
+        let mut text = serde_json::to_vec_pretty(self).unwrap_or_default();
+        text.push(b'\n');
+        text
+    }
+
     /// Parses a table, naming what is wrong with it.
     pub fn parse(name: &str, text: &str) -> Result<TuningTable> {
         let t: TuningTable = serde_json::from_str(text)
@@ -175,13 +198,9 @@ pub fn team_table() -> Option<Result<TuningTable>> {
              (for example `curl -fsSo team.json {value}`) and give the file's path"
         ))));
     }
-    let text = match std::fs::read_to_string(value) {
-        Ok(t) => t,
-        Err(e) => return Some(Err(Error::io(value, e))),
-    };
-    Some(TuningTable::parse(
+    Some(TuningTable::read(
+        Path::new(value),
         &format!("NETCL_TUNING_TABLE {value}"),
-        &text,
     ))
 }
 
@@ -198,8 +217,7 @@ fn read_dir_tables(dir: &Path) -> Vec<TuningTable> {
     paths
         .into_iter()
         .filter_map(|p| {
-            let text = std::fs::read_to_string(&p).ok()?;
-            TuningTable::parse(&p.display().to_string(), &text)
+            TuningTable::read(&p, &p.display().to_string())
                 .map_err(|e| tracing::warn!("{e}"))
                 .ok()
         })
@@ -213,15 +231,8 @@ fn read_dir_tables(dir: &Path) -> Vec<TuningTable> {
 pub fn merge_programs(base: &mut TuningTable, parts: &[(String, TuningTable)]) -> Result<usize> {
     if let Some((name, t)) = parts.iter().find(|(_, t)| t.device != base.device) {
         return Err(Error::Invalid(format!(
-            "tuning table {name}: recorded on {} ({} compute units, OpenCL {}, {}), not on the base table's {} ({} compute units, OpenCL {}, {})",
-            t.device.name,
-            t.device.compute_units,
-            t.device.opencl,
-            t.device.kind,
-            base.device.name,
-            base.device.compute_units,
-            base.device.opencl,
-            base.device.kind
+            "tuning table {name}: recorded on {}, not on the base table's {}",
+            t.device, base.device
         )));
     }
     let mut seen: std::collections::HashSet<(String, String, String)> =

@@ -588,6 +588,15 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         let _ = record_once(decision(first, first_source, Vec::new(), Some(note)));
         Ok(candidates[first].clone())
     };
+    // A table winner of exactly this device class in background mode: kept, not measured in the caller's calls,
+    // and kept for the thread's later calls too, as a cached winner is (they skip the lookup).
+    let keep_table_winner = || {
+        let note = format!("{first_note}; kept in background mode (measured on this device class)");
+        if !record_once(decision(first, first_source, Vec::new(), Some(note))) {
+            keep_answer(device, key, &candidates[first], generation);
+        }
+        Ok(candidates[first].clone())
+    };
     let limit = match cfg.mode {
         Mode::Off => return provisional(format!("{first_note}; NETCL_AUTOTUNE=off")),
         Mode::Sync => None,
@@ -597,9 +606,7 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         // best configuration.
         Mode::Background if timing::measuring() && IN_LIMITED.with(Cell::get) => {
             if first_source == Source::Database {
-                return provisional(format!(
-                    "{first_note}; kept in background mode (measured on this device class)"
-                ));
+                return keep_table_winner();
             }
             let again = NESTED_UNSETTLED.with(|n| n.replace(true));
             if again || !ready {
@@ -628,15 +635,7 @@ pub fn tune_gated<C: Serialize + Clone + 'static>(
         }
         // A table of exactly this device class holds a winner measured on the same hardware: the caller's
         // calls do not pay for measuring it again (sync mode, `netcl tune warm` and the idle pass still do).
-        // Kept for the thread's later calls too, as a cached winner is: they skip the lookup.
-        Mode::Background if first_source == Source::Database => {
-            let note =
-                format!("{first_note}; kept in background mode (measured on this device class)");
-            if !record_once(decision(first, first_source, Vec::new(), Some(note))) {
-                keep_answer(device, key, &candidates[first], generation);
-            }
-            return Ok(candidates[first].clone());
-        }
+        Mode::Background if first_source == Source::Database => return keep_table_winner(),
         Mode::Background => {
             let waits = timing::host_waits();
             let first_sight = seen()
