@@ -2,8 +2,9 @@
 // LOG = 1 builds log_softmax. Kernels:
 //   sm_row_wg / smb_row_wg:   I == 1, one work-group per row, local-memory trees (GPUs);
 //   sm_row_serial / smb_row_serial: I == 1, one work-item per row, no barriers (CPU OpenCL);
-//   sm_row_reg:               I == 1, R % 4 == 0: one work-group per row holding the row in registers (SM_K
-//                             float4 per work-item), so the row is read once and written once (GPUs);
+//   sm_row_reg:               I == 1, R % SM_W == 0: one work-group per row holding the row in registers (SM_K
+//                             loads of SM_W = 4 elements, or 8 halves of an f16 row, per work-item), so the row
+//                             is read once and written once (GPUs);
 //   sm_col / smb_col:         I > 1, one work-item per (o, i), coalesced across i.
 // Backward: softmax gx = y·(g − Σg·y); log_softmax gx = g − e^y·Σg, from the forward output y.
 // f16 storage (LDX/STX of kernels/prelude.cl): forward IN_HALF for x, OUT_HALF for y; backward IN_HALF for y,
@@ -61,46 +62,76 @@ __kernel void sm_row_wg(const int R, __global const float* x, __global float* y,
 #endif
 
 #define MAX4(v) nmax(nmax((v).s0, (v).s1), nmax((v).s2, (v).s3))
+#define SUM4(v) (((v).s0 + (v).s1) + ((v).s2 + (v).s3))
+
+// SM_W = 8 (f16 rows only, R % 8 == 0): each load brings eight halves (16 bytes, as much as a float4 of an f32
+// row), so half the work-items keep as many bytes in flight per row as the f32 kernel.
+#ifndef SM_W
+#define SM_W 4
+#endif
+#if SM_W == 8 && !IN_HALF
+#error "SM_W = 8 reads f16 rows only"
+#endif
 
 __kernel void sm_row_reg(const int R, __global const float* x, __global float* y, __local float* sc) {
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int o = get_group_id(0);
-    const int R4 = R >> 2;
-    // R % 4 == 0, so every row starts 16-byte aligned (an f16 row 8-byte aligned, read as 4 halves a time).
-    // An f16 row stays in registers as its raw halves (two 32-bit words per four elements, half the registers
-    // of float4), converted where it is used; the exponentials are then computed again for the output.
-#if IN_HALF
+    const int RW = R / SM_W;
+    // R % SM_W == 0, so every row starts 4·SM_W bytes aligned (an f16 row 2·SM_W bytes, read as SM_W halves a
+    // time). An f16 row stays in registers as its raw halves (half the registers of floats), converted where
+    // it is used; the exponentials are then computed again for the output.
+#if SM_W == 8
+    __global const uint4* p = (__global const uint4*)((__global const half*)x + (size_t)o * R);
+#define SM_ELEM uint4
+#define SM_PAD ((uint4)(0xFC00FC00u))
+#define SM_VF float8
+#define SM_F(r) vload_half8(0, (const __private half*)&(r))
+#define SM_MAXV(v) nmax(MAX4((v).lo), MAX4((v).hi))
+#define SM_SUMV(v) (SUM4((v).lo) + SUM4((v).hi))
+#elif IN_HALF
     __global const uint2* p = (__global const uint2*)((__global const half*)x + (size_t)o * R);
 #define SM_ELEM uint2
 #define SM_PAD ((uint2)(0xFC00FC00u))
+#define SM_VF float4
 #define SM_F(r) vload_half4(0, (const __private half*)&(r))
+#define SM_MAXV(v) MAX4(v)
+#define SM_SUMV(v) SUM4(v)
 #else
     __global const float4* p = (__global const float4*)(x + (size_t)o * R);
 #define SM_ELEM float4
 #define SM_PAD ((float4)(-INFINITY))
+#define SM_VF float4
 #define SM_F(r) (r)
+#define SM_MAXV(v) MAX4(v)
+#define SM_SUMV(v) SUM4(v)
 #endif
-#if OUT_HALF
+#if OUT_HALF && SM_W == 8
     __global half* q = (__global half*)y + (size_t)o * R;
-#define Q4(j, v) vstorea_half4_rte((v), (j), q)
+#define QV(j, v) vstorea_half8_rte((v), (j), q)
+#elif OUT_HALF
+    __global half* q = (__global half*)y + (size_t)o * R;
+#define QV(j, v) vstorea_half4_rte((v), (j), q)
+#elif SM_W == 8
+    __global float* q = y + (size_t)o * R;
+#define QV(j, v) vstore8((v), (j), q)
 #else
     __global float4* q = (__global float4*)(y + (size_t)o * R);
-#define Q4(j, v) (q[j] = (v))
+#define QV(j, v) (q[j] = (v))
 #endif
     SM_ELEM v[SM_K];
     float m = -INFINITY;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        v[k] = j < R4 ? p[j] : SM_PAD;
-        m = nmax(m, MAX4(SM_F(v[k])));
+        v[k] = j < RW ? p[j] : SM_PAD;
+        m = nmax(m, SM_MAXV(SM_F(v[k])));
     }
     GROUP_FOLD(m, nmax)
     float z = 0.0f;
     for (int k = 0; k < SM_K; ++k) {
-        if (lid + k * L < R4) {
-            const float4 e = SM_EXP(SM_F(v[k]) - m);
-            z += (e.s0 + e.s1) + (e.s2 + e.s3);
+        if (lid + k * L < RW) {
+            const SM_VF e = SM_EXP(SM_F(v[k]) - m);
+            z += SM_SUMV(e);
 #if !LOG && !IN_HALF
             v[k] = e;
 #endif
@@ -111,16 +142,16 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const float lz = m + log(z);
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
-        if (j < R4) Q4(j, SM_F(v[k]) - lz);
+        if (j < RW) QV(j, SM_F(v[k]) - lz);
     }
 #else
     const float iz = 1.0f / z;
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
 #if IN_HALF
-        if (j < R4) Q4(j, SM_EXP(SM_F(v[k]) - m) * iz);
+        if (j < RW) QV(j, SM_EXP(SM_F(v[k]) - m) * iz);
 #else
-        if (j < R4) Q4(j, v[k] * iz);
+        if (j < RW) QV(j, v[k] * iz);
 #endif
     }
 #endif

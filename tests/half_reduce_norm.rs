@@ -87,6 +87,7 @@ fn softmax_of_f16_forward_and_backward() {
     for (k, (shape, axis)) in [
         (&[7usize, 33][..], -1isize),
         (&[5, 64], -1),
+        (&[3, 200], -1),
         (&[4, 9, 6], 1),
     ]
     .iter()
@@ -109,6 +110,21 @@ fn softmax_of_f16_forward_and_backward() {
                     assert_eq!(y.dtype(), DType::F16);
                     assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax {algo:?} log={log}"));
                 }
+            }
+            // Eight halves a load (rows of a multiple of 8): exactly the loads a row needs, and more (the
+            // padded loads must not count).
+            if *axis == -1 && r % 8 == 0 {
+                for (l, extra) in [(16usize, 0usize), (64, 0), (16, 1)] {
+                    let algo = SoftmaxAlgo::Reg8(l, (r / 8).div_ceil(l) + extra);
+                    let y = ops::softmax_with(&x, -1, log, Some(algo)).expect("forced forward");
+                    assert_eq!(y.dtype(), DType::F16);
+                    assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax {algo:?} log={log}"));
+                }
+                // An f32 row is not read eight halves at a time: the error says why and nothing runs.
+                let xf = x.cast(DType::F32).expect("f32");
+                let e = ops::softmax_with(&xf, -1, log, Some(SoftmaxAlgo::Reg8(16, 4)))
+                    .expect_err("reg8 of an f32 row");
+                assert!(e.to_string().contains("reg8"), "{e}");
             }
             // Backward from the f16 output (the reference reads the same f16 output, widened).
             let yr = y

@@ -7,12 +7,16 @@ use crate::device::Device;
 use crate::error::Result;
 use crate::tensor::Tensor;
 
-/// A softmax row algorithm; its autotune cache form is `["reg", local, k]`, `["wg", local]` or `"serial"`.
+/// A softmax row algorithm; its autotune cache form is `["reg", local, k]`, `["reg8", local, k]`, `["wg", local]`
+/// or `"serial"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SoftmaxAlgo {
     /// One work-group of `local` items per row, each holding `k` float4 of the row in registers (forward
     /// only; needs R a multiple of 4 and R ≤ 4·k·local; the backward runs it as `Wg(local)`).
     Reg(usize, usize),
+    /// As `Reg`, for f16 rows only: each item holds `k` loads of eight halves (16 bytes) of the row (forward
+    /// only; needs an f16 input, R a multiple of 8 and R ≤ 8·k·local; the backward runs it as `Wg(local)`).
+    Reg8(usize, usize),
     /// One work-group of `local` items per row.
     Wg(usize),
     /// One work-item per row.
@@ -23,6 +27,7 @@ impl Serialize for SoftmaxAlgo {
     fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
         match *self {
             SoftmaxAlgo::Reg(l, k) => ("reg", l, k).serialize(s),
+            SoftmaxAlgo::Reg8(l, k) => ("reg8", l, k).serialize(s),
             SoftmaxAlgo::Wg(l) => ("wg", l).serialize(s),
             SoftmaxAlgo::Serial => "serial".serialize(s),
         }

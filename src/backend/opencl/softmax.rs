@@ -26,21 +26,25 @@ impl ClDevice {
             return Ok(SoftmaxAlgo::Serial);
         }
         let max_wg = self.info.max_work_group_size.max(1);
+        // Rows of f16 (the forward's input) may be read eight halves at a time.
+        let half_in = halves & 1 != 0;
+        let reg_fits = |l: usize, k: usize, w: usize| {
+            l.is_power_of_two()
+                && l <= max_wg
+                && (1..=16).contains(&k)
+                && v.r.is_multiple_of(w)
+                && v.r <= w * k * l
+        };
         if let Some(a) = forced {
             let ok = match a {
-                SoftmaxAlgo::Reg(l, k) => {
-                    bwd || (l.is_power_of_two()
-                        && l <= max_wg
-                        && (1..=16).contains(&k)
-                        && v.r.is_multiple_of(4)
-                        && v.r <= 4 * k * l)
-                }
+                SoftmaxAlgo::Reg(l, k) => bwd || reg_fits(l, k, 4),
+                SoftmaxAlgo::Reg8(l, k) => bwd || (half_in && reg_fits(l, k, 8)),
                 SoftmaxAlgo::Wg(l) => l.is_power_of_two() && l <= max_wg,
                 SoftmaxAlgo::Serial => true,
             };
             if !ok {
                 return Err(Error::Invalid(format!(
-                    "softmax: algorithm {a:?} does not fit rows of {} on this device (reg needs a power-of-two local size up to {max_wg}, 1 ≤ k ≤ 16, rows a multiple of 4 and at most 4·k·local)",
+                    "softmax: algorithm {a:?} does not fit rows of {} on this device (reg needs a power-of-two local size up to {max_wg}, 1 ≤ k ≤ 16, rows a multiple of 4 and at most 4·k·local; reg8 also an f16 input and rows a multiple of 8 and at most 8·k·local)",
                     v.r
                 )));
             }
@@ -54,6 +58,16 @@ impl ClDevice {
                 let k = r4.div_ceil(l);
                 if l <= max_wg && k <= 16 && (l == 128 || l <= r4) {
                     cands.push(SoftmaxAlgo::Reg(l, k));
+                }
+            }
+            // f16 rows, eight halves a load: as many bytes per load as the f32 kernel's float4.
+            if half_in && v.r.is_multiple_of(8) && self.info.kind != "cpu" {
+                let r8 = v.r / 8;
+                for l in [128usize, 256, 512, 1024] {
+                    let k = r8.div_ceil(l);
+                    if l <= max_wg && k <= 16 && (l == 128 || l <= r8) {
+                        cands.push(SoftmaxAlgo::Reg8(l, k));
+                    }
                 }
             }
         }
@@ -108,11 +122,16 @@ impl ClDevice {
             return self.launch_1d(&k, &args, v.o * v.i, Some(64));
         }
         match algo {
-            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Reg8(l, _) | SoftmaxAlgo::Wg(l) => {
                 let k = match algo {
                     SoftmaxAlgo::Reg(_, kk) => {
                         self.kernel(abi::FAMILY, &d.set("SM_K", kk), abi::SM_ROW_REG)?
                     }
+                    SoftmaxAlgo::Reg8(_, kk) => self.kernel(
+                        abi::FAMILY,
+                        &d.set("SM_K", kk).set("SM_W", 8),
+                        abi::SM_ROW_REG,
+                    )?,
                     _ => self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?,
                 };
                 // sm_row_reg has the parameters of sm_row_wg; the register kernel's folds
@@ -157,7 +176,7 @@ impl ClDevice {
             return self.launch_1d(&k, &args, v.o * v.i, Some(64));
         }
         match algo {
-            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Wg(l) => {
+            SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Reg8(l, _) | SoftmaxAlgo::Wg(l) => {
                 let k = self.kernel(abi::FAMILY, &d, abi::SMB_ROW_WG)?;
                 let args = abi::SmbRowWg {
                     R: v.r as i32,
