@@ -5,7 +5,7 @@
 //   rn_row_reg:  one work-group per row holding the row in registers (RN_K values per item, D ≤ RN_K·L), so
 //                x is read once and written once; the mean is shifted as below, the variance the two-pass
 //                Σ(x − mean)² over the held values; with RN_V4 (D % 4 == 0) every access moves four
-//                elements (GPUs);
+//                elements, with RN_V8 (f16 rows, D % 8 == 0) eight halves held raw (GPUs);
 //   rn_row_item: one work-item per row, float8 loads along the row when D % 8 == 0 (VEC8), no barriers; the
 //                second read finds the row in the item's cache (CPU OpenCL).
 // The streaming kernels (wg, item) use shifted sums: with K the row's first element (0 when not finite), they
@@ -27,21 +27,54 @@
 #ifndef RN_V4
 #define RN_V4 0
 #endif
+#ifndef RN_V8
+#define RN_V8 0
+#endif
 // rn_row_reg holds RN_N values of type RN_T per item, value i covering elements (lid + i·L)·RN_W onwards: with
 // RN_V4 (D % 4 == 0) runs of four moved as one aligned access each (16 bytes in f32, 8 in f16, so a warp's
-// load is whole lines even in f16), RN_K values rounded up to whole runs; otherwise RN_K single elements.
-#if RN_V4
+// load is whole lines even in f16), RN_K values rounded up to whole runs; otherwise RN_K single elements. With
+// RN_V8 (f16 rows, D % 8 == 0) runs of eight halves move as one 16-byte access and stay in registers as their
+// raw halves (half the registers of floats, so an item may hold twice as many values), converted (RN_F) where
+// they are used. RN_LDX reads x, RN_LD/RN_ST γ, β and y.
+#if RN_V8
+#if !IN_HALF
+#error "RN_V8 holds f16 rows only"
+#endif
+#define RN_W 8
+#define RN_N ((RN_K + 7) / 8)
+#define RN_T uint4
+#define RN_VF float8
+#define RN_ZERO ((uint4)(0u))
+#define RN_F(r) vload_half8(0, (const __private half*)&(r))
+#define RN_LDX(p, i) (*(__global const uint4*)((__global const half*)(p) + (i)))
+#define RN_LD(h, p, i) NCL_CAT(RN_GV8_, h)(p, i)
+#define RN_GV8_0(p, i) vload8(0, (p) + (i))
+#define RN_GV8_1(p, i) vloada_half8((i) >> 3, (__global const half*)(p))
+#define RN_ST(h, v, p, i) NCL_CAT(RN_SV8_, h)(v, p, i)
+#define RN_SV8_0(v, p, i) vstore8((v), 0, (p) + (i))
+#define RN_SV8_1(v, p, i) vstorea_half8_rte((v), (i) >> 3, (__global half*)(p))
+#define RN_HSUM4(d) (((d).s0 + (d).s1) + ((d).s2 + (d).s3))
+#define RN_HSUM(d) (RN_HSUM4((d).lo) + RN_HSUM4((d).hi))
+#elif RN_V4
 #define RN_W 4
 #define RN_N ((RN_K + 3) / 4)
 #define RN_T float4
+#define RN_VF float4
+#define RN_ZERO ((float4)(0.0f))
+#define RN_F(r) (r)
 #define RN_LD(h, p, i) LDXA4(h, p, i)
+#define RN_LDX(p, i) RN_LD(IN_HALF, p, i)
 #define RN_ST(h, v, p, i) STXA4(h, v, p, i)
 #define RN_HSUM(d) (((d).s0 + (d).s1) + ((d).s2 + (d).s3))
 #else
 #define RN_W 1
 #define RN_N RN_K
 #define RN_T float
+#define RN_VF float
+#define RN_ZERO 0.0f
+#define RN_F(r) (r)
 #define RN_LD(h, p, i) LDX(h, p, i)
+#define RN_LDX(p, i) RN_LD(IN_HALF, p, i)
 #define RN_ST(h, v, p, i) STX(h, v, p, i)
 #define RN_HSUM(d) (d)
 #endif
@@ -139,10 +172,10 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     float s = 0.0f;
     for (int i = 0; i < RN_N; ++i) {
         const int j = (lid + i * L) * RN_W;
-        v[i] = j < D ? RN_LD(IN_HALF, x, b + j) : (RN_T)(0.0f);
+        v[i] = j < D ? RN_LDX(x, b + j) : RN_ZERO;
 #if CENTER
         if (j < D) {
-            const RN_T d = v[i] - k;
+            const RN_VF d = RN_F(v[i]) - k;
             s += RN_HSUM(d);
         }
 #endif
@@ -156,8 +189,8 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     float q = 0.0f;
     for (int i = 0; i < RN_N; ++i) {
         if ((lid + i * L) * RN_W < D) {
-            const RN_T d = v[i] - m;
-            const RN_T d2 = d * d;
+            const RN_VF d = RN_F(v[i]) - m;
+            const RN_VF d2 = d * d;
             q += RN_HSUM(d2);
         }
     }
@@ -167,9 +200,9 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
         const int j = (lid + i * L) * RN_W;
         if (j < D) {
 #if CENTER
-            RN_T t = (v[i] - m) * r;
+            RN_VF t = (RN_F(v[i]) - m) * r;
 #else
-            RN_T t = v[i] * r;
+            RN_VF t = RN_F(v[i]) * r;
 #endif
             if (has_gamma) t *= RN_LD(A_HALF, gamma, j);
             if (has_beta) t += RN_LD(B_HALF, beta, j);

@@ -18,9 +18,10 @@ use opsutil::{cpu, opencl_device};
 const DS: [usize; 7] = [1, 3, 40, 64, 100, 1023, 4096];
 const ROWS: [usize; 3] = [1, 7, 33];
 
-/// The algorithms forced for rows of `d`: every kind, the register form where a work-group of 16 (fewer items
-/// than the reduction's 32 lanes), 64 or 256 covers the row with at most 32 values per item.
-fn algos(d: usize) -> Vec<RowNormAlgo> {
+/// The algorithms forced for rows of `d` stored as `dt`: every kind, the register form where a work-group of 16
+/// (fewer items than the reduction's 32 lanes), 64 or 256 covers the row with at most 32 values per item, and
+/// for f16 rows of a multiple of 8 the raw-halves form with at most 64.
+fn algos(d: usize, dt: DType) -> Vec<RowNormAlgo> {
     let mut v = vec![
         RowNormAlgo::Composed,
         RowNormAlgo::Item,
@@ -31,6 +32,9 @@ fn algos(d: usize) -> Vec<RowNormAlgo> {
         let k = d.div_ceil(l);
         if k <= 32 {
             v.push(RowNormAlgo::Reg(l, k));
+        }
+        if dt == DType::F16 && d.is_multiple_of(8) && k <= 64 {
+            v.push(RowNormAlgo::Reg8(l, k));
         }
     }
     v
@@ -71,7 +75,7 @@ fn check_layer_norm(dev: &Device, dt: DType) {
             ];
             let (gm, bt, eps) = variants[(i + j) % 4];
             let want = ops::layer_norm(&xc, 1, gm.then_some(&gc), bt.then_some(&bc), eps).unwrap();
-            for a in algos(d) {
+            for a in algos(d, dt) {
                 let what =
                     format!("layer_norm {a:?} rows {rows} d {d} {dt:?} γ {gm} β {bt} ε {eps}");
                 let got = ops::norm::layer_norm_with(
@@ -104,7 +108,7 @@ fn check_rms_norm(dev: &Device, dt: DType) {
             // ε = 0 only where no row can be all zeros.
             let eps = [1e-6f32, 0.25, 0.0][(i + j) % 3];
             let want = ops::rms_norm(&xc, gm.then_some(&gc), eps).unwrap();
-            for a in algos(d) {
+            for a in algos(d, dt) {
                 let what = format!("rms_norm {a:?} rows {rows} d {d} {dt:?} γ {gm} ε {eps}");
                 let got = ops::norm::rms_norm_with(&xd, gm.then_some(&gd), eps, Some(a)).unwrap();
                 assert_eq!(got.y.dtype(), dt, "{what}: output dtype");
@@ -149,7 +153,7 @@ fn layer_norm_over_two_dimensions() {
     let (gc, gd) = input(&dev, &[4, 25], 8, DType::F32);
     let (bc, bd) = input(&dev, &[4, 25], 9, DType::F32);
     let want = ops::layer_norm(&xc, 2, Some(&gc), Some(&bc), 1e-5).unwrap();
-    for a in algos(100) {
+    for a in algos(100, DType::F32) {
         let got = ops::norm::layer_norm_with(&xd, 2, Some(&gd), Some(&bd), 1e-5, Some(a)).unwrap();
         close(&got.y, &want.y, 1e-4, &format!("{a:?} y"));
         close(&got.mean, &want.mean, 1e-4, &format!("{a:?} mean"));
@@ -180,7 +184,10 @@ fn layer_norm_rows_far_from_zero_keep_their_variance() {
             }
         }
         let xd = x.to_device(&dev).unwrap();
-        for a in algos(d).into_iter().filter(|a| *a != RowNormAlgo::Composed) {
+        for a in algos(d, DType::F32)
+            .into_iter()
+            .filter(|a| *a != RowNormAlgo::Composed)
+        {
             let got = ops::norm::layer_norm_with(&xd, 1, None, None, 1e-5, Some(a)).unwrap();
             let what = format!("{a:?} d {d}");
             assert_close(
@@ -217,6 +224,24 @@ fn misfit_algorithms_are_refused() {
             .to_string();
         assert!(
             e.contains("does not fit rows of 100") && e.contains("k·local"),
+            "{a:?}: {e}"
+        );
+    }
+    // The raw-halves form takes f16 rows of a multiple of 8 only, and at most 64 values per item.
+    let (_, hd) = input(&dev, &[2, 100], 1, DType::F16);
+    let (_, h8) = input(&dev, &[2, 96], 1, DType::F16);
+    let (_, f8) = input(&dev, &[2, 96], 1, DType::F32);
+    for (x, a) in [
+        (&hd, RowNormAlgo::Reg8(16, 8)),
+        (&f8, RowNormAlgo::Reg8(16, 8)),
+        (&h8, RowNormAlgo::Reg8(1, 96)),
+        (&h8, RowNormAlgo::Reg8(16, 4)),
+    ] {
+        let e = ops::norm::rms_norm_with(x, None, 1e-5, Some(a))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("does not fit rows of") && e.contains("reg8"),
             "{a:?}: {e}"
         );
     }
@@ -263,12 +288,13 @@ fn check_rms_norm_backward(dev: &Device, dt: DType) {
             let oc = ops::rms_norm(&xc, gm.then_some(&wc), 1e-5).unwrap();
             let od = ops::rms_norm(&xd, gm.then_some(&wd), 1e-5).unwrap();
             let want = ops::rms_norm_backward(&xc, &gc, &oc, gm.then_some(&wc)).unwrap();
-            let mut forced: Vec<RowNormAlgo> = algos(d)
+            let mut forced: Vec<RowNormAlgo> = algos(d, dt)
                 .into_iter()
-                .filter(|a| !matches!(a, RowNormAlgo::Reg(..)))
+                .filter(|a| !matches!(a, RowNormAlgo::Reg(..) | RowNormAlgo::Reg8(..)))
                 .collect();
-            // The register form has no backward kernel: it runs as the work-group kernel of its size.
+            // The register forms have no backward kernel: they run as the work-group kernel of their size.
             forced.push(RowNormAlgo::Reg(64, 1));
+            forced.push(RowNormAlgo::Reg8(64, 8));
             for a in forced {
                 let what = format!("rms_norm_backward {a:?} rows {rows} d {d} {dt:?} γ {gm}");
                 let got =

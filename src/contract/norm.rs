@@ -94,7 +94,7 @@ pub(crate) struct BnTrain<'a> {
 }
 
 /// How layer_norm and rms_norm run over their rows; autotuned per shape class, cached as `"composed"`,
-/// `["wg", local]`, `["reg", local, k]` or `"item"`.
+/// `["wg", local]`, `["reg", local, k]`, `["reg8", local, k]` or `"item"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RowNormAlgo {
     /// The generic ops: reductions for the statistics, then one fused elementwise kernel for the output.
@@ -104,6 +104,10 @@ pub enum RowNormAlgo {
     /// One launch, one work-group of `local` items per row holding `k` values each in registers, x read once
     /// (needs D ≤ k·local, 1 ≤ k ≤ 32).
     Reg(usize, usize),
+    /// As `Reg`, for f16 rows of a multiple of 8: eight halves move as one 16-byte access and stay in
+    /// registers as halves, so an item holds up to twice as many (1 ≤ k ≤ 2·[`MAX_ROW_HELD`]; forward only, the
+    /// backward runs it as `Wg(local)`).
+    Reg8(usize, usize),
     /// One launch, one work-item per row with float8 loads where D is a multiple of 8 and no barriers (CPU
     /// OpenCL).
     Item,
@@ -115,6 +119,7 @@ impl Serialize for RowNormAlgo {
             RowNormAlgo::Composed => "composed".serialize(s),
             RowNormAlgo::Wg(l) => ("wg", l).serialize(s),
             RowNormAlgo::Reg(l, k) => ("reg", l, k).serialize(s),
+            RowNormAlgo::Reg8(l, k) => ("reg8", l, k).serialize(s),
             RowNormAlgo::Item => "item".serialize(s),
         }
     }

@@ -369,8 +369,9 @@ impl ClDevice {
 impl ClDevice {
     /// The row-normalisation candidates for rows of `d` and the index of the unmeasured default: on GPUs the
     /// composed path (the first choice before the one-launch kernels were measured there), on CPU OpenCL one
-    /// work-item per row. `reg`: offer the register form (the backward has none).
-    fn rn_candidates(&self, d: usize, reg: bool) -> (Vec<RowNormAlgo>, usize) {
+    /// work-item per row. `reg`: offer the register form (the backward has none); `half_rows`: the rows are
+    /// f16, so the raw-halves register form is offered too where D is a multiple of 8.
+    fn rn_candidates(&self, d: usize, reg: bool, half_rows: bool) -> (Vec<RowNormAlgo>, usize) {
         let max_wg = self.info.max_work_group_size.max(1);
         let gpu = self.info.kind != "cpu";
         let mut out = vec![RowNormAlgo::Composed, RowNormAlgo::Item];
@@ -381,6 +382,15 @@ impl ClDevice {
                 let k = d.div_ceil(l);
                 if l <= max_wg && k <= MAX_ROW_HELD && (l == 64 || l <= d) {
                     out.push(RowNormAlgo::Reg(l, k));
+                }
+            }
+            // f16 rows held as halves, eight a load: up to twice the values per item, so half the items.
+            if half_rows && d.is_multiple_of(8) {
+                for l in [64usize, 128, 256, 512, 1024] {
+                    let k = d.div_ceil(l).next_multiple_of(8);
+                    if l <= max_wg && k <= 2 * MAX_ROW_HELD && (l == 64 || 8 * l <= d) {
+                        out.push(RowNormAlgo::Reg8(l, k));
+                    }
                 }
             }
         }
@@ -433,19 +443,28 @@ impl ClDevice {
         // work-group kernel of the same size.
         let algo = match algo {
             RowNormAlgo::Reg(l, k) if d > k * l || k == 0 => RowNormAlgo::Wg(l),
+            RowNormAlgo::Reg8(l, k)
+                if d > k * l || k == 0 || !d.is_multiple_of(8) || rn.x.dtype() != DType::F16 =>
+            {
+                RowNormAlgo::Wg(l)
+            }
             a => a,
         };
         match algo {
-            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) | RowNormAlgo::Reg8(l, _) => {
                 let l = l.min(self.info.max_work_group_size.max(1));
                 let k = match algo {
                     // Rows of a multiple of four elements move four at a time.
                     RowNormAlgo::Reg(_, k) => {
                         let v4 = d.is_multiple_of(4);
-                        self.kernel_by(key(rn_abi::RN_ROW_REG, k * 2 + usize::from(v4)), || {
+                        self.kernel_by(key(rn_abi::RN_ROW_REG, k * 4 + usize::from(v4)), || {
                             defs().set("RN_K", k).set("RN_V4", u8::from(v4))
                         })?
                     }
+                    RowNormAlgo::Reg8(_, k) => self
+                        .kernel_by(key(rn_abi::RN_ROW_REG, k * 4 + 2), || {
+                            defs().set("RN_K", k).set("RN_V8", 1)
+                        })?,
                     _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
                 };
                 // rn_row_reg has the parameters of rn_row_wg; the register kernel's folds
@@ -522,7 +541,7 @@ impl ClDevice {
         let mean = rb.mean.unwrap_or(rb.rstd).storage();
         let has_gamma = i32::from(rb.gamma.is_some());
         match algo {
-            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) => {
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) | RowNormAlgo::Reg8(l, _) => {
                 let l = l.min(self.info.max_work_group_size.max(1));
                 let k = self.kernel_by(key(rn_abi::RNB_ROW_WG, 0), defs)?;
                 let args = rn_abi::RnbRowWg {
@@ -592,7 +611,7 @@ impl ClDevice {
         };
         let key = row_key(kernel, rb.rows, rb.d, halves);
         let misfit = |a: RowNormAlgo| match a {
-            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _)
+            RowNormAlgo::Wg(l) | RowNormAlgo::Reg(l, _) | RowNormAlgo::Reg8(l, _)
                 if !(l.is_power_of_two() && l <= max_wg) =>
             {
                 Some(format!(
@@ -607,7 +626,7 @@ impl ClDevice {
             &key,
             rb.algo,
             misfit,
-            || self.rn_candidates(rb.d, false),
+            || self.rn_candidates(rb.d, false, false),
             composed,
             |a| self.run_rnb(rb, a).map(drop),
         )?;
@@ -735,9 +754,17 @@ impl NormKernels for ClDevice {
                         && (1..=MAX_ROW_HELD).contains(&k)
                         && rn.d <= k * l
                 }
+                RowNormAlgo::Reg8(l, k) => {
+                    l.is_power_of_two()
+                        && l <= max_wg
+                        && (1..=2 * MAX_ROW_HELD).contains(&k)
+                        && rn.d <= k * l
+                        && rn.d.is_multiple_of(8)
+                        && rn.x.dtype() == DType::F16
+                }
             };
             (!ok).then(|| format!(
-                "row_norm: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg}; reg holds 1 to {MAX_ROW_HELD} values per item and needs D ≤ k·local)",
+                "row_norm: algorithm {a:?} does not fit rows of {} on this device (work-groups need a power-of-two size up to {max_wg}; reg holds 1 to {MAX_ROW_HELD} values per item and needs D ≤ k·local; reg8 holds up to twice as many, of an f16 input with D a multiple of 8)",
                 rn.d
             ))
         };
@@ -746,7 +773,7 @@ impl NormKernels for ClDevice {
             &key,
             rn.algo,
             misfit,
-            || self.rn_candidates(rn.d, true),
+            || self.rn_candidates(rn.d, true, rn.x.dtype() == DType::F16),
             composed,
             |a| self.run_rn(rn, a).map(drop),
         )?;
