@@ -1,4 +1,4 @@
-"""Peer baseline for the tensor-core matrix products: PyTorch on CUDA, square products at three precisions.
+"""Peer baseline for the matrix products: PyTorch on CUDA, square products at three precisions and FP32 shapes.
 
 Usage: python3 bench/peer_matmul_tc.py [cuda|cpu] [--small] [--reps N] [--cases a,b]
 
@@ -8,8 +8,16 @@ Cases (n×n times n×n, work 2·n³ FLOPs), named like `netcl bench`'s where it 
     matmul_<n>_tf32   f32 tensors, TF32 on (allow_tf32 = True): operands rounded to TF32, f32 accumulation
     matmul_<n>_fp16   f16 tensors (f32 accumulation, PyTorch's default), f16 product
 
-for n = 2048 and 4096 (--small: 1024 for both, as `netcl bench --small` runs its 4096 cases). Inputs are
-standard normal, seeded. Timing: two warm-up calls, then --reps calls (default 20, 3 with --small), each followed
+for n = 2048 and 4096 (--small: 1024 for both, as `netcl bench --small` runs its 4096 cases), and the FP32
+shapes of `netcl bench`'s GEMM shape cases (src/bench/cases_gemm.rs), TF32 off, each a batch × (m×k times k×n):
+
+    matmul_8192       8192³                         (--small 1024³)
+    matmul_odd_4097   4097×4093 times 4093×4095     (--small 513×509 times 509×511)
+    matmul_1000       1000³
+    bmm_64x512        64 × 512³                     (--small 8 × 256³)
+    bmm_96x1024x64    96 × 1024×64 times 64×1024    (--small 8 × 256×64 times 64×256)
+
+Inputs are standard normal, seeded. Timing: two warm-up calls, then --reps calls (default 20, 3 with --small), each followed
 by a device synchronisation (bench/peer_common.py).
 
 Prints a header line, then one JSON line per case with the keys of `netcl bench`: case, impl ("torch-cublas"),
@@ -58,6 +66,34 @@ def main():
                  ms=round(ms, 4), median_ms=round(median, 4), first_call_ms=round(first, 1),
                  gflops=round(flops / ms / 1e6, 1), tflops=round(flops / ms / 1e9, 2))
     torch.backends.cuda.matmul.allow_tf32 = False
+    for case, full, small in SHAPES:
+        if WANTED and case not in WANTED:
+            continue
+        b, m, k, n = small if SMALL else full
+        gen = torch.Generator(device="cpu").manual_seed(11)
+        shape_a, shape_b = ([m, k], [k, n]) if b == 1 else ([b, m, k], [b, k, n])
+        a = torch.randn(*shape_a, generator=gen).to(dev)
+        w = torch.randn(*shape_b, generator=gen).to(dev)
+        sync()
+        t0 = time.perf_counter()
+        torch.matmul(a, w)
+        sync()
+        first = (time.perf_counter() - t0) * 1e3
+        ms, median = timed(lambda: torch.matmul(a, w), sync, REPS)
+        flops = 2.0 * b * m * k * n
+        emit(case=case, impl="torch-cublas", device=name, precision="fp32", batch=b, m=m, k=k, n=n,
+             ms=round(ms, 4), median_ms=round(median, 4), first_call_ms=round(first, 1),
+             gflops=round(flops / ms / 1e6, 1), tflops=round(flops / ms / 1e9, 2))
+
+
+# (case, (batch, m, k, n), the same under --small), as src/bench/cases_gemm.rs.
+SHAPES = [
+    ("matmul_8192", (1, 8192, 8192, 8192), (1, 1024, 1024, 1024)),
+    ("matmul_odd_4097", (1, 4097, 4093, 4095), (1, 513, 509, 511)),
+    ("matmul_1000", (1, 1000, 1000, 1000), (1, 1000, 1000, 1000)),
+    ("bmm_64x512", (64, 512, 512, 512), (8, 256, 256, 256)),
+    ("bmm_96x1024x64", (96, 1024, 64, 1024), (8, 256, 64, 256)),
+]
 
 
 if __name__ == "__main__":

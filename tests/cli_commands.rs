@@ -204,6 +204,45 @@ fn bench_lines_name_the_precision_they_ran_at() {
     assert!(e.contains("NETCL_PRECISION") && e.contains("fp8"), "{v}");
 }
 
+/// The GEMM shape cases (an odd-sized product, a batched one) run on the OpenCL device under `--small`, are
+/// checked against the built-in device and report their FLOP rate.
+#[test]
+fn gemm_shape_cases_run_checked() {
+    if std::env::var("CI").is_err() && !netcl::opencl_available() {
+        eprintln!("SKIPPED: no OpenCL device");
+        return;
+    }
+    let dir = scratch("gemm-shapes");
+    let device = std::env::var("NETCL_TEST_DEVICE").unwrap_or_else(|_| "auto".into());
+    let out = netcl()
+        .args(["--device", &device, "bench", "--small", "--reps", "1"])
+        .args(["matmul_odd_4097", "bmm_96x1024x64"])
+        .env("NETCL_AUTOTUNE_CACHE", dir.join("autotune.json"))
+        .env("NETCL_AUTOTUNE", "off")
+        .output()
+        .expect("run netcl bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .filter(|l| l.contains("\"case\""))
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let cases: Vec<&str> = lines.iter().filter_map(|v| v["case"].as_str()).collect();
+    assert_eq!(cases, ["matmul_odd_4097", "bmm_96x1024x64"], "{stdout}");
+    for v in &lines {
+        assert!(v.get("error").is_none(), "{v}");
+        let rel = v["rel_err"].as_f64().unwrap_or(f64::NAN);
+        assert!(rel < 1e-4, "checked against the built-in device: {v}");
+        assert!(v["gflops"].as_f64().unwrap_or(0.0) > 0.0, "{v}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// `tune merge` adds the programs of recorded parts to a table, keeping its winners, each program once; a part
 /// of another device class is refused with the reason and nothing is written.
 #[test]

@@ -16,6 +16,7 @@
 mod cases_attention;
 mod cases_conv;
 mod cases_core;
+mod cases_gemm;
 mod cases_half;
 mod cases_models;
 mod cases_reduce;
@@ -110,6 +111,7 @@ pub fn cases() -> Vec<Case> {
     v.extend(cases_core::cases());
     v.extend(cases_conv::cases());
     v.extend(cases_tc::cases());
+    v.extend(cases_gemm::cases());
     v.extend(cases_reduce::cases());
     v.extend(cases_half::cases());
     v.extend(cases_attention::cases());
@@ -237,8 +239,11 @@ fn is_large(name: &str) -> bool {
         || name.starts_with("attention_fwd")
         || name.starts_with("resnet18_")
         || name.starts_with("mobilenet_v2_")
-        // 137 GFLOP a call.
+        // 137 GFLOP a call and more; the batched products 13–17 GFLOP.
         || name.starts_with("matmul_4096")
+        || name == "matmul_8192"
+        || name == "matmul_odd_4097"
+        || name.starts_with("bmm_")
 }
 
 fn round1(x: f64) -> f64 {
