@@ -339,6 +339,49 @@ fn sum_all_records_its_decision_with_candidate_times() {
     );
 }
 
+/// A product's decision lists every candidate it timed. On a device whose local memory is not on chip (CPU
+/// OpenCL) the tiled GPU kernels are not among them, yet they stay listed by `matmul_candidates` and forcible
+/// by label; on a GPU they are timed.
+#[test]
+fn a_product_times_the_tiled_kernels_only_where_local_memory_is_on_chip() {
+    let (_g, _) = fresh_cache("gemm-cands");
+    let Some(dev) = common::opencl_device() else {
+        return;
+    };
+    let seq = autotune::last_seq();
+    let (ac, ad) = common::pair(&dev, &[96, 80], 31);
+    let (bc, bd) = common::pair(&dev, &[80, 72], 32);
+    let want = ops::matmul(&ac, &bc)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("cpu");
+    let got = ops::matmul(&ad, &bd)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("device");
+    common::assert_close(&got, &want, 1e-4, 1e-4, "tuned product");
+    let d = autotune::decisions_since(seq)
+        .into_iter()
+        .find(|d| d.kernel == "matmul")
+        .expect("decision");
+    assert_eq!(d.source, Source::Measured);
+    let timed_tiled = d.candidates.iter().any(|c| c.label.starts_with("[\"tiled"));
+    let on_chip = dev.info().local_mem_dedicated;
+    assert_eq!(
+        timed_tiled,
+        on_chip,
+        "tiled kernels timed: {timed_tiled}, local memory on chip: {on_chip}; {:?}",
+        d.candidates.iter().map(|c| &c.label).collect::<Vec<_>>()
+    );
+    let labels = ops::matmul_candidates(&ad, &bd, false, false).expect("labels");
+    let tiled = labels
+        .iter()
+        .find(|l| l.starts_with("[\"tiled\""))
+        .expect("a tiled label is listed");
+    let forced = ops::matmul_with(&ad, &bd, false, false, tiled)
+        .and_then(|t| t.to_vec::<f32>())
+        .expect("forced tiled");
+    common::assert_close(&forced, &want, 1e-4, 1e-4, "forced tiled product");
+}
+
 /// A thread that asks the same question again gets its earlier answer without the candidate list being
 /// looked at, until something that could change the answer happens: a forced label, the off switch, a new
 /// logging scope, another cache file, a cleared cache, or another thread measuring a new winner.

@@ -356,6 +356,18 @@ impl ClDevice {
         v
     }
 
+    /// The candidates the tuner measures for `g`: all of [`Self::gemm_candidates`], except on devices whose local
+    /// memory is not on chip (CPU OpenCL), where the tiled GPU kernels are left out. On PoCL they ran 4.8 to 23
+    /// times slower than the best packed or register kernel on every product tried (64×128×16 to 1024³, every
+    /// transpose), and each would cost a build and a measurement. They stay forcible by label.
+    fn tuning_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
+        let mut v = self.gemm_candidates(g);
+        if !self.info.local_mem_dedicated {
+            v.retain(|c| !matches!(c.algo, Algo::Tiled { .. }));
+        }
+        v
+    }
+
     /// Whether folded candidates are offered for `g`: several batches, A shared by all, B untransposed.
     fn foldable(g: &Gemm) -> bool {
         g.batch > 1 && g.s_a == 0 && !g.trans_b
@@ -683,7 +695,7 @@ impl ClDevice {
                 c
             });
         }
-        let cands = self.gemm_candidates(g);
+        let cands = self.tuning_candidates(g);
         // Default without measurement: the first tiled config on GPUs' typical limits, which every device runs;
         // the first tensor-core tile when the precision asks for tensor cores.
         let default = cands
