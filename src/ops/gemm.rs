@@ -168,9 +168,10 @@ fn bmm_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gem
     Ok(g)
 }
 
-/// The kernel candidates the autotuner measures for `bmm(a, b, trans_a, trans_b)` on their device at this
-/// thread's precision, as labels (with a shared `a`, the GPU kernels can fold the batches into the columns:
-/// `tiled_flat`; under TF32 or FP16 with usable tensor cores, `["tc_tf32",128,128,16,64,32]` and the like).
+/// The kernel candidates for `bmm(a, b, trans_a, trans_b)` on their device at this thread's precision, as
+/// labels (with a shared `a`, the GPU kernels can fold the batches into the columns: `tiled_flat`; under TF32
+/// or FP16 with usable tensor cores, `["tc_tf32",128,128,16,64,32]` and the like), measured by the autotuner
+/// as [`matmul_candidates`] says.
 pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
     let mut g = bmm_desc(a, b, trans_a, trans_b)?;
     g.math = Math::f32_at(precision::current()?);
@@ -228,11 +229,12 @@ fn matmul_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
     Ok(Gemm::dense(m, n, ka, 1, trans_a, trans_b, false))
 }
 
-/// The kernel candidates the autotuner measures for `matmul_t(a, b, trans_a, trans_b)` on their device at this
-/// thread's precision, as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
+/// The kernel candidates for `matmul_t(a, b, trans_a, trans_b)` on their device at this thread's precision,
+/// as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
 /// `["tiled_sliced",64,32,32,4,4,4,1]` with the K tile sliced among 4 layers of work-items; under TF32 or FP16
 /// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile); the built-in
-/// device has the one candidate `reference`.
+/// device has the one candidate `reference`. The autotuner measures every one, except the tiled kernels on a
+/// device without on-chip local memory (CPU OpenCL), where they never win; they still run when forced.
 pub fn matmul_candidates(
     a: &Tensor,
     b: &Tensor,
