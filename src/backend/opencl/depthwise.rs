@@ -204,7 +204,9 @@ impl ClDevice {
 
     fn dw_candidates(&self, g: &DwGeom) -> Vec<DwAlgo> {
         let mut v = Vec::new();
-        if self.dw_local_ok(g) {
+        // The local-memory tile pays only where local memory is on chip: on CPU OpenCL it ran 8 times slower
+        // than the best kernel or worse, and it stays forcible there.
+        if self.dw_local_ok(g) && self.info.local_mem_dedicated {
             v.push(DwAlgo::Local);
         }
         v.extend([DwAlgo::Rows, DwAlgo::Tile, DwAlgo::Naive]);

@@ -62,8 +62,11 @@ impl ClDevice {
         let max_wg = self.info.max_work_group_size.max(1);
         let per_channel = n * p;
         let mut out = Vec::new();
+        // The work-group statistics (Wg, Wide) are GPU layouts: where local memory is not on chip (CPU OpenCL)
+        // they ran 10 times slower than one item per chunk or worse, and stay forcible there.
+        let on_chip = self.info.local_mem_dedicated;
         for local in [256usize, 512] {
-            if local > max_wg {
+            if local > max_wg || !on_chip {
                 continue;
             }
             // About four work-groups per compute unit, each reading at least 8 elements per item.
@@ -82,7 +85,7 @@ impl ClDevice {
         }
         // Four loads in flight per item, at most four work-groups of 256 per compute unit so that they all run
         // at once, each item reading at least 16 elements; then the apply that walks the same chunks backwards.
-        if max_wg >= 256 {
+        if max_wg >= 256 && on_chip {
             let g = (cu * 4 / c).clamp(1, (per_channel / (256 * 16)).max(1));
             out.push(BatchNormAlgo {
                 stats: BnStats::Wide(256, g),
