@@ -340,8 +340,8 @@ fn sum_all_records_its_decision_with_candidate_times() {
 }
 
 /// A product's decision lists every candidate it timed. On a device whose local memory is not on chip (CPU
-/// OpenCL) the tiled GPU kernels are not among them, yet they stay listed by `matmul_candidates` and forcible
-/// by label; on a GPU they are timed.
+/// OpenCL) the tiled GPU kernels are not among them, and on one where it is (GPUs) the packed and register
+/// CPU kernels are not; all stay listed by `matmul_candidates` and forcible by label.
 #[test]
 fn a_product_times_the_tiled_kernels_only_where_local_memory_is_on_chip() {
     let (_g, _) = fresh_cache("gemm-cands");
@@ -363,23 +363,31 @@ fn a_product_times_the_tiled_kernels_only_where_local_memory_is_on_chip() {
         .find(|d| d.kernel == "matmul")
         .expect("decision");
     assert_eq!(d.source, Source::Measured);
-    let timed_tiled = d.candidates.iter().any(|c| c.label.starts_with("[\"tiled"));
+    let timed = |prefixes: &[&str]| {
+        d.candidates
+            .iter()
+            .any(|c| prefixes.iter().any(|p| c.label.starts_with(p)))
+    };
+    let timed_tiled = timed(&["[\"tiled"]);
+    let timed_cpu = timed(&["[\"packed\"", "[\"reg\""]);
     let on_chip = dev.info().local_mem_dedicated;
+    let labels: Vec<&String> = d.candidates.iter().map(|c| &c.label).collect();
     assert_eq!(
-        timed_tiled,
-        on_chip,
-        "tiled kernels timed: {timed_tiled}, local memory on chip: {on_chip}; {:?}",
-        d.candidates.iter().map(|c| &c.label).collect::<Vec<_>>()
+        (timed_tiled, timed_cpu),
+        (on_chip, !on_chip),
+        "tiled / packed or register kernels timed, local memory on chip: {on_chip}; {labels:?}"
     );
-    let labels = ops::matmul_candidates(&ad, &bd, false, false).expect("labels");
-    let tiled = labels
-        .iter()
-        .find(|l| l.starts_with("[\"tiled\""))
-        .expect("a tiled label is listed");
-    let forced = ops::matmul_with(&ad, &bd, false, false, tiled)
-        .and_then(|t| t.to_vec::<f32>())
-        .expect("forced tiled");
-    common::assert_close(&forced, &want, 1e-4, 1e-4, "forced tiled product");
+    let listed = ops::matmul_candidates(&ad, &bd, false, false).expect("labels");
+    for kind in ["[\"tiled\"", "[\"packed\"", "[\"reg\""] {
+        let label = listed
+            .iter()
+            .find(|l| l.starts_with(kind))
+            .unwrap_or_else(|| panic!("a {kind} label is listed: {listed:?}"));
+        let forced = ops::matmul_with(&ad, &bd, false, false, label)
+            .and_then(|t| t.to_vec::<f32>())
+            .expect("forced");
+        common::assert_close(&forced, &want, 1e-4, 1e-4, &format!("forced {label}"));
+    }
 }
 
 /// A thread that asks the same question again gets its earlier answer without the candidate list being

@@ -233,8 +233,9 @@ fn matmul_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
 /// as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
 /// `["tiled_sliced",64,32,32,4,4,4,1]` with the K tile sliced among 4 layers of work-items; under TF32 or FP16
 /// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile); the built-in
-/// device has the one candidate `reference`. The autotuner measures every one, except the tiled kernels on a
-/// device without on-chip local memory (CPU OpenCL), where they never win; they still run when forced.
+/// device has the one candidate `reference`. The autotuner measures every one except those shaped for the
+/// other kind of memory (the tiled kernels where local memory is not on chip, as on CPU OpenCL; the packed and
+/// register kernels where it is, as on GPUs), which never win there; they still run when forced.
 pub fn matmul_candidates(
     a: &Tensor,
     b: &Tensor,

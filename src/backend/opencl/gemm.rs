@@ -356,16 +356,23 @@ impl ClDevice {
         v
     }
 
-    /// The candidates the tuner measures for `g`: all of [`Self::gemm_candidates`], except on devices whose local
-    /// memory is not on chip (CPU OpenCL), where the tiled GPU kernels are left out. On PoCL they ran 4.8 to 23
-    /// times slower than the best packed or register kernel on every product tried (64×128×16 to 1024³, every
-    /// transpose), and each would cost a build and a measurement. They stay forcible by label.
+    /// The candidates the tuner measures for `g`: all of [`Self::gemm_candidates`] but the kernels shaped for the
+    /// other kind of memory, each of which would cost a build and a measurement. Where local memory is not on
+    /// chip (CPU OpenCL) the tiled GPU kernels are left out: on PoCL they ran 4.8 to 23 times slower than the
+    /// best packed or register kernel on every product tried (64×128×16 to 1024³, every transpose). Where it is
+    /// on chip (GPUs) the packed and register CPU kernels are left out: on the H200 they ran at least 8.4 times
+    /// slower than the best tiled kernel on all 37 GEMM keys of two rounds of bench cases. Each side's kernels
+    /// stay when nothing else would be left, and every candidate stays forcible by label.
     fn tuning_candidates(&self, g: &Gemm) -> Vec<GemmCand> {
-        let mut v = self.gemm_candidates(g);
-        if !self.info.local_mem_dedicated {
-            v.retain(|c| !matches!(c.algo, Algo::Tiled { .. }));
-        }
-        v
+        let all = self.gemm_candidates(g);
+        let tiled = |c: &GemmCand| matches!(c.algo, Algo::Tiled { .. });
+        let cpu_shaped = |c: &GemmCand| matches!(c.algo, Algo::Packed { .. } | Algo::Reg { .. });
+        let keep: Vec<GemmCand> = if self.info.local_mem_dedicated {
+            all.iter().copied().filter(|c| !cpu_shaped(c)).collect()
+        } else {
+            all.iter().copied().filter(|c| !tiled(c)).collect()
+        };
+        if keep.is_empty() { all } else { keep }
     }
 
     /// Whether folded candidates are offered for `g`: several batches, A shared by all, B untransposed.
