@@ -1,7 +1,18 @@
-"""Helpers shared by the whole-model peer scripts (bench/peer_models.py, bench/peer_models_netcl.py) and the
-netcl 0.3.2 ResNet18 fixture script (tests/fixtures/netcl_resnet18.py)."""
+"""Helpers shared by the peer scripts (bench/peer_models.py, bench/peer_models_netcl.py, bench/peer_matmul_tc.py,
+bench/peer_gemm_numpy.py) and the netcl 0.3.2 ResNet18 fixture script (tests/fixtures/netcl_resnet18.py)."""
 import sys
 import time
+
+
+# The GEMM shape cases of `netcl bench` (src/bench/cases_gemm.rs): (case, (batch, m, k, n), the same under
+# --small).
+GEMM_SHAPES = [
+    ("matmul_8192", (1, 8192, 8192, 8192), (1, 1024, 1024, 1024)),
+    ("matmul_odd_4097", (1, 4097, 4093, 4095), (1, 513, 509, 511)),
+    ("matmul_1000", (1, 1000, 1000, 1000), (1, 1000, 1000, 1000)),
+    ("bmm_64x512", (64, 512, 512, 512), (8, 256, 256, 256)),
+    ("bmm_96x1024x64", (96, 1024, 64, 1024), (8, 256, 64, 256)),
+]
 
 
 def options(default_device, default_reps):

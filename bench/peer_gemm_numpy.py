@@ -21,19 +21,11 @@ import json
 import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
-from peer_common import options, timed  # noqa: E402
+from peer_common import GEMM_SHAPES, options, timed  # noqa: E402
 
 _, SMALL, REPS, WANTED = options("cpu", 10)
 
-# (case, (batch, m, k, n), the same under --small)
-SHAPES = [
-    ("matmul_1024", (1, 1024, 1024, 1024), (1, 1024, 1024, 1024)),
-    ("matmul_8192", (1, 8192, 8192, 8192), (1, 1024, 1024, 1024)),
-    ("matmul_odd_4097", (1, 4097, 4093, 4095), (1, 513, 509, 511)),
-    ("matmul_1000", (1, 1000, 1000, 1000), (1, 1000, 1000, 1000)),
-    ("bmm_64x512", (64, 512, 512, 512), (8, 256, 256, 256)),
-    ("bmm_96x1024x64", (96, 1024, 64, 1024), (8, 256, 64, 256)),
-]
+SHAPES = [("matmul_1024", (1, 1024, 1024, 1024), (1, 1024, 1024, 1024))] + GEMM_SHAPES
 
 
 def main():

@@ -28,13 +28,25 @@ import sys
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ beside the scripts
-from peer_common import options, timed  # noqa: E402
+from peer_common import GEMM_SHAPES, options, timed  # noqa: E402
 
 DEVICE, SMALL, REPS, WANTED = options("cuda", 20)
 
 
 def emit(**kw):
     print(json.dumps(kw), flush=True)
+
+
+def product_line(torch, sync, case, a, w, flops, **extra):
+    """Times `torch.matmul(a, w)` (its first call alone, then `timed`) and prints the case's line."""
+    sync()
+    t0 = time.perf_counter()
+    torch.matmul(a, w)
+    sync()
+    first = (time.perf_counter() - t0) * 1e3
+    ms, median = timed(lambda: torch.matmul(a, w), sync, REPS)
+    emit(case=case, impl="torch-cublas", **extra, ms=round(ms, 4), median_ms=round(median, 4),
+         first_call_ms=round(first, 1), gflops=round(flops / ms / 1e6, 1), tflops=round(flops / ms / 1e9, 2))
 
 
 def main():
@@ -55,18 +67,9 @@ def main():
             dtype = torch.float16 if precision == "fp16" else torch.float32
             a = torch.randn(side, side, generator=gen).to(dev, dtype)
             b = torch.randn(side, side, generator=gen).to(dev, dtype)
-            sync()
-            t0 = time.perf_counter()
-            torch.matmul(a, b)
-            sync()
-            first = (time.perf_counter() - t0) * 1e3
-            ms, median = timed(lambda: torch.matmul(a, b), sync, REPS)
-            flops = 2.0 * side**3
-            emit(case=case, impl="torch-cublas", device=name, precision=precision, n=side,
-                 ms=round(ms, 4), median_ms=round(median, 4), first_call_ms=round(first, 1),
-                 gflops=round(flops / ms / 1e6, 1), tflops=round(flops / ms / 1e9, 2))
+            product_line(torch, sync, case, a, b, 2.0 * side**3, device=name, precision=precision, n=side)
     torch.backends.cuda.matmul.allow_tf32 = False
-    for case, full, small in SHAPES:
+    for case, full, small in GEMM_SHAPES:
         if WANTED and case not in WANTED:
             continue
         b, m, k, n = small if SMALL else full
@@ -74,26 +77,8 @@ def main():
         shape_a, shape_b = ([m, k], [k, n]) if b == 1 else ([b, m, k], [b, k, n])
         a = torch.randn(*shape_a, generator=gen).to(dev)
         w = torch.randn(*shape_b, generator=gen).to(dev)
-        sync()
-        t0 = time.perf_counter()
-        torch.matmul(a, w)
-        sync()
-        first = (time.perf_counter() - t0) * 1e3
-        ms, median = timed(lambda: torch.matmul(a, w), sync, REPS)
-        flops = 2.0 * b * m * k * n
-        emit(case=case, impl="torch-cublas", device=name, precision="fp32", batch=b, m=m, k=k, n=n,
-             ms=round(ms, 4), median_ms=round(median, 4), first_call_ms=round(first, 1),
-             gflops=round(flops / ms / 1e6, 1), tflops=round(flops / ms / 1e9, 2))
-
-
-# (case, (batch, m, k, n), the same under --small), as src/bench/cases_gemm.rs.
-SHAPES = [
-    ("matmul_8192", (1, 8192, 8192, 8192), (1, 1024, 1024, 1024)),
-    ("matmul_odd_4097", (1, 4097, 4093, 4095), (1, 513, 509, 511)),
-    ("matmul_1000", (1, 1000, 1000, 1000), (1, 1000, 1000, 1000)),
-    ("bmm_64x512", (64, 512, 512, 512), (8, 256, 256, 256)),
-    ("bmm_96x1024x64", (96, 1024, 64, 1024), (8, 256, 64, 256)),
-]
+        product_line(torch, sync, case, a, w, 2.0 * b * m * k * n, device=name, precision="fp32", batch=b, m=m,
+                     k=k, n=n)
 
 
 if __name__ == "__main__":

@@ -45,33 +45,24 @@ fn setup(dev: &Device, name: &str, small: bool) -> Result<Runner> {
     Ok(Box::new(move || Ok(vec![ops::bmm(&a, &w, false, false)?])))
 }
 
+/// A case of this family named `$name`, its shape found by [`dims`].
+macro_rules! shape_case {
+    ($name:literal) => {
+        Case {
+            name: $name,
+            work: |s| flops($name, s),
+            setup: |d, s| setup(d, $name, s),
+        }
+    };
+}
+
 /// The GEMM shape cases.
 pub(super) fn cases() -> Vec<Case> {
     vec![
-        Case {
-            name: "matmul_8192",
-            work: |s| flops("matmul_8192", s),
-            setup: |d, s| setup(d, "matmul_8192", s),
-        },
-        Case {
-            name: "matmul_odd_4097",
-            work: |s| flops("matmul_odd_4097", s),
-            setup: |d, s| setup(d, "matmul_odd_4097", s),
-        },
-        Case {
-            name: "matmul_1000",
-            work: |s| flops("matmul_1000", s),
-            setup: |d, s| setup(d, "matmul_1000", s),
-        },
-        Case {
-            name: "bmm_64x512",
-            work: |s| flops("bmm_64x512", s),
-            setup: |d, s| setup(d, "bmm_64x512", s),
-        },
-        Case {
-            name: "bmm_96x1024x64",
-            work: |s| flops("bmm_96x1024x64", s),
-            setup: |d, s| setup(d, "bmm_96x1024x64", s),
-        },
+        shape_case!("matmul_8192"),
+        shape_case!("matmul_odd_4097"),
+        shape_case!("matmul_1000"),
+        shape_case!("bmm_64x512"),
+        shape_case!("bmm_96x1024x64"),
     ]
 }
