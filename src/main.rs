@@ -166,7 +166,7 @@ fn write_table(
     table: &autotune::db::TuningTable,
     out: Option<&std::path::Path>,
 ) -> netcl::Result<()> {
-    let text = table.to_json();
+    let text = table.to_json()?;
     match out {
         Some(path) => {
             netcl::fsio::write_atomic(path, &text).map_err(|e| netcl::Error::io(path, e))?;

@@ -119,10 +119,11 @@ impl TuningTable {
     }
 
     /// The table as `netcl tune export` writes it: pretty JSON and a final newline.
-    pub fn to_json(&self) -> Vec<u8> {
-        let mut text = serde_json::to_vec_pretty(self).unwrap_or_default();
+    pub fn to_json(&self) -> Result<Vec<u8>> {
+        let mut text = serde_json::to_vec_pretty(self)
+            .map_err(|e| Error::Invalid(format!("tuning table: {e}")))?;
         text.push(b'\n');
-        text
+        Ok(text)
     }
 
     /// Parses a table, naming what is wrong with it.
@@ -235,17 +236,18 @@ pub fn merge_programs(base: &mut TuningTable, parts: &[(String, TuningTable)]) -
             t.device, base.device
         )));
     }
-    let mut seen: std::collections::HashSet<(String, String, String)> =
-        base.programs.iter().cloned().collect();
     let before = base.programs.len();
-    for (_, t) in parts {
-        for p in &t.programs {
-            if seen.insert(p.clone()) {
-                base.programs.push(p.clone());
-            }
-        }
-    }
-    Ok(base.programs.len() - before)
+    let parts_programs = parts.iter().flat_map(|(_, t)| &t.programs);
+    base.programs = unique_programs(base.programs.iter().chain(parts_programs));
+    Ok(base.programs.len().saturating_sub(before))
+}
+
+/// The programs of `programs`, each once, in order.
+fn unique_programs<'a>(
+    programs: impl Iterator<Item = &'a (String, String, String)>,
+) -> Vec<(String, String, String)> {
+    let mut seen = std::collections::HashSet::new();
+    programs.filter(|p| seen.insert(*p)).cloned().collect()
 }
 
 /// The programs to build ahead on a device of class `class`: those the tables of exactly that class list, each
@@ -255,13 +257,12 @@ pub fn merge_programs(base: &mut TuningTable, parts: &[(String, TuningTable)]) -
 /// programs; one the device does not need costs a helper's time, never a call's.
 pub fn programs_for(tables: &[TuningTable], class: &DeviceClass) -> Vec<(String, String, String)> {
     let collect = |pick: &dyn Fn(&DeviceClass) -> bool| {
-        let mut seen = std::collections::HashSet::new();
-        tables
-            .iter()
-            .filter(|t| pick(&t.device))
-            .flat_map(|t| t.programs.iter().cloned())
-            .filter(|p| seen.insert(p.clone()))
-            .collect::<Vec<_>>()
+        unique_programs(
+            tables
+                .iter()
+                .filter(|t| pick(&t.device))
+                .flat_map(|t| &t.programs),
+        )
     };
     let exact = collect(&|d| d == class);
     if !exact.is_empty() {

@@ -52,21 +52,20 @@ impl ClDevice {
         }
         let mut cands: Vec<SoftmaxAlgo> = Vec::new();
         if !bwd && v.r.is_multiple_of(4) {
-            // Rows in registers: at most 16 float4 per work-item, and no more work-items than float4 columns.
-            let r4 = v.r / 4;
-            for l in [128usize, 256, 512, 1024] {
-                let k = r4.div_ceil(l);
-                if l <= max_wg && k <= 16 && (l == 128 || l <= r4) {
-                    cands.push(SoftmaxAlgo::Reg(l, k));
-                }
-            }
-            // f16 rows, eight halves a load: as many bytes per load as the f32 kernel's float4.
-            if half_in && v.r.is_multiple_of(8) && self.info.kind != "cpu" {
-                let r8 = v.r / 8;
+            // Rows in registers: at most 16 loads per work-item, and no more work-items than loads in a row.
+            // Loads of four elements; on GPUs, f16 rows also of eight halves (as many bytes as an f32 float4).
+            let eight = half_in && v.r.is_multiple_of(8) && self.info.kind != "cpu";
+            let widths: &[usize] = if eight { &[4, 8] } else { &[4] };
+            for &w in widths {
+                let loads = v.r / w;
                 for l in [128usize, 256, 512, 1024] {
-                    let k = r8.div_ceil(l);
-                    if l <= max_wg && k <= 16 && (l == 128 || l <= r8) {
-                        cands.push(SoftmaxAlgo::Reg8(l, k));
+                    let k = loads.div_ceil(l);
+                    if l <= max_wg && k <= 16 && (l == 128 || l <= loads) {
+                        cands.push(if w == 4 {
+                            SoftmaxAlgo::Reg(l, k)
+                        } else {
+                            SoftmaxAlgo::Reg8(l, k)
+                        });
                     }
                 }
             }
