@@ -54,6 +54,9 @@
 #ifndef VEC
 #define VEC 0
 #endif
+#ifndef STAGES
+#define STAGES 0
+#endif
 
 #define NT 256
 #define WARPS_N (BN / WN)
@@ -268,6 +271,40 @@ inline uint4 tc_pair4_f32(const float4 lo, const float4 hi) { return tc_pair4_f1
 #define PAIR4_1 tc_pair4_f16
 #endif
 
+// Epilogue of both kernels: c0..c3 of each fragment, bias per row, ReLU (clamps at 0, NaN stays NaN, as
+// gemm_epilogue in kernels/gemm.cl), guarded stores; an aligned f32 output stores its pairs as float2.
+#if VEC && !OUT_HALF
+#define TC_PAIR_STORE(at_, col, v0, v1)                                                                      \
+    if ((col) + 1 < N) {                                                                                     \
+        *(__global float2*)(C + (at_)) = (float2)((v0), (v1));                                              \
+        continue;                                                                                            \
+    }
+#else
+#define TC_PAIR_STORE(at_, col, v0, v1)
+#endif
+#define TC_EPILOGUE                                                                                          \
+    const size_t cbase = (size_t)offC + (size_t)z * sC;                                                      \
+    TC_UNROLL for (int i = 0; i < MI; ++i) {                                                                 \
+        TC_UNROLL for (int h = 0; h < 2; ++h) {                                                              \
+            const int row = m0 + wm0 + i * 16 + g + 8 * h;                                                   \
+            if (row >= M) continue;                                                                          \
+            const float bv = bias_mode == 1 ? bias[row] : 0.0f;                                              \
+            TC_UNROLL for (int j = 0; j < NI; ++j) {                                                         \
+                const int col = n0 + wn0 + j * 8 + 2 * t;                                                    \
+                float v0 = acc[i][j][2 * h] + bv, v1 = acc[i][j][2 * h + 1] + bv;                            \
+                if (relu) {                                                                                  \
+                    v0 = v0 < 0.0f ? 0.0f : v0;                                                              \
+                    v1 = v1 < 0.0f ? 0.0f : v1;                                                              \
+                }                                                                                            \
+                const size_t at_ = cbase + (size_t)row * ldc + col;                                          \
+                TC_PAIR_STORE(at_, col, v0, v1)                                                              \
+                if (col < N) STX(OUT_HALF, v0, C, at_);                                                      \
+                if (col + 1 < N) STX(OUT_HALF, v1, C, at_ + 1);                                              \
+            }                                                                                                \
+        }                                                                                                    \
+    }
+
+#if STAGES == 0
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gemm_tc(const int M, const int N, const int K,
              __global const float* restrict A, const int offA, const int lda, const int sA,
@@ -417,31 +454,240 @@ void gemm_tc(const int M, const int N, const int K,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
 
-    // Epilogue: c0..c3 of each fragment, bias per row, ReLU, guarded stores.
-    const size_t cbase = (size_t)offC + (size_t)z * sC;
-    TC_UNROLL for (int i = 0; i < MI; ++i) {
-        TC_UNROLL for (int h = 0; h < 2; ++h) {
-            const int row = m0 + wm0 + i * 16 + g + 8 * h;
-            if (row >= M) continue;
-            const float bv = bias_mode == 1 ? bias[row] : 0.0f;
-            TC_UNROLL for (int j = 0; j < NI; ++j) {
-                const int col = n0 + wn0 + j * 8 + 2 * t;
-                float v0 = acc[i][j][2 * h] + bv, v1 = acc[i][j][2 * h + 1] + bv;
-                if (relu) {
-                    // Clamps at 0, NaN stays NaN (as gemm_epilogue in kernels/gemm.cl).
-                    v0 = v0 < 0.0f ? 0.0f : v0;
-                    v1 = v1 < 0.0f ? 0.0f : v1;
-                }
-                const size_t at_ = cbase + (size_t)row * ldc + col;
-#if VEC && !OUT_HALF
-                if (col + 1 < N) {
-                    *(__global float2*)(C + at_) = (float2)(v0, v1);
-                    continue;
-                }
+    TC_EPILOGUE
+}
+#endif // STAGES == 0
+
+// ---------------------------------------------------------------------------------------------------------------
+// gemm_tc_pipe (STAGES = 2, 3 or 4): the same product, tiles and fragments, with the operand tiles copied from
+// global to local memory by `cp.async` (16 bytes a copy, no registers held, zero-filled past the edges) into
+// STAGES buffers, so that the copies of the next STAGES - 1 K tiles are in flight while the warps multiply the
+// current one, and the fragments read by `ldmatrix` (four 8×8 matrices of 16-bit elements a lane group per
+// instruction; `.trans` where the tile's contiguous dimension is M or N). A TF32 operand whose contiguous
+// dimension is M or N has no 16-bit transpose and is read as in gemm_tc; TF32 fragments are rounded as they
+// are read (the copies move the f32 bits as stored).
+//
+// Operands are copied as stored: TF32 from f32, FP16 from f16 (A_HALF and B_HALF). Every row and batch start
+// must lie on 16 bytes (a multiple of 4 f32 or 8 f16 elements); rows along K, M or N end in 16 bytes of
+// padding, so that the eight 16-byte rows an ldmatrix phase reads fall in distinct bank groups.
+//
+// With TC_PTX 0 the copies are plain loads and stores, and ldmatrix is emulated by the warp through local
+// memory with the lane-to-row addressing of the instruction, so that PoCL checks every address below.
+#if STAGES
+#if STAGES < 2 || STAGES > 4
+#error "STAGES is 2, 3 or 4"
 #endif
-                if (col < N) STX(OUT_HALF, v0, C, at_);
-                if (col + 1 < N) STX(OUT_HALF, v1, C, at_ + 1);
-            }
+#if (PREC == 0 && (A_HALF || B_HALF)) || (PREC == 1 && !(A_HALF && B_HALF))
+#error "gemm_tc_pipe copies operands as stored: TF32 from f32, FP16 from f16"
+#endif
+#if PREC == 0
+#define CHUNK_E 4
+#else
+#define CHUNK_E 8
+#endif
+#define A_CHUNKS (A_ROWS * A_COLS / (CHUNK_E * NT))
+#define B_CHUNKS (B_ROWS * B_COLS / (CHUNK_E * NT))
+#if A_CHUNKS * CHUNK_E * NT != A_ROWS * A_COLS || B_CHUNKS * CHUNK_E * NT != B_ROWS * B_COLS || A_CHUNKS == 0
+#error "a tile must be a whole number of 16-byte copies per work-item"
+#endif
+#if NI % 2
+#error "B fragments are read two n8 tiles at a time"
+#endif
+// Whether an operand's K dimension is contiguous in its tile (ldmatrix without .trans).
+#define A_KC (!TRANS_A)
+#define B_KC (TRANS_B)
+
+// Copies n (0..CHUNK_E) elements from src to the 16 bytes at dst and zeros the rest.
+inline void tc_copy16(__local LT* dst, __global const LT* src, const int n) {
+#if TC_PTX
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
+                 "r"(n * (int)sizeof(LT))
+                 : "memory");
+#else
+    for (int i = 0; i < CHUNK_E; ++i) dst[i] = i < n ? src[i] : (LT)0;
+#endif
+}
+
+#if TC_PTX
+#define CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#if STAGES == 2
+#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#elif STAGES == 3
+#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#else
+#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#endif
+#define CP_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
+#define LDSM(r, p)                                                                                          \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"                             \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3])                                    \
+                 : "r"((uint)(size_t)(p))                                                                    \
+                 : "memory")
+#define LDSM_T(r, p)                                                                                        \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"                       \
+                 : "=r"((r)[0]), "=r"((r)[1]), "=r"((r)[2]), "=r"((r)[3])                                    \
+                 : "r"((uint)(size_t)(p))                                                                    \
+                 : "memory")
+#else
+#define CP_COMMIT()
+#define CP_WAIT_TILE()
+#define CP_WAIT_ALL()
+// The emulated ldmatrix .x4: lane l names the row (l % 8) of matrix (l / 8) by its address; every lane then
+// receives, of each matrix j, the 16-bit elements (g, 2t) and (g, 2t + 1), or with .trans (2t, g) and
+// (2t + 1, g), low half first. Addresses travel as byte offsets from the tile base through `sc` (32 ints for the
+// warp). Every work-item of the group reaches both barriers.
+inline void tc_ldsm_emu(uint* r, __local const LT* p, __local const LT* base, __local int* sc, const int lane,
+                        const int trans) {
+    barrier(CLK_LOCAL_MEM_FENCE);
+    sc[lane] = (int)((__local const uchar*)p - (__local const uchar*)base);
+    barrier(CLK_LOCAL_MEM_FENCE);
+    __local const ushort* h = (__local const ushort*)base;
+    const int g = lane >> 2, t = lane & 3;
+    for (int j = 0; j < 4; ++j) {
+        if (trans) {
+            const ushort lo = h[sc[j * 8 + 2 * t] / 2 + g], hi = h[sc[j * 8 + 2 * t + 1] / 2 + g];
+            r[j] = PACK(lo, hi);
+        } else {
+            const int row = sc[j * 8 + g] / 2;
+            r[j] = PACK(h[row + 2 * t], h[row + 2 * t + 1]);
         }
     }
 }
+#define LDSM(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_sc + warp * 32, lane, 0)
+#define LDSM_T(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_sc + warp * 32, lane, 1)
+#endif
+
+// A TF32 fragment word read as stored, rounded to tf32.
+#define TF32W(w) as_uint(tc_tf32(as_float(w)))
+
+__kernel __attribute__((reqd_work_group_size(256, 1, 1)))
+void gemm_tc_pipe(const int M, const int N, const int K,
+                  __global const float* restrict A, const int offA, const int lda, const int sA,
+                  __global const float* restrict B, const int offB, const int ldb, const int sB,
+                  __global float* restrict C, const int offC, const int ldc, const int sC,
+                  __global const float* restrict bias, const int bias_mode, const int relu)
+{
+    const int tid = get_local_id(0);
+    const int warp = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, t = lane & 3;
+    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+    const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
+    const int z = get_group_id(2);
+    __global const LT* Ab = (__global const LT*)A + offA + (size_t)z * sA;
+    __global const LT* Bb = (__global const LT*)B + offB + (size_t)z * sB;
+
+    // STAGES A tiles, then STAGES B tiles; 16-byte aligned, as are all their rows.
+    __local uint4 tiles[STAGES * (A_SIZE + B_SIZE) * sizeof(LT) / 16];
+    __local LT* As = (__local LT*)tiles;
+    __local LT* Bs = As + STAGES * A_SIZE;
+#if !TC_PTX
+    __local float scratch[8 * SCRATCH_W];
+    __local int ldsm_sc[8 * 32];
+    __local const LT* tiles_base = (__local const LT*)tiles;
+#endif
+
+    float acc[MI][NI][4];
+    TC_UNROLL for (int i = 0; i < MI; ++i)
+        TC_UNROLL for (int j = 0; j < NI; ++j)
+            TC_UNROLL for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
+
+    // Copy l of a work-item: row r and first column c of the tile in storage orientation; the element count
+    // that lies inside the matrix (rows × cols from (r0, c0)) goes in n, and the source stays in the matrix.
+#define CHUNK(l, ncols, src, ld, r0, c0, rows, cols, dst, dld)                                             \
+    {                                                                                                       \
+        const int q_ = tid + (l) * NT, r = q_ / ((ncols) / CHUNK_E), c = (q_ % ((ncols) / CHUNK_E)) * CHUNK_E; \
+        const int gr = (r0) + r, gc = (c0) + c;                                                             \
+        const int n = gr < (rows) ? clamp((cols) - gc, 0, CHUNK_E) : 0;                                     \
+        tc_copy16((dst) + r * (dld) + c, n > 0 ? (src) + (size_t)gr * (ld) + gc : (src), n);               \
+    }
+#define COPY_TILES(k0, s)                                                                                   \
+    {                                                                                                       \
+        __local LT* da_ = As + (s) * A_SIZE;                                                                \
+        __local LT* db_ = Bs + (s) * B_SIZE;                                                                \
+        TC_UNROLL for (int l = 0; l < A_CHUNKS; ++l) {                                                      \
+            if (TRANS_A) CHUNK(l, A_COLS, Ab, lda, (k0), m0, K, M, da_, A_LD)                               \
+            else CHUNK(l, A_COLS, Ab, lda, m0, (k0), M, K, da_, A_LD)                                       \
+        }                                                                                                   \
+        TC_UNROLL for (int l = 0; l < B_CHUNKS; ++l) {                                                      \
+            if (TRANS_B) CHUNK(l, B_COLS, Bb, ldb, n0, (k0), N, K, db_, B_LD)                               \
+            else CHUNK(l, B_COLS, Bb, ldb, (k0), n0, K, N, db_, B_LD)                                       \
+        }                                                                                                   \
+    }
+
+    const int nk = (K + BK - 1) / BK;
+    // The first STAGES - 1 K tiles in flight; one commit group per tile, empty past the end, so that the
+    // count of groups still pending says which tile has landed.
+    TC_UNROLL for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < nk) COPY_TILES(s * BK, s)
+        CP_COMMIT();
+    }
+    // Lane l's row and 8-element block in the four matrices of an x4 read: the matrix is j = l / 8.
+    const int lr = lane & 7, lj0 = (lane >> 3) & 1, lj1 = lane >> 4;
+    for (int kt = 0; kt < nk; ++kt) {
+        // Tile kt has landed for this work-item's copies; the barrier makes it whole for the group, and every
+        // warp is done with the buffer the next copies overwrite (the one of tile kt - 1).
+        CP_WAIT_TILE();
+        barrier(CLK_LOCAL_MEM_FENCE);
+        const int nt = kt + STAGES - 1;
+        if (nt < nk) COPY_TILES(nt * BK, nt % STAGES)
+        CP_COMMIT();
+        __local const LT* at = As + (kt % STAGES) * A_SIZE;
+        __local const LT* bt = Bs + (kt % STAGES) * B_SIZE;
+        TC_UNROLL_K for (int kk = 0; kk < BK; kk += KSTEP) {
+            uint af[MI][4], bf[NI][2];
+            TC_UNROLL for (int i = 0; i < MI; ++i) {
+                const int r0 = wm0 + i * 16;
+#if PREC == 1 && A_KC
+                // Matrices (rows +0/+8) × (k +0/+8): a0 a1 a2 a3.
+                LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 8 * lj1));
+#elif PREC == 1
+                // Stored K × M: rows k, transposed.
+                LDSM_T(af[i], &AL(at, r0 + 8 * lj0, kk + lr + 8 * lj1));
+#elif A_KC
+                // TF32: an 8×8 matrix of 16-bit elements is 8 rows of 4 f32; rows +0/+8 × k +0/+4.
+                LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 4 * lj1));
+                TC_UNROLL for (int e = 0; e < 4; ++e) af[i][e] = TF32W(af[i][e]);
+#else
+                af[i][0] = TF32W(as_uint(AL(at, r0 + g, kk + t)));
+                af[i][1] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t)));
+                af[i][2] = TF32W(as_uint(AL(at, r0 + g, kk + t + 4)));
+                af[i][3] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t + 4)));
+#endif
+            }
+            TC_UNROLL for (int j = 0; j < NI; j += 2) {
+                const int c0 = wn0 + j * 8;
+#if PREC == 1 || B_KC
+                uint r4[4];
+#endif
+#if PREC == 1 && B_KC
+                // Stored N × K: matrices (n +0, k +0) (n +0, k +8) (n +8, k +0) (n +8, k +8).
+                LDSM(r4, &BL(bt, kk + 8 * lj0, c0 + lr + 8 * lj1));
+#elif PREC == 1
+                // Stored K × N, transposed: matrices (k +0, n +0) (k +8, n +0) (k +0, n +8) (k +8, n +8).
+                LDSM_T(r4, &BL(bt, kk + lr + 8 * lj0, c0 + 8 * lj1));
+#elif B_KC
+                // TF32 stored N × K: matrices (n +0, k +0) (n +0, k +4) (n +8, k +0) (n +8, k +4).
+                LDSM(r4, &BL(bt, kk + 4 * lj0, c0 + lr + 8 * lj1));
+                TC_UNROLL for (int e = 0; e < 4; ++e) r4[e] = TF32W(r4[e]);
+#endif
+#if PREC == 1 || B_KC
+                bf[j][0] = r4[0];
+                bf[j][1] = r4[1];
+                bf[j + 1][0] = r4[2];
+                bf[j + 1][1] = r4[3];
+#else
+                TC_UNROLL for (int h = 0; h < 2; ++h) {
+                    bf[j + h][0] = TF32W(as_uint(BL(bt, kk + t, c0 + 8 * h + g)));
+                    bf[j + h][1] = TF32W(as_uint(BL(bt, kk + t + 4, c0 + 8 * h + g)));
+                }
+#endif
+            }
+            TC_UNROLL for (int i = 0; i < MI; ++i)
+                TC_UNROLL for (int j = 0; j < NI; ++j) MMA(acc[i][j], af[i], bf[j]);
+        }
+    }
+    CP_WAIT_ALL();
+
+    TC_EPILOGUE
+}
+#endif // STAGES

@@ -215,6 +215,117 @@ fn every_tile_configuration_within_the_bound() {
     }
 }
 
+/// The pipelined kernel (`cp.async` copies, `ldmatrix` fragments): offered exactly where its copies fit (TF32
+/// on f32 tensors, FP16 on f16 tensors, rows on 16 bytes); every tile on ragged edges (M, N, K not multiples of
+/// any tile) and every transpose, batched with strides, within the bound. Emulated on PoCL with the lane
+/// addressing of `ldmatrix`, so a wrong matrix order or row address fails here too.
+#[test]
+fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
+    let Some((dev, _serial)) = device() else {
+        return;
+    };
+    let pipe_labels = |a: &Tensor, b: &Tensor, ta: bool, tb: bool, p: Precision| -> Vec<String> {
+        precision::with(p, || ops::matmul_candidates(a, b, ta, tb))
+            .unwrap()
+            .into_iter()
+            .filter(|l| l.contains("_async\""))
+            .collect()
+    };
+    // Rows of 70 elements are not on 16 bytes (f32 or f16): no pipelined tile.
+    let (_, a) = operand(&dev, &[40, 70], 60);
+    let (_, b) = operand(&dev, &[70, 24], 61);
+    assert!(pipe_labels(&a, &b, false, false, Precision::Tf32).is_empty());
+    let (a16, b16) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+    assert!(pipe_labels(&a16, &b16, false, false, Precision::Fp16).is_empty());
+    // f32 tensors at FP16 precision are rounded as they are staged, which the copies cannot do.
+    let (_, a) = operand(&dev, &[72, 40], 62);
+    let (_, b) = operand(&dev, &[40, 24], 63);
+    assert!(pipe_labels(&a, &b, false, false, Precision::Fp16).is_empty());
+
+    // M = 72 and N = 40 cut every block tile; K = 40 leaves a partial K tile at every K tile size (8 to 32).
+    let (m, n, k) = (72, 40, 40);
+    for p in [Precision::Tf32, Precision::Fp16] {
+        for case in 0..4 {
+            let (ta, tb) = (case & 1 == 1, case & 2 == 2);
+            let (av, a) = operand(&dev, &if ta { [k, m] } else { [m, k] }, 70 + case);
+            let (bv, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 80 + case);
+            let (a, b, av, bv) = if p == Precision::Fp16 {
+                let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+                let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                (a, b, av, bv)
+            } else {
+                (a, b, av, bv)
+            };
+            let labels = pipe_labels(&a, &b, ta, tb, p);
+            assert_eq!(labels.len(), 5, "{p} ta={ta} tb={tb}: {labels:?}");
+            // Every tile untransposed, the smallest (four stages) in the other layouts.
+            let run: Vec<&String> = if case == 0 {
+                labels.iter().collect()
+            } else {
+                labels.iter().rev().take(1).collect()
+            };
+            for label in run {
+                let got = precision::with(p, || ops::matmul_with(&a, &b, ta, tb, label)).unwrap();
+                let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                // f16 operands are exact as stored: only the sums and the f16 output round.
+                let (pc, out16) = match p {
+                    Precision::Fp16 => (Precision::Fp32, true),
+                    _ => (p, false),
+                };
+                let what = format!("{label} {m}x{n}x{k} ta={ta} tb={tb}");
+                check(
+                    &got,
+                    &av,
+                    &bv,
+                    (1, m, n, k),
+                    (ta, tb),
+                    (false, false),
+                    pc,
+                    out16,
+                    &what,
+                );
+            }
+        }
+    }
+    // Batched with strides: a batch of 3 f16 products with one B shared, every pipelined tile.
+    let (_, a) = operand(&dev, &[3, 24, 48], 90);
+    let (_, b) = operand(&dev, &[1, 48, 32], 91);
+    let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+    let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let labels: Vec<String> = precision::with(Precision::Fp16, || {
+        ops::bmm_candidates(&a, &b, false, false)
+    })
+    .unwrap()
+    .into_iter()
+    .filter(|l| l.contains("_async\""))
+    .collect();
+    assert!(
+        !labels.is_empty(),
+        "the batch's products fit the pipelined kernel"
+    );
+    for label in &labels {
+        let got = precision::with(Precision::Fp16, || {
+            ops::bmm_with(&a, &b, false, false, label)
+        })
+        .unwrap();
+        let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let what = format!("f16 bmm {label}");
+        check(
+            &got,
+            &av,
+            &bv,
+            (3, 24, 32, 48),
+            (false, false),
+            (false, true),
+            Precision::Fp32,
+            true,
+            &what,
+        );
+    }
+}
+
 #[test]
 fn batches_with_strides_and_shared_operands() {
     let Some((dev, _serial)) = device() else {

@@ -173,12 +173,17 @@ fn bmm_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gem
 /// or FP16 with usable tensor cores, `["tc_tf32",128,128,16,64,32]` and the like), measured by the autotuner
 /// as [`matmul_candidates`] says.
 pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
-    let mut g = bmm_desc(a, b, trans_a, trans_b)?;
-    g.math = Math::f32_at(precision::current()?);
+    let (g, _) = labelled_desc(
+        a,
+        b,
+        || bmm_desc(a, b, trans_a, trans_b),
+        || bmm_shape(a, b, trans_a, trans_b),
+    )?;
     Ok(a.device().backend().gemm_labels(&g))
 }
 
-/// `bmm` computed by the candidate `label` (one of [`bmm_candidates`]), without autotuning.
+/// `bmm` computed by the candidate `label` (one of [`bmm_candidates`]), without autotuning; f16 tensors under
+/// FP16 as [`matmul_with`].
 pub fn bmm_with(
     a: &Tensor,
     b: &Tensor,
@@ -186,14 +191,43 @@ pub fn bmm_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let mut g = bmm_desc(a, b, trans_a, trans_b)?;
-    g.math = Math::f32_at(precision::current()?);
-    forced(a, b, &g, &[g.batch, g.m, g.n], label)
+    let (g, dtype) = labelled_desc(
+        a,
+        b,
+        || bmm_desc(a, b, trans_a, trans_b),
+        || bmm_shape(a, b, trans_a, trans_b),
+    )?;
+    forced(a, b, &g, &[g.batch, g.m, g.n], dtype, label)
 }
 
-/// Runs `g` into a new tensor of `shape` with the candidate `label`, bypassing the autotuner.
-fn forced(a: &Tensor, b: &Tensor, g: &Gemm, shape: &[usize], label: &str) -> Result<Tensor> {
-    let out = Tensor::empty(a.device(), shape, DType::F32)?;
+/// The descriptor of a product named by label, at this thread's precision, and its output dtype: two f16
+/// tensors under FP16 on a device with usable tensor cores multiply as stored into f16 (as `matmul_prec`
+/// does); anything else is an f32 product (`f32_desc` checks the dtypes).
+fn labelled_desc(
+    a: &Tensor,
+    b: &Tensor,
+    f32_desc: impl FnOnce() -> Result<Gemm>,
+    shape: impl FnOnce() -> Result<Gemm>,
+) -> Result<(Gemm, DType)> {
+    let p = precision::current()?;
+    if let Some(g) = f16_direct(a, b, p, shape)? {
+        return Ok((g, DType::F16));
+    }
+    let mut g = f32_desc()?;
+    g.math = Math::f32_at(p);
+    Ok((g, DType::F32))
+}
+
+/// Runs `g` into a new tensor of `shape` and `dtype` with the candidate `label`, bypassing the autotuner.
+fn forced(
+    a: &Tensor,
+    b: &Tensor,
+    g: &Gemm,
+    shape: &[usize],
+    dtype: DType,
+    label: &str,
+) -> Result<Tensor> {
+    let out = Tensor::empty(a.device(), shape, dtype)?;
     g.check(a, b, &out, None)?;
     if out.numel() > 0 {
         let op = GemmOp::new(a, b, &out, None, g);
@@ -232,7 +266,9 @@ fn matmul_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
 /// The kernel candidates for `matmul_t(a, b, trans_a, trans_b)` on their device at this thread's precision,
 /// as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
 /// `["tiled_sliced",64,32,32,4,4,4,1]` with the K tile sliced among 4 layers of work-items; under TF32 or FP16
-/// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile); the built-in
+/// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile, and where the
+/// operands' rows lie on 16 bytes the pipelined `["tc_tf32_async",128,128,16,64,32,2]`, with its count of
+/// local buffers; two f16 tensors under FP16 list the candidates of their f16 product); the built-in
 /// device has the one candidate `reference`. The autotuner measures every one except those shaped for the
 /// other kind of memory (the tiled kernels where local memory is not on chip, as on CPU OpenCL; the packed and
 /// register kernels where it is, as on GPUs), which never win there; they still run when forced.
@@ -242,13 +278,18 @@ pub fn matmul_candidates(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Vec<String>> {
-    let mut g = matmul_desc(a, b, trans_a, trans_b)?;
-    g.math = Math::f32_at(precision::current()?);
+    let (g, _) = labelled_desc(
+        a,
+        b,
+        || matmul_desc(a, b, trans_a, trans_b),
+        || matmul_shape(a, b, trans_a, trans_b),
+    )?;
     Ok(a.device().backend().gemm_labels(&g))
 }
 
 /// `matmul_t` computed by the candidate `label` (one of [`matmul_candidates`]), without autotuning: to test
-/// and compare individual kernels.
+/// and compare individual kernels. Two f16 tensors under FP16 (with usable tensor cores) give an f16 product,
+/// as [`matmul_prec`] does; otherwise the tensors are f32 and so is the product.
 pub fn matmul_with(
     a: &Tensor,
     b: &Tensor,
@@ -256,9 +297,13 @@ pub fn matmul_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let mut g = matmul_desc(a, b, trans_a, trans_b)?;
-    g.math = Math::f32_at(precision::current()?);
-    forced(a, b, &g, &[g.m, g.n], label)
+    let (g, dtype) = labelled_desc(
+        a,
+        b,
+        || matmul_desc(a, b, trans_a, trans_b),
+        || matmul_shape(a, b, trans_a, trans_b),
+    )?;
+    forced(a, b, &g, &[g.m, g.n], dtype, label)
 }
 
 /// Validates `g` against the buffers and runs it on their device (k = 0 writes the epilogue of an empty sum).

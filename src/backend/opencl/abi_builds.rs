@@ -41,6 +41,7 @@ fn builds(family: &str) -> Vec<Defines> {
                 base().set("MR", 4).set("VW", 8).set("NB", 2),
             ]
         }
+        "gemm_tc" => vec![d(), d().set("STAGES", 2)],
         "winograd" => vec![d().set("WM", 2), d().set("WM", 4).set("VT", 1)],
         _ => vec![d()],
     }

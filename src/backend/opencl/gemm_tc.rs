@@ -42,19 +42,37 @@ pub(crate) struct TcTile {
     /// The warp tile; (bm / wm) · (bn / wn) = 8 warps.
     pub wm: usize,
     pub wn: usize,
+    /// 0: `gemm_tc`, operand tiles staged through registers into two local buffers; 2 to 4: `gemm_tc_pipe`, that
+    /// many local buffers filled by `cp.async` copies, fragments read by `ldmatrix`.
+    pub stages: usize,
 }
 
 impl TcTile {
-    /// The candidate's label value: `["tc_tf32", bm, bn, bk, wm, wn]`.
+    /// The candidate's label value: `["tc_tf32", bm, bn, bk, wm, wn]`, or for the pipelined kernel
+    /// `["tc_tf32_async", bm, bn, bk, wm, wn, stages]`.
     pub(crate) fn label_value(&self) -> Value {
-        json!([
-            format!("tc_{}", self.prec.name()),
-            self.bm,
-            self.bn,
-            self.bk,
-            self.wm,
-            self.wn
-        ])
+        let name = format!("tc_{}", self.prec.name());
+        let (bm, bn, bk, wm, wn) = (self.bm, self.bn, self.bk, self.wm, self.wn);
+        match self.stages {
+            0 => json!([name, bm, bn, bk, wm, wn]),
+            s => json!([format!("{name}_async"), bm, bn, bk, wm, wn, s]),
+        }
+    }
+
+    /// The program's kernel: `gemm_tc` or `gemm_tc_pipe`.
+    fn kernel(&self) -> &'static str {
+        match self.stages {
+            0 => abi::GEMM_TC,
+            _ => abi::GEMM_TC_PIPE,
+        }
+    }
+
+    /// Elements of one 16-byte `cp.async` copy (4 f32 for TF32, 8 f16 for FP16).
+    fn chunk(&self) -> usize {
+        match self.prec {
+            Precision::Fp16 => 8,
+            _ => 4,
+        }
     }
 }
 
@@ -74,6 +92,41 @@ const F16_TILES: [(usize, usize, usize, usize, usize); 4] = [
     (64, 64, 32, 32, 16),
 ];
 
+/// Pipelined TF32 tiles (bm, bn, bk, wm, wn, stages): as many buffers as fit 48 KiB with the padding, in every
+/// transpose (`ptxas` for sm_90 puts each at 48 to 156 registers, without spills).
+const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
+    (128, 128, 16, 64, 32, 2),
+    (128, 128, 8, 64, 32, 4),
+    (128, 64, 16, 32, 32, 3),
+    (64, 128, 16, 32, 32, 3),
+    (64, 64, 16, 32, 16, 4),
+];
+/// Pipelined FP16 tiles.
+const F16_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
+    (128, 128, 32, 64, 32, 2),
+    (128, 128, 16, 64, 32, 4),
+    (128, 64, 32, 32, 32, 3),
+    (64, 128, 32, 32, 32, 3),
+    (64, 64, 32, 32, 16, 4),
+];
+
+fn tile_list(
+    p: Precision,
+    list: &'static [(usize, usize, usize, usize, usize, usize)],
+) -> impl Iterator<Item = TcTile> {
+    list.iter()
+        .map(move |&(bm, bn, bk, wm, wn, stages)| TcTile {
+            prec: p,
+            bm,
+            bn,
+            bk,
+            wm,
+            wn,
+            stages,
+        })
+}
+
+/// The register-staged tiles of `p` (`gemm_tc`), largest first.
 fn tiles(p: Precision) -> impl Iterator<Item = TcTile> {
     let list: &[(usize, usize, usize, usize, usize)] = match p {
         Precision::Tf32 => &TF32_TILES,
@@ -87,10 +140,21 @@ fn tiles(p: Precision) -> impl Iterator<Item = TcTile> {
         bk,
         wm,
         wn,
+        stages: 0,
     })
 }
 
-/// The local memory tile `t` takes for `g` (both double-buffered operand tiles, with the padding of the
+/// The pipelined tiles of `p` (`gemm_tc_pipe`), largest first.
+fn pipe_tiles(p: Precision) -> impl Iterator<Item = TcTile> {
+    let list: &'static [(usize, usize, usize, usize, usize, usize)] = match p {
+        Precision::Tf32 => &TF32_PIPE,
+        Precision::Fp16 => &F16_PIPE,
+        Precision::Fp32 => &[],
+    };
+    tile_list(p, list)
+}
+
+/// The local memory tile `t` takes for `g` (its operand buffers, two or `stages`, with the padding of the
 /// kernel, plus the emulation's scratch when emulated).
 fn local_bytes(g: &Gemm, t: &TcTile, emulate: bool) -> usize {
     let (elem, pad_k, kstep) = match t.prec {
@@ -107,12 +171,25 @@ fn local_bytes(g: &Gemm, t: &TcTile, emulate: bool) -> usize {
     } else {
         t.bk * (t.bn + 8)
     };
-    let scratch = if emulate {
-        8 * (16 * kstep + kstep * 8) * 4
-    } else {
-        0
+    let scratch = match (emulate, t.stages) {
+        (false, _) => 0,
+        (true, 0) => 8 * (16 * kstep + kstep * 8) * 4,
+        // The pipelined kernel's emulated ldmatrix passes 32 addresses a warp.
+        (true, _) => 8 * (16 * kstep + kstep * 8) * 4 + 8 * 32 * 4,
     };
-    2 * (a + b) * elem + scratch
+    t.stages.max(2) * (a + b) * elem + scratch
+}
+
+/// Whether the pipelined kernel can run `g` at tile `t`'s precision: operands stored as the precision
+/// multiplies them (TF32 from f32, FP16 from f16), and every row and batch start of A and B on 16 bytes (the
+/// `cp.async` copies), C's on 4 elements.
+fn pipe_fits(g: &Gemm, t: &TcTile) -> bool {
+    let e = t.chunk();
+    (t.prec == Precision::Fp16) == g.math.f16_io
+        && aligned(g)
+        && [g.lda, g.off_a, g.s_a, g.ldb, g.off_b, g.s_b]
+            .iter()
+            .all(|v| v % e == 0)
 }
 
 /// Whether every row and batch start of A, B and C lies on a multiple of 4 elements (vector global access).
@@ -141,6 +218,7 @@ fn defines(g: &Gemm, t: &TcTile, aligned: bool, ptx: bool) -> Defines {
         .set("WM", t.wm)
         .set("WN", t.wn)
         .set("VEC", aligned as i32)
+        .set("STAGES", t.stages)
 }
 
 /// The autotune kernel name of a product: `base` itself on the FP32 kernels, else with the precision (and
@@ -165,11 +243,12 @@ pub(crate) fn tuned_name(g: &Gemm, tc: bool, base: &'static str) -> Cow<'static,
 /// The programs tile `t` launches for `g`.
 pub(crate) fn programs(g: &Gemm, t: &TcTile) -> Vec<ProgramSpec> {
     let ptx = !emulated().unwrap_or(false);
-    vec![(abi::FAMILY, abi::GEMM_TC, defines(g, t, aligned(g), ptx))]
+    vec![(abi::FAMILY, t.kernel(), defines(g, t, aligned(g), ptx))]
 }
 
-/// Probe results per OpenCL device id and precision (TF32, FP16): `Err` holds why tensor cores are not used.
-type Probes = HashMap<usize, [Option<std::result::Result<(), String>>; 2]>;
+/// Probe results per OpenCL device id and kernel (TF32, FP16, pipelined TF32, pipelined FP16): `Err` holds
+/// why that kernel is not used.
+type Probes = HashMap<usize, [Option<std::result::Result<(), String>>; 4]>;
 static PROBES: Mutex<Option<Probes>> = Mutex::new(None);
 
 fn slot(p: Precision) -> usize {
@@ -179,6 +258,17 @@ fn slot(p: Precision) -> usize {
 impl ClDevice {
     /// Whether tensor cores compute products at `p` (TF32 or FP16) on this device: `Ok`, or why not.
     pub(crate) fn tc_status(&self, p: Precision) -> std::result::Result<(), String> {
+        self.kernel_status(p, false)
+    }
+
+    /// Whether the pipelined kernel (`cp.async`, `ldmatrix`) computes products at `p` here: `Ok`, or why not.
+    /// Asked only where [`ClDevice::tc_status`] is `Ok`.
+    pub(crate) fn tc_pipe_status(&self, p: Precision) -> std::result::Result<(), String> {
+        self.tc_status(p)?;
+        self.kernel_status(p, true)
+    }
+
+    fn kernel_status(&self, p: Precision, pipe: bool) -> std::result::Result<(), String> {
         if p == Precision::Fp32 {
             return Err("FP32 needs no tensor cores".into());
         }
@@ -188,19 +278,25 @@ impl ClDevice {
             Err(e) => return Err(e.to_string()),
         }
         let id = self.device.id() as usize;
+        let at = slot(p) + 2 * pipe as usize;
         let known = PROBES
             .lock()
             .ok()
-            .and_then(|m| m.as_ref()?.get(&id)?[slot(p)].clone());
+            .and_then(|m| m.as_ref()?.get(&id)?[at].clone());
         if let Some(r) = known {
             return r;
         }
-        let r = self.tc_probe(p);
+        let r = self.tc_probe(p, pipe);
         if let Err(why) = &r {
-            tracing::info!("{} tensor cores on {}: {why}", p.name(), self.info.name);
+            let what = if pipe {
+                "pipelined tensor-core kernel"
+            } else {
+                "tensor cores"
+            };
+            tracing::info!("{} {what} on {}: {why}", p.name(), self.info.name);
         }
         if let Ok(mut m) = PROBES.lock() {
-            m.get_or_insert_with(HashMap::new).entry(id).or_default()[slot(p)] = Some(r.clone());
+            m.get_or_insert_with(HashMap::new).entry(id).or_default()[at] = Some(r.clone());
         }
         r
     }
@@ -210,10 +306,12 @@ impl ClDevice {
         self.tc_status(p).is_ok()
     }
 
-    /// Builds the tensor-core kernel with its PTX and runs it on a 20×24×40 product of small integers (exact in
-    /// TF32 and FP16, and summed exactly in f32), over a K of several tiles; `Ok` only if it builds and every
-    /// element is exact. Never an error to the caller: a failure is the reason tensor cores are not used.
-    fn tc_probe(&self, p: Precision) -> std::result::Result<(), String> {
+    /// Builds a tensor-core kernel with its PTX (the pipelined one if `pipe`) and runs it on a 20×24×40 product
+    /// of small integers (exact in TF32 and FP16, and summed exactly in f32; the pipelined FP16 kernel reads and
+    /// writes them as f16), over a K of several tiles; `Ok` only if it builds and every element is exact. The
+    /// pipelined kernel is probed in a context of its own, so that a fault of its copies cannot end this
+    /// device's context. Never an error to the caller: a failure is the reason the kernel is not used.
+    fn tc_probe(&self, p: Precision, pipe: bool) -> std::result::Result<(), String> {
         let vendor = format!("{} {}", self.info.platform, self.info.vendor).to_ascii_lowercase();
         if self.info.kind != DeviceType::Gpu || !vendor.contains("nvidia") {
             return Err("not an NVIDIA GPU".into());
@@ -236,20 +334,48 @@ impl ClDevice {
             .collect();
         let mut g = Gemm::dense(m, n, k, 1, false, false, false);
         g.math = Math::f32_at(p);
-        let tile = tiles(p)
-            .last()
-            .ok_or_else(|| "no tile configuration".to_string())?;
+        let list = if pipe {
+            pipe_tiles(p).last()
+        } else {
+            tiles(p).last()
+        };
+        let tile = list.ok_or_else(|| "no tile configuration".to_string())?;
+        // f16 storage where the pipelined FP16 kernel needs it: every value and sum is exact in f16 too.
+        let half = pipe && p == Precision::Fp16;
+        g.math.f16_io = half;
+        let own;
+        let dev = if pipe {
+            own = ClDevice::new(self.device.id(), self.info.clone())
+                .map_err(|e| format!("no context for the probe: {e}"))?;
+            &own
+        } else {
+            self
+        };
         let run = || -> Result<Vec<f32>> {
             let upload = |v: &[f32]| -> Result<Storage> {
-                let s = self.alloc(v.len() * 4)?;
-                self.write(&s, 0, bytemuck::cast_slice(v))?;
+                if half {
+                    let h: Vec<u16> = v.iter().map(|&x| crate::half::f32_to_f16(x)).collect();
+                    let s = dev.alloc(h.len() * 2)?;
+                    dev.write(&s, 0, bytemuck::cast_slice(&h))?;
+                    return Ok(s);
+                }
+                let s = dev.alloc(v.len() * 4)?;
+                dev.write(&s, 0, bytemuck::cast_slice(v))?;
                 Ok(s)
             };
             let (sa, sb) = (upload(&a)?, upload(&b)?);
-            let sc = self.alloc(m * n * 4)?;
-            self.launch_tc(&g, &tile, [&sa, &sb, &sc], None, true)?;
+            let sc = dev.alloc(m * n * 4)?;
+            dev.launch_tc(&g, &tile, [&sa, &sb, &sc], None, true)?;
             let mut out = vec![0f32; m * n];
-            self.read(&sc, 0, bytemuck::cast_slice_mut(&mut out))?;
+            if half {
+                let mut h = vec![0u16; m * n];
+                dev.read(&sc, 0, bytemuck::cast_slice_mut(&mut h))?;
+                for (o, x) in out.iter_mut().zip(h) {
+                    *o = crate::half::f16_to_f32(x);
+                }
+            } else {
+                dev.read(&sc, 0, bytemuck::cast_slice_mut(&mut out))?;
+            }
             Ok(out)
         };
         let got = run().map_err(|e| format!("the probe kernel failed: {e}"))?;
@@ -314,7 +440,13 @@ impl ClDevice {
             return Vec::new();
         }
         let (bm, bn) = (g.m.next_power_of_two(), g.n.next_power_of_two());
+        // The pipelined tiles follow the register-staged ones (whose first is the untimed first choice).
+        let pipe: Vec<TcTile> = match self.tc_pipe_status(p) {
+            Ok(()) => pipe_tiles(p).filter(|t| pipe_fits(g, t)).collect(),
+            Err(_) => Vec::new(),
+        };
         tiles(p)
+            .chain(pipe)
             // A tile far larger than the product only pads work (the smallest one is always kept).
             .filter(|t| {
                 (t.bm <= 2 * bm.max(64) && t.bn <= 2 * bn.max(64)) || t.bm * t.bn == 64 * 64
@@ -327,8 +459,9 @@ impl ClDevice {
             .collect()
     }
 
-    /// Launches tile `t` for `g` on the buffers `[a, b, c]`: one launch of `gemm_tc`, with the PTX mma (`ptx`)
-    /// or its emulation.
+    /// Launches tile `t` for `g` on the buffers `[a, b, c]`: one launch of `gemm_tc` or `gemm_tc_pipe`, with
+    /// the PTX instructions (`ptx`) or their emulation. The pipelined kernel needs a product it fits
+    /// ([`pipe_fits`]); anything else is an error that says so.
     pub(crate) fn launch_tc(
         &self,
         g: &Gemm,
@@ -337,6 +470,18 @@ impl ClDevice {
         bias: Option<&Storage>,
         ptx: bool,
     ) -> Result<Event> {
+        if t.stages > 0 && !pipe_fits(g, t) {
+            return Err(Error::Invalid(format!(
+                "the pipelined {} tile needs operands stored as {} with every row and batch start of A and B \
+                 on 16 bytes",
+                t.prec.name(),
+                if t.prec == Precision::Fp16 {
+                    "f16"
+                } else {
+                    "f32"
+                }
+            )));
+        }
         let aligned = aligned(g);
         let key = [
             g.trans_a as usize,
@@ -348,10 +493,11 @@ impl ClDevice {
             t.bk,
             t.wm,
             t.wn,
+            t.stages,
             aligned as usize,
             ptx as usize,
         ];
-        let k = self.kernel_by(quick_key(abi::FAMILY, abi::GEMM_TC, &key), || {
+        let k = self.kernel_by(quick_key(abi::FAMILY, t.kernel(), &key), || {
             defines(g, t, aligned, ptx)
         })?;
         let i = |v: usize| v as i32;

@@ -150,8 +150,57 @@ fn epilogue_offsets_and_strides_match_the_reference() {
     }
 }
 
+/// The pipelined kernel on f32 operands (TF32) whose rows lie on 16 bytes: every tile, emulated, with its
+/// copies, `ldmatrix` addressing and stages, on the aligned case (A transposed, bias, batch strides); with the
+/// PTX too where the device passed the probe. A product it does not fit is refused by name.
+#[test]
+fn pipelined_tf32_tiles_match_the_reference() {
+    let Some(dev) = device() else { return };
+    let cl = dev
+        .backend()
+        .as_any()
+        .downcast_ref::<ClDevice>()
+        .expect("an OpenCL device has the OpenCL backend");
+    let (_, mut g) = cases().remove(1);
+    g.math = Math::f32_at(Precision::Tf32);
+    for t in pipe_tiles(Precision::Tf32) {
+        assert!(pipe_fits(&g, &t), "{t:?}");
+        check(cl, &g, &t, false, &format!("{t:?} emulated"));
+        if cl.tc_pipe_status(Precision::Tf32).is_ok() && !emulated().unwrap_or(false) {
+            check(cl, &g, &t, true, &format!("{t:?} PTX"));
+        }
+    }
+    let (_, mut unaligned) = cases().remove(0);
+    unaligned.math = Math::f32_at(Precision::Tf32);
+    let t = pipe_tiles(Precision::Tf32).last().unwrap();
+    assert!(!pipe_fits(&unaligned, &t));
+    let s = cl.alloc(1 << 16).unwrap();
+    let err = cl
+        .launch_tc(&unaligned, &t, [&s, &s, &s], None, false)
+        .err()
+        .expect("an unaligned product is refused");
+    assert!(err.to_string().contains("16 bytes"), "{err}");
+}
+
 #[test]
 fn tile_configurations_split_the_block_among_eight_warps() {
+    for t in pipe_tiles(Precision::Tf32).chain(pipe_tiles(Precision::Fp16)) {
+        assert_eq!((t.bm / t.wm) * (t.bn / t.wn), 8, "{t:?}");
+        assert!(
+            t.wm % 16 == 0 && t.wn % 16 == 0,
+            "{t:?}: B fragments come two n8 tiles a read"
+        );
+        assert!((2..=4).contains(&t.stages), "{t:?}");
+        let kstep = if t.prec == Precision::Fp16 { 16 } else { 8 };
+        assert_eq!(t.bk % kstep, 0, "{t:?}");
+        // Whole 16-byte copies per work-item, and 48 KiB in every transpose.
+        assert_eq!((t.bm * t.bk) % (t.chunk() * THREADS), 0, "{t:?}");
+        assert_eq!((t.bn * t.bk) % (t.chunk() * THREADS), 0, "{t:?}");
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            let g = Gemm::dense(t.bm, t.bn, t.bk, 1, ta, tb, false);
+            assert!(local_bytes(&g, &t, false) <= 48 * 1024, "{t:?} {ta} {tb}");
+        }
+    }
     for p in [Precision::Tf32, Precision::Fp16] {
         for t in tiles(p) {
             assert_eq!((t.bm / t.wm) * (t.bn / t.wn), 8, "{t:?}");
