@@ -493,6 +493,9 @@ void gemm_tc(const int M, const int N, const int K,
 #if NI % 2
 #error "B fragments are read two n8 tiles at a time"
 #endif
+#ifndef TC_GROUP_M
+#define TC_GROUP_M 8
+#endif
 // Whether an operand's K dimension is contiguous in its tile (ldmatrix without .trans).
 #define A_KC (!TRANS_A)
 #define B_KC (TRANS_B)
@@ -571,7 +574,18 @@ void gemm_tc_pipe(const int M, const int N, const int K,
     const int warp = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
     const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
-    const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
+    // Block tiles in groups of TC_GROUP_M rows, column after column within a group: the work-groups that run
+    // at the same time share A's rows and B's columns in the L2 cache (in launch order a wave would sweep
+    // every column of B for a few rows of A, and B of a large product does not fit the L2).
+    int bx = get_group_id(0), by = get_group_id(1);
+    {
+        const int nbn = get_num_groups(0), nbm = get_num_groups(1);
+        const int pid = by * nbn + bx, span = TC_GROUP_M * nbn;
+        const int first = pid / span * TC_GROUP_M, rows = min(nbm - first, TC_GROUP_M);
+        by = first + (pid % span) % rows;
+        bx = (pid % span) / rows;
+    }
+    const int n0 = bx * BN, m0 = by * BM;
     const int z = get_group_id(2);
     __global const LT* Ab = (__global const LT*)A + offA + (size_t)z * sA;
     __global const LT* Bb = (__global const LT*)B + offB + (size_t)z * sB;

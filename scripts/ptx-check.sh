@@ -34,6 +34,8 @@ static inline ushort ncl_f2h(float x) { ushort r; __asm__("cvt.rn.f16.f32 %0, %1
 static inline float ncl_h2f(ushort x) { float r; __asm__("cvt.f32.f16 %0, %1;" : "=f"(r) : "h"(x)); return r; }
 static inline int ncl_clampi(int x, int a, int b) { return x < a ? a : (x > b ? b : x); }
 #define clamp(x, a, b) ncl_clampi(x, a, b)
+#define min(a, b) ((a) < (b) ? (a) : (b))
+#define max(a, b) ((a) > (b) ? (a) : (b))
 #define vload_half(i, p) ncl_h2f(((const ushort*)(p))[i])
 #define vload_half4(i, p) ((float4)(vload_half(4 * (i), p), vload_half(4 * (i) + 1, p), vload_half(4 * (i) + 2, p), vload_half(4 * (i) + 3, p)))
 #define vloada_half4 vload_half4

@@ -288,6 +288,39 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
             }
         }
     }
+    // Ten rows of three block tiles (64 × 64): the grouped launch order (eight block rows a group) with a
+    // partial last group, checked element by element.
+    let (m, n, k) = (600, 136, 24);
+    for p in [Precision::Tf32, Precision::Fp16] {
+        let (av, a) = operand(&dev, &[m, k], 95);
+        let (bv, b) = operand(&dev, &[k, n], 96);
+        let (a, b, av, bv, pc, out16) = if p == Precision::Fp16 {
+            let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+            let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            (a, b, av, bv, Precision::Fp32, true)
+        } else {
+            (a, b, av, bv, p, false)
+        };
+        let label = pipe_labels(&a, &b, false, false, p)
+            .pop()
+            .expect("a pipelined tile");
+        assert!(label.contains(",64,64,"), "{label}");
+        let got = precision::with(p, || ops::matmul_with(&a, &b, false, false, &label)).unwrap();
+        let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+        let what = format!("{label} {m}x{n}x{k}");
+        check(
+            &got,
+            &av,
+            &bv,
+            (1, m, n, k),
+            (false, false),
+            (false, false),
+            pc,
+            out16,
+            &what,
+        );
+    }
     // Batched with strides: a batch of 3 f16 products with one B shared, every pipelined tile.
     let (_, a) = operand(&dev, &[3, 24, 48], 90);
     let (_, b) = operand(&dev, &[1, 48, 32], 91);
