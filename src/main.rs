@@ -52,6 +52,9 @@ enum Command {
         /// Skip the comparison against the built-in device.
         #[arg(long)]
         no_check: bool,
+        /// Add to each line where the device time of a call goes, kernel by kernel (`profile`).
+        #[arg(long)]
+        profile: bool,
         /// List the case names and exit.
         #[arg(long)]
         list: bool,
@@ -274,6 +277,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
             json: _,
             reps,
             no_check,
+            profile,
             list,
             cases,
         } => {
@@ -297,6 +301,7 @@ fn run(cli: Cli) -> Result<(), CliError> {
                 small,
                 reps,
                 check: !no_check,
+                profile,
             };
             println!(
                 "{}",

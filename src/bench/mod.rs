@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use crate::autotune::{self, Decision};
 use crate::device::Device;
-use crate::device::timing::{record_launches, take_launch_span_ms};
+use crate::device::timing::{record_launches, take_launch_profile};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
 
@@ -103,6 +103,87 @@ pub struct BenchLine {
     pub first_call_compile_ms: f64,
     /// Autotune decisions taken by the first call.
     pub decisions: Vec<Decision>,
+    /// Where a call's device time goes, kernel by kernel (`--profile`), when the device records it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub profile: Option<Profile>,
+}
+
+/// Where a call's device time goes, averaged over the device-timed calls (`netcl bench --profile`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Profile {
+    /// Kernel launches per call.
+    pub launches: f64,
+    /// Device time per call from the first kernel's start to the last one's end, in milliseconds.
+    pub span_ms: f64,
+    /// The kernels' own device time per call, summed, in milliseconds.
+    pub busy_ms: f64,
+    /// `span_ms − busy_ms`: time per call the device spent between kernels, waiting for the host to launch
+    /// the next one or to read a result back (kernels that overlap would make it negative; an in-order queue
+    /// runs them one at a time).
+    pub idle_ms: f64,
+    /// Launches that timed tuning candidates (per call), left out of everything above.
+    pub tuning_launches: f64,
+    /// Each kernel function's launches and device time per call, and its share of `busy_ms`; largest first.
+    pub kernels: Vec<KernelShare>,
+}
+
+/// One kernel function's part of a [`Profile`].
+#[derive(Debug, Clone, Serialize)]
+pub struct KernelShare {
+    /// The kernel function's name.
+    pub kernel: String,
+    /// Launches per call.
+    pub launches: f64,
+    /// Device time per call, in milliseconds.
+    pub ms: f64,
+    /// Share of the kernels' device time (0 to 1).
+    pub share: f64,
+}
+
+/// Sums the calls' launches (kernel, device ms, tuning) into a [`Profile`] per call.
+fn profile_of(calls: &[(f64, Vec<(String, f64, bool)>)]) -> Option<Profile> {
+    if calls.is_empty() {
+        return None;
+    }
+    let n = calls.len() as f64;
+    let mut by: Vec<(String, f64, f64)> = Vec::new();
+    let (mut launches, mut busy, mut span, mut tuning) = (0f64, 0f64, 0f64, 0f64);
+    for (s, list) in calls {
+        span += s;
+        for (kernel, ms, tuned) in list {
+            if *tuned {
+                tuning += 1.0;
+                continue;
+            }
+            launches += 1.0;
+            busy += ms;
+            match by.iter_mut().find(|e| &e.0 == kernel) {
+                Some(e) => {
+                    e.1 += 1.0;
+                    e.2 += ms;
+                }
+                None => by.push((kernel.clone(), 1.0, *ms)),
+            }
+        }
+    }
+    by.sort_by(|a, b| b.2.total_cmp(&a.2));
+    let kernels = by
+        .into_iter()
+        .map(|(kernel, count, ms)| KernelShare {
+            kernel,
+            launches: round4(count / n),
+            ms: round4(ms / n),
+            share: if busy > 0.0 { round4(ms / busy) } else { 0.0 },
+        })
+        .collect();
+    Some(Profile {
+        launches: round4(launches / n),
+        span_ms: round4(span / n),
+        busy_ms: round4(busy / n),
+        idle_ms: round4((span - busy) / n),
+        tuning_launches: round4(tuning / n),
+        kernels,
+    })
 }
 
 /// Every case, in the order `netcl bench` runs them.
@@ -128,6 +209,8 @@ pub struct BenchOptions {
     pub reps: usize,
     /// Compare against the built-in device.
     pub check: bool,
+    /// Add each case's kernel-by-kernel [`Profile`] (from the device-timed calls).
+    pub profile: bool,
 }
 
 /// Runs one case on `device`.
@@ -167,6 +250,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
     let mut times = Vec::with_capacity(opts.reps);
     let mut dev_times = Vec::with_capacity(opts.reps);
     let mut host_times = Vec::with_capacity(opts.reps);
+    let mut profiled = Vec::new();
     // Wall times first, as a user's call runs: launches keep no events then.
     for _ in 0..opts.reps.max(1) {
         let t = Instant::now();
@@ -182,12 +266,16 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         record_launches(true);
         let o = run();
         let synced = device.synchronize();
-        let span = take_launch_span_ms();
+        let launches = take_launch_profile();
         record_launches(false);
         let o = o?;
         synced?;
-        if let Some(d) = span? {
+        let (span, list) = launches?;
+        if let Some(d) = span {
             dev_times.push(d);
+            if opts.profile {
+                profiled.push((d, list));
+            }
         }
         drop(o);
     }
@@ -227,6 +315,7 @@ pub fn run_case(case: &Case, device: &Device, opts: &BenchOptions) -> Result<Ben
         first_call_builds,
         first_call_compile_ms: round1(first_call_compile_ms),
         decisions,
+        profile: profile_of(&profiled),
     })
 }
 
