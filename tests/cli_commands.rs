@@ -204,6 +204,92 @@ fn bench_lines_name_the_precision_they_ran_at() {
     assert!(e.contains("NETCL_PRECISION") && e.contains("fp8"), "{v}");
 }
 
+/// `--profile` adds where a call's device time goes: per-kernel launches and times that add up to the busy
+/// time, shares that add up to one, a span that holds the busy time; without the flag, no profile.
+#[test]
+fn bench_profile_accounts_for_the_device_time() {
+    if std::env::var("CI").is_err() && !netcl::opencl_available() {
+        eprintln!("SKIPPED: no OpenCL device");
+        return;
+    }
+    let dir = scratch("bench-profile");
+    let device = std::env::var("NETCL_TEST_DEVICE").unwrap_or_else(|_| "auto".into());
+    let run = |profile: bool| -> Vec<serde_json::Value> {
+        let mut cmd = netcl();
+        cmd.args([
+            "--device",
+            &device,
+            "bench",
+            "--small",
+            "--reps",
+            "3",
+            "--no-check",
+        ]);
+        if profile {
+            cmd.arg("--profile");
+        }
+        let out = cmd
+            .args(["batch_norm_train_nchw", "conv3x3_14_bwd"])
+            .env("NETCL_AUTOTUNE_CACHE", dir.join("autotune.json"))
+            .env("NETCL_AUTOTUNE", "off")
+            .output()
+            .expect("run netcl bench");
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+            .lines()
+            .filter(|l| l.contains("\"case\""))
+            .map(|l| serde_json::from_str(l).expect("JSON"))
+            .collect()
+    };
+    for v in run(false) {
+        assert!(v.get("profile").is_none(), "{v}");
+    }
+    let lines = run(true);
+    assert_eq!(lines.len(), 2);
+    for v in &lines {
+        let p = &v["profile"];
+        let kernels = p["kernels"]
+            .as_array()
+            .unwrap_or_else(|| panic!("a profile: {v}"));
+        assert!(!kernels.is_empty(), "{v}");
+        let f = |x: &serde_json::Value, k: &str| x[k].as_f64().unwrap_or(f64::NAN);
+        let launches: f64 = kernels.iter().map(|k| f(k, "launches")).sum();
+        let ms: f64 = kernels.iter().map(|k| f(k, "ms")).sum();
+        let share: f64 = kernels.iter().map(|k| f(k, "share")).sum();
+        assert!((launches - f(p, "launches")).abs() < 1e-3, "{p}");
+        assert!(
+            (ms - f(p, "busy_ms")).abs() <= 1e-3 * kernels.len() as f64,
+            "{p}"
+        );
+        assert!((share - 1.0).abs() < 1e-3 * kernels.len() as f64, "{p}");
+        assert!(f(p, "busy_ms") > 0.0, "{p}");
+        // An in-order queue runs one kernel at a time: the span holds the kernels' time (clock granularity
+        // aside), and idle is what is left.
+        assert!(f(p, "span_ms") >= f(p, "busy_ms") * 0.99 - 1e-3, "{p}");
+        assert!(
+            (f(p, "span_ms") - f(p, "busy_ms") - f(p, "idle_ms")).abs() < 1e-3,
+            "{p}"
+        );
+        // Largest first.
+        let times: Vec<f64> = kernels.iter().map(|k| f(k, "ms")).collect();
+        assert!(times.windows(2).all(|w| w[0] >= w[1]), "{p}");
+        assert_eq!(
+            f(p, "tuning_launches"),
+            0.0,
+            "nothing is tuned with NETCL_AUTOTUNE=off: {p}"
+        );
+    }
+    // The backward of a convolution launches more than one kernel function.
+    let conv = &lines[1]["profile"]["kernels"];
+    assert!(conv.as_array().is_some_and(|k| k.len() >= 2), "{conv}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 /// The GEMM shape cases (an odd-sized product, a batched one) run on the OpenCL device under `--small`, are
 /// checked against the built-in device and report their FLOP rate.
 #[test]
