@@ -605,48 +605,66 @@ void gemm_tc_pipe(const int M, const int N, const int K,
         TC_UNROLL for (int j = 0; j < NI; ++j)
             TC_UNROLL for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.0f;
 
-    // Copy l of a work-item: row r and first column c of the tile in storage orientation; the element count
-    // that lies inside the matrix (rows × cols from (r0, c0)) goes in n, and the source stays in the matrix.
-#define CHUNK(l, ncols, src, ld, r0, c0, rows, cols, dst, dld)                                             \
+    // Each work-item's copies, fixed for the whole K loop. Copy l of an operand is row r, columns c.. of its
+    // tile in storage orientation: `dst` its offset in the tile, `src` its source at K tile 0, `kp` its position
+    // along K within the tile (c where K runs along the rows, r where it runs down them), and `in` how many of
+    // its elements lie inside the matrix along M or N (where K runs along the rows: all of them or none, by
+    // its row).
+#define CHUNK_INIT(X, l, ncols, KC, base, ld, r0mn, mn)                                                     \
     {                                                                                                       \
         const int q_ = tid + (l) * NT, r = q_ / ((ncols) / CHUNK_E), c = (q_ % ((ncols) / CHUNK_E)) * CHUNK_E; \
-        const int gr = (r0) + r, gc = (c0) + c;                                                             \
-        const int n = gr < (rows) ? clamp((cols) - gc, 0, CHUNK_E) : 0;                                     \
-        tc_copy16((dst) + r * (dld) + c, n > 0 ? (src) + (size_t)gr * (ld) + gc : (src), n);               \
+        X##_dst[l] = r * X##_LD + c;                                                                        \
+        if (KC) {                                                                                           \
+            X##_kp[l] = c;                                                                                  \
+            X##_in[l] = (r0mn) + r < (mn) ? CHUNK_E : 0;                                                    \
+            X##_src[l] = (base) + (size_t)min((r0mn) + r, (mn) - 1) * (ld) + c;                             \
+        } else {                                                                                            \
+            X##_kp[l] = r;                                                                                  \
+            X##_in[l] = clamp((mn) - ((r0mn) + c), 0, CHUNK_E);                                             \
+            X##_src[l] = (base) + (size_t)r * (ld) + min((r0mn) + c, (mn) - 1);                             \
+        }                                                                                                   \
     }
-#define COPY_TILES(k0, s)                                                                                   \
+    __global const LT* A_src[A_CHUNKS];
+    __global const LT* B_src[B_CHUNKS];
+    int A_dst[A_CHUNKS], A_kp[A_CHUNKS], A_in[A_CHUNKS], B_dst[B_CHUNKS], B_kp[B_CHUNKS], B_in[B_CHUNKS];
+    TC_UNROLL for (int l = 0; l < A_CHUNKS; ++l) CHUNK_INIT(A, l, A_COLS, A_KC, Ab, lda, m0, M)
+    TC_UNROLL for (int l = 0; l < B_CHUNKS; ++l) CHUNK_INIT(B, l, B_COLS, B_KC, Bb, ldb, n0, N)
+    // The copies of K tile k0 into the buffers at `da` and `db`: the elements inside the matrix, zeros past it.
+#define CHUNK_COPY(X, l, KC, ld, k0, dst)                                                                   \
     {                                                                                                       \
-        __local LT* da_ = As + (s) * A_SIZE;                                                                \
-        __local LT* db_ = Bs + (s) * B_SIZE;                                                                \
-        TC_UNROLL for (int l = 0; l < A_CHUNKS; ++l) {                                                      \
-            if (TRANS_A) CHUNK(l, A_COLS, Ab, lda, (k0), m0, K, M, da_, A_LD)                               \
-            else CHUNK(l, A_COLS, Ab, lda, m0, (k0), M, K, da_, A_LD)                                       \
-        }                                                                                                   \
-        TC_UNROLL for (int l = 0; l < B_CHUNKS; ++l) {                                                      \
-            if (TRANS_B) CHUNK(l, B_COLS, Bb, ldb, n0, (k0), N, K, db_, B_LD)                               \
-            else CHUNK(l, B_COLS, Bb, ldb, (k0), n0, K, N, db_, B_LD)                                       \
-        }                                                                                                   \
+        const int n = KC ? (X##_in[l] ? clamp(K - ((k0) + X##_kp[l]), 0, CHUNK_E) : 0)                      \
+                         : ((k0) + X##_kp[l] < K ? X##_in[l] : 0);                                          \
+        tc_copy16((dst) + X##_dst[l], n > 0 ? X##_src[l] + (KC ? (size_t)(k0) : (size_t)(k0) * (ld)) : Ab, n); \
+    }
+#define COPY_TILES(k0, da, db)                                                                              \
+    {                                                                                                       \
+        TC_UNROLL for (int l = 0; l < A_CHUNKS; ++l) CHUNK_COPY(A, l, A_KC, lda, k0, da)                    \
+        TC_UNROLL for (int l = 0; l < B_CHUNKS; ++l) CHUNK_COPY(B, l, B_KC, ldb, k0, db)                    \
     }
 
     const int nk = (K + BK - 1) / BK;
     // The first STAGES - 1 K tiles in flight; one commit group per tile, empty past the end, so that the
     // count of groups still pending says which tile has landed.
     TC_UNROLL for (int s = 0; s < STAGES - 1; ++s) {
-        if (s < nk) COPY_TILES(s * BK, s)
+        if (s < nk) COPY_TILES(s * BK, As + s * A_SIZE, Bs + s * B_SIZE)
         CP_COMMIT();
     }
     // Lane l's row and 8-element block in the four matrices of an x4 read: the matrix is j = l / 8.
     const int lr = lane & 7, lj0 = (lane >> 3) & 1, lj1 = lane >> 4;
+    // The buffer multiplied now (tile kt) and the one the next copies fill (tile kt + STAGES - 1, the buffer
+    // of tile kt - 1).
+    int rd = 0, wr = STAGES - 1;
     for (int kt = 0; kt < nk; ++kt) {
         // Tile kt has landed for this work-item's copies; the barrier makes it whole for the group, and every
-        // warp is done with the buffer the next copies overwrite (the one of tile kt - 1).
+        // warp is done with the buffer the next copies overwrite.
         CP_WAIT_TILE();
         barrier(CLK_LOCAL_MEM_FENCE);
-        const int nt = kt + STAGES - 1;
-        if (nt < nk) COPY_TILES(nt * BK, nt % STAGES)
+        if (kt + STAGES - 1 < nk) COPY_TILES((kt + STAGES - 1) * BK, As + wr * A_SIZE, Bs + wr * B_SIZE)
         CP_COMMIT();
-        __local const LT* at = As + (kt % STAGES) * A_SIZE;
-        __local const LT* bt = Bs + (kt % STAGES) * B_SIZE;
+        __local const LT* at = As + rd * A_SIZE;
+        __local const LT* bt = Bs + rd * B_SIZE;
+        rd = rd + 1 == STAGES ? 0 : rd + 1;
+        wr = wr + 1 == STAGES ? 0 : wr + 1;
         TC_UNROLL_K for (int kk = 0; kk < BK; kk += KSTEP) {
             uint af[MI][4], bf[NI][2];
             TC_UNROLL for (int i = 0; i < MI; ++i) {
