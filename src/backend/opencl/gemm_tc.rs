@@ -93,7 +93,7 @@ const F16_TILES: [(usize, usize, usize, usize, usize); 4] = [
 ];
 
 /// Pipelined TF32 tiles (bm, bn, bk, wm, wn, stages): as many buffers as fit 48 KiB with the padding, in every
-/// transpose (`ptxas` for sm_90 puts each at 48 to 156 registers, without spills).
+/// transpose (`ptxas` for sm_90 puts each at 48 to 152 registers, without spills; `scripts/ptx-check.sh`).
 const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
     (128, 128, 16, 64, 32, 2),
     (128, 128, 8, 64, 32, 4),
