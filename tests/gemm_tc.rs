@@ -288,6 +288,50 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
             }
         }
     }
+    // The 128 × 256 tile (64 × 64 warp tiles), on a product wide enough to be offered it, ragged on every side;
+    // with B transposed its three buffers need more than 48 KiB, so a GPU does not offer it.
+    let (m, n, k) = (136, 264, 40);
+    for p in [Precision::Tf32, Precision::Fp16] {
+        for tb in [false, true] {
+            let (av, a) = operand(&dev, &[m, k], 97);
+            let (bv, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 98);
+            let (a, b, av, bv, pc, out16) = if p == Precision::Fp16 {
+                let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+                let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+                (a, b, av, bv, Precision::Fp32, true)
+            } else {
+                (a, b, av, bv, p, false)
+            };
+            let wide: Vec<String> = pipe_labels(&a, &b, false, tb, p)
+                .into_iter()
+                .filter(|l| l.contains(",128,256,"))
+                .collect();
+            // Offered wherever its buffers fit the device's local memory: always with B as stored.
+            if wide.is_empty() {
+                assert!(
+                    tb,
+                    "{p}: the 128×256 tile is offered for a {m}x{n}x{k} product"
+                );
+                continue;
+            }
+            assert_eq!(wide.len(), 1, "{p}: {wide:?}");
+            let got = precision::with(p, || ops::matmul_with(&a, &b, false, tb, &wide[0])).unwrap();
+            let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+            let what = format!("{} {m}x{n}x{k}", wide[0]);
+            check(
+                &got,
+                &av,
+                &bv,
+                (1, m, n, k),
+                (false, tb),
+                (false, false),
+                pc,
+                out16,
+                &what,
+            );
+        }
+    }
     // Ten rows of three block tiles (64 × 64): the grouped launch order (eight block rows a group) with a
     // partial last group, checked element by element.
     let (m, n, k) = (600, 136, 24);

@@ -93,8 +93,12 @@ const F16_TILES: [(usize, usize, usize, usize, usize); 4] = [
 ];
 
 /// Pipelined TF32 tiles (bm, bn, bk, wm, wn, stages): as many buffers as fit 48 KiB with the padding, in every
-/// transpose (`ptxas` for sm_90 puts each at 48 to 152 registers, without spills; `scripts/ptx-check.sh`).
-const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
+/// transpose but for the 128×256 tile, whose three buffers fit only where B is not transposed (its 64×64 warp
+/// tiles issue a fifth fewer instructions per mma than the 64×32 ones; 197 to 201 registers, one work-group a
+/// multiprocessor). `ptxas` for sm_90 puts the others at 48 to 152 registers, none spilling
+/// (`scripts/ptx-check.sh`).
+const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
+    (128, 256, 8, 64, 64, 3),
     (128, 128, 16, 64, 32, 2),
     (128, 128, 8, 64, 32, 4),
     (128, 64, 16, 32, 32, 3),
@@ -102,7 +106,8 @@ const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
     (64, 64, 16, 32, 16, 4),
 ];
 /// Pipelined FP16 tiles.
-const F16_PIPE: [(usize, usize, usize, usize, usize, usize); 5] = [
+const F16_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
+    (128, 256, 16, 64, 64, 3),
     (128, 128, 32, 64, 32, 2),
     (128, 128, 16, 64, 32, 4),
     (128, 64, 32, 32, 32, 3),
