@@ -28,6 +28,7 @@ use serde::Serialize;
 
 use crate::autotune::{self, Decision};
 use crate::device::Device;
+use crate::device::Launch;
 use crate::device::timing::{record_launches, take_launch_profile};
 use crate::error::{Error, Result};
 use crate::tensor::Tensor;
@@ -140,8 +141,8 @@ pub struct KernelShare {
     pub share: f64,
 }
 
-/// Sums the calls' launches (kernel, device ms, tuning) into a [`Profile`] per call.
-fn profile_of(calls: &[(f64, Vec<(String, f64, bool)>)]) -> Option<Profile> {
+/// Sums the calls' (span, launches) into a [`Profile`] per call.
+fn profile_of(calls: &[(f64, Vec<Launch>)]) -> Option<Profile> {
     if calls.is_empty() {
         return None;
     }
@@ -150,19 +151,19 @@ fn profile_of(calls: &[(f64, Vec<(String, f64, bool)>)]) -> Option<Profile> {
     let (mut launches, mut busy, mut span, mut tuning) = (0f64, 0f64, 0f64, 0f64);
     for (s, list) in calls {
         span += s;
-        for (kernel, ms, tuned) in list {
-            if *tuned {
+        for l in list {
+            if l.tuning {
                 tuning += 1.0;
                 continue;
             }
             launches += 1.0;
-            busy += ms;
-            match by.iter_mut().find(|e| &e.0 == kernel) {
+            busy += l.ms;
+            match by.iter_mut().find(|e| e.0 == l.kernel) {
                 Some(e) => {
                     e.1 += 1.0;
-                    e.2 += ms;
+                    e.2 += l.ms;
                 }
-                None => by.push((kernel.clone(), 1.0, *ms)),
+                None => by.push((l.kernel.clone(), 1.0, l.ms)),
             }
         }
     }

@@ -186,9 +186,9 @@ pub fn take_launch_span_ms() -> Result<Option<f64>> {
     Ok((!list.is_empty()).then(|| end.saturating_sub(start) as f64 / 1e6))
 }
 
-/// Returns and clears this thread's recorded launches as (kernel, device milliseconds, whether it timed a
-/// tuning candidate), in launch order, with the span of [`take_launch_span_ms`], after waiting for them.
-pub fn take_launch_profile() -> Result<(Option<f64>, Vec<(String, f64, bool)>)> {
+/// Returns and clears this thread's recorded launches with their device times, in launch order, and their
+/// span as [`take_launch_span_ms`] gives it, after waiting for them.
+pub fn take_launch_profile() -> Result<(Option<f64>, Vec<Launch>)> {
     let list = take_recorded();
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut out = Vec::with_capacity(list.len());
@@ -196,7 +196,13 @@ pub fn take_launch_profile() -> Result<(Option<f64>, Vec<(String, f64, bool)>)> 
         let (s, e) = r.event.span_ns()?;
         start = start.min(s);
         end = end.max(e);
-        out.push((r.kernel, e.saturating_sub(s) as f64 / 1e6, r.tuning));
+        out.push(Launch {
+            ms: e.saturating_sub(s) as f64 / 1e6,
+            kernel: r.kernel,
+            global: r.global,
+            local: r.local,
+            tuning: r.tuning,
+        });
     }
     let span = (!out.is_empty()).then(|| end.saturating_sub(start) as f64 / 1e6);
     Ok((span, out))
