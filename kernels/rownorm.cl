@@ -170,6 +170,7 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     const float inv = 1.0f / (float)D;
     RN_T v[RN_N];
     float s = 0.0f;
+#pragma unroll
     for (int i = 0; i < RN_N; ++i) {
         const int j = (lid + i * L) * RN_W;
         v[i] = j < D ? RN_LDX(x, b + j) : RN_ZERO;
@@ -187,6 +188,7 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     const float m = 0.0f;
 #endif
     float q = 0.0f;
+#pragma unroll
     for (int i = 0; i < RN_N; ++i) {
         if ((lid + i * L) * RN_W < D) {
             const RN_VF d = RN_F(v[i]) - m;
@@ -196,6 +198,7 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     }
     GROUP_FOLD(q, NCL_ADD)
     const float r = rsqrt(q * inv + eps);
+#pragma unroll
     for (int i = 0; i < RN_N; ++i) {
         const int j = (lid + i * L) * RN_W;
         if (j < D) {

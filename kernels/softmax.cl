@@ -121,6 +121,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
 #endif
     SM_ELEM v[SM_K];
     float m = -INFINITY;
+#pragma unroll
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
         v[k] = j < RW ? p[j] : SM_PAD;
@@ -128,6 +129,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     }
     GROUP_FOLD(m, nmax)
     float z = 0.0f;
+#pragma unroll
     for (int k = 0; k < SM_K; ++k) {
         if (lid + k * L < RW) {
             const SM_VF e = SM_EXP(SM_F(v[k]) - m);
@@ -140,12 +142,14 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     GROUP_FOLD(z, NCL_ADD)
 #if LOG
     const float lz = m + log(z);
+#pragma unroll
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
         if (j < RW) QV(j, SM_F(v[k]) - lz);
     }
 #else
     const float iz = 1.0f / z;
+#pragma unroll
     for (int k = 0; k < SM_K; ++k) {
         const int j = lid + k * L;
 #if IN_HALF

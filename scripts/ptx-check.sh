@@ -7,7 +7,8 @@
 #       -DBM=128 -DBN=128 -DBK=32 -DWM=64 -DWN=32
 #
 # Needs clang (15 or later; CLANG=...) and ptxas (PTXAS=...; `pip download nvidia-cuda-nvcc-cu12` holds one
-# under nvidia/cuda_nvcc/bin). ARCH defaults to sm_90. clang's code is not NVIDIA's OpenCL compiler's, so the
+# under nvidia/cuda_nvcc/bin, and under nvidia/cuda_nvcc/nvvm the libdevice that math functions link against;
+# LIBDEVICE=... elsewhere). ARCH defaults to sm_90. clang's code is not NVIDIA's OpenCL compiler's, so the
 # register counts are an estimate; what ptxas rejects, the driver rejects too.
 set -euo pipefail
 family=${1:?usage: ptx-check.sh FAMILY [-DNAME=VALUE ...]}
@@ -36,6 +37,8 @@ static inline int ncl_clampi(int x, int a, int b) { return x < a ? a : (x > b ? 
 #define clamp(x, a, b) ncl_clampi(x, a, b)
 #define min(a, b) ((a) < (b) ? (a) : (b))
 #define max(a, b) ((a) > (b) ? (a) : (b))
+#define fma(a, b, c) ((a) * (b) + (c))
+#define mad(a, b, c) ((a) * (b) + (c))
 #define vload_half(i, p) ncl_h2f(((const ushort*)(p))[i])
 #define vload_half4(i, p) ((float4)(vload_half(4 * (i), p), vload_half(4 * (i) + 1, p), vload_half(4 * (i) + 2, p), vload_half(4 * (i) + 3, p)))
 #define vloada_half4 vload_half4
@@ -43,10 +46,54 @@ static inline int ncl_clampi(int x, int a, int b) { return x < a ? a : (x > b ? 
 #define vstore_half4_rte(v, i, p) do { float4 v_ = (v); ushort* q_ = (ushort*)(p) + 4 * (i); \
     q_[0] = ncl_f2h(v_.s0); q_[1] = ncl_f2h(v_.s1); q_[2] = ncl_f2h(v_.s2); q_[3] = ncl_f2h(v_.s3); } while (0)
 #define vstorea_half4_rte vstore_half4_rte
+#define vload_half8(i, p) ((float8)(vload_half4(2 * (i), p), vload_half4(2 * (i) + 1, p)))
+#define vloada_half8 vload_half8
+#define vstore_half8_rte(v, i, p) do { float8 w_ = (v); vstore_half4_rte(w_.lo, 2 * (i), p); \
+    vstore_half4_rte(w_.hi, 2 * (i) + 1, p); } while (0)
+#define vstorea_half8_rte vstore_half8_rte
+#define vload4(i, p) ((float4)((p)[4 * (i)], (p)[4 * (i) + 1], (p)[4 * (i) + 2], (p)[4 * (i) + 3]))
+#define vload8(i, p) ((float8)(vload4(2 * (i), p), vload4(2 * (i) + 1, p)))
+#define vstore4(v, i, p) do { float4 u_ = (v); (p)[4 * (i)] = u_.s0; (p)[4 * (i) + 1] = u_.s1; \
+    (p)[4 * (i) + 2] = u_.s2; (p)[4 * (i) + 3] = u_.s3; } while (0)
+#define vstore8(v, i, p) do { float8 u8_ = (v); vstore4(u8_.lo, 2 * (i), p); vstore4(u8_.hi, 2 * (i) + 1, p); } while (0)
+// Math through libdevice (linked below), scalar and vector.
+float __nv_expf(float); float __nv_fast_expf(float); float __nv_logf(float); float __nv_fast_logf(float);
+float __nv_sqrtf(float); float __nv_rsqrtf(float); float __nv_tanhf(float); float __nv_erff(float);
+#define NCL_V1(name, f) \
+  static inline float __attribute__((overloadable)) name(float x) { return f(x); } \
+  static inline float2 __attribute__((overloadable)) name(float2 x) { return (float2)(f(x.x), f(x.y)); } \
+  static inline float4 __attribute__((overloadable)) name(float4 x) { return (float4)(name(x.xy), name(x.zw)); } \
+  static inline float8 __attribute__((overloadable)) name(float8 x) { return (float8)(name(x.lo), name(x.hi)); }
+NCL_V1(ncl_exp, __nv_expf)
+NCL_V1(ncl_native_exp, __nv_fast_expf)
+NCL_V1(ncl_log, __nv_logf)
+NCL_V1(ncl_native_log, __nv_fast_logf)
+NCL_V1(ncl_sqrt, __nv_sqrtf)
+NCL_V1(ncl_rsqrt, __nv_rsqrtf)
+NCL_V1(ncl_tanh, __nv_tanhf)
+NCL_V1(ncl_erf, __nv_erff)
+#define exp ncl_exp
+#define native_exp ncl_native_exp
+#define log ncl_log
+#define native_log ncl_native_log
+#define sqrt ncl_sqrt
+#define rsqrt ncl_rsqrt
+#define native_rsqrt ncl_rsqrt
+#define tanh ncl_tanh
+#define erf ncl_erf
+#define isnan(x) __builtin_isnan(x)
+#define isinf(x) __builtin_isinf(x)
+#define isfinite(x) __builtin_isfinite(x)
+#define fabs(x) __builtin_fabsf(x)
+#define fmax(a, b) __builtin_fmaxf(a, b)
+#define fmin(a, b) __builtin_fminf(a, b)
 SHIM
 cat "$root/kernels/prelude.cl" "$root/kernels/$family.cl" > "$work/src.cl"
-"$clang" -x cl -cl-std=CL2.0 -target nvptx64-nvidia-cuda -Xclang -target-cpu -Xclang sm_80 -O3 -S \
-    -Dasm=__asm__ -Xclang -finclude-default-header -include "$work/shim.h" "$@" -o "$work/out.ptx" "$work/src.cl"
+libdevice=${LIBDEVICE:-$(dirname "$ptxas")/../nvvm/libdevice/libdevice.10.bc}
+[ -f "$libdevice" ] || { echo "ptx-check: no libdevice.10.bc (set LIBDEVICE)" >&2; exit 2; }
+"$clang" -x cl -cl-std=CL2.0 -target nvptx64-nvidia-cuda -Xclang -target-cpu -Xclang sm_80 -O3 -ffp-contract=fast -S \
+    -Dasm=__asm__ -Xclang -finclude-default-header -include "$work/shim.h" \
+    -Xclang -mlink-builtin-bitcode -Xclang "$libdevice" "$@" -o "$work/out.ptx" "$work/src.cl"
 # clang 15 writes PTX for sm_80; the instructions used here are the same on later architectures.
 sed -i "s/^\.target sm_[0-9]*.*/.target $arch/; s/^\.version .*/.version 8.0/" "$work/out.ptx"
 "$ptxas" -arch="$arch" -v "$work/out.ptx" -o "$work/out.cubin" 2>&1 | grep -v "^ptxas info    : Compiling"
