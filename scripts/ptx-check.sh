@@ -59,6 +59,7 @@ static inline int ncl_clampi(int x, int a, int b) { return x < a ? a : (x > b ? 
 // Math through libdevice (linked below), scalar and vector.
 float __nv_expf(float); float __nv_fast_expf(float); float __nv_logf(float); float __nv_fast_logf(float);
 float __nv_sqrtf(float); float __nv_rsqrtf(float); float __nv_tanhf(float); float __nv_erff(float);
+float __nv_powf(float, float); float __nv_sinf(float); float __nv_cosf(float);
 #define NCL_V1(name, f) \
   static inline float __attribute__((overloadable)) name(float x) { return f(x); } \
   static inline float2 __attribute__((overloadable)) name(float2 x) { return (float2)(f(x.x), f(x.y)); } \
@@ -81,6 +82,17 @@ NCL_V1(ncl_erf, __nv_erff)
 #define native_rsqrt ncl_rsqrt
 #define tanh ncl_tanh
 #define erf ncl_erf
+#define pow(a, b) __nv_powf(a, b)
+#define sin(x) __nv_sinf(x)
+#define cos(x) __nv_cosf(x)
+static inline int ncl_atom_add(volatile void* p, int v) { int r; __asm__ volatile("atom.add.u32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory"); return r; }
+static inline int ncl_atom_xchg(volatile void* p, int v) { int r; __asm__ volatile("atom.exch.b32 %0, [%1], %2;" : "=r"(r) : "l"(p), "r"(v) : "memory"); return r; }
+static inline int ncl_atom_cas(volatile void* p, int c, int v) { int r; __asm__ volatile("atom.cas.b32 %0, [%1], %2, %3;" : "=r"(r) : "l"(p), "r"(c), "r"(v) : "memory"); return r; }
+#define atomic_inc(p) ncl_atom_add((p), 1)
+#define atomic_add(p, v) ncl_atom_add((p), (v))
+#define atomic_xchg(p, v) ncl_atom_xchg((p), (v))
+#define atomic_cmpxchg(p, c, v) ncl_atom_cas((p), (c), (v))
+#define mem_fence(f) __asm__ volatile("membar.gl;" ::: "memory")
 #define isnan(x) __builtin_isnan(x)
 #define isinf(x) __builtin_isinf(x)
 #define isfinite(x) __builtin_isfinite(x)
