@@ -503,8 +503,9 @@ void gemm_tc(const int M, const int N, const int K,
 // Copies n (0..CHUNK_E) elements from src to the 16 bytes at dst and zeros the rest.
 inline void tc_copy16(__local LT* dst, __global const LT* src, const int n) {
 #if TC_PTX
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"((uint)(size_t)dst), "l"(src),
-                 "r"(n * (int)sizeof(LT))
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src), "r"(n * (int)sizeof(LT))
                  : "memory");
 #else
     for (int i = 0; i < CHUNK_E; ++i) dst[i] = i < n ? src[i] : (LT)0;
