@@ -215,21 +215,84 @@ fn every_tile_configuration_within_the_bound() {
     }
 }
 
+/// Operands as the pipelined kernel at a precision reads them (f32 for TF32, f16 for FP16), their values as
+/// stored, and how the check bounds the product: f16 operands are exact as stored, so only the sums and the
+/// f16 output round.
+struct Stored {
+    a: Tensor,
+    b: Tensor,
+    av: Vec<f32>,
+    bv: Vec<f32>,
+    bound: Precision,
+    out16: bool,
+}
+
+fn stored(p: Precision, (av, a): (Vec<f32>, Tensor), (bv, b): (Vec<f32>, Tensor)) -> Stored {
+    if p != Precision::Fp16 {
+        return Stored {
+            a,
+            b,
+            av,
+            bv,
+            bound: p,
+            out16: false,
+        };
+    }
+    let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
+    let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    Stored {
+        a,
+        b,
+        av,
+        bv,
+        bound: Precision::Fp32,
+        out16: true,
+    }
+}
+
+/// The pipelined candidates of a product at `p`.
+fn pipe_labels(a: &Tensor, b: &Tensor, ta: bool, tb: bool, p: Precision) -> Vec<String> {
+    precision::with(p, || ops::matmul_candidates(a, b, ta, tb))
+        .unwrap()
+        .into_iter()
+        .filter(|l| l.contains("_async\""))
+        .collect()
+}
+
+/// Runs `label` on `s` (op(A) m×k, op(B) k×n) and checks it within the bound.
+fn check_label(
+    s: &Stored,
+    p: Precision,
+    (m, n, k): (usize, usize, usize),
+    (ta, tb): (bool, bool),
+    label: &str,
+) {
+    let got = precision::with(p, || ops::matmul_with(&s.a, &s.b, ta, tb, label)).unwrap();
+    let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let what = format!("{label} {m}x{n}x{k} ta={ta} tb={tb}");
+    check(
+        &got,
+        &s.av,
+        &s.bv,
+        (1, m, n, k),
+        (ta, tb),
+        (false, false),
+        s.bound,
+        s.out16,
+        &what,
+    );
+}
+
 /// The pipelined kernel (`cp.async` copies, `ldmatrix` fragments): offered exactly where its copies fit (TF32
 /// on f32 tensors, FP16 on f16 tensors, rows on 16 bytes); every tile on ragged edges (M, N, K not multiples of
-/// any tile) and every transpose, batched with strides, within the bound. Emulated on PoCL with the lane
-/// addressing of `ldmatrix`, so a wrong matrix order or row address fails here too.
+/// any tile) and every transpose, the widest tile, many block rows, and a batch with strides, within the bound.
+/// Emulated on PoCL with the lane addressing of `ldmatrix`, so a wrong matrix order or row address fails here
+/// too.
 #[test]
 fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
     let Some((dev, _serial)) = device() else {
         return;
-    };
-    let pipe_labels = |a: &Tensor, b: &Tensor, ta: bool, tb: bool, p: Precision| -> Vec<String> {
-        precision::with(p, || ops::matmul_candidates(a, b, ta, tb))
-            .unwrap()
-            .into_iter()
-            .filter(|l| l.contains("_async\""))
-            .collect()
     };
     // Rows of 70 elements are not on 16 bytes (f32 or f16): no pipelined tile.
     let (_, a) = operand(&dev, &[40, 70], 60);
@@ -243,67 +306,32 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
     assert!(pipe_labels(&a, &b, false, false, Precision::Fp16).is_empty());
 
     // M = 72 and N = 40 cut every block tile; K = 40 leaves a partial K tile at every K tile size (8 to 32).
-    let (m, n, k) = (72, 40, 40);
+    let dims = (72, 40, 40);
+    let (m, n, k) = dims;
     for p in [Precision::Tf32, Precision::Fp16] {
         for case in 0..4 {
             let (ta, tb) = (case & 1 == 1, case & 2 == 2);
-            let (av, a) = operand(&dev, &if ta { [k, m] } else { [m, k] }, 70 + case);
-            let (bv, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 80 + case);
-            let (a, b, av, bv) = if p == Precision::Fp16 {
-                let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
-                let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                (a, b, av, bv)
-            } else {
-                (a, b, av, bv)
-            };
-            let labels = pipe_labels(&a, &b, ta, tb, p);
+            let a = operand(&dev, &if ta { [k, m] } else { [m, k] }, 70 + case);
+            let b = operand(&dev, &if tb { [n, k] } else { [k, n] }, 80 + case);
+            let s = stored(p, a, b);
+            let labels = pipe_labels(&s.a, &s.b, ta, tb, p);
             assert_eq!(labels.len(), 5, "{p} ta={ta} tb={tb}: {labels:?}");
             // Every tile untransposed, the smallest (four stages) in the other layouts.
-            let run: Vec<&String> = if case == 0 {
-                labels.iter().collect()
-            } else {
-                labels.iter().rev().take(1).collect()
-            };
+            let run = if case == 0 { &labels[..] } else { &labels[4..] };
             for label in run {
-                let got = precision::with(p, || ops::matmul_with(&a, &b, ta, tb, label)).unwrap();
-                let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                // f16 operands are exact as stored: only the sums and the f16 output round.
-                let (pc, out16) = match p {
-                    Precision::Fp16 => (Precision::Fp32, true),
-                    _ => (p, false),
-                };
-                let what = format!("{label} {m}x{n}x{k} ta={ta} tb={tb}");
-                check(
-                    &got,
-                    &av,
-                    &bv,
-                    (1, m, n, k),
-                    (ta, tb),
-                    (false, false),
-                    pc,
-                    out16,
-                    &what,
-                );
+                check_label(&s, p, dims, (ta, tb), label);
             }
         }
     }
     // The 128 × 256 tile (64 × 64 warp tiles), on a product wide enough to be offered it, ragged on every side;
     // with B transposed its three buffers need more than 48 KiB, so a GPU does not offer it.
-    let (m, n, k) = (136, 264, 40);
+    let dims = (136, 264, 40);
+    let (m, n, k) = dims;
     for p in [Precision::Tf32, Precision::Fp16] {
         for tb in [false, true] {
-            let (av, a) = operand(&dev, &[m, k], 97);
-            let (bv, b) = operand(&dev, &if tb { [n, k] } else { [k, n] }, 98);
-            let (a, b, av, bv, pc, out16) = if p == Precision::Fp16 {
-                let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
-                let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-                (a, b, av, bv, Precision::Fp32, true)
-            } else {
-                (a, b, av, bv, p, false)
-            };
-            let wide: Vec<String> = pipe_labels(&a, &b, false, tb, p)
+            let b = operand(&dev, &if tb { [n, k] } else { [k, n] }, 98);
+            let s = stored(p, operand(&dev, &[m, k], 97), b);
+            let wide: Vec<String> = pipe_labels(&s.a, &s.b, false, tb, p)
                 .into_iter()
                 .filter(|l| l.contains(",128,256,"))
                 .collect();
@@ -316,63 +344,29 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
                 continue;
             }
             assert_eq!(wide.len(), 1, "{p}: {wide:?}");
-            let got = precision::with(p, || ops::matmul_with(&a, &b, false, tb, &wide[0])).unwrap();
-            let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-            let what = format!("{} {m}x{n}x{k}", wide[0]);
-            check(
-                &got,
-                &av,
-                &bv,
-                (1, m, n, k),
-                (false, tb),
-                (false, false),
-                pc,
-                out16,
-                &what,
-            );
+            check_label(&s, p, dims, (false, tb), &wide[0]);
         }
     }
     // Ten rows of three block tiles (64 × 64): the grouped launch order (eight block rows a group) with a
     // partial last group, checked element by element.
-    let (m, n, k) = (600, 136, 24);
+    let dims = (600, 136, 24);
+    let (m, n, k) = dims;
     for p in [Precision::Tf32, Precision::Fp16] {
-        let (av, a) = operand(&dev, &[m, k], 95);
-        let (bv, b) = operand(&dev, &[k, n], 96);
-        let (a, b, av, bv, pc, out16) = if p == Precision::Fp16 {
-            let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
-            let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-            let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-            (a, b, av, bv, Precision::Fp32, true)
-        } else {
-            (a, b, av, bv, p, false)
-        };
-        let label = pipe_labels(&a, &b, false, false, p)
+        let s = stored(p, operand(&dev, &[m, k], 95), operand(&dev, &[k, n], 96));
+        let label = pipe_labels(&s.a, &s.b, false, false, p)
             .pop()
             .expect("a pipelined tile");
         assert!(label.contains(",64,64,"), "{label}");
-        let got = precision::with(p, || ops::matmul_with(&a, &b, false, false, &label)).unwrap();
-        let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-        let what = format!("{label} {m}x{n}x{k}");
-        check(
-            &got,
-            &av,
-            &bv,
-            (1, m, n, k),
-            (false, false),
-            (false, false),
-            pc,
-            out16,
-            &what,
-        );
+        check_label(&s, p, dims, (false, false), &label);
     }
     // Batched with strides: a batch of 3 f16 products with one B shared, every pipelined tile.
-    let (_, a) = operand(&dev, &[3, 24, 48], 90);
-    let (_, b) = operand(&dev, &[1, 48, 32], 91);
-    let (a, b) = (a.cast(DType::F16).unwrap(), b.cast(DType::F16).unwrap());
-    let av = a.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
-    let bv = b.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
+    let s = stored(
+        Precision::Fp16,
+        operand(&dev, &[3, 24, 48], 90),
+        operand(&dev, &[1, 48, 32], 91),
+    );
     let labels: Vec<String> = precision::with(Precision::Fp16, || {
-        ops::bmm_candidates(&a, &b, false, false)
+        ops::bmm_candidates(&s.a, &s.b, false, false)
     })
     .unwrap()
     .into_iter()
@@ -384,20 +378,20 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
     );
     for label in &labels {
         let got = precision::with(Precision::Fp16, || {
-            ops::bmm_with(&a, &b, false, false, label)
+            ops::bmm_with(&s.a, &s.b, false, false, label)
         })
         .unwrap();
         let got = got.cast(DType::F32).unwrap().to_vec::<f32>().unwrap();
         let what = format!("f16 bmm {label}");
         check(
             &got,
-            &av,
-            &bv,
+            &s.av,
+            &s.bv,
             (3, 24, 32, 48),
             (false, false),
             (false, true),
-            Precision::Fp32,
-            true,
+            s.bound,
+            s.out16,
             &what,
         );
     }
