@@ -304,6 +304,14 @@ inline uint4 tc_pair4_f32(const float4 lo, const float4 hi) { return tc_pair4_f1
         }                                                                                                    \
     }
 
+// The work-item's place, in both kernels: its warp and lane, the lane's group g and thread t in the fragment
+// layouts, and the warp's first row and column in the block tile.
+#define TC_IDS                                                                                              \
+    const int tid = get_local_id(0);                                                                        \
+    const int warp = tid >> 5, lane = tid & 31;                                                             \
+    const int g = lane >> 2, t = lane & 3;                                                                  \
+    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+
 #if STAGES == 0
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gemm_tc(const int M, const int N, const int K,
@@ -312,10 +320,7 @@ void gemm_tc(const int M, const int N, const int K,
              __global float* restrict C, const int offC, const int ldc, const int sC,
              __global const float* restrict bias, const int bias_mode, const int relu)
 {
-    const int tid = get_local_id(0);
-    const int warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+    TC_IDS
     const int n0 = get_group_id(0) * BN, m0 = get_group_id(1) * BM;
     const int z = get_group_id(2);
 #if A_HALF
@@ -571,10 +576,7 @@ void gemm_tc_pipe(const int M, const int N, const int K,
                   __global float* restrict C, const int offC, const int ldc, const int sC,
                   __global const float* restrict bias, const int bias_mode, const int relu)
 {
-    const int tid = get_local_id(0);
-    const int warp = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, t = lane & 3;
-    const int wm0 = (warp / WARPS_N) * WM, wn0 = (warp % WARPS_N) * WN;
+    TC_IDS
     // Block tiles in groups of TC_GROUP_M rows, column after column within a group: the work-groups that run
     // at the same time share A's rows and B's columns in the L2 cache (in launch order a wave would sweep
     // every column of B for a few rows of A, and B of a large product does not fit the L2).

@@ -16,6 +16,14 @@ fn device() -> Option<crate::Device> {
     d
 }
 
+/// The OpenCL backend of `dev`.
+fn opencl(dev: &crate::Device) -> &ClDevice {
+    dev.backend()
+        .as_any()
+        .downcast_ref::<ClDevice>()
+        .expect("an OpenCL device has the OpenCL backend")
+}
+
 /// A small deterministic generator of values in [-1, 1).
 fn values(n: usize, seed: u64) -> Vec<f32> {
     let mut s = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -130,11 +138,7 @@ fn cases() -> Vec<(&'static str, Gemm)> {
 #[test]
 fn epilogue_offsets_and_strides_match_the_reference() {
     let Some(dev) = device() else { return };
-    let cl = dev
-        .backend()
-        .as_any()
-        .downcast_ref::<ClDevice>()
-        .expect("an OpenCL device has the OpenCL backend");
+    let cl = opencl(&dev);
     for p in [Precision::Tf32, Precision::Fp16] {
         let all: Vec<TcTile> = tiles(p).collect();
         for (i, (name, g)) in cases().into_iter().enumerate() {
@@ -156,11 +160,7 @@ fn epilogue_offsets_and_strides_match_the_reference() {
 #[test]
 fn pipelined_tf32_tiles_match_the_reference() {
     let Some(dev) = device() else { return };
-    let cl = dev
-        .backend()
-        .as_any()
-        .downcast_ref::<ClDevice>()
-        .expect("an OpenCL device has the OpenCL backend");
+    let cl = opencl(&dev);
     let (_, mut g) = cases().remove(1);
     g.math = Math::f32_at(Precision::Tf32);
     for t in pipe_tiles(Precision::Tf32) {
