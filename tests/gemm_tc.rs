@@ -315,7 +315,12 @@ fn pipelined_tiles_where_the_copies_fit_within_the_bound() {
             let b = operand(&dev, &if tb { [n, k] } else { [k, n] }, 80 + case);
             let s = stored(p, a, b);
             let labels = pipe_labels(&s.a, &s.b, ta, tb, p);
-            assert_eq!(labels.len(), 5, "{p} ta={ta} tb={tb}: {labels:?}");
+            assert_eq!(
+                labels.len(),
+                5,
+                "{p} ta={ta} tb={tb}: {labels:?} (none: the device's probe refused the pipelined kernel; \
+                 NETCL_LOG=info netcl --device gpu bench matmul_4096_fp16 logs why)"
+            );
             // Every tile untransposed, the smallest (four stages) in the other layouts.
             let run = if case == 0 { &labels[..] } else { &labels[4..] };
             for label in run {
