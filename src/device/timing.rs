@@ -176,14 +176,7 @@ pub fn take_launches() -> Vec<Launch> {
 /// Returns and clears this thread's recorded launches as one span of device time: from the start of the first
 /// launch to the end of the last, in milliseconds, after waiting for them (`None` when nothing was launched).
 pub fn take_launch_span_ms() -> Result<Option<f64>> {
-    let list = take_recorded();
-    let (mut start, mut end) = (u64::MAX, 0u64);
-    for r in &list {
-        let (s, e) = r.event.span_ns()?;
-        start = start.min(s);
-        end = end.max(e);
-    }
-    Ok((!list.is_empty()).then(|| end.saturating_sub(start) as f64 / 1e6))
+    Ok(take_launch_profile()?.0)
 }
 
 /// Returns and clears this thread's recorded launches with their device times, in launch order, and their

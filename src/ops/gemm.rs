@@ -173,12 +173,7 @@ fn bmm_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Gem
 /// or FP16 with usable tensor cores, `["tc_tf32",128,128,16,64,32]` and the like), measured by the autotuner
 /// as [`matmul_candidates`] says.
 pub fn bmm_candidates(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<Vec<String>> {
-    let (g, _) = labelled_desc(
-        a,
-        b,
-        || bmm_desc(a, b, trans_a, trans_b),
-        || bmm_shape(a, b, trans_a, trans_b),
-    )?;
+    let (g, _) = labelled_desc(a, b, "bmm", || bmm_shape(a, b, trans_a, trans_b))?;
     Ok(a.device().backend().gemm_labels(&g))
 }
 
@@ -191,29 +186,25 @@ pub fn bmm_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let (g, dtype) = labelled_desc(
-        a,
-        b,
-        || bmm_desc(a, b, trans_a, trans_b),
-        || bmm_shape(a, b, trans_a, trans_b),
-    )?;
+    let (g, dtype) = labelled_desc(a, b, "bmm", || bmm_shape(a, b, trans_a, trans_b))?;
     forced(a, b, &g, &[g.batch, g.m, g.n], dtype, label)
 }
 
 /// The descriptor of a product named by label, at this thread's precision, and its output dtype: two f16
 /// tensors under FP16 on a device with usable tensor cores multiply as stored into f16 (as `matmul_prec`
-/// does); anything else is an f32 product (`f32_desc` checks the dtypes).
+/// does); anything else is an f32 product of f32 tensors (`op` names it in a dtype error).
 fn labelled_desc(
     a: &Tensor,
     b: &Tensor,
-    f32_desc: impl FnOnce() -> Result<Gemm>,
-    shape: impl FnOnce() -> Result<Gemm>,
+    op: &str,
+    shape: impl Fn() -> Result<Gemm>,
 ) -> Result<(Gemm, DType)> {
     let p = precision::current()?;
-    if let Some(g) = f16_direct(a, b, p, shape)? {
+    if let Some(g) = f16_direct(a, b, p, &shape)? {
         return Ok((g, DType::F16));
     }
-    let mut g = f32_desc()?;
+    check_f32(&[a, b], op)?;
+    let mut g = shape()?;
     g.math = Math::f32_at(p);
     Ok((g, DType::F32))
 }
@@ -278,12 +269,7 @@ pub fn matmul_candidates(
     trans_a: bool,
     trans_b: bool,
 ) -> Result<Vec<String>> {
-    let (g, _) = labelled_desc(
-        a,
-        b,
-        || matmul_desc(a, b, trans_a, trans_b),
-        || matmul_shape(a, b, trans_a, trans_b),
-    )?;
+    let (g, _) = labelled_desc(a, b, "matmul", || matmul_shape(a, b, trans_a, trans_b))?;
     Ok(a.device().backend().gemm_labels(&g))
 }
 
@@ -297,12 +283,7 @@ pub fn matmul_with(
     trans_b: bool,
     label: &str,
 ) -> Result<Tensor> {
-    let (g, dtype) = labelled_desc(
-        a,
-        b,
-        || matmul_desc(a, b, trans_a, trans_b),
-        || matmul_shape(a, b, trans_a, trans_b),
-    )?;
+    let (g, dtype) = labelled_desc(a, b, "matmul", || matmul_shape(a, b, trans_a, trans_b))?;
     forced(a, b, &g, &[g.m, g.n], dtype, label)
 }
 

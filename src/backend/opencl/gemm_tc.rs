@@ -76,20 +76,23 @@ impl TcTile {
     }
 }
 
-/// TF32 tiles (bm, bn, bk, wm, wn), largest first. K tiles of 16 keep the double-buffered f32 tiles of the
-/// 128×128 block within 48 KiB of local memory.
-const TF32_TILES: [(usize, usize, usize, usize, usize); 4] = [
-    (128, 128, 16, 64, 32),
-    (128, 64, 16, 32, 32),
-    (64, 128, 16, 32, 32),
-    (64, 64, 16, 32, 16),
+/// A tile table: (bm, bn, bk, wm, wn, stages), stages 0 for the register-staged kernel.
+type TileTable = [(usize, usize, usize, usize, usize, usize)];
+
+/// TF32 tiles of `gemm_tc`, largest first. K tiles of 16 keep the double-buffered f32 tiles of the 128×128
+/// block within 48 KiB of local memory.
+const TF32_TILES: [(usize, usize, usize, usize, usize, usize); 4] = [
+    (128, 128, 16, 64, 32, 0),
+    (128, 64, 16, 32, 32, 0),
+    (64, 128, 16, 32, 32, 0),
+    (64, 64, 16, 32, 16, 0),
 ];
-/// FP16 tiles: halves in local memory, so K tiles of 32 fit.
-const F16_TILES: [(usize, usize, usize, usize, usize); 4] = [
-    (128, 128, 32, 64, 32),
-    (128, 64, 32, 32, 32),
-    (64, 128, 32, 32, 32),
-    (64, 64, 32, 32, 16),
+/// FP16 tiles of `gemm_tc`: halves in local memory, so K tiles of 32 fit.
+const F16_TILES: [(usize, usize, usize, usize, usize, usize); 4] = [
+    (128, 128, 32, 64, 32, 0),
+    (128, 64, 32, 32, 32, 0),
+    (64, 128, 32, 32, 32, 0),
+    (64, 64, 32, 32, 16, 0),
 ];
 
 /// Pipelined TF32 tiles (bm, bn, bk, wm, wn, stages): as many buffers as fit 48 KiB with the padding, in every
@@ -115,10 +118,8 @@ const F16_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
     (64, 64, 32, 32, 16, 4),
 ];
 
-fn tile_list(
-    p: Precision,
-    list: &'static [(usize, usize, usize, usize, usize, usize)],
-) -> impl Iterator<Item = TcTile> {
+/// The tiles of a table for precision `p`.
+fn tile_list(p: Precision, list: &'static TileTable) -> impl Iterator<Item = TcTile> {
     list.iter()
         .map(move |&(bm, bn, bk, wm, wn, stages)| TcTile {
             prec: p,
@@ -133,25 +134,17 @@ fn tile_list(
 
 /// The register-staged tiles of `p` (`gemm_tc`), largest first.
 fn tiles(p: Precision) -> impl Iterator<Item = TcTile> {
-    let list: &[(usize, usize, usize, usize, usize)] = match p {
+    let list: &'static TileTable = match p {
         Precision::Tf32 => &TF32_TILES,
         Precision::Fp16 => &F16_TILES,
         Precision::Fp32 => &[],
     };
-    list.iter().map(move |&(bm, bn, bk, wm, wn)| TcTile {
-        prec: p,
-        bm,
-        bn,
-        bk,
-        wm,
-        wn,
-        stages: 0,
-    })
+    tile_list(p, list)
 }
 
 /// The pipelined tiles of `p` (`gemm_tc_pipe`), largest first.
 fn pipe_tiles(p: Precision) -> impl Iterator<Item = TcTile> {
-    let list: &'static [(usize, usize, usize, usize, usize, usize)] = match p {
+    let list: &'static TileTable = match p {
         Precision::Tf32 => &TF32_PIPE,
         Precision::Fp16 => &F16_PIPE,
         Precision::Fp32 => &[],
@@ -356,32 +349,32 @@ impl ClDevice {
         } else {
             self
         };
+        let elem = if half { 2 } else { 4 };
         let run = || -> Result<Vec<f32>> {
             let upload = |v: &[f32]| -> Result<Storage> {
-                if half {
-                    let h: Vec<u16> = v.iter().map(|&x| crate::half::f32_to_f16(x)).collect();
-                    let s = dev.alloc(h.len() * 2)?;
-                    dev.write(&s, 0, bytemuck::cast_slice(&h))?;
-                    return Ok(s);
-                }
-                let s = dev.alloc(v.len() * 4)?;
-                dev.write(&s, 0, bytemuck::cast_slice(v))?;
+                let bytes: Vec<u8> = match half {
+                    true => v
+                        .iter()
+                        .flat_map(|&x| crate::half::f32_to_f16(x).to_ne_bytes())
+                        .collect(),
+                    false => bytemuck::cast_slice(v).to_vec(),
+                };
+                let s = dev.alloc(bytes.len())?;
+                dev.write(&s, 0, &bytes)?;
                 Ok(s)
             };
             let (sa, sb) = (upload(&a)?, upload(&b)?);
-            let sc = dev.alloc(m * n * 4)?;
+            let sc = dev.alloc(m * n * elem)?;
             dev.launch_tc(&g, &tile, [&sa, &sb, &sc], None, true)?;
-            let mut out = vec![0f32; m * n];
-            if half {
-                let mut h = vec![0u16; m * n];
-                dev.read(&sc, 0, bytemuck::cast_slice_mut(&mut h))?;
-                for (o, x) in out.iter_mut().zip(h) {
-                    *o = crate::half::f16_to_f32(x);
-                }
-            } else {
-                dev.read(&sc, 0, bytemuck::cast_slice_mut(&mut out))?;
-            }
-            Ok(out)
+            let mut out = vec![0u8; m * n * elem];
+            dev.read(&sc, 0, &mut out)?;
+            Ok(out
+                .chunks_exact(elem)
+                .map(|c| match half {
+                    true => crate::half::f16_to_f32(u16::from_ne_bytes([c[0], c[1]])),
+                    false => f32::from_ne_bytes([c[0], c[1], c[2], c[3]]),
+                })
+                .collect())
         };
         let got = run().map_err(|e| format!("the probe kernel failed: {e}"))?;
         match got.iter().zip(&want).position(|(x, y)| x != y) {
