@@ -696,6 +696,7 @@ impl ClDevice {
         let key = tune_key(g, tc);
         let elsewhere = self.builds_elsewhere();
         if let Some(c) = autotune::answered(device, &key) {
+            let c = self.tc_runnable(device, &key, g, c);
             return Ok(if elsewhere {
                 self.gemm_at_hand(device, &key, g, c)
             } else {
@@ -736,6 +737,7 @@ impl ClDevice {
             prebuild();
             events_ms(&self.gemm_with(device, op, *cand)?)
         })?;
+        let c = self.tc_runnable(device, &key, g, c);
         Ok(if elsewhere {
             self.gemm_at_hand(device, &key, g, c)
         } else {

@@ -253,6 +253,21 @@ fn slot(p: Precision) -> usize {
     (p == Precision::Fp16) as usize
 }
 
+/// The probe result of kernel slot `at` on device `id`, if this process has probed it.
+fn probed(id: usize, at: usize) -> Option<std::result::Result<(), String>> {
+    PROBES
+        .lock()
+        .ok()
+        .and_then(|m| m.as_ref()?.get(&id)?[at].clone())
+}
+
+/// Whether the pipelined tiles are offered, given what is known of their probe: until the probe has run they
+/// are (it runs when one of them is first launched, so a first call that runs the register-staged first choice
+/// pays for no probe); after a failed probe they are not.
+fn pipe_offered(known: Option<std::result::Result<(), String>>) -> bool {
+    !matches!(known, Some(Err(_)))
+}
+
 impl ClDevice {
     /// Whether tensor cores compute products at `p` (TF32 or FP16) on this device: `Ok`, or why not.
     pub(crate) fn tc_status(&self, p: Precision) -> std::result::Result<(), String> {
@@ -277,11 +292,7 @@ impl ClDevice {
         }
         let id = self.device.id() as usize;
         let at = slot(p) + 2 * pipe as usize;
-        let known = PROBES
-            .lock()
-            .ok()
-            .and_then(|m| m.as_ref()?.get(&id)?[at].clone());
-        if let Some(r) = known {
+        if let Some(r) = probed(id, at) {
             return r;
         }
         let r = self.tc_probe(p, pipe);
@@ -438,10 +449,15 @@ impl ClDevice {
             return Vec::new();
         }
         let (bm, bn) = (g.m.next_power_of_two(), g.n.next_power_of_two());
-        // The pipelined tiles follow the register-staged ones (whose first is the untimed first choice).
-        let pipe: Vec<TcTile> = match self.tc_pipe_status(p) {
-            Ok(()) => pipe_tiles(p).filter(|t| pipe_fits(g, t)).collect(),
-            Err(_) => Vec::new(),
+        // The pipelined tiles follow the register-staged ones (whose first is the untimed first choice). Their
+        // probe waits for their first launch (`gemm_tc_with`); once it has failed they are left out.
+        let known = match emulate {
+            true => Some(Ok(())),
+            false => probed(self.device.id() as usize, slot(p) + 2),
+        };
+        let pipe: Vec<TcTile> = match pipe_offered(known) {
+            true => pipe_tiles(p).filter(|t| pipe_fits(g, t)).collect(),
+            false => Vec::new(),
         };
         tiles(p)
             .chain(pipe)
@@ -527,10 +543,44 @@ impl ClDevice {
         self.run(&k, &args, &global, Some(&[THREADS, 1, 1]))
     }
 
+    /// `c`, unless it is a pipelined tile whose probe fails here (a winner cached before the probe ran in this
+    /// process): then the first register-staged tile, logged as the interim kernel of `key`.
+    pub(crate) fn tc_runnable(
+        &self,
+        device: &Device,
+        key: &TuneKey,
+        g: &Gemm,
+        c: GemmCand,
+    ) -> GemmCand {
+        let Algo::Tc(t) = c.algo else { return c };
+        if t.stages == 0 || emulated().unwrap_or(true) || self.tc_pipe_status(t.prec).is_ok() {
+            return c;
+        }
+        let staged = self
+            .tc_candidates(g)
+            .into_iter()
+            .find(|s| matches!(s.algo, Algo::Tc(s) if s.stages == 0));
+        match staged {
+            Some(s) => {
+                autotune::record_interim(device, key, &c, &s);
+                s
+            }
+            None => c,
+        }
+    }
+
     /// Runs `op` with tile `t`.
     pub(crate) fn gemm_tc_with(&self, op: &GemmOp<'_>, t: TcTile) -> Result<Vec<Event>> {
         let (a, b, c, bias, g) = op.parts();
         let ptx = !emulated()?;
+        if t.stages > 0 && ptx {
+            self.tc_pipe_status(t.prec).map_err(|why| {
+                Error::Invalid(format!(
+                    "the pipelined {} tensor-core kernel is not used on this device: {why}",
+                    t.prec.name()
+                ))
+            })?;
+        }
         let bufs = [a.storage(), b.storage(), c.storage()];
         Ok(vec![self.launch_tc(
             g,

@@ -220,3 +220,31 @@ fn tile_configurations_split_the_block_among_eight_warps() {
         }
     }
 }
+
+#[test]
+fn pipelined_tiles_wait_for_their_probe_and_leave_after_it_fails() {
+    // A device id no OpenCL device has, so that no other test's probe results are touched.
+    let id = usize::MAX;
+    let at = slot(Precision::Fp16) + 2;
+    assert_eq!(probed(id, at), None);
+    assert!(
+        pipe_offered(probed(id, at)),
+        "offered before the probe has run"
+    );
+    let put = |r: std::result::Result<(), String>| {
+        let mut m = PROBES.lock().unwrap();
+        m.get_or_insert_with(HashMap::new).entry(id).or_default()[at] = Some(r);
+    };
+    put(Ok(()));
+    assert!(pipe_offered(probed(id, at)), "offered after a passed probe");
+    put(Err("the probe product is wrong".into()));
+    assert!(
+        !pipe_offered(probed(id, at)),
+        "left out after a failed probe"
+    );
+    assert_eq!(
+        probed(id, slot(Precision::Tf32) + 2),
+        None,
+        "one kernel's result is not another's"
+    );
+}
