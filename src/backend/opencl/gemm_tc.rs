@@ -76,31 +76,24 @@ impl TcTile {
     }
 }
 
-/// A tile table: (bm, bn, bk, wm, wn, stages), stages 0 for the register-staged kernel.
-type TileTable = [(usize, usize, usize, usize, usize, usize)];
+/// A tile configuration: (bm, bn, bk, wm, wn, stages), stages 0 for `gemm_tc`. `bk` is given for f32 elements in
+/// local memory; FP16 keeps halves there, so its tiles take twice that `bk` in the same bytes.
+type Tile = (usize, usize, usize, usize, usize, usize);
 
-/// TF32 tiles of `gemm_tc`, largest first. K tiles of 16 keep the double-buffered f32 tiles of the 128×128
-/// block within 48 KiB of local memory.
-const TF32_TILES: [(usize, usize, usize, usize, usize, usize); 4] = [
+/// Tiles of `gemm_tc`, largest first. K tiles of 16 keep the double-buffered f32 tiles of the 128×128 block
+/// within 48 KiB of local memory.
+const STAGED: [Tile; 4] = [
     (128, 128, 16, 64, 32, 0),
     (128, 64, 16, 32, 32, 0),
     (64, 128, 16, 32, 32, 0),
     (64, 64, 16, 32, 16, 0),
 ];
-/// FP16 tiles of `gemm_tc`: halves in local memory, so K tiles of 32 fit.
-const F16_TILES: [(usize, usize, usize, usize, usize, usize); 4] = [
-    (128, 128, 32, 64, 32, 0),
-    (128, 64, 32, 32, 32, 0),
-    (64, 128, 32, 32, 32, 0),
-    (64, 64, 32, 32, 16, 0),
-];
 
-/// Pipelined TF32 tiles (bm, bn, bk, wm, wn, stages): as many buffers as fit 48 KiB with the padding, in every
-/// transpose but for the 128×256 tile, whose three buffers fit only where B is not transposed (its 64×64 warp
-/// tiles issue a fifth fewer instructions per mma than the 64×32 ones; 197 to 201 registers, one work-group a
-/// multiprocessor). `ptxas` for sm_90 puts the others at 48 to 152 registers, none spilling
-/// (`scripts/ptx-check.sh`).
-const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
+/// Pipelined tiles (`gemm_tc_pipe`): as many buffers as fit 48 KiB with the padding, in every transpose but for
+/// the 128×256 tile, whose three buffers fit only where B is not transposed (its 64×64 warp tiles issue a fifth
+/// fewer instructions per mma than the 64×32 ones; 197 to 201 registers, one work-group a multiprocessor).
+/// `ptxas` for sm_90 puts the others at 48 to 152 registers, none spilling (`scripts/ptx-check.sh`).
+const PIPELINED: [Tile; 6] = [
     (128, 256, 8, 64, 64, 3),
     (128, 128, 16, 64, 32, 2),
     (128, 128, 8, 64, 32, 4),
@@ -108,24 +101,20 @@ const TF32_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
     (64, 128, 16, 32, 32, 3),
     (64, 64, 16, 32, 16, 4),
 ];
-/// Pipelined FP16 tiles.
-const F16_PIPE: [(usize, usize, usize, usize, usize, usize); 6] = [
-    (128, 256, 16, 64, 64, 3),
-    (128, 128, 32, 64, 32, 2),
-    (128, 128, 16, 64, 32, 4),
-    (128, 64, 32, 32, 32, 3),
-    (64, 128, 32, 32, 32, 3),
-    (64, 64, 32, 32, 16, 4),
-];
 
-/// The tiles of a table for precision `p`.
-fn tile_list(p: Precision, list: &'static TileTable) -> impl Iterator<Item = TcTile> {
+/// The tiles of `list` for precision `p` (none for FP32).
+fn tile_list(p: Precision, list: &'static [Tile]) -> impl Iterator<Item = TcTile> {
+    let (list, k): (&[Tile], usize) = match p {
+        Precision::Tf32 => (list, 1),
+        Precision::Fp16 => (list, 2),
+        Precision::Fp32 => (&[], 1),
+    };
     list.iter()
         .map(move |&(bm, bn, bk, wm, wn, stages)| TcTile {
             prec: p,
             bm,
             bn,
-            bk,
+            bk: bk * k,
             wm,
             wn,
             stages,
@@ -134,22 +123,12 @@ fn tile_list(p: Precision, list: &'static TileTable) -> impl Iterator<Item = TcT
 
 /// The register-staged tiles of `p` (`gemm_tc`), largest first.
 fn tiles(p: Precision) -> impl Iterator<Item = TcTile> {
-    let list: &'static TileTable = match p {
-        Precision::Tf32 => &TF32_TILES,
-        Precision::Fp16 => &F16_TILES,
-        Precision::Fp32 => &[],
-    };
-    tile_list(p, list)
+    tile_list(p, &STAGED)
 }
 
 /// The pipelined tiles of `p` (`gemm_tc_pipe`), largest first.
 fn pipe_tiles(p: Precision) -> impl Iterator<Item = TcTile> {
-    let list: &'static TileTable = match p {
-        Precision::Tf32 => &TF32_PIPE,
-        Precision::Fp16 => &F16_PIPE,
-        Precision::Fp32 => &[],
-    };
-    tile_list(p, list)
+    tile_list(p, &PIPELINED)
 }
 
 /// The local memory tile `t` takes for `g` (its operand buffers, two or `stages`, with the padding of the
