@@ -387,3 +387,102 @@ fn pointwise_small_k_child() {
     }
     println!("small-K kernel used");
 }
+
+/// Both im2col / col2im layouts (one col row per work-item, as CPUs run it, and one element per work-item, as
+/// GPUs run it), each forced in a child process, on strided, padded, dilated and grouped shapes whose sizes
+/// are not multiples of the work-group: forward and both gradients against the reference. A layout that does
+/// not exist is refused with an error naming the layouts.
+#[test]
+fn im2col_layouts() {
+    if opencl_device().is_none() {
+        return;
+    }
+    for layout in ["row", "element"] {
+        let text = run_forced_child("im2col_layout_child", &format!("conv_col_layout={layout}"));
+        assert!(
+            text.contains(&format!("layout {layout} checked")),
+            "{layout}: {text}"
+        );
+    }
+    let text = run_forced_child("im2col_layout_child", "conv_col_layout=diagonal");
+    assert!(text.contains("layout diagonal refused"), "{text}");
+}
+
+#[test]
+#[ignore = "run by im2col_layouts with NETCL_AUTOTUNE_FORCE set"]
+fn im2col_layout_child() {
+    let dev = opencl_device().expect("an OpenCL device");
+    let layout = common::forced_label("conv_col_layout").unwrap();
+    let o = |s: usize, p: usize, d: usize, g: usize| {
+        Conv2dOptions::new()
+            .stride(s)
+            .padding(p)
+            .dilation(d)
+            .groups(g)
+            .algo(ConvAlgo::Im2col)
+    };
+    if layout != "row" && layout != "element" {
+        let x = Tensor::randn(&dev, &[1, 2, 6, 6], 0.0, 1.0, 1).unwrap();
+        let w = Tensor::randn(&dev, &[3, 2, 3, 3], 0.0, 1.0, 2).unwrap();
+        let e = ops::conv2d(&x, &w, None, &o(1, 1, 1, 1))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("conv_col_layout") && e.contains("`row`"), "{e}");
+        println!("layout {layout} refused");
+        return;
+    }
+    // (n, c, h, w, f, k, stride, padding, dilation, groups)
+    let cases: [[usize; 10]; 6] = [
+        [2, 3, 13, 11, 5, 3, 2, 1, 1, 1],
+        [1, 4, 9, 17, 6, 3, 1, 1, 1, 2],
+        [3, 2, 8, 8, 3, 1, 2, 0, 1, 1],
+        [1, 3, 15, 7, 4, 3, 2, 2, 2, 1],
+        [2, 2, 70, 67, 3, 3, 2, 1, 1, 1],
+        [1, 6, 5, 5, 6, 5, 1, 2, 1, 3],
+    ];
+    for (i, c) in cases.iter().enumerate() {
+        let [n, ch, h, w, f, k, s, p, d, g] = *c;
+        check(
+            &dev,
+            [n, ch, h, w],
+            f,
+            [k, k],
+            &o(s, p, d, g),
+            500 + 10 * i as u64,
+        );
+    }
+    println!("layout {layout} checked");
+}
+
+/// Every candidate of the bias gradient (one work-group per (n, f) row and a second pass over n, one
+/// work-group per f, one work-item per f), each forced in a child process, on rows shorter than a warp,
+/// rows that are not a multiple of the work-group, and several samples: against the reference.
+#[test]
+fn bias_grad_candidates() {
+    if opencl_device().is_none() {
+        return;
+    }
+    for cand in ["rows", "wg", "serial"] {
+        let text = run_forced_child("bias_grad_child", &format!("conv2d_grad_bias={cand}"));
+        assert!(
+            text.contains(&format!("bias gradient {cand} checked")),
+            "{cand}: {text}"
+        );
+    }
+}
+
+#[test]
+#[ignore = "run by bias_grad_candidates with NETCL_AUTOTUNE_FORCE set"]
+fn bias_grad_child() {
+    let dev = opencl_device().expect("an OpenCL device");
+    let cand = common::forced_label("conv2d_grad_bias").unwrap();
+    // (n, c, h, w, f): P = 25, 299 and 1,089 output positions per row.
+    for (i, [n, c, h, w, f]) in [[3, 2, 5, 5, 7], [2, 3, 13, 23, 5], [1, 2, 33, 33, 3]]
+        .into_iter()
+        .enumerate()
+    {
+        let o = Conv2dOptions::new().padding(1).algo(ConvAlgo::Im2col);
+        check(&dev, [n, c, h, w], f, [3, 3], &o, 700 + 10 * i as u64);
+    }
+    println!("bias gradient {cand} checked");
+}

@@ -15,7 +15,8 @@ use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::contract::conv::{ConvAlgo, ConvBwd, ConvFwd, ConvGeom, ConvKernels};
 use crate::contract::gemm::{BiasMode, Gemm, GemmOp, GemmTune};
 use crate::contract::precision::{Math, Precision};
-use crate::error::Result;
+use crate::device::DeviceType;
+use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
 /// The most bytes an im2col workspace may take; larger batches are processed in chunks.
@@ -140,6 +141,20 @@ impl ClDevice {
         self.gemm_events(device, op)
     }
 
+    /// Whether im2col and col2im run one element per work-item (GPUs: consecutive work-items touch consecutive
+    /// addresses) or one col row / input row per work-item (CPUs: few work-items, each copying long spans). Not
+    /// measured: `NETCL_AUTOTUNE_FORCE=conv_col_layout=row` or `=element` overrides the device type's choice.
+    fn col_by_element(&self) -> Result<bool> {
+        match autotune::config::config().forced_label("conv_col_layout") {
+            Some("element") => Ok(true),
+            Some("row") => Ok(false),
+            Some(other) => Err(Error::Invalid(format!(
+                "NETCL_AUTOTUNE_FORCE names `{other}` for `conv_col_layout`; its layouts are `row` and `element`"
+            ))),
+            None => Ok(self.info.kind != DeviceType::Cpu),
+        }
+    }
+
     /// Samples per im2col chunk.
     fn col_chunk(&self, g: &ConvGeom) -> usize {
         let per = (g.c * g.kh * g.kw * g.p() * 4).max(1);
@@ -175,7 +190,6 @@ impl ClDevice {
         nb: usize,
     ) -> Result<Event> {
         let (g0, g1) = cl_args(g);
-        let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL)?;
         let args = abi::ConvIm2col {
             g0,
             g1,
@@ -184,7 +198,15 @@ impl ClDevice {
             x: x.storage(),
             col: col.storage(),
         };
-        self.run(&k, &args, &[g.c * g.kh * g.kw, nb], None)
+        let rows = g.c * g.kh * g.kw;
+        if !self.col_by_element()? {
+            // A CPU runs a few work-items per core well: one col row each.
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL)?;
+            self.run(&k, &args, &[rows, nb], None)
+        } else {
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL_ELEM)?;
+            self.run(&k, &args, &[g.p(), rows, nb], Some(&[64, 1, 1]))
+        }
     }
 
     fn fwd_im2col(&self, device: &Device, op: &ConvFwd<'_>) -> Result<Vec<Event>> {
@@ -311,13 +333,33 @@ impl ClDevice {
         ev: &mut Vec<Event>,
     ) -> Result<()> {
         let p = g.p();
-        let cands: Vec<&str> = if self.info.max_work_group_size >= 64 {
-            vec!["wg", "serial"]
-        } else {
+        let cands: Vec<&str> = if self.info.max_work_group_size < 64 {
             vec!["serial"]
+        } else if self.info.kind == DeviceType::Cpu {
+            vec!["wg", "serial", "rows"]
+        } else {
+            vec!["rows", "wg", "serial"]
         };
-        let run = |c: &str| -> Result<Event> {
-            if c == "wg" {
+        let part = match cands.contains(&"rows") {
+            true => Some(Tensor::empty(device, &[g.n * g.f], DType::F32)?),
+            false => None,
+        };
+        let run = |c: &str| -> Result<Vec<Event>> {
+            if let ("rows", Some(part)) = (c, &part) {
+                // As many work-items per row as it has elements, 32 to 256.
+                let t = p.next_power_of_two().clamp(32, 256);
+                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_ROWS)?;
+                let args = abi::ConvBiasGradRows {
+                    N: g.n as i32,
+                    F: g.f as i32,
+                    P: p as i32,
+                    go: go.storage(),
+                    part: part.storage(),
+                    red: t * 4,
+                };
+                let rows = self.run(&k, &args, &[g.n * g.f * t], Some(&[t]))?;
+                Ok(vec![rows, self.sum_batches(part, gb, g.f, g.n, false)?])
+            } else if c == "wg" {
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
                 let args = abi::ConvBiasGradWg {
                     N: g.n as i32,
@@ -327,7 +369,7 @@ impl ClDevice {
                     gb: gb.storage(),
                     red: 64 * 4,
                 };
-                self.run(&k, &args, &[g.f * 64], Some(&[64]))
+                Ok(vec![self.run(&k, &args, &[g.f * 64], Some(&[64]))?])
             } else {
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
                 let args = abi::ConvBiasGradSerial {
@@ -337,7 +379,7 @@ impl ClDevice {
                     go: go.storage(),
                     gb: gb.storage(),
                 };
-                self.run(&k, &args, &[g.f], None)
+                Ok(vec![self.run(&k, &args, &[g.f], None)?])
             }
         };
         let key = TuneKey::new(
@@ -345,8 +387,8 @@ impl ClDevice {
             &[("n", bucket(g.n)), ("f", g.f as i64), ("p", bucket(p))],
         )
         .source(kernel_source("conv").unwrap_or_default());
-        let c = autotune::tune(device, &key, &cands, 0, |c| events_ms(&[run(c)?]))?;
-        ev.push(run(c)?);
+        let c = autotune::tune(device, &key, &cands, 0, |c| events_ms(&run(c)?))?;
+        ev.extend(run(c)?);
         Ok(())
     }
 
@@ -471,7 +513,6 @@ impl ClDevice {
                     };
                     ev.extend(self.run_gemm(device, &GemmOp::new(w, go, &col, None, &gm))?);
                 }
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
                 let args = abi::ConvCol2im {
                     g0,
                     g1,
@@ -480,7 +521,16 @@ impl ClDevice {
                     col: col.storage(),
                     gx: gx.storage(),
                 };
-                ev.push(self.run(&k, &args, &[nb * g.c * g.h], None)?);
+                ev.push(if !self.col_by_element()? {
+                    let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
+                    self.run(&k, &args, &[nb * g.c * g.h], None)?
+                } else {
+                    let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM_ELEM)?;
+                    // 64 work-items a group, as many of them along a row as it has columns.
+                    let lx = g.w.next_power_of_two().min(64);
+                    let ly = (64 / lx).min(g.h.next_power_of_two());
+                    self.run(&k, &args, &[g.w, g.h, nb * g.c], Some(&[lx, ly, 1]))?
+                });
             }
             n0 += nb;
         }
