@@ -144,7 +144,10 @@ impl Device {
     /// A device over `backend`, described by `info`.
     pub(crate) fn from_backend(info: DeviceInfo, backend: Box<dyn Backend>) -> Device {
         Device(Arc::new(DeviceInner {
-            pool: BufferPool::new(info.global_mem_bytes),
+            pool: BufferPool::new(
+                info.global_mem_bytes,
+                matches!(info.kind, DeviceType::Gpu | DeviceType::Accelerator),
+            ),
             tune_id: info.tune_id(),
             info,
             backend,
