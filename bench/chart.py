@@ -31,10 +31,18 @@ RUNS = {
 }
 SERIES = [("netcl", "netcl", "#0b63c5"), ("netcl-0.3.2", "netcl 0.3.2", "#b15c00"),
           ("torch-cudnn-fp32", "PyTorch/cuDNN", "#1a7f37")]
+# The whole-model chart (charts/models.svg): (title, [(results file, series key)]). A netcl file's lines are keyed
+# by their precision ("netcl-fp32", "netcl-tf32"); a peer's by its impl.
+MODELS = ("NVIDIA H100 (OpenCL 3.0, driver 580): whole models against PyTorch eager, 2026-12-06",
+          ["h100-2026-12-06-models-netcl-fp32.jsonl", "h100-2026-12-06-models-torch-fp32.jsonl",
+           "h100-2026-12-06-models-netcl-tf32.jsonl", "h100-2026-12-06-models-torch-tf32.jsonl"])
+MODEL_SERIES = [("netcl-fp32", "netcl FP32", "#0b63c5"), ("torch-eager-fp32", "PyTorch FP32", "#1a7f37"),
+                ("netcl-tf32", "netcl TF32", "#7fb2ea"), ("torch-eager-tf32", "PyTorch TF32", "#8fd19e")]
 
 
-def load(path):
-    """{(case, impl): ms} of a results file; the device line and malformed lines are skipped with a note."""
+def load(path, by_precision=False):
+    """{(case, impl): ms} of a results file (netcl's impl suffixed with its precision when `by_precision`); the
+    device line and lines without a time are skipped."""
     out = {}
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):
@@ -46,7 +54,10 @@ def load(path):
             except json.JSONDecodeError as e:
                 sys.exit(f"{path}:{n}: not JSON: {e}")
             if "case" in row and isinstance(row.get("ms"), (int, float)):
-                out[(row["case"], row.get("impl", "netcl"))] = float(row["ms"])
+                impl = row.get("impl", "netcl")
+                if by_precision and impl == "netcl":
+                    impl = f"netcl-{row.get('precision', 'fp32')}"
+                out[(row["case"], impl)] = float(row["ms"])
     return out
 
 
@@ -139,9 +150,9 @@ def esc(text):
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def chart(title, cases, times):
+def chart(title, cases, times, all_series=SERIES):
     """Grouped horizontal bars on a log-scale axis of milliseconds, one group per case."""
-    series = [s for s in SERIES if any((c, s[0]) in times for c in cases)]
+    series = [s for s in all_series if any((c, s[0]) in times for c in cases)]
     bar, gap, left, right, top = 7, 8, 150, 20, 48
     width = 720
     group = bar * len(series) + gap
@@ -160,7 +171,7 @@ def chart(title, cases, times):
            '<g font-family="sans-serif" font-size="11" fill="#1d232b">',
            f'<text x="{left}" y="16" font-size="13" font-weight="bold">{esc(title)}</text>']
     for i, (_, label, colour) in enumerate(series):
-        lx = left + i * 150
+        lx = left + i * 130
         out.append(f'<rect x="{lx}" y="26" width="10" height="10" fill="{colour}"/>'
                    f'<text x="{lx + 14}" y="35">{esc(label)}</text>')
     decade = lo
@@ -204,12 +215,24 @@ def main():
     stale = []
     for machine, (title, _, _, cases, times) in data.items():
         write(os.path.join(CHARTS, f"{machine}.svg"), chart(title, cases, times), check, stale)
+    title, files = MODELS
+    times = {}
+    for name in files:
+        times.update(load(os.path.join(RESULTS, name), by_precision=True))
+    cases = [c for c in ["resnet18_infer_224", "resnet18_infer_112", "resnet18_train_224", "resnet18_train_112",
+                         "mobilenet_v2_infer_224", "mobilenet_v2_infer_112", "mobilenet_v2_train_224",
+                         "mobilenet_v2_train_112"] if any(k[0] == c for k in times)]
+    write(os.path.join(CHARTS, "models.svg"), chart(title, cases, times, MODEL_SERIES), check, stale)
     page = open(PAGE, encoding="utf-8").read()
     start = page.find("\n## Summary\n")
     if start < 0:
         sys.exit(f"{PAGE}: no `## Summary` section to rewrite")
     end = page.find("\n## ", start + 1)
-    new = page[:start + 1] + summary(data) + (page[end:] if end >= 0 else "\n")
+    # What the section holds after the generated part (written by hand) stays.
+    marker = "](charts/pocl.svg)\n"
+    kept = page.find(marker, start, end if end >= 0 else len(page))
+    rest = page[kept + len(marker):end] if kept >= 0 else ""
+    new = page[:start + 1] + summary(data).rstrip("\n") + "\n" + rest + (page[end:] if end >= 0 else "\n")
     write(PAGE, new, check, stale)
     if stale:
         sys.exit("stale (run python3 bench/chart.py): " + ", ".join(os.path.relpath(p, ROOT) for p in stale))

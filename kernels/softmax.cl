@@ -106,12 +106,12 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
 #define SM_MAXV(v) MAX4(v)
 #define SM_SUMV(v) SUM4(v)
 #endif
+    // An f16 row's runs are stored from y itself, indexed by run (o·RW + j): NVIDIA's compiler makes that one
+    // vector store per run, but eight (or four) 2-byte stores when the row's start is added to the pointer first.
 #if OUT_HALF && SM_W == 8
-    __global half* q = (__global half*)y + (size_t)o * R;
-#define QV(j, v) vstorea_half8_rte((v), (j), q)
+#define QV(j, v) vstorea_half8_rte((v), (size_t)o * RW + (j), (__global half*)y)
 #elif OUT_HALF
-    __global half* q = (__global half*)y + (size_t)o * R;
-#define QV(j, v) vstorea_half4_rte((v), (j), q)
+#define QV(j, v) vstorea_half4_rte((v), (size_t)o * RW + (j), (__global half*)y)
 #elif SM_W == 8
     __global float* q = y + (size_t)o * R;
 #define QV(j, v) vstore8((v), (j), q)
