@@ -142,9 +142,14 @@ impl ClDevice {
     }
 
     /// Whether im2col and col2im run one element per work-item (GPUs: consecutive work-items touch consecutive
-    /// addresses) or one col row / input row per work-item (CPUs: few work-items, each copying long spans). Not
-    /// measured: `NETCL_AUTOTUNE_FORCE=conv_col_layout=row` or `=element` overrides the device type's choice.
-    fn col_by_element(&self) -> Result<bool> {
+    /// addresses) or one col row / input row per work-item (CPUs: few work-items, each copying long spans), for
+    /// a launch over `elements` work-items. Not measured: `NETCL_AUTOTUNE_FORCE=conv_col_layout=row` or
+    /// `=element` overrides the device type's choice. The element kernels index in 32 bits: a chunk of 2^31
+    /// elements or more runs by rows.
+    fn col_by_element(&self, elements: usize) -> Result<bool> {
+        if elements >= i32::MAX as usize {
+            return Ok(false);
+        }
         match autotune::config::config().forced_label("conv_col_layout") {
             Some("element") => Ok(true),
             Some("row") => Ok(false),
@@ -153,6 +158,13 @@ impl ClDevice {
             ))),
             None => Ok(self.info.kind != DeviceType::Cpu),
         }
+    }
+
+    /// The largest power of two no larger than `want` (a power of two) and the device's largest work-group.
+    fn group_up_to(&self, want: usize) -> usize {
+        let most =
+            1usize << (usize::BITS - 1 - self.info.max_work_group_size.max(1).leading_zeros());
+        want.min(most)
     }
 
     /// Samples per im2col chunk.
@@ -199,13 +211,18 @@ impl ClDevice {
             col: col.storage(),
         };
         let rows = g.c * g.kh * g.kw;
-        if !self.col_by_element()? {
+        if !self.col_by_element(nb * rows * g.p())? {
             // A CPU runs a few work-items per core well: one col row each.
             let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL)?;
             self.run(&k, &args, &[rows, nb], None)
         } else {
             let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_IM2COL_ELEM)?;
-            self.run(&k, &args, &[g.p(), rows, nb], Some(&[64, 1, 1]))
+            self.run(
+                &k,
+                &args,
+                &[nb * rows * g.p()],
+                Some(&[self.group_up_to(256)]),
+            )
         }
     }
 
@@ -346,8 +363,8 @@ impl ClDevice {
         };
         let run = |c: &str| -> Result<Vec<Event>> {
             if let ("rows", Some(part)) = (c, &part) {
-                // As many work-items per row as it has elements, 32 to 256.
-                let t = p.next_power_of_two().clamp(32, 256);
+                // As many work-items per row as it has elements, 32 to 256 (a power of two the device allows).
+                let t = self.group_up_to(p.next_power_of_two().clamp(32, 256));
                 let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_ROWS)?;
                 let args = abi::ConvBiasGradRows {
                     N: g.n as i32,
@@ -521,15 +538,17 @@ impl ClDevice {
                     col: col.storage(),
                     gx: gx.storage(),
                 };
-                ev.push(if !self.col_by_element()? {
+                ev.push(if !self.col_by_element(nb * g.c * g.h * g.w)? {
                     let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM)?;
                     self.run(&k, &args, &[nb * g.c * g.h], None)?
                 } else {
                     let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_COL2IM_ELEM)?;
-                    // 64 work-items a group, as many of them along a row as it has columns.
-                    let lx = g.w.next_power_of_two().min(64);
-                    let ly = (64 / lx).min(g.h.next_power_of_two());
-                    self.run(&k, &args, &[g.w, g.h, nb * g.c], Some(&[lx, ly, 1]))?
+                    self.run(
+                        &k,
+                        &args,
+                        &[nb * g.c * g.h * g.w],
+                        Some(&[self.group_up_to(256)]),
+                    )?
                 });
             }
             n0 += nb;
