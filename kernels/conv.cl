@@ -229,7 +229,8 @@ __kernel void conv_sum_batches(const int len, const int count, const int accumul
     out[i] = acc;
 }
 
-// gb[f] = sum over n and p of go[n][f][p]: one work-group per f with a local-memory tree (GPUs).
+// gb[f] = sum over n and p of go[n][f][p]: one work-group per f with a local-memory tree (GPUs). Launched with
+// N = 1 and F = N·F it gives the partial sum of each (n, f) row instead (the `rows` candidate).
 __kernel void conv_bias_grad_wg(const int N, const int F, const int P,
                                 __global const float* restrict go, __global float* restrict gb,
                                 __local float* red)
@@ -247,27 +248,6 @@ __kernel void conv_bias_grad_wg(const int N, const int F, const int P,
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (t == 0) gb[f] = red[0];
-}
-
-// The partial sums of gb, one work-group per (n, f) row: part[n * F + f] = sum over p of go[n][f][p]
-// (conv_sum_batches then adds the N partials). N·F work-groups keep a GPU's every SM streaming where one
-// work-group per f leaves most of them idle (64 filters on a 132-SM H200).
-__kernel void conv_bias_grad_rows(const int N, const int F, const int P,
-                                  __global const float* restrict go, __global float* restrict part,
-                                  __local float* red)
-{
-    const int row = get_group_id(0), t = get_local_id(0), T = get_local_size(0);
-    if (row >= N * F) return;
-    __global const float* r = go + (size_t)row * P;
-    float acc = 0.0f;
-    for (int p = t; p < P; p += T) acc += r[p];
-    red[t] = acc;
-    barrier(CLK_LOCAL_MEM_FENCE);
-    for (int s = T / 2; s > 0; s >>= 1) {
-        if (t < s) red[t] += red[t + s];
-        barrier(CLK_LOCAL_MEM_FENCE);
-    }
-    if (t == 0) part[row] = red[0];
 }
 
 // gb[f] as above, one work-item per f with float8 loads and no barriers (CPU OpenCL).

@@ -361,42 +361,41 @@ impl ClDevice {
             true => Some(Tensor::empty(device, &[g.n * g.f], DType::F32)?),
             false => None,
         };
+        // One work-group per (sample count n, filter count f) row of go, summing n rows each into `out`.
+        let groups = |n: usize, f: usize, out: &Tensor, t: usize| -> Result<Event> {
+            let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
+            let args = abi::ConvBiasGradWg {
+                N: n as i32,
+                F: f as i32,
+                P: p as i32,
+                go: go.storage(),
+                gb: out.storage(),
+                red: t * 4,
+            };
+            self.run(&k, &args, &[f * t], Some(&[t]))
+        };
         let run = |c: &str| -> Result<Vec<Event>> {
-            if let ("rows", Some(part)) = (c, &part) {
-                // As many work-items per row as it has elements, 32 to 256 (a power of two the device allows).
-                let t = self.group_up_to(p.next_power_of_two().clamp(32, 256));
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_ROWS)?;
-                let args = abi::ConvBiasGradRows {
-                    N: g.n as i32,
-                    F: g.f as i32,
-                    P: p as i32,
-                    go: go.storage(),
-                    part: part.storage(),
-                    red: t * 4,
-                };
-                let rows = self.run(&k, &args, &[g.n * g.f * t], Some(&[t]))?;
-                Ok(vec![rows, self.sum_batches(part, gb, g.f, g.n, false)?])
-            } else if c == "wg" {
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
-                let args = abi::ConvBiasGradWg {
-                    N: g.n as i32,
-                    F: g.f as i32,
-                    P: p as i32,
-                    go: go.storage(),
-                    gb: gb.storage(),
-                    red: 64 * 4,
-                };
-                Ok(vec![self.run(&k, &args, &[g.f * 64], Some(&[64]))?])
-            } else {
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
-                let args = abi::ConvBiasGradSerial {
-                    N: g.n as i32,
-                    F: g.f as i32,
-                    P: p as i32,
-                    go: go.storage(),
-                    gb: gb.storage(),
-                };
-                Ok(vec![self.run(&k, &args, &[g.f], None)?])
+            match (c, &part) {
+                // Each (sample, filter) row on its own, as many work-items as it has elements (32 to 256),
+                // then the samples' partial sums added.
+                ("rows", Some(part)) => {
+                    let t = self.group_up_to(p.next_power_of_two().clamp(32, 256));
+                    let rows = groups(1, g.n * g.f, part, t)?;
+                    Ok(vec![rows, self.sum_batches(part, gb, g.f, g.n, false)?])
+                }
+                ("wg", _) => Ok(vec![groups(g.n, g.f, gb, 64)?]),
+                _ => {
+                    let k =
+                        self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
+                    let args = abi::ConvBiasGradSerial {
+                        N: g.n as i32,
+                        F: g.f as i32,
+                        P: p as i32,
+                        go: go.storage(),
+                        gb: gb.storage(),
+                    };
+                    Ok(vec![self.run(&k, &args, &[g.f], None)?])
+                }
             }
         };
         let key = TuneKey::new(
