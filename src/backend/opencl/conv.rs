@@ -361,7 +361,7 @@ impl ClDevice {
             true => Some(Tensor::empty(device, &[g.n * g.f], DType::F32)?),
             false => None,
         };
-        // One work-group per (sample count n, filter count f) row of go, summing n rows each into `out`.
+        // f work-groups of t work-items; group j sums the n rows j, j + f, j + 2f, … of go (P long) into out[j].
         let groups = |n: usize, f: usize, out: &Tensor, t: usize| -> Result<Event> {
             let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
             let args = abi::ConvBiasGradWg {
