@@ -357,10 +357,6 @@ impl ClDevice {
         } else {
             vec!["rows", "wg", "serial"]
         };
-        let part = match cands.contains(&"rows") {
-            true => Some(Tensor::empty(device, &[g.n * g.f], DType::F32)?),
-            false => None,
-        };
         // f work-groups of t work-items; group j sums the n rows j, j + f, j + 2f, … of go (P long) into out[j].
         let groups = |n: usize, f: usize, out: &Tensor, t: usize| -> Result<Event> {
             let k = self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_WG)?;
@@ -375,15 +371,16 @@ impl ClDevice {
             self.run(&k, &args, &[f * t], Some(&[t]))
         };
         let run = |c: &str| -> Result<Vec<Event>> {
-            match (c, &part) {
+            match c {
                 // Each (sample, filter) row on its own, as many work-items as it has elements (32 to 256),
                 // then the samples' partial sums added.
-                ("rows", Some(part)) => {
+                "rows" => {
+                    let part = Tensor::empty(device, &[g.n * g.f], DType::F32)?;
                     let t = self.group_up_to(p.next_power_of_two().clamp(32, 256));
-                    let rows = groups(1, g.n * g.f, part, t)?;
-                    Ok(vec![rows, self.sum_batches(part, gb, g.f, g.n, false)?])
+                    let rows = groups(1, g.n * g.f, &part, t)?;
+                    Ok(vec![rows, self.sum_batches(&part, gb, g.f, g.n, false)?])
                 }
-                ("wg", _) => Ok(vec![groups(g.n, g.f, gb, 64)?]),
+                "wg" => Ok(vec![groups(g.n, g.f, gb, 64)?]),
                 _ => {
                     let k =
                         self.kernel(abi::FAMILY, &Defines::new(), abi::CONV_BIAS_GRAD_SERIAL)?;
