@@ -506,3 +506,193 @@ __kernel void bn_hold(BN_ONE_LAUNCH_ARGS) {
     }
     bn_finished(sync, lid, C * G);
 }
+
+// ------------------------------------------------------------------------------------------------ backward
+// The training backward per channel c, with M = N·P elements, the forward's mean and rstd, x̂ = (x − mean)·rstd
+// and the output gradient g:
+//   S1 = Σ g,  S2 = Σ g·(x − mean);   dβ = S1,  dγ = rstd·S2,
+//   dx = γ·rstd·(g − S1/M − (x − mean)·rstd²·S2/M).
+// Two launches replace the composed path's reductions and elementwise passes, x and g are read twice:
+//   bn_back_partial_wg:   S1 and S2 of chunk g of channel c per work-group, on bn_partial_wg's grid (GPUs);
+//   bn_back_partial_item: the same, one work-item per (chunk, channel) with float8 loads (CPU);
+//   bn_back_apply_back:   dx on the partial pass's grid, each group walking its chunk from the end (what that
+//                         pass read last is still cached) and folding its channel's partials; the chunk-0
+//                         group writes dγ and dβ (GPUs);
+//   bn_back_apply_plane:  dx with one work-item per (n, c) plane and float8 loads; the plane n = 0 writes dγ
+//                         and dβ (CPU).
+// The partials are folded in a fixed order, so every group of a channel uses the same S1 and S2.
+
+// S1 and S2 of chunk g of channel c over item lid of L (strided units, as bn_sums).
+static inline void bnb_sums(const int N, const int C, const int P, const int rc, const int g, const int c,
+                            const int lid, const int L, __global const float* x, __global const float* gr,
+                            const float m, float* s1, float* s2) {
+    const int PU = BN_PU(P);
+    const int total = N * PU;
+    __global const BN_T* xu = (__global const BN_T*)x;
+    __global const BN_T* gu = (__global const BN_T*)gr;
+    BN_T a = (BN_T)(0.0f), b = (BN_T)(0.0f);
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    int j = start + lid;
+#if UNR == 4
+    for (; j + 3 * L < end; j += 4 * L) {
+        BN_T vx[4], vg[4];
+        for (int u = 0; u < 4; ++u) {
+            const int jj = j + u * L;
+            const int n = jj / PU;
+            const int at = (n * C + c) * PU + (jj - n * PU);
+            vx[u] = xu[at];
+            vg[u] = gu[at];
+        }
+        for (int u = 0; u < 4; ++u) {
+            a += vg[u];
+            b = fma(vg[u], vx[u] - m, b);
+        }
+    }
+#endif
+    for (; j < end; j += L) {
+        const int n = j / PU;
+        const int at = (n * C + c) * PU + (j - n * PU);
+        const BN_T v = gu[at];
+        a += v;
+        b = fma(v, xu[at] - m, b);
+    }
+    *s1 = BN_HSUM(a);
+    *s2 = BN_HSUM(b);
+}
+
+__kernel void bn_back_partial_wg(const int N, const int C, const int P, const int rc, const int G,
+                                 __global const float* x, __global const float* gr,
+                                 __global const float* mean, __global float* part, __local float* ls,
+                                 __local float* lq) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_group_id(1);
+    float s1, s2;
+    bnb_sums(N, C, P, rc, g, c, lid, L, x, gr, mean[c], &s1, &s2);
+    bn_group_sum(lid, L, s1, s2, ls, lq);
+    if (lid == 0) {
+        part[(c * G + g) * 2] = ls[0];
+        part[(c * G + g) * 2 + 1] = lq[0];
+    }
+}
+
+__kernel void bn_back_partial_item(const int N, const int C, const int P, const int rc, const int G,
+                                   __global const float* x, __global const float* gr,
+                                   __global const float* mean, __global float* part) {
+    const int g = get_global_id(0);
+    const int c = get_global_id(1);
+    if (g >= G || c >= C) return;
+    const float m = mean[c];
+    const int total = N * P;
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    float8 a8 = (float8)(0.0f), b8 = (float8)(0.0f);
+    float a = 0.0f, b = 0.0f;
+    int j = start;
+    while (j < end) {
+        // One plane segment [j, stop) at a time: contiguous in memory.
+        const int n = j / P;
+        const int stop = min(end, (n + 1) * P);
+        const int off = (n * C + c) * P - n * P;
+        for (; j + 8 <= stop; j += 8) {
+            const float8 v = vload8(0, gr + off + j);
+            a8 += v;
+            b8 = fma(v, vload8(0, x + off + j) - m, b8);
+        }
+        for (; j < stop; ++j) {
+            const float v = gr[off + j];
+            a += v;
+            b = fma(v, x[off + j] - m, b);
+        }
+    }
+    const float4 sa = a8.lo + a8.hi, sb = b8.lo + b8.hi;
+    part[(c * G + g) * 2] = a + (sa.s0 + sa.s1) + (sa.s2 + sa.s3);
+    part[(c * G + g) * 2 + 1] = b + (sb.s0 + sb.s1) + (sb.s2 + sb.s3);
+}
+
+// Channel c's dx coefficients from its G partials: dx = k1·g + k2·(x − mean) + k3. `write` stores dγ and dβ.
+static inline void bnb_coeffs(const int c, const int N, const int P, const int G, const int has_gamma,
+                              const bool write, __global const float* part, __global const float* rstd,
+                              __global const float* gamma, __global float* dgamma, __global float* dbeta,
+                              float* k1, float* k2, float* k3) {
+    float s1 = 0.0f, s2 = 0.0f;
+    for (int g = 0; g < G; ++g) {
+        s1 += part[(c * G + g) * 2];
+        s2 += part[(c * G + g) * 2 + 1];
+    }
+    const float r = rstd[c];
+    const float inv_m = 1.0f / ((float)N * (float)P);
+    const float a = has_gamma ? gamma[c] * r : r;
+    *k1 = a;
+    *k2 = -a * r * r * s2 * inv_m;
+    *k3 = -a * s1 * inv_m;
+    if (write) {
+        dgamma[c] = r * s2;
+        dbeta[c] = s1;
+    }
+}
+
+__kernel void bn_back_apply_back(const int N, const int C, const int P, const int rc, const int G,
+                                 const int has_gamma, __global const float* x, __global const float* gr,
+                                 __global const float* mean, __global const float* rstd,
+                                 __global const float* gamma, __global const float* part, __global float* dx,
+                                 __global float* dgamma, __global float* dbeta) {
+    const int lid = get_local_id(0);
+    const int L = get_local_size(0);
+    const int g = get_group_id(0);
+    const int c = get_group_id(1);
+    float k1, k2, k3;
+    bnb_coeffs(c, N, P, G, has_gamma, g == 0 && lid == 0, part, rstd, gamma, dgamma, dbeta, &k1, &k2, &k3);
+    const float m = mean[c];
+    const BN_T K1 = (BN_T)(k1), K2 = (BN_T)(k2), K3 = (BN_T)(k3);
+    const int PU = BN_PU(P);
+    __global const BN_T* xu = (__global const BN_T*)x;
+    __global const BN_T* gu = (__global const BN_T*)gr;
+    __global BN_T* du = (__global BN_T*)dx;
+    const int total = N * PU;
+    const int start = min(total, g * rc);
+    const int end = min(total, start + rc);
+    int j = end - 1 - lid;
+#if UNR == 4
+    for (; j - 3 * L >= start; j -= 4 * L) {
+        int at[4];
+        BN_T vx[4], vg[4];
+        for (int u = 0; u < 4; ++u) {
+            const int jj = j - u * L;
+            const int n = jj / PU;
+            at[u] = (n * C + c) * PU + (jj - n * PU);
+            vx[u] = xu[at[u]];
+            vg[u] = gu[at[u]];
+        }
+        for (int u = 0; u < 4; ++u) du[at[u]] = fma(vg[u], K1, fma(vx[u] - m, K2, K3));
+    }
+#endif
+    for (; j >= start; j -= L) {
+        const int n = j / PU;
+        const int at = (n * C + c) * PU + (j - n * PU);
+        du[at] = fma(gu[at], K1, fma(xu[at] - m, K2, K3));
+    }
+}
+
+__kernel void bn_back_apply_plane(const int planes, const int C, const int P, const int G, const int N,
+                                  const int has_gamma, __global const float* x, __global const float* gr,
+                                  __global const float* mean, __global const float* rstd,
+                                  __global const float* gamma, __global const float* part, __global float* dx,
+                                  __global float* dgamma, __global float* dbeta) {
+    const int t = get_global_id(0);
+    if (t >= planes) return;
+    const int c = t % C;
+    float k1, k2, k3;
+    bnb_coeffs(c, N, P, G, has_gamma, t < C, part, rstd, gamma, dgamma, dbeta, &k1, &k2, &k3);
+    const float m = mean[c];
+    const float8 K1 = (float8)(k1), K2 = (float8)(k2), K3 = (float8)(k3);
+    const int off = t * P;
+    int j = 0;
+    for (; j + 8 <= P; j += 8) {
+        const float8 v = vload8(0, gr + off + j);
+        vstore8(fma(v, K1, fma(vload8(0, x + off + j) - m, K2, K3)), 0, dx + off + j);
+    }
+    for (; j < P; ++j) dx[off + j] = fma(gr[off + j], k1, fma(x[off + j] - m, k2, k3));
+}

@@ -610,3 +610,113 @@ fn one_launch_batch_norm_child() {
         }
     }
 }
+
+/// Training batch_norm2d's backward on the OpenCL device, every kernel forced (and the composed path), against
+/// the built-in device: odd planes (H·W not a multiple of 4, and 1), float4 planes, more chunks than a channel
+/// has units, a mean far from zero, with and without γ and β. Each channel's dx sums to zero (a property of the
+/// normalisation: a shift of a whole channel leaves its output unchanged).
+#[test]
+fn batch_norm2d_backward_kernels_match_reference() {
+    use ops::norm::BnBackAlgo;
+    let Some(dev) = opencl_device() else { return };
+    let algos = [
+        BnBackAlgo::Composed,
+        BnBackAlgo::Wg(64, 1),
+        BnBackAlgo::Wg(256, 3),
+        BnBackAlgo::Wg(64, 40),
+        BnBackAlgo::Item(1),
+        BnBackAlgo::Item(4),
+        BnBackAlgo::Item(300),
+    ];
+    let cases: [(&[usize], f32); 5] = [
+        (&[3, 5, 7, 6], 0.0),
+        (&[2, 3, 4, 4], 0.0),
+        (&[1, 7, 5, 3], 100.0),
+        (&[5, 2, 1, 1], 0.0),
+        (&[4, 9, 8, 12], -3.0),
+    ];
+    for (i, &(shape, off)) in cases.iter().enumerate() {
+        let k = bn_case(&dev, shape, off, [40 + i as u64, 50, 60]);
+        let (gc, gd) = pair(&dev, shape, 70 + i as u64);
+        for (g, b) in [(true, true), (false, false), (true, false)] {
+            let oc = k.reference(g, b);
+            let od = ops::batch_norm2d(
+                &k.xd,
+                g.then_some(&k.gamd),
+                b.then_some(&k.betd),
+                &k.rmd,
+                &k.rvd,
+                0.1,
+                1e-5,
+                true,
+            )
+            .unwrap();
+            let bc =
+                ops::batch_norm2d_backward(&k.xc, &gc, &oc.out, g.then_some(&k.gamc), b).unwrap();
+            for algo in algos {
+                let what = format!("{shape:?} γ {g} β {b} {algo:?}");
+                let bd = ops::norm::batch_norm2d_backward_with(
+                    &k.xd,
+                    &gd,
+                    &od.out,
+                    g.then_some(&k.gamd),
+                    b,
+                    Some(algo),
+                )
+                .unwrap();
+                assert_eq!(bd.dgamma.is_some(), g, "{what} dgamma present");
+                assert_eq!(bd.dbeta.is_some(), b, "{what} dbeta present");
+                close(&bd.dx, &bc.dx, &format!("{what} dx"));
+                if let (Some(d), Some(c)) = (&bd.dgamma, &bc.dgamma) {
+                    close(d, c, &format!("{what} dgamma"));
+                }
+                if let (Some(d), Some(c)) = (&bd.dbeta, &bc.dbeta) {
+                    close(d, c, &format!("{what} dbeta"));
+                }
+                let dx = bd.dx.to_vec::<f32>().unwrap();
+                let (n, c, p) = (shape[0], shape[1], shape[2] * shape[3]);
+                for ch in 0..c {
+                    let s: f64 = (0..n)
+                        .flat_map(|j| (0..p).map(move |q| (j * c + ch) * p + q))
+                        .map(|at| dx[at] as f64)
+                        .sum();
+                    let scale: f64 = (0..n)
+                        .flat_map(|j| (0..p).map(move |q| (j * c + ch) * p + q))
+                        .map(|at| (dx[at] as f64).abs())
+                        .sum();
+                    assert!(
+                        s.abs() <= 1e-4 * (1.0 + scale),
+                        "{what}: channel {ch}'s dx sums to {s}"
+                    );
+                }
+            }
+        }
+    }
+    // A forced work-group size the device cannot run is refused by name.
+    let k = bn_case(&dev, &[2, 3, 4, 4], 0.0, [1, 2, 3]);
+    let od = ops::batch_norm2d(&k.xd, None, None, &k.rmd, &k.rvd, 0.1, 1e-5, true).unwrap();
+    let e = ops::norm::batch_norm2d_backward_with(
+        &k.xd,
+        &k.xd,
+        &od.out,
+        None,
+        false,
+        Some(BnBackAlgo::Wg(100, 1)),
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("power-of-two"), "{e}");
+    // Statistics of another shape are refused.
+    let e = ops::batch_norm2d_backward(
+        &k.xd,
+        &k.xd,
+        &ops::norm::NormOut {
+            y: od.out.y.clone(),
+            mean: Tensor::zeros(&dev, &[1, 4, 1, 1]).unwrap(),
+            rstd: od.out.rstd.clone(),
+        },
+        None,
+        false,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("mean"), "{e}");
+}

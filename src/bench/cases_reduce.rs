@@ -75,10 +75,27 @@ fn batch_norm(dev: &Dev, shape: [usize; 4]) -> R<Runner> {
     }))
 }
 
+/// Training batch_norm2d's backward (read x and the output gradient, write dx) after one forward at set-up.
+fn batch_norm_bwd(dev: &Dev, shape: [usize; 4]) -> R<Runner> {
+    let x = Tensor::randn(dev, &shape, 0.0, 1.0, 19)?;
+    let gy = Tensor::randn(dev, &shape, 0.0, 1.0, 20)?;
+    let g = Tensor::ones(dev, &[64])?;
+    let b = Tensor::zeros(dev, &[64])?;
+    let (rm, rv) = (Tensor::zeros(dev, &[64])?, Tensor::ones(dev, &[64])?);
+    let o = ops::batch_norm2d(&x, Some(&g), Some(&b), &rm, &rv, 0.1, 1e-5, true)?;
+    Ok(Box::new(move || {
+        let r = ops::batch_norm2d_backward(&x, &gy, &o.out, Some(&g), true)?;
+        Ok([Some(r.dx), r.dgamma, r.dbeta]
+            .into_iter()
+            .flatten()
+            .collect())
+    }))
+}
+
 /// `sum_axis1_4096` (the peer script's case: reduce_sum over axis 1 of 4096×4096 in every size), the sum
 /// of every element of 4096×4096, a bias gradient N×C×H×W → C through `reduce_to_shape`, a row softmax, a
 /// fused multiply-add-ReLU chain over three inputs and a training batch_norm2d (read x, write y), each also
-/// as `_large`.
+/// as `_large`, and the batch_norm2d backward (read x and the gradient, write dx).
 pub(super) fn cases() -> Vec<Case> {
     vec![
         Case {
@@ -115,6 +132,11 @@ pub(super) fn cases() -> Vec<Case> {
             name: "batch_norm_train_nchw",
             work: |small| Work::Bytes((2 * numel(nchw(small)) * 4) as f64),
             setup: |dev, small| batch_norm(dev, nchw(small)),
+        },
+        Case {
+            name: "batch_norm_train_nchw_bwd",
+            work: |small| Work::Bytes((3 * numel(nchw(small)) * 4) as f64),
+            setup: |dev, small| batch_norm_bwd(dev, nchw(small)),
         },
         Case {
             name: "sum_axis1_large",

@@ -93,6 +93,49 @@ pub(crate) struct BnTrain<'a> {
     pub algo: Option<BatchNormAlgo>,
 }
 
+/// How training batch_norm2d's backward runs; autotuned per shape bucket, cached as `"composed"`,
+/// `["wg", local, groups]` or `["item", groups]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BnBackAlgo {
+    /// The generic ops: four reductions over (N, H, W) and the elementwise passes between them.
+    Composed,
+    /// Two launches on `groups` chunks per channel: work-groups of `local` items sum Σg and Σg·(x − mean) per
+    /// chunk with four loads in flight, then the same grid folds its channel's partials and writes dx walking
+    /// each chunk from the end (GPUs).
+    Wg(usize, usize),
+    /// Two launches: one work-item per (chunk, channel) sums with float8 loads, then one work-item per (n, c)
+    /// plane writes dx (CPU OpenCL).
+    Item(usize),
+}
+
+impl Serialize for BnBackAlgo {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        match *self {
+            BnBackAlgo::Composed => "composed".serialize(s),
+            BnBackAlgo::Wg(l, g) => ("wg", l, g).serialize(s),
+            BnBackAlgo::Item(g) => ("item", g).serialize(s),
+        }
+    }
+}
+
+/// The tensors of one training batch_norm2d backward (all f32): the input gradient `dx` and the parameter
+/// gradients from x, the output gradient `g`, γ and the forward's batch statistics.
+pub(crate) struct BnBack<'a> {
+    pub x: &'a Tensor,
+    pub g: &'a Tensor,
+    /// [1, C, 1, 1] each: the forward's batch mean and 1/√(var + ε).
+    pub mean: &'a Tensor,
+    pub rstd: &'a Tensor,
+    pub gamma: Option<&'a Tensor>,
+    /// Shaped like x.
+    pub dx: &'a Tensor,
+    /// [C] each: Σ g·x̂ and Σ g per channel.
+    pub dgamma: &'a Tensor,
+    pub dbeta: &'a Tensor,
+    /// A forced algorithm other than `Composed` (else the autotuner chooses).
+    pub algo: Option<BnBackAlgo>,
+}
+
 /// How layer_norm and rms_norm run over their rows; autotuned per shape class, cached as `"composed"`,
 /// `["wg", local]`, `["reg", local, k]`, `["reg8", local, k]` or `"item"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +211,12 @@ pub(crate) struct RowNormBack<'a> {
 pub(crate) trait NormKernels {
     /// Training batch_norm2d: statistics over (N, H, W) per channel, the output, the running statistics.
     fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()>;
+
+    /// Training batch_norm2d's backward: `Ok(true)` when the device's kernels wrote `dx`, `dgamma` and `dbeta`;
+    /// `Ok(false)` when the caller runs the composed path (the built-in device has only that path).
+    fn batch_norm_backward(&self, _device: &Device, _bb: &BnBack<'_>) -> Result<bool> {
+        Ok(false)
+    }
 
     /// layer_norm or rms_norm over rows: `Ok(true)` when a one-launch kernel wrote `y`, `mean` and `rstd`;
     /// `Ok(false)` when the composed path is the choice, which the caller then runs. `composed` runs that path

@@ -10,9 +10,9 @@
 
 use super::limit;
 pub use crate::contract::norm::{
-    BatchNormAlgo, BnApply, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
+    BatchNormAlgo, BnApply, BnBackAlgo, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
 };
-use crate::contract::norm::{BnTrain, RowNorm, RowNormBack};
+use crate::contract::norm::{BnBack, BnTrain, RowNorm, RowNormBack};
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
 
@@ -756,6 +756,19 @@ pub fn batch_norm2d_backward(
     gamma: Option<&Tensor>,
     has_beta: bool,
 ) -> Result<NormGrads> {
+    batch_norm2d_backward_with(x, grad, out, gamma, has_beta, None)
+}
+
+/// [`batch_norm2d_backward`] with the algorithm forced to `algo` when given (`Composed` runs the generic ops
+/// on any device; the built-in device has only that path and ignores the others).
+pub fn batch_norm2d_backward_with(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+    algo: Option<BnBackAlgo>,
+) -> Result<NormGrads> {
     let [_, c, _, _] = nchw(x, "batch_norm2d_backward")?;
     if grad.shape() != x.shape() {
         return Err(Error::shape_mismatch(
@@ -763,6 +776,48 @@ pub fn batch_norm2d_backward(
             x.shape(),
             grad.shape(),
         ));
+    }
+    expect_float(grad, "batch_norm2d_backward")?;
+    check_param(gamma, &[c], x, "gamma", "batch_norm2d_backward")?;
+    for (t, what) in [(&out.mean, "mean"), (&out.rstd, "rstd")] {
+        x.same_device(&[t], "batch_norm2d_backward")?;
+        t.expect_dtype(DType::F32, "batch_norm2d_backward statistics")?;
+        if t.shape() != [1, c, 1, 1] {
+            return Err(Error::shape_mismatch(
+                format!("batch_norm2d_backward {what} for input {:?}", x.shape()),
+                &[1, c, 1, 1],
+                t.shape(),
+            ));
+        }
+    }
+    x.same_device(&[grad], "batch_norm2d_backward")?;
+    limit(x, "batch_norm2d_backward")?;
+    if algo != Some(BnBackAlgo::Composed) && x.numel() > 0 {
+        // The kernels read f32: f16 tensors are widened on the device, dx is stored back in x's dtype.
+        let dev = x.device();
+        let (xw, gw) = (widen(x)?, widen(grad)?);
+        let gm = gamma.map(widen).transpose()?;
+        let dx = Tensor::empty(dev, x.shape(), DType::F32)?;
+        let dgamma = Tensor::empty(dev, &[c], DType::F32)?;
+        let dbeta = Tensor::empty(dev, &[c], DType::F32)?;
+        let bb = BnBack {
+            x: &xw,
+            g: &gw,
+            mean: &out.mean,
+            rstd: &out.rstd,
+            gamma: gm.as_ref(),
+            dx: &dx,
+            dgamma: &dgamma,
+            dbeta: &dbeta,
+            algo,
+        };
+        if dev.backend().batch_norm_backward(dev, &bb)? {
+            return Ok(NormGrads {
+                dx: store_as(dx, x.dtype())?,
+                dgamma: gamma.map(|_| dgamma),
+                dbeta: has_beta.then_some(dbeta),
+            });
+        }
     }
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     backward(

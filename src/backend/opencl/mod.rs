@@ -14,6 +14,7 @@ mod fused;
 mod gemm;
 mod gemm_tc;
 mod norm;
+mod norm_back;
 mod pool;
 pub mod program;
 mod reduce;

@@ -13,7 +13,7 @@ use crate::backend::opencl::program::{Defines, kernel_source, quick_key};
 use crate::backend::opencl::{ClDevice, Event, events_ms};
 use crate::contract::NormKernels;
 use crate::contract::norm::{
-    BatchNormAlgo, BnApply, BnStats, BnTrain, MAX_HELD, MAX_ROW_HELD, RowNorm, RowNormAlgo,
+    BatchNormAlgo, BnApply, BnBack, BnStats, BnTrain, MAX_HELD, MAX_ROW_HELD, RowNorm, RowNormAlgo,
     RowNormBack,
 };
 use crate::device::Device;
@@ -712,6 +712,10 @@ fn row_choice(
 }
 
 impl NormKernels for ClDevice {
+    fn batch_norm_backward(&self, device: &Device, bb: &BnBack<'_>) -> Result<bool> {
+        self.batch_norm_backward_kernels(device, bb)
+    }
+
     fn rms_norm_backward_rows(
         &self,
         device: &Device,
