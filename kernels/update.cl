@@ -14,11 +14,9 @@
 #define SKIP_IF_FLAGGED(skip)
 #endif
 
-__kernel void sgd_step(const int n, const float lr, const float wd, const float mu, const int nesterov,
-                       __global float* p, __global const float* g, __global float* v, __global const float* skip) {
-    const int i = get_global_id(0);
-    if (i >= n) return;
-    SKIP_IF_FLAGGED(skip)
+// Element i of one SGD step.
+static inline void sgd_at(const int i, const float lr, const float wd, const float mu, const int nesterov,
+                          __global float* p, __global const float* g, __global float* v) {
     const float pi = p[i];
     float gi = g[i] + wd * pi;
     if (mu != 0.0f) {
@@ -29,13 +27,18 @@ __kernel void sgd_step(const int n, const float lr, const float wd, const float 
     p[i] = pi - lr * gi;
 }
 
-__kernel void adam_step(const int n, const float lr, const float b1, const float b2, const float eps,
-                        const float wd, const int decoupled, const float bc1, const float bc2,
-                        __global float* p, __global const float* g, __global float* m, __global float* v,
-                        __global const float* skip) {
+__kernel void sgd_step(const int n, const float lr, const float wd, const float mu, const int nesterov,
+                       __global float* p, __global const float* g, __global float* v, __global const float* skip) {
     const int i = get_global_id(0);
     if (i >= n) return;
     SKIP_IF_FLAGGED(skip)
+    sgd_at(i, lr, wd, mu, nesterov, p, g, v);
+}
+
+// Element i of one Adam step.
+static inline void adam_at(const int i, const float lr, const float b1, const float b2, const float eps,
+                           const float wd, const int decoupled, const float bc1, const float bc2,
+                           __global float* p, __global const float* g, __global float* m, __global float* v) {
     float pi = p[i];
     float gi = g[i];
     if (decoupled) pi -= lr * wd * pi; else gi += wd * pi;
@@ -44,6 +47,16 @@ __kernel void adam_step(const int n, const float lr, const float b1, const float
     m[i] = mi;
     v[i] = vi;
     p[i] = pi - lr * (mi / bc1) / (sqrt(vi / bc2) + eps);
+}
+
+__kernel void adam_step(const int n, const float lr, const float b1, const float b2, const float eps,
+                        const float wd, const int decoupled, const float bc1, const float bc2,
+                        __global float* p, __global const float* g, __global float* m, __global float* v,
+                        __global const float* skip) {
+    const int i = get_global_id(0);
+    if (i >= n) return;
+    SKIP_IF_FLAGGED(skip)
+    adam_at(i, lr, b1, b2, eps, wd, decoupled, bc1, bc2, p, g, m, v);
 }
 
 __kernel void rmsprop_step(const int n, const float lr, const float alpha, const float eps, const float wd,
@@ -121,4 +134,64 @@ __kernel void amp_update(const float growth, const float backoff, const int inte
             state[1] = 0.0f;
         }
     }
+}
+
+// ------------------------------------------------------------------------------------- multi-tensor steps
+// One launch updates up to eight parameters: `ends` holds their cumulative sizes (unused slots repeat the
+// total), work-item i finds its tensor k (the first with i < ends[k]) and its index within it, and the slot's
+// pointers are picked by k. A network's many small parameters (biases, BatchNorm's γ and β) then cost one launch
+// per eight instead of one each.
+
+// The tensor k of item i and i's index j in it (i < ends.s7).
+static inline int mt_find(const int8 ends, const int i, int* j) {
+    const int e[8] = {ends.s0, ends.s1, ends.s2, ends.s3, ends.s4, ends.s5, ends.s6, ends.s7};
+    int k = 0, start = 0;
+    while (k < 7 && i >= e[k]) {
+        start = e[k];
+        ++k;
+    }
+    *j = i - start;
+    return k;
+}
+
+#define MT_PICK(k, a) \
+    ((k) == 0 ? a##0 : (k) == 1 ? a##1 : (k) == 2 ? a##2 : (k) == 3 ? a##3 : \
+     (k) == 4 ? a##4 : (k) == 5 ? a##5 : (k) == 6 ? a##6 : a##7)
+
+__kernel void sgd_multi(const int8 ends, const float lr, const float wd, const float mu, const int nesterov,
+                        __global float* p0, __global const float* g0, __global float* v0,
+                        __global float* p1, __global const float* g1, __global float* v1,
+                        __global float* p2, __global const float* g2, __global float* v2,
+                        __global float* p3, __global const float* g3, __global float* v3,
+                        __global float* p4, __global const float* g4, __global float* v4,
+                        __global float* p5, __global const float* g5, __global float* v5,
+                        __global float* p6, __global const float* g6, __global float* v6,
+                        __global float* p7, __global const float* g7, __global float* v7,
+                        __global const float* skip) {
+    const int i = get_global_id(0);
+    if (i >= ends.s7) return;
+    SKIP_IF_FLAGGED(skip)
+    int j;
+    const int k = mt_find(ends, i, &j);
+    sgd_at(j, lr, wd, mu, nesterov, MT_PICK(k, p), MT_PICK(k, g), MT_PICK(k, v));
+}
+
+__kernel void adam_multi(const int8 ends, const float lr, const float b1, const float b2, const float eps,
+                         const float wd, const int decoupled, const float bc1, const float bc2,
+                         __global float* p0, __global const float* g0, __global float* m0, __global float* v0,
+                         __global float* p1, __global const float* g1, __global float* m1, __global float* v1,
+                         __global float* p2, __global const float* g2, __global float* m2, __global float* v2,
+                         __global float* p3, __global const float* g3, __global float* m3, __global float* v3,
+                         __global float* p4, __global const float* g4, __global float* m4, __global float* v4,
+                         __global float* p5, __global const float* g5, __global float* m5, __global float* v5,
+                         __global float* p6, __global const float* g6, __global float* m6, __global float* v6,
+                         __global float* p7, __global const float* g7, __global float* m7, __global float* v7,
+                         __global const float* skip) {
+    const int i = get_global_id(0);
+    if (i >= ends.s7) return;
+    SKIP_IF_FLAGGED(skip)
+    int j;
+    const int k = mt_find(ends, i, &j);
+    adam_at(j, lr, b1, b2, eps, wd, decoupled, bc1, bc2, MT_PICK(k, p), MT_PICK(k, g), MT_PICK(k, m),
+            MT_PICK(k, v));
 }

@@ -68,6 +68,11 @@ operands! {
 pub(crate) trait UpdateKernels {
     /// Applies `step` to the operands of `op`.
     fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()>;
+    /// Applies `step` to every operand set of `ops` (same device, same `skip`, no empty tensor), in as few
+    /// launches as the device manages; by default one [`UpdateKernels::update`] each.
+    fn update_many(&self, step: &Step, ops: &[StepOp<'_>]) -> Result<()> {
+        ops.iter().try_for_each(|op| self.update(step, *op))
+    }
     /// shadow ← d·shadow + (1 − d)·p.
     fn ema(&self, d: f32, shadow: &Tensor, p: &Tensor) -> Result<()>;
     /// x ← s·x.

@@ -33,6 +33,11 @@ pub fn apply_step(step: &Step, p: &Tensor, g: &Tensor, state: &[&Tensor]) -> Res
 /// [`apply_step`] that, with `skip` (a GradScaler state buffer), changes nothing when the buffer's found-inf
 /// flag is set: the kernel reads the flag, so the host reads nothing.
 pub(crate) fn apply_step_unless(step: &Step, op: StepOp<'_>) -> Result<()> {
+    apply_steps_unless(step, &[op])
+}
+
+/// The operands of one step, checked: the state count of the rule, dtypes, shapes, one device, no aliasing.
+fn check_step(step: &Step, op: &StepOp<'_>) -> Result<()> {
     let (p, g, state, skip) = op.parts();
     let want = match step {
         Step::Sgd { .. } => 1,
@@ -47,13 +52,36 @@ pub(crate) fn apply_step_unless(step: &Step, op: StepOp<'_>) -> Result<()> {
     let mut all = vec![g];
     all.extend_from_slice(state);
     check(p, &all, "optimizer step")?;
-    if p.numel() == 0 {
-        return Ok(());
-    }
     if let Some(s) = skip {
         check_scaler(s, p)?;
     }
-    p.device().backend().update(step, op)
+    Ok(())
+}
+
+/// [`apply_step_unless`] for many parameters at once: every operand set is checked before anything changes,
+/// then consecutive sets on one device go to the device together, which updates several parameters per launch
+/// where it can (a parameter that appears twice is updated twice, in order, as one step each would).
+pub(crate) fn apply_steps_unless(step: &Step, ops: &[StepOp<'_>]) -> Result<()> {
+    for op in ops {
+        check_step(step, op)?;
+    }
+    let live: Vec<StepOp<'_>> = ops.iter().copied().filter(|o| o.p.numel() > 0).collect();
+    let mut i = 0;
+    while i < live.len() {
+        let dev = live[i].p.device();
+        let mut j = i + 1;
+        while j < live.len()
+            && live[j].p.device() == dev
+            && live[j].skip.map(|t| t.storage() as *const _)
+                == live[i].skip.map(|t| t.storage() as *const _)
+            && !live[i..j].iter().any(|o| o.p.shares_storage(live[j].p))
+        {
+            j += 1;
+        }
+        dev.backend().update_many(step, &live[i..j])?;
+        i = j;
+    }
+    Ok(())
 }
 
 /// A GradScaler state buffer: four f32 on `like`'s device.

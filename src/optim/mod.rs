@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use crate::autograd::Var;
 use crate::contract::update::StepOp;
 use crate::error::{Error, Result};
-use crate::ops::update::{Step, apply_step_unless, ema_update, scale_inplace};
+use crate::ops::update::{Step, apply_steps_unless, ema_update, scale_inplace};
 use crate::tensor::Tensor;
 
 /// Which update rule, with its hyper-parameters (the learning rate lives in [`Optimizer`]).
@@ -329,8 +329,8 @@ impl Optimizer {
     /// [`Optimizer::step`] whose kernels skip the update on the device when the found-inf flag of the
     /// GradScaler state `skip` is set (see [`GradScaler`]).
     pub(crate) fn step_unless(&mut self, skip: Option<&Tensor>) -> Result<()> {
-        self.t += 1;
-        let t = self.t as i32;
+        // Every parameter's state exists before the step, so the device can update many in one launch.
+        let mut grads = Vec::with_capacity(self.params.len());
         for (p, st) in self.params.iter().zip(self.state.iter_mut()) {
             let Some(g) = p.grad() else { continue };
             if !p.requires_grad() {
@@ -341,10 +341,15 @@ impl Optimizer {
                     st.push(Tensor::zeros(p.value().device(), p.shape())?);
                 }
             }
-            let step = self.rule.step(self.lr, t);
-            let refs: Vec<&Tensor> = st.iter().collect();
-            apply_step_unless(&step, StepOp::new(p.value(), &g, &refs, skip))?;
+            grads.push((p.value(), g, st.iter().collect::<Vec<&Tensor>>()));
         }
+        let step = self.rule.step(self.lr, self.t as i32 + 1);
+        let ops: Vec<StepOp<'_>> = grads
+            .iter()
+            .map(|(p, g, st)| StepOp::new(p, g, st, skip))
+            .collect();
+        apply_steps_unless(&step, &ops)?;
+        self.t += 1;
         Ok(())
     }
 
