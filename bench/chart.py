@@ -33,9 +33,9 @@ SERIES = [("netcl", "netcl", "#0b63c5"), ("netcl-0.3.2", "netcl 0.3.2", "#b15c00
           ("torch-cudnn-fp32", "PyTorch/cuDNN", "#1a7f37")]
 # The whole-model chart (charts/models.svg): (title, [(results file, series key)]). A netcl file's lines are keyed
 # by their precision ("netcl-fp32", "netcl-tf32"); a peer's by its impl.
-MODELS = ("NVIDIA H100 (OpenCL 3.0, driver 580): whole models against PyTorch eager, 2026-12-06",
-          ["h100-2026-12-06-models-netcl-fp32.jsonl", "h100-2026-12-06-models-torch-fp32.jsonl",
-           "h100-2026-12-06-models-netcl-tf32.jsonl", "h100-2026-12-06-models-torch-tf32.jsonl"])
+MODELS = ("NVIDIA H100 (OpenCL 3.0, driver 580): whole models against PyTorch eager, 2026-12-06 (later calls)",
+          ["h100-2026-12-06b-models-netcl-fp32.jsonl", "h100-2026-12-06b-models-torch-fp32.jsonl",
+           "h100-2026-12-06b-models-netcl-tf32.jsonl", "h100-2026-12-06b-models-torch-tf32.jsonl"])
 MODEL_SERIES = [("netcl-fp32", "netcl FP32", "#0b63c5"), ("torch-eager-fp32", "PyTorch FP32", "#1a7f37"),
                 ("netcl-tf32", "netcl TF32", "#7fb2ea"), ("torch-eager-tf32", "PyTorch TF32", "#8fd19e")]
 
