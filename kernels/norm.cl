@@ -521,15 +521,31 @@ __kernel void bn_hold(BN_ONE_LAUNCH_ARGS) {
 //   bn_back_apply_plane:  dx with one work-item per (n, c) plane and float8 loads; the plane n = 0 writes dγ
 //                         and dβ (CPU).
 // The partials are folded in a fixed order, so every group of a channel uses the same S1 and S2.
+// With MASK the layer's output h went through an activation whose gradient every kernel applies to g first (the
+// activation's backward pass folded in): MASK 1 is ReLU (g where h > 0), MASK 2 a clamp to [lo, hi] (g where
+// lo ≤ h ≤ hi, ReLU6 with 0 and 6). Without MASK, h, lo and hi are never read.
+
+#ifndef MASK
+#define MASK 0
+#endif
+#if MASK == 1
+#define BNB_G(T, g, h) select((T)(0.0f), (g), isgreater((h), (T)(0.0f)))
+#elif MASK == 2
+#define BNB_G(T, g, h) select((T)(0.0f), (g), isgreaterequal((h), (T)(lo)) & islessequal((h), (T)(hi)))
+#else
+#define BNB_G(T, g, h) (g)
+#endif
 
 // S1 and S2 of chunk g of channel c over item lid of L (strided units, as bn_sums).
 static inline void bnb_sums(const int N, const int C, const int P, const int rc, const int g, const int c,
                             const int lid, const int L, __global const float* x, __global const float* gr,
-                            const float m, float* s1, float* s2) {
+                            __global const float* h, const float lo, const float hi, const float m, float* s1,
+                            float* s2) {
     const int PU = BN_PU(P);
     const int total = N * PU;
     __global const BN_T* xu = (__global const BN_T*)x;
     __global const BN_T* gu = (__global const BN_T*)gr;
+    __global const BN_T* hu = (__global const BN_T*)h;
     BN_T a = (BN_T)(0.0f), b = (BN_T)(0.0f);
     const int start = min(total, g * rc);
     const int end = min(total, start + rc);
@@ -542,7 +558,7 @@ static inline void bnb_sums(const int N, const int C, const int P, const int rc,
             const int n = jj / PU;
             const int at = (n * C + c) * PU + (jj - n * PU);
             vx[u] = xu[at];
-            vg[u] = gu[at];
+            vg[u] = BNB_G(BN_T, gu[at], hu[at]);
         }
         for (int u = 0; u < 4; ++u) {
             a += vg[u];
@@ -553,7 +569,7 @@ static inline void bnb_sums(const int N, const int C, const int P, const int rc,
     for (; j < end; j += L) {
         const int n = j / PU;
         const int at = (n * C + c) * PU + (j - n * PU);
-        const BN_T v = gu[at];
+        const BN_T v = BNB_G(BN_T, gu[at], hu[at]);
         a += v;
         b = fma(v, xu[at] - m, b);
     }
@@ -562,7 +578,8 @@ static inline void bnb_sums(const int N, const int C, const int P, const int rc,
 }
 
 __kernel void bn_back_partial_wg(const int N, const int C, const int P, const int rc, const int G,
-                                 __global const float* x, __global const float* gr,
+                                 const float lo, const float hi, __global const float* x,
+                                 __global const float* gr, __global const float* h,
                                  __global const float* mean, __global float* part, __local float* ls,
                                  __local float* lq) {
     const int lid = get_local_id(0);
@@ -570,7 +587,7 @@ __kernel void bn_back_partial_wg(const int N, const int C, const int P, const in
     const int g = get_group_id(0);
     const int c = get_group_id(1);
     float s1, s2;
-    bnb_sums(N, C, P, rc, g, c, lid, L, x, gr, mean[c], &s1, &s2);
+    bnb_sums(N, C, P, rc, g, c, lid, L, x, gr, h, lo, hi, mean[c], &s1, &s2);
     bn_group_sum(lid, L, s1, s2, ls, lq);
     if (lid == 0) {
         part[(c * G + g) * 2] = ls[0];
@@ -579,7 +596,8 @@ __kernel void bn_back_partial_wg(const int N, const int C, const int P, const in
 }
 
 __kernel void bn_back_partial_item(const int N, const int C, const int P, const int rc, const int G,
-                                   __global const float* x, __global const float* gr,
+                                   const float lo, const float hi, __global const float* x,
+                                   __global const float* gr, __global const float* h,
                                    __global const float* mean, __global float* part) {
     const int g = get_global_id(0);
     const int c = get_global_id(1);
@@ -597,12 +615,12 @@ __kernel void bn_back_partial_item(const int N, const int C, const int P, const 
         const int stop = min(end, (n + 1) * P);
         const int off = (n * C + c) * P - n * P;
         for (; j + 8 <= stop; j += 8) {
-            const float8 v = vload8(0, gr + off + j);
+            const float8 v = BNB_G(float8, vload8(0, gr + off + j), vload8(0, h + off + j));
             a8 += v;
             b8 = fma(v, vload8(0, x + off + j) - m, b8);
         }
         for (; j < stop; ++j) {
-            const float v = gr[off + j];
+            const float v = BNB_G(float, gr[off + j], h[off + j]);
             a += v;
             b = fma(v, x[off + j] - m, b);
         }
@@ -635,7 +653,8 @@ static inline void bnb_coeffs(const int c, const int N, const int P, const int G
 }
 
 __kernel void bn_back_apply_back(const int N, const int C, const int P, const int rc, const int G,
-                                 const int has_gamma, __global const float* x, __global const float* gr,
+                                 const int has_gamma, const float lo, const float hi, __global const float* x,
+                                 __global const float* gr, __global const float* h,
                                  __global const float* mean, __global const float* rstd,
                                  __global const float* gamma, __global const float* part, __global float* dx,
                                  __global float* dgamma, __global float* dbeta) {
@@ -650,6 +669,7 @@ __kernel void bn_back_apply_back(const int N, const int C, const int P, const in
     const int PU = BN_PU(P);
     __global const BN_T* xu = (__global const BN_T*)x;
     __global const BN_T* gu = (__global const BN_T*)gr;
+    __global const BN_T* hu = (__global const BN_T*)h;
     __global BN_T* du = (__global BN_T*)dx;
     const int total = N * PU;
     const int start = min(total, g * rc);
@@ -664,7 +684,7 @@ __kernel void bn_back_apply_back(const int N, const int C, const int P, const in
             const int n = jj / PU;
             at[u] = (n * C + c) * PU + (jj - n * PU);
             vx[u] = xu[at[u]];
-            vg[u] = gu[at[u]];
+            vg[u] = BNB_G(BN_T, gu[at[u]], hu[at[u]]);
         }
         for (int u = 0; u < 4; ++u) du[at[u]] = fma(vg[u], K1, fma(vx[u] - m, K2, K3));
     }
@@ -672,12 +692,13 @@ __kernel void bn_back_apply_back(const int N, const int C, const int P, const in
     for (; j >= start; j -= L) {
         const int n = j / PU;
         const int at = (n * C + c) * PU + (j - n * PU);
-        du[at] = fma(gu[at], K1, fma(xu[at] - m, K2, K3));
+        du[at] = fma(BNB_G(BN_T, gu[at], hu[at]), K1, fma(xu[at] - m, K2, K3));
     }
 }
 
 __kernel void bn_back_apply_plane(const int planes, const int C, const int P, const int G, const int N,
-                                  const int has_gamma, __global const float* x, __global const float* gr,
+                                  const int has_gamma, const float lo, const float hi,
+                                  __global const float* x, __global const float* gr, __global const float* h,
                                   __global const float* mean, __global const float* rstd,
                                   __global const float* gamma, __global const float* part, __global float* dx,
                                   __global float* dgamma, __global float* dbeta) {
@@ -691,8 +712,10 @@ __kernel void bn_back_apply_plane(const int planes, const int C, const int P, co
     const int off = t * P;
     int j = 0;
     for (; j + 8 <= P; j += 8) {
-        const float8 v = vload8(0, gr + off + j);
+        const float8 v = BNB_G(float8, vload8(0, gr + off + j), vload8(0, h + off + j));
         vstore8(fma(v, K1, fma(vload8(0, x + off + j) - m, K2, K3)), 0, dx + off + j);
     }
-    for (; j < P; ++j) dx[off + j] = fma(gr[off + j], k1, fma(x[off + j] - m, k2, k3));
+    for (; j < P; ++j) {
+        dx[off + j] = fma(BNB_G(float, gr[off + j], h[off + j]), k1, fma(x[off + j] - m, k2, k3));
+    }
 }

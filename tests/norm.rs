@@ -692,9 +692,78 @@ fn batch_norm2d_backward_kernels_match_reference() {
             }
         }
     }
+    // With an activation after the layer, its gradient at the layer's output is folded into every kernel: the
+    // result is the activation's backward followed by the plain backward, on the built-in device.
+    use ops::norm::ActGrad;
+    for (i, &(shape, off)) in cases.iter().enumerate() {
+        let k = bn_case(&dev, shape, off, [80 + i as u64, 50, 60]);
+        let (gc, gd) = pair(&dev, shape, 90 + i as u64);
+        let oc = k.reference(true, true);
+        let od = ops::batch_norm2d(
+            &k.xd,
+            Some(&k.gamd),
+            Some(&k.betd),
+            &k.rmd,
+            &k.rvd,
+            0.1,
+            1e-5,
+            true,
+        )
+        .unwrap();
+        for (act, op) in [
+            (ActGrad::Relu, ops::UnaryOp::Relu),
+            (ActGrad::Clamp(0.0, 6.0), ops::UnaryOp::Clamp(0.0, 6.0)),
+            (ActGrad::Clamp(-0.5, 0.5), ops::UnaryOp::Clamp(-0.5, 0.5)),
+        ] {
+            let masked = ops::unary_backward(op, &oc.out.y, &gc).unwrap();
+            let bc =
+                ops::batch_norm2d_backward(&k.xc, &masked, &oc.out, Some(&k.gamc), true).unwrap();
+            // The mask matters here: some outputs fall outside the activation's open range.
+            assert_ne!(
+                masked.to_vec::<f32>().unwrap(),
+                gc.to_vec::<f32>().unwrap(),
+                "{shape:?} {act:?}: no gradient was masked"
+            );
+            for algo in algos {
+                let what = format!("{shape:?} {act:?} {algo:?}");
+                let bd = ops::norm::batch_norm2d_backward_act(
+                    &k.xd,
+                    &gd,
+                    &od.out,
+                    Some(&k.gamd),
+                    true,
+                    act,
+                    Some(algo),
+                )
+                .unwrap();
+                close(&bd.dx, &bc.dx, &format!("{what} dx"));
+                close(
+                    bd.dgamma.as_ref().unwrap(),
+                    bc.dgamma.as_ref().unwrap(),
+                    &format!("{what} dgamma"),
+                );
+                close(
+                    bd.dbeta.as_ref().unwrap(),
+                    bc.dbeta.as_ref().unwrap(),
+                    &format!("{what} dbeta"),
+                );
+            }
+        }
+    }
     // A forced work-group size the device cannot run is refused by name.
     let k = bn_case(&dev, &[2, 3, 4, 4], 0.0, [1, 2, 3]);
     let od = ops::batch_norm2d(&k.xd, None, None, &k.rmd, &k.rvd, 0.1, 1e-5, true).unwrap();
+    let e = ops::norm::batch_norm2d_backward_act(
+        &k.xd,
+        &k.xd,
+        &od.out,
+        None,
+        false,
+        ActGrad::Clamp(1.0, -1.0),
+        None,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("not ordered"), "{e}");
     let e = ops::norm::batch_norm2d_backward_with(
         &k.xd,
         &k.xd,

@@ -349,6 +349,48 @@ pub fn batch_norm2d_train(
     Ok((y, r.running_mean, r.running_var))
 }
 
+/// Training-mode batch normalisation followed by the activation `act` (ReLU or a clamp): the output is the
+/// activation's, and the backward applies the activation's gradient inside the normalisation's backward
+/// kernels (one graph node, no separate pass). Returns the output and the updated running statistics.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm2d_train_act(
+    x: &Var,
+    gamma: &Var,
+    beta: &Var,
+    running_mean: &Tensor,
+    running_var: &Tensor,
+    momentum: f32,
+    eps: f32,
+    act: ops::norm::ActGrad,
+) -> Result<(Var, Tensor, Tensor)> {
+    let r = ops::batch_norm2d(
+        x.value(),
+        Some(gamma.value()),
+        Some(beta.value()),
+        running_mean,
+        running_var,
+        momentum,
+        eps,
+        true,
+    )?;
+    let y = match act {
+        ops::norm::ActGrad::Relu => ops::unary(UnaryOp::Relu, &r.out.y)?,
+        ops::norm::ActGrad::Clamp(lo, hi) => ops::unary(UnaryOp::Clamp(lo, hi), &r.out.y)?,
+    };
+    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), r.out.clone());
+    let y = Var::from_op(
+        "batch_norm2d_act",
+        y,
+        &[x, gamma, beta],
+        Box::new(move |g| {
+            let gr =
+                ops::norm::batch_norm2d_backward_act(&tx, g, &stats, Some(&tg), true, act, None)?;
+            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
+        }),
+    );
+    Ok((y, r.running_mean, r.running_var))
+}
+
 /// Eval-mode batch normalisation with the running statistics (an affine map per channel).
 pub fn batch_norm2d_eval(
     x: &Var,

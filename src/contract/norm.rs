@@ -118,6 +118,16 @@ impl Serialize for BnBackAlgo {
     }
 }
 
+/// The activation that followed a training batch_norm2d, whose gradient its backward applies first: ReLU (the
+/// gradient where the normalised value h > 0) or a clamp to [lo, hi] (where lo ≤ h ≤ hi; ReLU6 is (0, 6)).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ActGrad {
+    /// `max(h, 0)`.
+    Relu,
+    /// `min(max(h, lo), hi)`.
+    Clamp(f32, f32),
+}
+
 /// The tensors of one training batch_norm2d backward (all f32): the input gradient `dx` and the parameter
 /// gradients from x, the output gradient `g`, γ and the forward's batch statistics.
 pub(crate) struct BnBack<'a> {
@@ -132,6 +142,8 @@ pub(crate) struct BnBack<'a> {
     /// [C] each: Σ g·x̂ and Σ g per channel.
     pub dgamma: &'a Tensor,
     pub dbeta: &'a Tensor,
+    /// The activation after the layer and the layer's output h (its input), when its gradient is folded in.
+    pub act: Option<(ActGrad, &'a Tensor)>,
     /// A forced algorithm other than `Composed` (else the autotuner chooses).
     pub algo: Option<BnBackAlgo>,
 }

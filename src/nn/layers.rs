@@ -424,6 +424,34 @@ impl BatchNorm2d {
     }
 }
 
+impl BatchNorm2d {
+    /// Training-mode forward followed by `act`, with the activation's gradient folded into the normalisation's
+    /// backward ([`ag::batch_norm2d_train_act`]); `None` in evaluation mode (the caller runs the layers).
+    pub(crate) fn forward_train_act(
+        &mut self,
+        x: &Var,
+        act: crate::ops::norm::ActGrad,
+    ) -> Result<Option<Var>> {
+        if !self.training {
+            return Ok(None);
+        }
+        expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
+        let (y, rm, rv) = ag::batch_norm2d_train_act(
+            x,
+            &self.gamma,
+            &self.beta,
+            &self.running_mean,
+            &self.running_var,
+            self.momentum,
+            self.eps,
+            act,
+        )?;
+        self.running_mean.assign(&rm)?;
+        self.running_var.assign(&rv)?;
+        Ok(Some(y))
+    }
+}
+
 impl Module for BatchNorm2d {
     module_state!("BatchNorm2d", params [gamma, beta] buffers [running_mean, running_var]);
     fn forward(&mut self, x: &Var) -> Result<Var> {

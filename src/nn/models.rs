@@ -24,6 +24,7 @@ use super::{LayerConfig, Module, Sequential, arg_bool, arg_usize, args, cfg, pos
 use crate::autograd::{Var, record};
 use crate::device::Device;
 use crate::error::{Error, Result};
+use crate::ops::norm::ActGrad;
 use crate::ops::{self, UnaryOp};
 use crate::tensor::Tensor;
 
@@ -119,6 +120,17 @@ fn bn_act(bn: &mut Option<BatchNorm2d>, x: Var, clamp: Option<(f32, f32)>) -> Re
             ],
         )?;
         return Ok(Var::constant(y));
+    }
+    // Training: the activation's gradient runs inside the normalisation's backward.
+    if let (Some(b), Some((lo, hi))) = (bn.as_mut(), clamp) {
+        let act = if hi.is_finite() {
+            ActGrad::Clamp(lo, hi)
+        } else {
+            ActGrad::Relu
+        };
+        if let Some(y) = b.forward_train_act(&x, act)? {
+            return Ok(y);
+        }
     }
     let h = match bn {
         Some(b) => b.forward(&x)?,

@@ -10,7 +10,7 @@
 
 use super::limit;
 pub use crate::contract::norm::{
-    BatchNormAlgo, BnApply, BnBackAlgo, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
+    ActGrad, BatchNormAlgo, BnApply, BnBackAlgo, BnStats, MAX_HELD, MAX_ROW_HELD, RowNormAlgo,
 };
 use crate::contract::norm::{BnBack, BnTrain, RowNorm, RowNormBack};
 use crate::error::{Error, Result};
@@ -25,7 +25,7 @@ fn fz(e: &str, inputs: &[&Tensor]) -> Result<Tensor> {
     fused_as(e, inputs, DType::F32)
 }
 use super::reduce::{mean, sum};
-use super::{UnaryOp, add_scalar, mul_scalar, unary};
+use super::{UnaryOp, add_scalar, mul_scalar, unary, unary_backward};
 
 /// A normalisation's output with the statistics its backward needs.
 #[derive(Debug, Clone)]
@@ -769,6 +769,42 @@ pub fn batch_norm2d_backward_with(
     has_beta: bool,
     algo: Option<BnBackAlgo>,
 ) -> Result<NormGrads> {
+    bn_backward(x, grad, out, gamma, has_beta, None, algo)
+}
+
+/// The gradients of training-mode [`batch_norm2d`] followed by the activation `act`, from the gradient of the
+/// activation's output: `act`'s gradient at the normalised output `h` (`out.y`) is applied to `grad` inside the
+/// backward's kernels, with no pass of its own (the composed path applies it first). `algo` as in
+/// [`batch_norm2d_backward_with`].
+#[allow(clippy::too_many_arguments)]
+pub fn batch_norm2d_backward_act(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+    act: ActGrad,
+    algo: Option<BnBackAlgo>,
+) -> Result<NormGrads> {
+    if let ActGrad::Clamp(lo, hi) = act
+        && (lo.is_nan() || hi.is_nan() || lo > hi)
+    {
+        return Err(Error::Invalid(format!(
+            "batch_norm2d_backward_act: clamp bounds [{lo}, {hi}] are not ordered"
+        )));
+    }
+    bn_backward(x, grad, out, gamma, has_beta, Some(act), algo)
+}
+
+fn bn_backward(
+    x: &Tensor,
+    grad: &Tensor,
+    out: &NormOut,
+    gamma: Option<&Tensor>,
+    has_beta: bool,
+    act: Option<ActGrad>,
+    algo: Option<BnBackAlgo>,
+) -> Result<NormGrads> {
     let [_, c, _, _] = nchw(x, "batch_norm2d_backward")?;
     if grad.shape() != x.shape() {
         return Err(Error::shape_mismatch(
@@ -791,12 +827,23 @@ pub fn batch_norm2d_backward_with(
         }
     }
     x.same_device(&[grad], "batch_norm2d_backward")?;
+    if act.is_some() {
+        x.same_device(&[&out.y], "batch_norm2d_backward")?;
+        if out.y.shape() != x.shape() {
+            return Err(Error::shape_mismatch(
+                "batch_norm2d_backward_act output",
+                x.shape(),
+                out.y.shape(),
+            ));
+        }
+    }
     limit(x, "batch_norm2d_backward")?;
     if algo != Some(BnBackAlgo::Composed) && x.numel() > 0 {
         // The kernels read f32: f16 tensors are widened on the device, dx is stored back in x's dtype.
         let dev = x.device();
         let (xw, gw) = (widen(x)?, widen(grad)?);
         let gm = gamma.map(widen).transpose()?;
+        let hw = act.map(|_| widen(&out.y)).transpose()?;
         let dx = Tensor::empty(dev, x.shape(), DType::F32)?;
         let dgamma = Tensor::empty(dev, &[c], DType::F32)?;
         let dbeta = Tensor::empty(dev, &[c], DType::F32)?;
@@ -809,6 +856,7 @@ pub fn batch_norm2d_backward_with(
             dx: &dx,
             dgamma: &dgamma,
             dbeta: &dbeta,
+            act: act.zip(hw.as_ref()),
             algo,
         };
         if dev.backend().batch_norm_backward(dev, &bb)? {
@@ -819,6 +867,12 @@ pub fn batch_norm2d_backward_with(
             });
         }
     }
+    let masked = match act {
+        Some(ActGrad::Relu) => Some(unary_backward(UnaryOp::Relu, &out.y, grad)?),
+        Some(ActGrad::Clamp(lo, hi)) => Some(unary_backward(UnaryOp::Clamp(lo, hi), &out.y, grad)?),
+        None => None,
+    };
+    let grad = masked.as_ref().unwrap_or(grad);
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     backward(
         x,

@@ -7,7 +7,7 @@ use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::norm as abi;
 use crate::backend::opencl::program::{Defines, kernel_source};
 use crate::backend::opencl::{Event, events_ms};
-use crate::contract::norm::{BnBack, BnBackAlgo};
+use crate::contract::norm::{ActGrad, BnBack, BnBackAlgo};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::tensor::{DType, Tensor};
@@ -61,13 +61,23 @@ impl ClDevice {
         };
         let part = Tensor::empty(device, &[c * g * 2], DType::F32)?;
         let gamma = bb.gamma.unwrap_or(bb.rstd).storage();
+        // The activation's gradient as MASK (1 ReLU, 2 clamp) with its bounds; without one, h is never read.
+        let (mask, lo, hi, h) = match bb.act {
+            None => (0, 0.0, 0.0, bb.g),
+            Some((ActGrad::Relu, h)) => (1, 0.0, 0.0, h),
+            Some((ActGrad::Clamp(lo, hi), h)) => (2, lo, hi, h),
+        };
+        let h = h.storage();
         let has_gamma = i32::from(bb.gamma.is_some());
         let (n32, c32, p32, g32) = (n as i32, c as i32, p as i32, g as i32);
         let mut evs = Vec::with_capacity(2);
         match algo {
             BnBackAlgo::Wg(local, _) => {
                 let local = local.min(self.info.max_work_group_size.max(1));
-                let d = Defines::new().set("VEC4", u8::from(vec4)).set("UNR", 4);
+                let d = Defines::new()
+                    .set("VEC4", u8::from(vec4))
+                    .set("UNR", 4)
+                    .set("MASK", mask);
                 let rc = units.div_ceil(g).max(1) as i32;
                 let k = self.kernel(abi::FAMILY, &d, abi::BN_BACK_PARTIAL_WG)?;
                 let args = abi::BnBackPartialWg {
@@ -76,8 +86,11 @@ impl ClDevice {
                     P: p32,
                     rc,
                     G: g32,
+                    lo,
+                    hi,
                     x: bb.x.storage(),
                     gr: bb.g.storage(),
+                    h,
                     mean: bb.mean.storage(),
                     part: part.storage(),
                     ls: local * 4,
@@ -92,8 +105,11 @@ impl ClDevice {
                     rc,
                     G: g32,
                     has_gamma,
+                    lo,
+                    hi,
                     x: bb.x.storage(),
                     gr: bb.g.storage(),
+                    h,
                     mean: bb.mean.storage(),
                     rstd: bb.rstd.storage(),
                     gamma,
@@ -106,20 +122,24 @@ impl ClDevice {
             }
             BnBackAlgo::Item(_) => {
                 let rc = (n * p).div_ceil(g).max(1) as i32;
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::BN_BACK_PARTIAL_ITEM)?;
+                let d = Defines::new().set("MASK", mask);
+                let k = self.kernel(abi::FAMILY, &d, abi::BN_BACK_PARTIAL_ITEM)?;
                 let args = abi::BnBackPartialItem {
                     N: n32,
                     C: c32,
                     P: p32,
                     rc,
                     G: g32,
+                    lo,
+                    hi,
                     x: bb.x.storage(),
                     gr: bb.g.storage(),
+                    h,
                     mean: bb.mean.storage(),
                     part: part.storage(),
                 };
                 evs.push(self.run(&k, &args, &[g, c], None)?);
-                let k = self.kernel(abi::FAMILY, &Defines::new(), abi::BN_BACK_APPLY_PLANE)?;
+                let k = self.kernel(abi::FAMILY, &d, abi::BN_BACK_APPLY_PLANE)?;
                 let args = abi::BnBackApplyPlane {
                     planes: (n * c) as i32,
                     C: c32,
@@ -127,8 +147,11 @@ impl ClDevice {
                     G: g32,
                     N: n32,
                     has_gamma,
+                    lo,
+                    hi,
                     x: bb.x.storage(),
                     gr: bb.g.storage(),
+                    h,
                     mean: bb.mean.storage(),
                     rstd: bb.rstd.storage(),
                     gamma,
@@ -160,6 +183,7 @@ impl ClDevice {
                 ("c", bucket(v[1])),
                 ("hw", bucket(v[2])),
                 ("hw4", i64::from(v[2].is_multiple_of(4))),
+                ("act", i64::from(bb.act.is_some())),
             ],
         )
         .source(kernel_source("norm").unwrap_or_default());
