@@ -326,27 +326,14 @@ pub fn batch_norm2d_train(
     momentum: f32,
     eps: f32,
 ) -> Result<(Var, Tensor, Tensor)> {
-    let r = ops::batch_norm2d(
-        x.value(),
-        Some(gamma.value()),
-        Some(beta.value()),
-        running_mean,
-        running_var,
+    bn_train(
+        x,
+        [gamma, beta],
+        [running_mean, running_var],
         momentum,
         eps,
-        true,
-    )?;
-    let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), r.out.clone());
-    let y = Var::from_op(
-        "batch_norm2d",
-        r.out.y.clone(),
-        &[x, gamma, beta],
-        Box::new(move |g| {
-            let gr = ops::batch_norm2d_backward(&tx, g, &stats, Some(&tg), true)?;
-            Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
-        }),
-    );
-    Ok((y, r.running_mean, r.running_var))
+        None,
+    )
 }
 
 /// Training-mode batch normalisation followed by the activation `act` (ReLU or a clamp): the output is the
@@ -363,6 +350,25 @@ pub fn batch_norm2d_train_act(
     eps: f32,
     act: ops::norm::ActGrad,
 ) -> Result<(Var, Tensor, Tensor)> {
+    bn_train(
+        x,
+        [gamma, beta],
+        [running_mean, running_var],
+        momentum,
+        eps,
+        Some(act),
+    )
+}
+
+/// Training batch_norm2d with γ and β, then `act` when given, as one graph node.
+fn bn_train(
+    x: &Var,
+    [gamma, beta]: [&Var; 2],
+    [running_mean, running_var]: [&Tensor; 2],
+    momentum: f32,
+    eps: f32,
+    act: Option<ops::norm::ActGrad>,
+) -> Result<(Var, Tensor, Tensor)> {
     let r = ops::batch_norm2d(
         x.value(),
         Some(gamma.value()),
@@ -374,17 +380,27 @@ pub fn batch_norm2d_train_act(
         true,
     )?;
     let y = match act {
-        ops::norm::ActGrad::Relu => ops::unary(UnaryOp::Relu, &r.out.y)?,
-        ops::norm::ActGrad::Clamp(lo, hi) => ops::unary(UnaryOp::Clamp(lo, hi), &r.out.y)?,
+        None => r.out.y.clone(),
+        Some(ops::norm::ActGrad::Relu) => ops::unary(UnaryOp::Relu, &r.out.y)?,
+        Some(ops::norm::ActGrad::Clamp(lo, hi)) => ops::unary(UnaryOp::Clamp(lo, hi), &r.out.y)?,
     };
     let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), r.out.clone());
+    let name = if act.is_some() {
+        "batch_norm2d_act"
+    } else {
+        "batch_norm2d"
+    };
     let y = Var::from_op(
-        "batch_norm2d_act",
+        name,
         y,
         &[x, gamma, beta],
         Box::new(move |g| {
-            let gr =
-                ops::norm::batch_norm2d_backward_act(&tx, g, &stats, Some(&tg), true, act, None)?;
+            let gr = match act {
+                None => ops::batch_norm2d_backward(&tx, g, &stats, Some(&tg), true)?,
+                Some(a) => {
+                    ops::norm::batch_norm2d_backward_act(&tx, g, &stats, Some(&tg), true, a, None)?
+                }
+            };
             Ok(vec![Some(gr.dx), gr.dgamma, gr.dbeta])
         }),
     );

@@ -435,42 +435,32 @@ impl BatchNorm2d {
         if !self.training {
             return Ok(None);
         }
+        self.train_step(x, Some(act)).map(Some)
+    }
+
+    /// The training forward, with `act` after it when given; the running statistics are updated in place.
+    fn train_step(&mut self, x: &Var, act: Option<crate::ops::norm::ActGrad>) -> Result<Var> {
         expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
-        let (y, rm, rv) = ag::batch_norm2d_train_act(
-            x,
-            &self.gamma,
-            &self.beta,
-            &self.running_mean,
-            &self.running_var,
-            self.momentum,
-            self.eps,
-            act,
-        )?;
+        let (g, b) = (&self.gamma, &self.beta);
+        let (rm, rvar) = (&self.running_mean, &self.running_var);
+        let (y, rm, rv) = match act {
+            Some(a) => ag::batch_norm2d_train_act(x, g, b, rm, rvar, self.momentum, self.eps, a)?,
+            None => ag::batch_norm2d_train(x, g, b, rm, rvar, self.momentum, self.eps)?,
+        };
+        // Keep the buffers' identity (views and saved references see the update).
         self.running_mean.assign(&rm)?;
         self.running_var.assign(&rv)?;
-        Ok(Some(y))
+        Ok(y)
     }
 }
 
 impl Module for BatchNorm2d {
     module_state!("BatchNorm2d", params [gamma, beta] buffers [running_mean, running_var]);
     fn forward(&mut self, x: &Var) -> Result<Var> {
-        expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
         if self.training {
-            let (y, rm, rv) = ag::batch_norm2d_train(
-                x,
-                &self.gamma,
-                &self.beta,
-                &self.running_mean,
-                &self.running_var,
-                self.momentum,
-                self.eps,
-            )?;
-            // Keep the buffers' identity (views and saved references see the update).
-            self.running_mean.assign(&rm)?;
-            self.running_var.assign(&rv)?;
-            Ok(y)
+            self.train_step(x, None)
         } else {
+            expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
             ag::batch_norm2d_eval(
                 x,
                 &self.gamma,
