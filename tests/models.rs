@@ -315,3 +315,85 @@ fn a_resnet18_saved_here_loads_in_netcl_032() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+fn layer(kind: &str, args: serde_json::Value) -> LayerConfig {
+    LayerConfig {
+        kind: kind.into(),
+        args: args.as_object().cloned().unwrap_or_default(),
+    }
+}
+
+/// A Sequential runs a BatchNorm2d and the ReLU or HardTanh right after it as one step in training (the
+/// activation's gradient inside the normalisation's backward): its gradients and running statistics are those
+/// of the same layers kept apart by an identity (Dropout with p = 0), on the built-in device and on OpenCL.
+#[test]
+fn a_batch_norm_and_its_activation_as_one_step_give_the_layers_gradients() {
+    // The same layers at the same indices (so the same initial weights), with the identity after each
+    // activation (fused) or between the batch norm and its activation (apart).
+    let cfg = |apart: bool| -> Vec<LayerConfig> {
+        let conv = |i: usize, o: usize| {
+            layer(
+                "Conv2d",
+                serde_json::json!({"in_channels": i, "out_channels": o, "kernel_size": 3, "pad": 1}),
+            )
+        };
+        let bn = |c: usize| layer("BatchNorm2d", serde_json::json!({"num_features": c}));
+        let gap = || layer("Dropout", serde_json::json!({"p": 0.0}));
+        let pair = |act: LayerConfig| if apart { [gap(), act] } else { [act, gap()] };
+        let mut v = vec![conv(3, 6), bn(6)];
+        v.extend(pair(layer("ReLU", serde_json::json!({}))));
+        v.extend([conv(6, 5), bn(5)]);
+        v.extend(pair(layer(
+            "HardTanh",
+            serde_json::json!({"min_val": 0.0, "max_val": 0.3}),
+        )));
+        v.extend([
+            layer("GlobalAvgPool2d", serde_json::json!({})),
+            layer("Flatten", serde_json::json!({})),
+            layer(
+                "Linear",
+                serde_json::json!({"in_features": 5, "out_features": 10}),
+            ),
+        ]);
+        v
+    };
+    let mut devices = vec![Device::builtin()];
+    devices.extend(common::opencl_device());
+    for dev in devices {
+        let run = |apart: bool| -> (Vec<Vec<f32>>, Vec<Vec<f32>>) {
+            let mut model = build_sequential(&dev, &cfg(apart), 4).expect("build");
+            let x = Tensor::randn(&dev, &[3, 3, 9, 7], 0.5, 1.0, 5).expect("x");
+            loss_of(&mut model, &x, &labels(&dev, 3))
+                .backward()
+                .expect("backward");
+            let grads = model
+                .parameters()
+                .iter()
+                .map(|p| p.grad().expect("grad").to_vec::<f32>().expect("read"))
+                .collect();
+            let state = model
+                .state_dict()
+                .iter()
+                .filter(|(n, _)| n.contains("running"))
+                .map(|(_, t)| t.to_vec::<f32>().expect("read"))
+                .collect();
+            (grads, state)
+        };
+        let (g1, s1) = run(false);
+        let (g2, s2) = run(true);
+        assert_eq!(g1.len(), g2.len());
+        for (i, (a, b)) in g1.iter().zip(&g2).enumerate() {
+            common::assert_close(a, b, 1e-5, 1e-4, &format!("{} parameter {i}", dev.name()));
+        }
+        assert_eq!(s1.len(), 4, "running statistics");
+        for (a, b) in s1.iter().zip(&s2) {
+            common::assert_close(
+                a,
+                b,
+                1e-6,
+                1e-5,
+                &format!("{} running statistics", dev.name()),
+            );
+        }
+    }
+}

@@ -474,6 +474,9 @@ impl Module for BatchNorm2d {
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
     }
+    fn forward_then(&mut self, x: &Var, act: crate::ops::norm::ActGrad) -> Result<Option<Var>> {
+        self.forward_train_act(x, act)
+    }
 }
 
 /// Layer normalisation over the last dimension of size `normalized_shape`.
@@ -604,6 +607,13 @@ impl Module for Activation {
     }
     fn forward(&mut self, x: &Var) -> Result<Var> {
         ag::unary(self.op, x)
+    }
+    fn folded_act(&self) -> Option<crate::ops::norm::ActGrad> {
+        match self.op {
+            UnaryOp::Relu => Some(crate::ops::norm::ActGrad::Relu),
+            UnaryOp::Clamp(lo, hi) if lo <= hi => Some(crate::ops::norm::ActGrad::Clamp(lo, hi)),
+            _ => None,
+        }
     }
     module_state!(flag);
     fn config_args(&self) -> Map<String, Value> {

@@ -216,6 +216,19 @@ pub trait Module {
     /// The layer's constructor arguments, in netcl's config schema.
     fn config_args(&self) -> Map<String, Value>;
 
+    /// The activation this layer is, when its gradient can be folded into the backward of the layer before it
+    /// (ReLU; HardTanh as a clamp); `None` for every other layer.
+    fn folded_act(&self) -> Option<crate::ops::norm::ActGrad> {
+        None
+    }
+
+    /// This layer followed by the activation `act` as one step whose backward applies `act`'s gradient
+    /// itself (BatchNorm2d in training); `Ok(None)` where the layer has no such form, and the caller then runs
+    /// the two layers.
+    fn forward_then(&mut self, _x: &Var, _act: crate::ops::norm::ActGrad) -> Result<Option<Var>> {
+        Ok(None)
+    }
+
     /// Replaces the state from named tensors. Every name and shape is checked first; on any mismatch nothing
     /// changes.
     fn load_state_dict(&mut self, state: &[(String, Tensor)]) -> Result<()> {
@@ -334,21 +347,45 @@ impl Sequential {
     }
 }
 
+/// A shape error of layer `i` (of type `kind`) with the layer named in its message.
+fn at_layer(i: usize, kind: &str, e: Error) -> Error {
+    match e {
+        Error::Shape(m) => Error::Shape(format!("layer {i} ({kind}): {m}")),
+        Error::ShapeMismatch { op, expected, got } => Error::ShapeMismatch {
+            op: format!("layer {i} ({kind}): {op}"),
+            expected,
+            got,
+        },
+        other => other,
+    }
+}
+
 impl Module for Sequential {
     module_state!("Sequential", layers);
 
     fn forward(&mut self, x: &Var) -> Result<Var> {
         let mut h = x.clone();
-        for (i, l) in self.layers.iter_mut().enumerate() {
-            h = l.forward(&h).map_err(|e| match e {
-                Error::Shape(m) => Error::Shape(format!("layer {i} ({}): {m}", l.type_name())),
-                Error::ShapeMismatch { op, expected, got } => Error::ShapeMismatch {
-                    op: format!("layer {i} ({}): {op}", l.type_name()),
-                    expected,
-                    got,
-                },
-                other => other,
-            })?;
+        let mut i = 0;
+        while i < self.layers.len() {
+            // A layer and the activation after it as one step where the layer offers it (BatchNorm2d in
+            // training): the activation's gradient is then applied inside the layer's backward.
+            let act = self.layers.get(i + 1).and_then(|l| l.folded_act());
+            let l = &mut self.layers[i];
+            let kind = l.type_name();
+            let fused = match act {
+                Some(a) => l.forward_then(&h, a).map_err(|e| at_layer(i, kind, e))?,
+                None => None,
+            };
+            match fused {
+                Some(y) => {
+                    h = y;
+                    i += 2;
+                }
+                None => {
+                    h = l.forward(&h).map_err(|e| at_layer(i, kind, e))?;
+                    i += 1;
+                }
+            }
         }
         Ok(h)
     }
