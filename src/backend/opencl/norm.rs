@@ -641,6 +641,47 @@ impl ClDevice {
     }
 }
 
+/// The tune key of a training batch_norm2d kernel family `kernel` for (N, C, H·W) `v`: N, C and H·W bucketed,
+/// whether H·W is a multiple of 4 (float4 planes), then `extra`.
+pub(super) fn bn_key(
+    kernel: &'static str,
+    v: [usize; 3],
+    extra: &[(&'static str, i64)],
+) -> TuneKey {
+    let mut fields = vec![
+        ("n", bucket(v[0])),
+        ("c", bucket(v[1])),
+        ("hw", bucket(v[2])),
+        ("hw4", i64::from(v[2].is_multiple_of(4))),
+    ];
+    fields.extend_from_slice(extra);
+    TuneKey::new(kernel, &fields).source(kernel_source("norm").unwrap_or_default())
+}
+
+/// A batch_norm2d algorithm for `key`: a forced one, refused with the reason `misfit` gives or recorded as the
+/// decision; else the kept answer; else the tuner's choice among `cands()`, each timed by `time`.
+pub(super) fn bn_choice<A: serde::Serialize + Clone + 'static>(
+    device: &Device,
+    key: &TuneKey,
+    forced: Option<A>,
+    misfit: impl Fn(&A) -> Option<String>,
+    cands: impl FnOnce() -> (Vec<A>, usize),
+    time: impl FnMut(&A) -> Result<f64>,
+) -> Result<A> {
+    if let Some(a) = forced {
+        if let Some(why) = misfit(&a) {
+            return Err(Error::Invalid(why));
+        }
+        super::reduce::record_forced(device, key, &a);
+        return Ok(a);
+    }
+    if let Some(a) = autotune::answered(device, key) {
+        return Ok(a);
+    }
+    let (cands, default) = cands();
+    autotune::tune(device, key, &cands, default, time)
+}
+
 /// The backward op's name in messages.
 fn back_op(center: bool) -> &'static str {
     if center {
@@ -794,47 +835,31 @@ impl NormKernels for ClDevice {
     fn batch_norm_train(&self, device: &Device, bn: &BnTrain<'_>) -> Result<()> {
         let s = bn.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
-        let key = TuneKey::new(
-            "batch_norm2d",
-            &[
-                ("n", bucket(v[0])),
-                ("c", bucket(v[1])),
-                ("hw", bucket(v[2])),
-                ("hw4", i64::from(v[2].is_multiple_of(4))),
-            ],
-        )
-        .source(kernel_source("norm").unwrap_or_default());
-        let chosen = match bn.algo {
-            Some(a) => {
-                let max_wg = self.info.max_work_group_size.max(1);
-                let ok = match a.stats {
-                    BnStats::Wg(l, g) | BnStats::Wide(l, g) => {
-                        l.is_power_of_two() && l <= max_wg && g >= 1
-                    }
-                    BnStats::Item(g) => g >= 1,
-                    BnStats::Held(l, u) => {
-                        l.is_power_of_two() && l <= max_wg && (1..=MAX_HELD).contains(&u)
-                    }
-                } && (a.apply != BnApply::Pipe || matches!(a.stats, BnStats::Wide(..)))
-                    && (a.apply == BnApply::Hold) == matches!(a.stats, BnStats::Held(..));
-                if !ok {
-                    return Err(Error::Invalid(format!(
-                        "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
-                    )));
+        let key = bn_key("batch_norm2d", v, &[]);
+        let max_wg = self.info.max_work_group_size.max(1);
+        let misfit = |a: &BatchNormAlgo| {
+            let ok = match a.stats {
+                BnStats::Wg(l, g) | BnStats::Wide(l, g) => {
+                    l.is_power_of_two() && l <= max_wg && g >= 1
                 }
-                super::reduce::record_forced(device, &key, &a);
-                a
-            }
-            None => match autotune::answered(device, &key) {
-                Some(a) => a,
-                None => {
-                    let (cands, default) = self.bn_candidates(v);
-                    autotune::tune(device, &key, &cands, default, |a| {
-                        events_ms(&self.run_bn(device, bn, *a)?)
-                    })?
+                BnStats::Item(g) => g >= 1,
+                BnStats::Held(l, u) => {
+                    l.is_power_of_two() && l <= max_wg && (1..=MAX_HELD).contains(&u)
                 }
-            },
+            } && (a.apply != BnApply::Pipe || matches!(a.stats, BnStats::Wide(..)))
+                && (a.apply == BnApply::Hold) == matches!(a.stats, BnStats::Held(..));
+            (!ok).then(|| format!(
+                "batch_norm2d: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel; the one-launch pipe apply needs the wide statistics; the hold apply and the held statistics, 1 to {MAX_HELD} units per item, go together)"
+            ))
         };
+        let chosen = bn_choice(
+            device,
+            &key,
+            bn.algo,
+            misfit,
+            || self.bn_candidates(v),
+            |a| events_ms(&self.run_bn(device, bn, *a)?),
+        )?;
         self.run_bn(device, bn, chosen)?;
         Ok(())
     }

@@ -2,10 +2,10 @@
 //! channel's partials folded in, two launches in place of the composed path's reductions and elementwise
 //! passes; the kernels are chosen by measurement per shape bucket.
 
-use crate::autotune::{self, TuneKey, bucket};
+use super::norm::{bn_choice, bn_key};
 use crate::backend::opencl::ClDevice;
 use crate::backend::opencl::abi::norm as abi;
-use crate::backend::opencl::program::{Defines, kernel_source};
+use crate::backend::opencl::program::Defines;
 use crate::backend::opencl::{Event, events_ms};
 use crate::contract::norm::{ActGrad, BnBack, BnBackAlgo};
 use crate::device::Device;
@@ -174,46 +174,35 @@ impl ClDevice {
         device: &Device,
         bb: &BnBack<'_>,
     ) -> Result<bool> {
+        if bb.algo == Some(BnBackAlgo::Composed) {
+            return Ok(false);
+        }
         let s = bb.x.shape();
         let v = [s[0], s[1], s[2] * s[3]];
-        let key = TuneKey::new(
+        let key = bn_key(
             "batch_norm2d_backward",
-            &[
-                ("n", bucket(v[0])),
-                ("c", bucket(v[1])),
-                ("hw", bucket(v[2])),
-                ("hw4", i64::from(v[2].is_multiple_of(4))),
-                ("act", i64::from(bb.act.is_some())),
-            ],
-        )
-        .source(kernel_source("norm").unwrap_or_default());
-        let chosen = match bb.algo {
-            Some(BnBackAlgo::Composed) => return Ok(false),
-            Some(a) => {
-                let max_wg = self.info.max_work_group_size.max(1);
-                let ok = match a {
-                    BnBackAlgo::Wg(l, g) => l.is_power_of_two() && l <= max_wg && g >= 1,
-                    BnBackAlgo::Item(g) => g >= 1,
-                    BnBackAlgo::Composed => true,
-                };
-                if !ok {
-                    return Err(Error::Invalid(format!(
-                        "batch_norm2d_backward: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel)"
-                    )));
-                }
-                super::reduce::record_forced(device, &key, &a);
-                a
-            }
-            None => match autotune::answered(device, &key) {
-                Some(a) => a,
-                None => {
-                    let (cands, default) = self.bnb_candidates(v);
-                    autotune::tune(device, &key, &cands, default, |a| {
-                        events_ms(&self.run_bnb(device, bb, *a)?)
-                    })?
-                }
-            },
+            v,
+            &[("act", i64::from(bb.act.is_some()))],
+        );
+        let max_wg = self.info.max_work_group_size.max(1);
+        let misfit = |a: &BnBackAlgo| {
+            let ok = match *a {
+                BnBackAlgo::Wg(l, g) => l.is_power_of_two() && l <= max_wg && g >= 1,
+                BnBackAlgo::Item(g) => g >= 1,
+                BnBackAlgo::Composed => true,
+            };
+            (!ok).then(|| format!(
+                "batch_norm2d_backward: algorithm {a:?} is not valid here (work-groups need a power-of-two size up to {max_wg}, at least one chunk per channel)"
+            ))
         };
+        let chosen = bn_choice(
+            device,
+            &key,
+            bb.algo,
+            misfit,
+            || self.bnb_candidates(v),
+            |a| events_ms(&self.run_bnb(device, bb, *a)?),
+        )?;
         self.run_bnb(device, bb, chosen)?;
         Ok(true)
     }

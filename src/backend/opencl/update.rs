@@ -11,9 +11,19 @@ use crate::tensor::Tensor;
 /// The most parameters one multi-tensor launch updates (the kernels' eight pointer slots).
 const MULTI: usize = 8;
 
+/// The defines and the `skip` argument of an update kernel: FLAGGED with a GradScaler state; without one the
+/// kernel never reads `skip` and the parameter's buffer fills the slot.
+fn flagged<'a>(skip: Option<&'a Tensor>, p: &'a Tensor) -> (Defines, &'a crate::memory::Storage) {
+    match skip {
+        Some(s) => (Defines::new().set("FLAGGED", 1), s.storage()),
+        None => (Defines::new(), p.storage()),
+    }
+}
+
 impl ClDevice {
     /// One launch of `sgd_multi` or `adam_multi` over `ops` (2 to [`MULTI`] operand sets of `total` < 2^31
-    /// elements together); unused slots repeat the last set and the total, so no item selects them.
+    /// elements together); unused slots repeat the last set and the total, so no item selects them. RMSProp has
+    /// no multi-tensor kernel: its sets are updated one launch each.
     fn update_multi(&self, step: &Step, ops: &[StepOp<'_>], total: usize) -> Result<()> {
         let mut ends = [total as i32; MULTI];
         let mut at = 0;
@@ -25,12 +35,7 @@ impl ClDevice {
         let p = |k: usize| slot(k).p.storage();
         let g = |k: usize| slot(k).g.storage();
         let s = |k: usize, b: usize| slot(k).state[b].storage();
-        let first = ops[0];
-        let d = match first.skip {
-            Some(_) => Defines::new().set("FLAGGED", 1),
-            None => Defines::new(),
-        };
-        let skip = first.skip.unwrap_or(first.p).storage();
+        let (d, skip) = flagged(ops[0].skip, ops[0].p);
         match *step {
             Step::Sgd {
                 lr,
@@ -138,9 +143,6 @@ impl ClDevice {
 
 impl UpdateKernels for ClDevice {
     fn update_many(&self, step: &Step, ops: &[StepOp<'_>]) -> Result<()> {
-        if matches!(step, Step::RmsProp { .. }) {
-            return ops.iter().try_for_each(|op| self.update(step, *op));
-        }
         // Runs of up to eight operand sets whose sizes add up to less than 2^31.
         let mut i = 0;
         while i < ops.len() {
@@ -164,12 +166,7 @@ impl UpdateKernels for ClDevice {
     fn update(&self, step: &Step, op: StepOp<'_>) -> Result<()> {
         let (p, g, state, skip) = op.parts();
         let n = p.numel();
-        let d = match skip {
-            Some(_) => Defines::new().set("FLAGGED", 1),
-            None => Defines::new(),
-        };
-        // Without a scaler the kernel never reads `skip`; the parameter's buffer fills the slot.
-        let skip = skip.unwrap_or(p).storage();
+        let (d, skip) = flagged(skip, p);
         let (p, g, s0) = (p.storage(), g.storage(), state[0].storage());
         let s1 = || state[1].storage();
         match *step {
