@@ -472,9 +472,15 @@ void gemm_tc(const int M, const int N, const int K,
 // dimension is M or N has no 16-bit transpose and is read as in gemm_tc; TF32 fragments are rounded as they
 // are read (the copies move the f32 bits as stored).
 //
+// Fragments are double-buffered across the K steps: a warp reads the next step's fragments (at a tile's last
+// step, the next tile's first, after that tile's barrier) before it issues the current step's mma instructions,
+// so that the tensor cores work while the reads are in flight, also where a K tile is a single step.
+//
 // Operands are copied as stored: TF32 from f32, FP16 from f16 (A_HALF and B_HALF). Every row and batch start
-// must lie on 16 bytes (a multiple of 4 f32 or 8 f16 elements); rows along K, M or N end in 16 bytes of
-// padding, so that the eight 16-byte rows an ldmatrix phase reads fall in distinct bank groups.
+// must lie on 16 bytes (a multiple of 4 f32 or 8 f16 elements). The tiles are unpadded and swizzled instead:
+// the 16-byte chunks of a tile row are permuted by an XOR with a function of the row (SWZ below), so that the
+// eight rows an ldmatrix phase reads, and the rows of a TF32 fragment read element by element, fall in distinct
+// bank groups; without padding, a 128×128 tile with 64 bytes of K per row takes three buffers in 48 KiB.
 //
 // With TC_PTX 0 the copies are plain loads and stores, and ldmatrix is emulated by the warp through local
 // memory with the lane-to-row addressing of the instruction, so that PoCL checks every address below.
@@ -504,6 +510,62 @@ void gemm_tc(const int M, const int N, const int K,
 // Whether an operand's K dimension is contiguous in its tile (ldmatrix without .trans).
 #define A_KC (!TRANS_A)
 #define B_KC (TRANS_B)
+
+// The swizzled tiles. A row that runs along K holds BK elements, KROW_R rows to a 128-byte line of the 32 banks,
+// KROW_C chunks each: its chunk c is stored at c ^ ((r / KROW_R) % KROW_C), so that 8 consecutive rows at one
+// chunk cover the 8 bank groups. A row that runs along M or N holds 128 bytes or more (BM, BN ≥ 32): its chunk
+// c is stored at c ^ (r & 7), so that 8 consecutive rows at one chunk do (ldmatrix .trans); for TF32, read
+// element by element at rows t and columns g (t = 0..3, g = 0..7, two chunks), at c ^ 2(r & 3).
+#if PREC == 0
+#define KROW_C (BK / 4)
+#else
+#define KROW_C (BK / 8)
+#endif
+#define KROW_R (8 / KROW_C)
+#if KROW_C > 8 || KROW_C < 1
+#error "a K row of the pipelined tiles holds 16 to 128 bytes"
+#endif
+#if PREC == 0
+#define SW_MN(r) (((r) & 3) << 1)
+#else
+#define SW_MN(r) ((r) & 7)
+#endif
+#define SW_K(r) (((r) / KROW_R) % KROW_C)
+#if (TRANS_A && A_COLS / CHUNK_E < 8) || (!TRANS_B && B_COLS / CHUNK_E < 8)
+#error "a pipelined tile's rows along M or N hold at least 8 chunks of 16 bytes"
+#endif
+// Element `col` of a row whose chunks are permuted by s.
+#define SWZ(col, s) (((((col) / CHUNK_E) ^ (s)) * CHUNK_E) + (col) % CHUNK_E)
+#undef A_LD
+#undef B_LD
+#undef AL
+#undef BL
+#undef A_SIZE
+#undef B_SIZE
+#define A_LD A_COLS
+#define B_LD B_COLS
+#if TRANS_A
+#define A_SW(r) SW_MN(r)
+#else
+#define A_SW(r) SW_K(r)
+#endif
+#if TRANS_B
+#define B_SW(r) SW_K(r)
+#else
+#define B_SW(r) SW_MN(r)
+#endif
+#if TRANS_A
+#define AL(p, m, k) (p)[(k) * A_LD + SWZ(m, A_SW(k))]
+#else
+#define AL(p, m, k) (p)[(m) * A_LD + SWZ(k, A_SW(m))]
+#endif
+#if TRANS_B
+#define BL(p, k, n) (p)[(n) * B_LD + SWZ(k, B_SW(n))]
+#else
+#define BL(p, k, n) (p)[(k) * B_LD + SWZ(n, B_SW(k))]
+#endif
+#define A_SIZE (A_ROWS * A_COLS)
+#define B_SIZE (B_ROWS * B_COLS)
 
 // Copies n (0..CHUNK_E) elements from src to the 16 bytes at dst and zeros the rest.
 inline void tc_copy16(__local LT* dst, __global const LT* src, const int n) {
@@ -562,12 +624,72 @@ inline void tc_ldsm_emu(uint* r, __local const LT* p, __local const LT* base, __
         }
     }
 }
-#define LDSM(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_sc + warp * 32, lane, 0)
-#define LDSM_T(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_sc + warp * 32, lane, 1)
+#define LDSM(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_w, lane, 0)
+#define LDSM_T(r, p) tc_ldsm_emu((r), (p), tiles_base, ldsm_w, lane, 1)
 #endif
 
 // A TF32 fragment word read as stored, rounded to tf32.
 #define TF32W(w) as_uint(tc_tf32(as_float(w)))
+
+// The fragments of K step kk of the warp whose tile starts at (wm0, wn0), from the operand tiles at `at` and
+// `bt`, into af and bf. Every work-item of the group calls it together (the emulated ldmatrix holds barriers).
+inline void tc_frags(uint af[MI][4], uint bf[NI][2], __local const LT* at, __local const LT* bt, const int kk,
+                     const int wm0, const int wn0, const int lane
+#if !TC_PTX
+                     , __local const LT* tiles_base, __local int* ldsm_w
+#endif
+) {
+    const int g = lane >> 2, t = lane & 3;
+    // Lane l's row and 8-element block in the four matrices of an x4 read: the matrix is j = l / 8.
+    const int lr = lane & 7, lj0 = (lane >> 3) & 1, lj1 = lane >> 4;
+    TC_UNROLL for (int i = 0; i < MI; ++i) {
+        const int r0 = wm0 + i * 16;
+#if PREC == 1 && A_KC
+        // Matrices (rows +0/+8) × (k +0/+8): a0 a1 a2 a3.
+        LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 8 * lj1));
+#elif PREC == 1
+        // Stored K × M: rows k, transposed.
+        LDSM_T(af[i], &AL(at, r0 + 8 * lj0, kk + lr + 8 * lj1));
+#elif A_KC
+        // TF32: an 8×8 matrix of 16-bit elements is 8 rows of 4 f32; rows +0/+8 × k +0/+4.
+        LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 4 * lj1));
+        TC_UNROLL for (int e = 0; e < 4; ++e) af[i][e] = TF32W(af[i][e]);
+#else
+        af[i][0] = TF32W(as_uint(AL(at, r0 + g, kk + t)));
+        af[i][1] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t)));
+        af[i][2] = TF32W(as_uint(AL(at, r0 + g, kk + t + 4)));
+        af[i][3] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t + 4)));
+#endif
+    }
+    TC_UNROLL for (int j = 0; j < NI; j += 2) {
+        const int c0 = wn0 + j * 8;
+#if PREC == 1 || B_KC
+        uint r4[4];
+#endif
+#if PREC == 1 && B_KC
+        // Stored N × K: matrices (n +0, k +0) (n +0, k +8) (n +8, k +0) (n +8, k +8).
+        LDSM(r4, &BL(bt, kk + 8 * lj0, c0 + lr + 8 * lj1));
+#elif PREC == 1
+        // Stored K × N, transposed: matrices (k +0, n +0) (k +8, n +0) (k +0, n +8) (k +8, n +8).
+        LDSM_T(r4, &BL(bt, kk + lr + 8 * lj0, c0 + 8 * lj1));
+#elif B_KC
+        // TF32 stored N × K: matrices (n +0, k +0) (n +0, k +4) (n +8, k +0) (n +8, k +4).
+        LDSM(r4, &BL(bt, kk + 4 * lj0, c0 + lr + 8 * lj1));
+        TC_UNROLL for (int e = 0; e < 4; ++e) r4[e] = TF32W(r4[e]);
+#endif
+#if PREC == 1 || B_KC
+        bf[j][0] = r4[0];
+        bf[j][1] = r4[1];
+        bf[j + 1][0] = r4[2];
+        bf[j + 1][1] = r4[3];
+#else
+        TC_UNROLL for (int h = 0; h < 2; ++h) {
+            bf[j + h][0] = TF32W(as_uint(BL(bt, kk + t, c0 + 8 * h + g)));
+            bf[j + h][1] = TF32W(as_uint(BL(bt, kk + t + 4, c0 + 8 * h + g)));
+        }
+#endif
+    }
+}
 
 __kernel __attribute__((reqd_work_group_size(256, 1, 1)))
 void gemm_tc_pipe(const int M, const int N, const int K,
@@ -616,7 +738,7 @@ void gemm_tc_pipe(const int M, const int N, const int K,
 #define CHUNK_INIT(X, l, ncols, KC, base, ld, r0mn, mn)                                                     \
     {                                                                                                       \
         const int q_ = tid + (l) * NT, r = q_ / ((ncols) / CHUNK_E), c = (q_ % ((ncols) / CHUNK_E)) * CHUNK_E; \
-        X##_dst[l] = r * X##_LD + c;                                                                        \
+        X##_dst[l] = r * X##_LD + SWZ(c, X##_SW(r));                                                        \
         if (KC) {                                                                                           \
             X##_kp[l] = c;                                                                                  \
             X##_in[l] = (r0mn) + r < (mn) ? CHUNK_E : 0;                                                    \
@@ -652,73 +774,54 @@ void gemm_tc_pipe(const int M, const int N, const int K,
         if (s < nk) COPY_TILES(s * BK, As + s * A_SIZE, Bs + s * B_SIZE)
         CP_COMMIT();
     }
-    // Lane l's row and 8-element block in the four matrices of an x4 read: the matrix is j = l / 8.
-    const int lr = lane & 7, lj0 = (lane >> 3) & 1, lj1 = lane >> 4;
-    // The buffer multiplied now (tile kt) and the one the next copies fill (tile kt + STAGES - 1, the buffer
-    // of tile kt - 1).
+#if TC_PTX
+#define FRAGS(af, bf, at, bt, kk) tc_frags(af, bf, at, bt, kk, wm0, wn0, lane)
+#else
+    __local int* ldsm_w = ldsm_sc + warp * 32;
+#define FRAGS(af, bf, at, bt, kk) tc_frags(af, bf, at, bt, kk, wm0, wn0, lane, tiles_base, ldsm_w)
+#endif
+    // Tile 0 landed (of the groups issued, STAGES - 2 may still be pending) and whole for the group; the
+    // first fragments.
+    CP_WAIT_TILE();
+    barrier(CLK_LOCAL_MEM_FENCE);
+    uint af[MI][4], bf[NI][2];
+    FRAGS(af, bf, As, Bs, 0);
+    // The buffer multiplied now (tile kt) and the one the next copies fill (tile kt + STAGES - 1, into the
+    // buffer of tile kt - 1, which every warp last read before the barrier at the end of tile kt - 1).
     int rd = 0, wr = STAGES - 1;
     for (int kt = 0; kt < nk; ++kt) {
-        // Tile kt has landed for this work-item's copies; the barrier makes it whole for the group, and every
-        // warp is done with the buffer the next copies overwrite.
-        CP_WAIT_TILE();
-        barrier(CLK_LOCAL_MEM_FENCE);
         if (kt + STAGES - 1 < nk) COPY_TILES((kt + STAGES - 1) * BK, As + wr * A_SIZE, Bs + wr * B_SIZE)
         CP_COMMIT();
+        wr = wr + 1 == STAGES ? 0 : wr + 1;
         __local const LT* at = As + rd * A_SIZE;
         __local const LT* bt = Bs + rd * B_SIZE;
-        rd = rd + 1 == STAGES ? 0 : rd + 1;
-        wr = wr + 1 == STAGES ? 0 : wr + 1;
         TC_UNROLL_K for (int kk = 0; kk < BK; kk += KSTEP) {
-            uint af[MI][4], bf[NI][2];
-            TC_UNROLL for (int i = 0; i < MI; ++i) {
-                const int r0 = wm0 + i * 16;
-#if PREC == 1 && A_KC
-                // Matrices (rows +0/+8) × (k +0/+8): a0 a1 a2 a3.
-                LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 8 * lj1));
-#elif PREC == 1
-                // Stored K × M: rows k, transposed.
-                LDSM_T(af[i], &AL(at, r0 + 8 * lj0, kk + lr + 8 * lj1));
-#elif A_KC
-                // TF32: an 8×8 matrix of 16-bit elements is 8 rows of 4 f32; rows +0/+8 × k +0/+4.
-                LDSM(af[i], &AL(at, r0 + lr + 8 * lj0, kk + 4 * lj1));
-                TC_UNROLL for (int e = 0; e < 4; ++e) af[i][e] = TF32W(af[i][e]);
-#else
-                af[i][0] = TF32W(as_uint(AL(at, r0 + g, kk + t)));
-                af[i][1] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t)));
-                af[i][2] = TF32W(as_uint(AL(at, r0 + g, kk + t + 4)));
-                af[i][3] = TF32W(as_uint(AL(at, r0 + g + 8, kk + t + 4)));
-#endif
-            }
-            TC_UNROLL for (int j = 0; j < NI; j += 2) {
-                const int c0 = wn0 + j * 8;
-#if PREC == 1 || B_KC
-                uint r4[4];
-#endif
-#if PREC == 1 && B_KC
-                // Stored N × K: matrices (n +0, k +0) (n +0, k +8) (n +8, k +0) (n +8, k +8).
-                LDSM(r4, &BL(bt, kk + 8 * lj0, c0 + lr + 8 * lj1));
-#elif PREC == 1
-                // Stored K × N, transposed: matrices (k +0, n +0) (k +8, n +0) (k +0, n +8) (k +8, n +8).
-                LDSM_T(r4, &BL(bt, kk + lr + 8 * lj0, c0 + 8 * lj1));
-#elif B_KC
-                // TF32 stored N × K: matrices (n +0, k +0) (n +0, k +4) (n +8, k +0) (n +8, k +4).
-                LDSM(r4, &BL(bt, kk + 4 * lj0, c0 + lr + 8 * lj1));
-                TC_UNROLL for (int e = 0; e < 4; ++e) r4[e] = TF32W(r4[e]);
-#endif
-#if PREC == 1 || B_KC
-                bf[j][0] = r4[0];
-                bf[j][1] = r4[1];
-                bf[j + 1][0] = r4[2];
-                bf[j + 1][1] = r4[3];
-#else
-                TC_UNROLL for (int h = 0; h < 2; ++h) {
-                    bf[j + h][0] = TF32W(as_uint(BL(bt, kk + t, c0 + 8 * h + g)));
-                    bf[j + h][1] = TF32W(as_uint(BL(bt, kk + t + 4, c0 + 8 * h + g)));
-                }
-#endif
+            uint an[MI][4], bn[NI][2];
+            // At a tile's last step: tile kt + 1 landed (the groups issued run to tile kt + STAGES - 1, so
+            // STAGES - 2 may still be pending), whole for the group, and its first fragments. Past the last tile
+            // the buffer holds stale values, read and never multiplied. With two buffers, tile kt + 1's copies
+            // were issued at the start of this tile: they get its last step's products to land in too.
+#define NEXT_TILE                                                                                           \
+    {                                                                                                       \
+        CP_WAIT_TILE();                                                                                     \
+        rd = rd + 1 == STAGES ? 0 : rd + 1;                                                                 \
+        barrier(CLK_LOCAL_MEM_FENCE);                                                                       \
+        FRAGS(an, bn, As + rd * A_SIZE, Bs + rd * B_SIZE, 0);                                               \
+    }
+            if (kk + KSTEP < BK) {
+                FRAGS(an, bn, at, bt, kk + KSTEP);
+            } else if (STAGES > 2) {
+                NEXT_TILE
             }
             TC_UNROLL for (int i = 0; i < MI; ++i)
                 TC_UNROLL for (int j = 0; j < NI; ++j) MMA(acc[i][j], af[i], bf[j]);
+            if (STAGES == 2 && kk + KSTEP >= BK) NEXT_TILE
+            TC_UNROLL for (int i = 0; i < MI; ++i)
+                TC_UNROLL for (int e = 0; e < 4; ++e) af[i][e] = an[i][e];
+            TC_UNROLL for (int j = 0; j < NI; ++j) {
+                bf[j][0] = bn[j][0];
+                bf[j][1] = bn[j][1];
+            }
         }
     }
     CP_WAIT_ALL();

@@ -109,3 +109,5 @@ libdevice=${LIBDEVICE:-$(dirname "$ptxas")/../nvvm/libdevice/libdevice.10.bc}
 # clang 15 writes PTX for sm_80; the instructions used here are the same on later architectures.
 sed -i "s/^\.target sm_[0-9]*.*/.target $arch/; s/^\.version .*/.version 8.0/" "$work/out.ptx"
 "$ptxas" -arch="$arch" -v "$work/out.ptx" -o "$work/out.cubin" 2>&1 | grep -v "^ptxas info    : Compiling"
+# KEEP=DIR keeps the PTX and the assembled cubin (for `cuobjdump -sass`).
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work/out.ptx" "$work/out.cubin" "$KEEP/"; fi

@@ -258,7 +258,7 @@ fn matmul_shape(a: &Tensor, b: &Tensor, trans_a: bool, trans_b: bool) -> Result<
 /// as labels (e.g. `["packed",16,16,4,1]`, `["tiled",256,128,8,16,8,1]`, or
 /// `["tiled_sliced",64,32,32,4,4,4,1]` with the K tile sliced among 4 layers of work-items; under TF32 or FP16
 /// with usable tensor cores also `["tc_tf32",128,128,16,64,32]`: block tile, K tile, warp tile, and where the
-/// operands' rows lie on 16 bytes the pipelined `["tc_tf32_async",128,128,16,64,32,2]`, with its count of
+/// operands' rows lie on 16 bytes the pipelined `["tc_tf32_async",128,128,16,64,32,3]`, with its count of
 /// local buffers; two f16 tensors under FP16 list the candidates of their f16 product); the built-in
 /// device has the one candidate `reference`. The autotuner measures every one except those shaped for the
 /// other kind of memory (the tiled kernels where local memory is not on chip, as on CPU OpenCL; the packed and

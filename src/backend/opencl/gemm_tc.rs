@@ -89,17 +89,18 @@ const STAGED: [Tile; 4] = [
     (64, 64, 16, 32, 16, 0),
 ];
 
-/// Pipelined tiles (`gemm_tc_pipe`): as many buffers as fit 48 KiB with the padding, in every transpose but for
-/// the 128×256 tile, whose three buffers fit only where B is not transposed (its 64×64 warp tiles issue a fifth
-/// fewer instructions per mma than the 64×32 ones; 197 to 201 registers, one work-group a multiprocessor).
-/// `ptxas` for sm_90 puts the others at 48 to 152 registers, none spilling (`scripts/ptx-check.sh`).
+/// Pipelined tiles (`gemm_tc_pipe`): unpadded swizzled buffers, as many as fit 48 KiB (four of the 128×256 tile
+/// with K tiles of 8 f32, three of the 128×128 tile with 16), in every transpose. The 64×64 warp tiles of the
+/// 128×256 block issue a fifth fewer instructions per mma than the 64×32 ones (about 210 registers, one
+/// work-group a multiprocessor); `ptxas` for sm_90 puts the others at 48 to 160 registers, none spilling
+/// (`scripts/ptx-check.sh`).
 const PIPELINED: [Tile; 6] = [
-    (128, 256, 8, 64, 64, 3),
-    (128, 128, 16, 64, 32, 2),
+    (128, 256, 8, 64, 64, 4),
+    (128, 128, 16, 64, 32, 3),
     (128, 128, 8, 64, 32, 4),
-    (128, 64, 16, 32, 32, 3),
-    (64, 128, 16, 32, 32, 3),
-    (64, 64, 16, 32, 16, 4),
+    (128, 64, 16, 32, 32, 4),
+    (64, 128, 16, 32, 32, 4),
+    (64, 64, 32, 32, 16, 3),
 ];
 
 /// The tiles of `list` for precision `p` (none for FP32).
@@ -138,15 +139,20 @@ fn local_bytes(g: &Gemm, t: &TcTile, emulate: bool) -> usize {
         Precision::Fp16 => (2, 8, 16),
         _ => (4, 4, 8),
     };
+    // The register-staged kernel pads its rows; the pipelined one swizzles them unpadded.
+    let (pad_k, pad_mn) = match t.stages {
+        0 => (pad_k, 8),
+        _ => (0, 0),
+    };
     let a = if g.trans_a {
-        t.bk * (t.bm + 8)
+        t.bk * (t.bm + pad_mn)
     } else {
         t.bm * (t.bk + pad_k)
     };
     let b = if g.trans_b {
         t.bn * (t.bk + pad_k)
     } else {
-        t.bk * (t.bn + 8)
+        t.bk * (t.bn + pad_mn)
     };
     let scratch = match (emulate, t.stages) {
         (false, _) => 0,

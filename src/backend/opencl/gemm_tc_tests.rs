@@ -193,14 +193,12 @@ fn tile_configurations_split_the_block_among_eight_warps() {
         assert!((2..=4).contains(&t.stages), "{t:?}");
         let kstep = if t.prec == Precision::Fp16 { 16 } else { 8 };
         assert_eq!(t.bk % kstep, 0, "{t:?}");
-        // Whole 16-byte copies per work-item, and 48 KiB in every transpose (the 128×256 tile only where B is
-        // not transposed; elsewhere the candidates leave it out, as the next test checks).
+        // Whole 16-byte copies per work-item, and 48 KiB in every transpose (the swizzled buffers are unpadded).
         assert_eq!((t.bm * t.bk) % (t.chunk() * THREADS), 0, "{t:?}");
         assert_eq!((t.bn * t.bk) % (t.chunk() * THREADS), 0, "{t:?}");
         for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
             let g = Gemm::dense(t.bm, t.bn, t.bk, 1, ta, tb, false);
-            let fits = local_bytes(&g, &t, false) <= 48 * 1024;
-            assert_eq!(fits, !(tb && t.bn == 256), "{t:?} {ta} {tb}");
+            assert!(local_bytes(&g, &t, false) <= 48 * 1024, "{t:?} {ta} {tb}");
         }
     }
     for p in [Precision::Tf32, Precision::Fp16] {
