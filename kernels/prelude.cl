@@ -61,11 +61,24 @@
 
 // GROUP_FOLD(v, OP): folds `v` over the work-group with OP (a two-argument macro or function) through a local
 // array `sc` of L + 32 floats, with `lid` the local id and L the work-group size (a power of two) in scope;
-// every item gets the same result. Two barriers, where a tree takes log2(L): every item's value goes to
-// sc[lid], the first W = min(L, 32) items each fold every W-th value into sc[L + lid], and every item folds
-// those W in the same order. Two folds may follow each other without a barrier between them.
+// every item gets the same result. A kernel that folds declares GROUP_FOLD_VARS once before its first fold.
+// Two folds may follow each other without a barrier between them.
+//
+// Portable form (NCL_SHFL 0): two barriers, where a tree takes log2(L): every item's value goes to sc[lid], the
+// first W = min(L, 32) items each fold every W-th value into sc[L + lid], and every item folds those W in the
+// same order.
+//
+// NCL_SHFL 1 (NVIDIA GPUs, whose OpenCL compiler takes inline PTX; set by the host only for work-groups of a
+// multiple of 32 items, so that every warp is whole and the build holds no second form): each warp folds its 32 values with `shfl.sync.bfly` (five exchanges, no local memory; every lane gets the
+// same bits, as each exchange combines the same two values in either order), its first lane writes the warp's
+// value, and after one barrier every warp folds the L / 32 warp values the same way, each lane starting from
+// value (lane mod L / 32). Consecutive folds alternate between sc[0..32) and sc[32..64) for the warp values
+// (GROUP_FOLD_VARS holds which), so that a fast warp's next fold never overwrites values a slow warp still reads.
+#ifndef NCL_SHFL
+#define NCL_SHFL 0
+#endif
 #define NCL_ADD(a, b) ((a) + (b))
-#define GROUP_FOLD(v, OP)                                                  \
+#define GROUP_FOLD_TREE(v, OP)                                             \
     {                                                                      \
         const int w_ = L < 32 ? L : 32;                                    \
         sc[lid] = (v);                                                     \
@@ -79,3 +92,28 @@
         v = sc[L];                                                         \
         for (int i_ = 1; i_ < w_; ++i_) v = OP(v, sc[L + i_]);             \
     }
+#if NCL_SHFL
+inline float ncl_shfl_xor(const float v, const int m) {
+    float r;
+    asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=f"(r) : "f"(v), "r"(m));
+    return r;
+}
+#define GROUP_FOLD_VARS int ncl_fs_ = 0;
+#define GROUP_FOLD(v, OP)                                                  \
+    {                                                                      \
+        for (int m_ = 16; m_ > 0; m_ >>= 1) v = OP(v, ncl_shfl_xor(v, m_)); \
+        const int nw_ = L >> 5;                                            \
+        if (nw_ > 1) {                                                     \
+            __local float* ws_ = sc + ncl_fs_;                             \
+            ncl_fs_ ^= 32;                                                 \
+            if ((lid & 31) == 0) ws_[lid >> 5] = v;                        \
+            barrier(CLK_LOCAL_MEM_FENCE);                                  \
+            v = ws_[lid & (nw_ - 1)];                                      \
+            for (int m_ = nw_ >> 1; m_ > 0; m_ >>= 1)                      \
+                v = OP(v, ncl_shfl_xor(v, m_));                            \
+        }                                                                  \
+    }
+#else
+#define GROUP_FOLD_VARS
+#define GROUP_FOLD(v, OP) GROUP_FOLD_TREE(v, OP)
+#endif

@@ -164,6 +164,7 @@ __kernel void rn_row_reg(const int D, const float eps, const int has_gamma, cons
     const int L = get_local_size(0);
     const int o = get_group_id(0);
     const size_t b = (size_t)o * D;
+    GROUP_FOLD_VARS
     // The mean is the row's first element plus the mean of the shifted values: the sum never grows with the
     // offset of the row.
     const float k = rn_shift(x, b);

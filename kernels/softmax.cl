@@ -77,6 +77,7 @@ __kernel void sm_row_reg(const int R, __global const float* x, __global float* y
     const int lid = get_local_id(0);
     const int L = get_local_size(0);
     const int o = get_group_id(0);
+    GROUP_FOLD_VARS
     const int RW = R / SM_W;
     // R % SM_W == 0, so every row starts 4·SM_W bytes aligned (an f16 row 2·SM_W bytes, read as SM_W halves a
     // time). An f16 row stays in registers as its raw halves (half the registers of floats), converted where

@@ -100,11 +100,11 @@ fn softmax_of_f16_forward_and_backward() {
             assert_eq!(y.dtype(), DType::F16);
             let yw = ops::softmax_with(&xw, *axis, log, None).expect("reference");
             assert_rounded(&y, &yw, 1e-4, 1e-3, &format!("softmax log={log} {shape:?}"));
-            // The register kernel (rows of a multiple of 4), with fewer items than its reductions' 32 lanes
-            // and with more.
+            // The register kernel (rows of a multiple of 4), with fewer items than a warp's 32 lanes, one
+            // warp, and several (whose folds exchange values between warps).
             let r = shape[shape.len() - 1];
             if *axis == -1 && r % 4 == 0 {
-                for l in [16usize, 64] {
+                for l in [16usize, 32, 64, 1024] {
                     let algo = SoftmaxAlgo::Reg(l, (r / 4).div_ceil(l));
                     let y = ops::softmax_with(&x, -1, log, Some(algo)).expect("forced forward");
                     assert_eq!(y.dtype(), DType::F16);

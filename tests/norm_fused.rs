@@ -19,8 +19,9 @@ const DS: [usize; 7] = [1, 3, 40, 64, 100, 1023, 4096];
 const ROWS: [usize; 3] = [1, 7, 33];
 
 /// The algorithms forced for rows of `d` stored as `dt`: every kind, the register form where a work-group of 16
-/// (fewer items than the reduction's 32 lanes), 64 or 256 covers the row with at most 32 values per item, and
-/// for f16 rows of a multiple of 8 the raw-halves form with at most 64.
+/// (fewer items than a warp's 32 lanes), 32 (one warp), 64, 256 or 1024 (two to 32 warps, whose folds exchange
+/// values between warps) covers the row with at most 32 values per item, and for f16 rows of a multiple of 8
+/// the raw-halves form with at most 64.
 fn algos(d: usize, dt: DType) -> Vec<RowNormAlgo> {
     let mut v = vec![
         RowNormAlgo::Composed,
@@ -28,7 +29,7 @@ fn algos(d: usize, dt: DType) -> Vec<RowNormAlgo> {
         RowNormAlgo::Wg(64),
         RowNormAlgo::Wg(256),
     ];
-    for l in [16usize, 64, 256] {
+    for l in [16usize, 32, 64, 256, 1024] {
         let k = d.div_ceil(l);
         if k <= 32 {
             v.push(RowNormAlgo::Reg(l, k));

@@ -23,7 +23,6 @@ use crate::backend::opencl::{ClDevice, Event};
 use crate::contract::Backend;
 use crate::contract::gemm::{BiasMode, Gemm, GemmOp};
 use crate::contract::precision::{Math, Precision, emulated};
-use crate::device::DeviceType;
 use crate::error::{Error, Result};
 use crate::memory::{Allocator, Storage};
 
@@ -306,8 +305,7 @@ impl ClDevice {
     /// pipelined kernel is probed in a context of its own, so that a fault of its copies cannot end this
     /// device's context. Never an error to the caller: a failure is the reason the kernel is not used.
     fn tc_probe(&self, p: Precision, pipe: bool) -> std::result::Result<(), String> {
-        let vendor = format!("{} {}", self.info.platform, self.info.vendor).to_ascii_lowercase();
-        if self.info.kind != DeviceType::Gpu || !vendor.contains("nvidia") {
+        if !self.nvidia_gpu() {
             return Err("not an NVIDIA GPU".into());
         }
         if self.info.max_work_group_size < THREADS {

@@ -295,6 +295,24 @@ impl ClDevice {
         Ok(g)
     }
 
+    /// Whether this is an NVIDIA GPU, whose OpenCL compiler takes inline PTX (the tensor-core kernels' `mma`,
+    /// the warp shuffles of `GROUP_FOLD`).
+    pub(crate) fn nvidia_gpu(&self) -> bool {
+        let vendor = format!("{} {}", self.info.platform, self.info.vendor).to_ascii_lowercase();
+        self.info.kind == DeviceType::Gpu && vendor.contains("nvidia")
+    }
+
+    /// Whether a kernel whose work-groups of `local` items fold (`GROUP_FOLD` in `kernels/prelude.cl`) folds
+    /// by warp shuffles: on NVIDIA GPUs, where every warp of the group is whole.
+    pub(crate) fn fold_shuffles(&self, local: usize) -> bool {
+        self.nvidia_gpu() && local.is_multiple_of(32)
+    }
+
+    /// `defines` with `NCL_SHFL` set as [`Self::fold_shuffles`] says for work-groups of `local` items.
+    pub(crate) fn fold_defines(&self, defines: Defines, local: usize) -> Defines {
+        defines.set("NCL_SHFL", u8::from(self.fold_shuffles(local)))
+    }
+
     /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).
     pub(crate) fn kernel(
         &self,

@@ -123,12 +123,14 @@ impl ClDevice {
         match algo {
             SoftmaxAlgo::Reg(l, _) | SoftmaxAlgo::Reg8(l, _) | SoftmaxAlgo::Wg(l) => {
                 let k = match algo {
-                    SoftmaxAlgo::Reg(_, kk) => {
-                        self.kernel(abi::FAMILY, &d.set("SM_K", kk), abi::SM_ROW_REG)?
-                    }
-                    SoftmaxAlgo::Reg8(_, kk) => self.kernel(
+                    SoftmaxAlgo::Reg(l, kk) => self.kernel(
                         abi::FAMILY,
-                        &d.set("SM_K", kk).set("SM_W", 8),
+                        &self.fold_defines(d.set("SM_K", kk), l),
+                        abi::SM_ROW_REG,
+                    )?,
+                    SoftmaxAlgo::Reg8(l, kk) => self.kernel(
+                        abi::FAMILY,
+                        &self.fold_defines(d.set("SM_K", kk).set("SM_W", 8), l),
                         abi::SM_ROW_REG,
                     )?,
                     _ => self.kernel(abi::FAMILY, &d, abi::SM_ROW_WG)?,
