@@ -474,8 +474,10 @@ impl ClDevice {
                     }
                     RowNormAlgo::Reg8(_, k) => {
                         let sh = half && self.fold_shuffles(l);
-                        self.kernel_by(key(rn_abi::RN_ROW_REG, k * 8 + usize::from(sh) * 4 + 2), || {
-                            defs().set("RN_K", k).set("RN_V8", 1).set("NCL_SHFL", u8::from(sh))
+                        let kv = k * 8 + usize::from(sh) * 4 + 2;
+                        self.kernel_by(key(rn_abi::RN_ROW_REG, kv), || {
+                            let d = defs().set("RN_K", k).set("RN_V8", 1);
+                            d.set("NCL_SHFL", u8::from(sh))
                         })?
                     }
                     _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
