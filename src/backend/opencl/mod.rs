@@ -308,9 +308,13 @@ impl ClDevice {
         self.nvidia_gpu() && local.is_multiple_of(32)
     }
 
-    /// `defines` with `NCL_SHFL` set as [`Self::fold_shuffles`] says for work-groups of `local` items.
+    /// `defines` with `NCL_SHFL=1` added where [`Self::fold_shuffles`] says so for work-groups of `local`
+    /// items (elsewhere unchanged: the prelude's default is the local-memory fold).
     pub(crate) fn fold_defines(&self, defines: Defines, local: usize) -> Defines {
-        defines.set("NCL_SHFL", u8::from(self.fold_shuffles(local)))
+        match self.fold_shuffles(local) {
+            true => defines.set("NCL_SHFL", 1),
+            false => defines,
+        }
     }
 
     /// The kernel `name` from kernel family `source`, built with `defines` (once per combination).

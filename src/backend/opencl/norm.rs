@@ -469,7 +469,7 @@ impl ClDevice {
                         let kv = k * 8 + usize::from(sh) * 4 + usize::from(v4);
                         self.kernel_by(key(rn_abi::RN_ROW_REG, kv), || {
                             let d = defs().set("RN_K", k).set("RN_V4", u8::from(v4));
-                            d.set("NCL_SHFL", u8::from(sh))
+                            if sh { self.fold_defines(d, l) } else { d }
                         })?
                     }
                     RowNormAlgo::Reg8(_, k) => {
@@ -477,7 +477,7 @@ impl ClDevice {
                         let kv = k * 8 + usize::from(sh) * 4 + 2;
                         self.kernel_by(key(rn_abi::RN_ROW_REG, kv), || {
                             let d = defs().set("RN_K", k).set("RN_V8", 1);
-                            d.set("NCL_SHFL", u8::from(sh))
+                            if sh { self.fold_defines(d, l) } else { d }
                         })?
                     }
                     _ => self.kernel_by(key(rn_abi::RN_ROW_WG, 0), defs)?,
