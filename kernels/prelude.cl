@@ -114,6 +114,6 @@ inline float ncl_shfl_xor(const float v, const int m) {
         }                                                                  \
     }
 #else
-#define GROUP_FOLD_VARS
+#define GROUP_FOLD_VARS /* the local-memory fold keeps no state */
 #define GROUP_FOLD(v, OP) GROUP_FOLD_TREE(v, OP)
 #endif
