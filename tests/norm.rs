@@ -64,6 +64,12 @@ impl BnCase {
         ops::batch_norm2d(&self.xc, gamma, beta, &self.rmc, &self.rvc, 0.1, 1e-5, true).unwrap()
     }
 
+    /// [`BnCase::reference`] on the OpenCL device, its kernels chosen by the device.
+    fn device(&self, g: bool, b: bool) -> ops::norm::BatchNormOut {
+        let (gamma, beta) = (g.then_some(&self.gamd), b.then_some(&self.betd));
+        ops::batch_norm2d(&self.xd, gamma, beta, &self.rmd, &self.rvd, 0.1, 1e-5, true).unwrap()
+    }
+
     /// [`BnCase::reference`] on the OpenCL device with its kernels forced to `algo`.
     fn forced(&self, g: bool, b: bool, algo: ops::norm::BatchNormAlgo) -> ops::norm::BatchNormOut {
         let (gamma, beta) = (g.then_some(&self.gamd), b.then_some(&self.betd));
@@ -640,17 +646,7 @@ fn batch_norm2d_backward_kernels_match_reference() {
         let (gc, gd) = pair(&dev, shape, 70 + i as u64);
         for (g, b) in [(true, true), (false, false), (true, false)] {
             let oc = k.reference(g, b);
-            let od = ops::batch_norm2d(
-                &k.xd,
-                g.then_some(&k.gamd),
-                b.then_some(&k.betd),
-                &k.rmd,
-                &k.rvd,
-                0.1,
-                1e-5,
-                true,
-            )
-            .unwrap();
+            let od = k.device(g, b);
             let bc =
                 ops::batch_norm2d_backward(&k.xc, &gc, &oc.out, g.then_some(&k.gamc), b).unwrap();
             for algo in algos {
@@ -699,17 +695,7 @@ fn batch_norm2d_backward_kernels_match_reference() {
         let k = bn_case(&dev, shape, off, [80 + i as u64, 50, 60]);
         let (gc, gd) = pair(&dev, shape, 90 + i as u64);
         let oc = k.reference(true, true);
-        let od = ops::batch_norm2d(
-            &k.xd,
-            Some(&k.gamd),
-            Some(&k.betd),
-            &k.rmd,
-            &k.rvd,
-            0.1,
-            1e-5,
-            true,
-        )
-        .unwrap();
+        let od = k.device(true, true);
         for (act, op) in [
             (ActGrad::Relu, ops::UnaryOp::Relu),
             (ActGrad::Clamp(0.0, 6.0), ops::UnaryOp::Clamp(0.0, 6.0)),
