@@ -381,8 +381,7 @@ fn bn_train(
     )?;
     let y = match act {
         None => r.out.y.clone(),
-        Some(ops::norm::ActGrad::Relu) => ops::unary(UnaryOp::Relu, &r.out.y)?,
-        Some(ops::norm::ActGrad::Clamp(lo, hi)) => ops::unary(UnaryOp::Clamp(lo, hi), &r.out.y)?,
+        Some(a) => ops::unary(a.op(), &r.out.y)?,
     };
     let (tx, tg, stats) = (x.value().clone(), gamma.value().clone(), r.out.clone());
     let name = if act.is_some() {

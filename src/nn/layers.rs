@@ -425,19 +425,6 @@ impl BatchNorm2d {
 }
 
 impl BatchNorm2d {
-    /// Training-mode forward followed by `act`, with the activation's gradient folded into the normalisation's
-    /// backward ([`ag::batch_norm2d_train_act`]); `None` in evaluation mode (the caller runs the layers).
-    pub(crate) fn forward_train_act(
-        &mut self,
-        x: &Var,
-        act: crate::ops::norm::ActGrad,
-    ) -> Result<Option<Var>> {
-        if !self.training {
-            return Ok(None);
-        }
-        self.train_step(x, Some(act)).map(Some)
-    }
-
     /// The training forward, with `act` after it when given; the running statistics are updated in place.
     fn train_step(&mut self, x: &Var, act: Option<crate::ops::norm::ActGrad>) -> Result<Var> {
         expect_nchw(x, self.c, &format!("BatchNorm2d({})", self.c))?;
@@ -474,8 +461,13 @@ impl Module for BatchNorm2d {
     fn config_args(&self) -> Map<String, Value> {
         args(json!({"num_features": self.c, "momentum": self.momentum, "eps": self.eps}))
     }
+    /// Training-mode forward followed by `act`, with the activation's gradient folded into the normalisation's
+    /// backward ([`ag::batch_norm2d_train_act`]); `None` in evaluation mode (the caller runs the layers).
     fn forward_then(&mut self, x: &Var, act: crate::ops::norm::ActGrad) -> Result<Option<Var>> {
-        self.forward_train_act(x, act)
+        if !self.training {
+            return Ok(None);
+        }
+        self.train_step(x, Some(act)).map(Some)
     }
 }
 

@@ -128,7 +128,7 @@ fn bn_act(bn: &mut Option<BatchNorm2d>, x: Var, clamp: Option<(f32, f32)>) -> Re
         } else {
             ActGrad::Relu
         };
-        if let Some(y) = b.forward_train_act(&x, act)? {
+        if let Some(y) = b.forward_then(&x, act)? {
             return Ok(y);
         }
     }

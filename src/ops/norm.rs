@@ -796,6 +796,16 @@ pub fn batch_norm2d_backward_act(
     bn_backward(x, grad, out, gamma, has_beta, Some(act), algo)
 }
 
+impl ActGrad {
+    /// The activation as its elementwise op.
+    pub(crate) fn op(self) -> UnaryOp {
+        match self {
+            ActGrad::Relu => UnaryOp::Relu,
+            ActGrad::Clamp(lo, hi) => UnaryOp::Clamp(lo, hi),
+        }
+    }
+}
+
 fn bn_backward(
     x: &Tensor,
     grad: &Tensor,
@@ -867,11 +877,10 @@ fn bn_backward(
             });
         }
     }
-    let masked = match act {
-        Some(ActGrad::Relu) => Some(unary_backward(UnaryOp::Relu, &out.y, grad)?),
-        Some(ActGrad::Clamp(lo, hi)) => Some(unary_backward(UnaryOp::Clamp(lo, hi), &out.y, grad)?),
-        None => None,
-    };
+    // The composed path: the activation's own backward first.
+    let masked = act
+        .map(|a| unary_backward(a.op(), &out.y, grad))
+        .transpose()?;
     let grad = masked.as_ref().unwrap_or(grad);
     let g = gamma.map(|t| t.reshape(&[1, c, 1, 1])).transpose()?;
     backward(
