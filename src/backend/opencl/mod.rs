@@ -257,6 +257,8 @@ pub(crate) struct ClDevice {
     pub(crate) context: Context,
     pub(crate) queue: CommandQueue,
     programs: ProgramCache,
+    /// Whether this is an NVIDIA GPU (see [`ClDevice::nvidia_gpu`]), read once from `info`.
+    nvidia_gpu: bool,
     /// Zeroed int counters for kernels that coordinate their work-groups within one launch; such a kernel
     /// leaves them zeroed when it ends. Grown (and zeroed once) on demand.
     counters: Mutex<Option<(Storage, usize)>>,
@@ -269,8 +271,11 @@ impl ClDevice {
         #[allow(deprecated)]
         let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
             .cl("clCreateCommandQueue")?;
+        let vendor = format!("{} {}", info.platform, info.vendor).to_ascii_lowercase();
+        let nvidia_gpu = info.kind == DeviceType::Gpu && vendor.contains("nvidia");
         Ok(ClDevice {
             info,
+            nvidia_gpu,
             device: dev,
             context,
             queue,
@@ -298,8 +303,7 @@ impl ClDevice {
     /// Whether this is an NVIDIA GPU, whose OpenCL compiler takes inline PTX (the tensor-core kernels' `mma`,
     /// the warp shuffles of `GROUP_FOLD`).
     pub(crate) fn nvidia_gpu(&self) -> bool {
-        let vendor = format!("{} {}", self.info.platform, self.info.vendor).to_ascii_lowercase();
-        self.info.kind == DeviceType::Gpu && vendor.contains("nvidia")
+        self.nvidia_gpu
     }
 
     /// Whether a kernel whose work-groups of `local` items fold (`GROUP_FOLD` in `kernels/prelude.cl`) folds
