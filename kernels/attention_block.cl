@@ -313,23 +313,69 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
     }
 }
 
+// x[0..4·N4) = 0, four floats a work-item: the dq that attn_bwd_block adds into.
+__kernel void attn_clear(const int N4, __global float* x) {
+    const int i = get_global_id(0);
+    if (i < N4) ((__global float4*)x)[i] = (float4)(0.0f);
+}
+
+// Adds v to *p atomically, in any order (OpenCL 1.2 has no float atomics). NCL_RED 1 (NVIDIA GPUs, whose
+// OpenCL compiler takes inline PTX): PTX's `red.global.add.f32`, done in the L2 cache without a round trip;
+// NCL_RED 4 adds four consecutive floats with one `red.global.v4.f32.add` (sm_90 and PTX 8.1 on); NCL_RED 0
+// (default) a compare-and-swap loop on the bits.
+#ifndef NCL_RED
+#define NCL_RED 0
+#endif
+static inline void attn_add_f32(__global float* p, const float v) {
+#if NCL_RED
+    asm volatile("red.global.add.f32 [%0], %1;" : : "l"((ulong)(size_t)p), "f"(v) : "memory");
+#else
+    volatile __global unsigned int* pu = (volatile __global unsigned int*)p;
+    unsigned int old = *pu;
+    for (;;) {
+        const unsigned int seen = atomic_cmpxchg(pu, old, as_uint(as_float(old) + v));
+        if (seen == old) break;
+        old = seen;
+    }
+#endif
+}
+
+// p[0..4) += v (p 16-byte aligned), atomically per float.
+static inline void attn_add_f32x4(__global float* p, const float4 v) {
+#if NCL_RED == 4
+    asm volatile("red.global.v4.f32.add [%0], {%1, %2, %3, %4};"
+                 :
+                 : "l"((ulong)(size_t)p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+                 : "memory");
+#else
+    attn_add_f32(p, v.x);
+    attn_add_f32(p + 1, v.y);
+    attn_add_f32(p + 2, v.z);
+    attn_add_f32(p + 3, v.w);
+#endif
+}
+
+// Query rows of a streamed tile per item in the fused backward's dq product (4 when BQ == BK, the only layout
+// the host launches it with; any other build compiles it all the same).
+#define DQR (BK / BTY > 0 ? BK / BTY : 1)
+
 // dK, dV: the group owns BQ key rows (k and v tiles in local memory) and streams query tiles of BK rows (q and
 // dO, with their lse and delta). Per tile, the item's blocks of sᵀ = k·q and dpᵀ = v·dO give pᵀ and
 // dsᵀ = pᵀ·(dpᵀ − delta), both through local memory; the item adds pᵀ times the dO tile into its dv and dsᵀ
 // times the q tile into its dk. A causal group starts at its own first key row (earlier queries see none of
 // its keys).
-__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
-attn_dkv_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
-               __global const float* v, __global const float* g, __global const float* lse,
-               __global const float* delta, __global float* dk, __global float* dv) {
-    __local float4 ks[BQ * BLD4];
-    __local float4 vs[BQ * BLD4];
-    __local float4 qs[BK * BLD4];
-    __local float4 gs[BK * BLD4];
-    __local float4 ps[BQ * BLP4];
-    __local float4 ds[BQ * BLP4];
-    __local float lt[BK];
-    __local float dt[BK];
+//
+// With `dq` (attn_bwd_block, the fused backward) each tile's dS also gives that tile's share of dq,
+// dq[t] += scale·Σ_r dS[r][t]·k[r], which the group adds into the zeroed dq atomically: the scores are computed
+// once for all three gradients (attn_dq_block recomputes both products), at the price of one atomic add per
+// element of dq per group of key rows. Item (ty, tx) owns query rows DQR·ty + i of the tile and the float4
+// columns tx + BTX·n, reading DQR consecutive dS values of a key row at once.
+static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, const int causal, const float scale, __global const float* q,
+                           __global const float* k, __global const float* v, __global const float* g,
+                           __global const float* lse, __global const float* delta, __global float* dk,
+                           __global float* dv, __global float* dq, __local float4* ks, __local float4* vs,
+                           __local float4* qs, __local float4* gs, __local float4* ps, __local float4* ds,
+                           __local float* lt, __local float* dt) {
     __local float* pf = (__local float*)ps;
     __local float* df = (__local float*)ds;
     BLOCK_IDS(j0)
@@ -438,6 +484,52 @@ attn_dkv_block(const int S, const int causal, const float scale, __global const 
                 }
             }
         }
+        if (dq) {
+            // dS and the k tile stay as they are until the next tile's first barrier.
+            float4 aq[DQR][BG];
+#pragma unroll
+            for (int i = 0; i < DQR; ++i) {
+#pragma unroll
+                for (int n = 0; n < BG; ++n) aq[i][n] = (float4)(0.0f);
+            }
+#pragma unroll 4
+            for (int r = 0; r < BQ; ++r) {
+                float wv[DQR];
+                if (DQR % 4 == 0) {
+#pragma unroll
+                    for (int u = 0; u < DQR / 4; ++u) {
+                        const float4 x = ds[r * BLP4 + ty * (DQR / 4) + u];
+                        wv[4 * u] = x.x;
+                        wv[4 * u + 1] = x.y;
+                        wv[4 * u + 2] = x.z;
+                        wv[4 * u + 3] = x.w;
+                    }
+                } else {
+#pragma unroll
+                    for (int i = 0; i < DQR; ++i) wv[i] = df[r * (BLP4 * 4) + ty * DQR + i];
+                }
+#pragma unroll
+                for (int n = 0; n < BG; ++n) {
+                    const int col = tx + BTX * n;
+                    if (BG_FULL || col < HD4) {
+                        const float4 kr = ks[r * BLD4 + col];
+#pragma unroll
+                        for (int i = 0; i < DQR; ++i) aq[i][n] += wv[i] * kr;
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < DQR; ++i) {
+                const int qi = i0 + ty * DQR + i;
+                if (ty * DQR + i >= BK || qi >= S) continue;
+                __global float* row = dq + base + (size_t)qi * HD;
+#pragma unroll
+                for (int n = 0; n < BG; ++n) {
+                    const int col = tx + BTX * n;
+                    if (BG_FULL || col < HD4) attn_add_f32x4(row + 4 * col, aq[i][n] * scale);
+                }
+            }
+        }
     }
 #pragma unroll
     for (int i = 0; i < BLOCK_RQ; ++i) {
@@ -454,4 +546,33 @@ attn_dkv_block(const int S, const int causal, const float scale, __global const 
             }
         }
     }
+}
+
+// The local tiles of attn_dkv_tiles, declared in a kernel (OpenCL C allows __local variables only there).
+#define DKV_LOCALS                  \
+    __local float4 ks[BQ * BLD4];   \
+    __local float4 vs[BQ * BLD4];   \
+    __local float4 qs[BK * BLD4];   \
+    __local float4 gs[BK * BLD4];   \
+    __local float4 ps[BQ * BLP4];   \
+    __local float4 ds[BQ * BLP4];   \
+    __local float lt[BK];           \
+    __local float dt[BK];
+
+__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
+attn_dkv_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
+               __global const float* v, __global const float* g, __global const float* lse,
+               __global const float* delta, __global float* dk, __global float* dv) {
+    DKV_LOCALS
+    attn_dkv_tiles(S, causal, scale, q, k, v, g, lse, delta, dk, dv, (__global float*)0, ks, vs, qs, gs, ps, ds,
+                   lt, dt);
+}
+
+// The fused backward: dk and dv as attn_dkv_block, and dq added into a zeroed dq (attn_clear) atomically.
+__kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
+attn_bwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
+               __global const float* v, __global const float* g, __global const float* lse,
+               __global const float* delta, __global float* dk, __global float* dv, __global float* dq) {
+    DKV_LOCALS
+    attn_dkv_tiles(S, causal, scale, q, k, v, g, lse, delta, dk, dv, dq, ks, vs, qs, gs, ps, ds, lt, dt);
 }

@@ -106,8 +106,9 @@ libdevice=${LIBDEVICE:-$(dirname "$ptxas")/../nvvm/libdevice/libdevice.10.bc}
 "$clang" -x cl -cl-std=CL2.0 -target nvptx64-nvidia-cuda -Xclang -target-cpu -Xclang sm_80 -O3 -ffp-contract=fast -S \
     -Dasm=__asm__ -Xclang -finclude-default-header -include "$work/shim.h" \
     -Xclang -mlink-builtin-bitcode -Xclang "$libdevice" "$@" -o "$work/out.ptx" "$work/src.cl"
-# clang 15 writes PTX for sm_80; the instructions used here are the same on later architectures.
-sed -i "s/^\.target sm_[0-9]*.*/.target $arch/; s/^\.version .*/.version 8.0/" "$work/out.ptx"
+# clang 15 writes PTX for sm_80; the instructions used here are the same on later architectures. PTX_VERSION
+# (default 8.0) is the ISA version the PTX declares.
+sed -i "s/^\.target sm_[0-9]*.*/.target $arch/; s/^\.version .*/.version ${PTX_VERSION:-8.0}/" "$work/out.ptx"
 "$ptxas" -arch="$arch" -v "$work/out.ptx" -o "$work/out.cubin" 2>&1 | grep -v "^ptxas info    : Compiling"
 # KEEP=DIR keeps the PTX and the assembled cubin (for `cuobjdump -sass`).
 if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$work/out.ptx" "$work/out.cubin" "$KEEP/"; fi

@@ -26,7 +26,7 @@ pub struct AttnShape {
 }
 
 /// How the attention kernels lay out their work; the cache form is `["tile", bq, bk, tpr]`,
-/// `["block", bq, bk, rq, rk]`, `["rows", rq]` or `["lanes", vw, kb]`.
+/// `["block", bq, bk, rq, rk]`, `["fused", n, vw]`, `["rows", rq]` or `["lanes", vw, kb]`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttnAlgo {
     /// One work-group of `bq`·`tpr` items per `bq` rows; `tpr` items share a row and the streamed operand goes
@@ -37,6 +37,11 @@ pub enum AttnAlgo {
     /// outputs from float4 local-memory reads; `rq` and `rk` are 4 or 8 in the forward and 4 in the backward;
     /// head dimensions a multiple of 4 up to 128 (GPUs).
     Block(usize, usize, usize, usize),
+    /// The backward in one kernel (GPUs): the block layout's dk/dv kernel with `n` key rows per work-group,
+    /// `n` query rows streamed and 4 × 4 register blocks, whose dS tiles also give dq, added into a zeroed dq
+    /// atomically (`vw` floats per atomic instruction: 1, or 4 on NVIDIA GPUs of sm_90 and later). The scores
+    /// are computed once for the three gradients; dq's sums are added in any order.
+    Fused(usize, usize),
     /// One work-item per `rq` rows, private accumulators, no barriers (CPU OpenCL).
     Rows(usize),
     /// One work-item per `vw` rows held across the lanes of a float vector (4, 8 or 16), the other operand
@@ -49,6 +54,7 @@ impl Serialize for AttnAlgo {
         match *self {
             AttnAlgo::Tile(bq, bk, t) => ("tile", bq, bk, t).serialize(s),
             AttnAlgo::Block(bq, bk, rq, rk) => ("block", bq, bk, rq, rk).serialize(s),
+            AttnAlgo::Fused(n, vw) => ("fused", n, vw).serialize(s),
             AttnAlgo::Rows(r) => ("rows", r).serialize(s),
             AttnAlgo::Lanes(w, b) => ("lanes", w, b).serialize(s),
         }

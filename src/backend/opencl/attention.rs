@@ -132,6 +132,29 @@ fn block_candidates(
         .collect()
 }
 
+/// The fused backward layouts offered to the tuner on GPU-like devices: one per square block layout whose
+/// backward fits (`n` = bq = bk), with single-float atomic adds, and on NVIDIA GPUs also four floats per add.
+fn fused_candidates(
+    cpu: bool,
+    nvidia: bool,
+    d: usize,
+    max_wg: usize,
+    local_bytes: u64,
+) -> Vec<AttnAlgo> {
+    let mut out = Vec::new();
+    for a in block_candidates(Pass::Backward, cpu, d, max_wg, local_bytes) {
+        if let AttnAlgo::Block(bq, bk, _, _) = a
+            && bq == bk
+        {
+            out.push(AttnAlgo::Fused(bq, 1));
+            if nvidia {
+                out.push(AttnAlgo::Fused(bq, 4));
+            }
+        }
+    }
+    out
+}
+
 /// The arguments of a one-item-per-rows forward kernel (`attn_fwd_rows`, `attn_fwd_lanes`): the same
 /// parameter list in two families, so two generated structs.
 macro_rules! fwd_args {
@@ -234,9 +257,32 @@ impl ClDevice {
                 }
                 return Ok(a);
             }
+            if let AttnAlgo::Fused(n, vw) = a {
+                let why = if pass == Pass::Forward {
+                    Some("it is a backward layout".to_owned())
+                } else if !matches!(vw, 1 | 4) {
+                    Some("atomic adds are of 1 or 4 floats".to_owned())
+                } else if vw == 4 && !self.nvidia_gpu() {
+                    Some("adds of 4 floats need an NVIDIA GPU".to_owned())
+                } else if !self.block_fits(Pass::Backward, p.d, (n, n, 4, 4)) {
+                    Some(format!(
+                        "its block (n, n, 4, 4) does not fit as the block backward would not (D a multiple of 4 and at most {BLOCK_MAX_D}, n a multiple of 4, at most 4 float4 output groups per item, (n/4)² ≤ {} items, tiles in {} bytes of local memory)",
+                        self.info.max_work_group_size, self.info.local_mem_bytes
+                    ))
+                } else {
+                    None
+                };
+                return match why {
+                    Some(why) => Err(Error::Invalid(format!(
+                        "attention: layout {a:?} does not fit head dimension {} on this device: {why}",
+                        p.d
+                    ))),
+                    None => Ok(a),
+                };
+            }
             let ok = match a {
                 AttnAlgo::Tile(bq, bk, t) => self.tile_fits(pass, p.d, (bq, bk, t)),
-                AttnAlgo::Block(..) => false, // answered above
+                AttnAlgo::Block(..) | AttnAlgo::Fused(..) => false, // answered above
                 AttnAlgo::Rows(r) => (1..=8).contains(&r),
                 AttnAlgo::Lanes(w, b) => lanes_fit(w, b),
             };
@@ -274,6 +320,15 @@ impl ClDevice {
             self.info.max_work_group_size,
             self.info.local_mem_bytes,
         ));
+        if pass == Pass::Backward {
+            cands.extend(fused_candidates(
+                cpu,
+                self.nvidia_gpu(),
+                p.d,
+                self.info.max_work_group_size,
+                self.info.local_mem_bytes,
+            ));
+        }
         let default = if cpu {
             lanes_from
         } else if rows_from == 0 {
@@ -315,6 +370,11 @@ impl ClDevice {
                 .set("BK", bk)
                 .set("BLOCK_RQ", rq)
                 .set("BLOCK_RK", rk),
+            AttnAlgo::Fused(n, _) => d
+                .set("BQ", n)
+                .set("BK", n)
+                .set("BLOCK_RQ", 4)
+                .set("BLOCK_RK", 4),
             AttnAlgo::Rows(r) => d.set("RQ", r).set("KB", 8),
             AttnAlgo::Lanes(w, b) => d.set("VW", w).set("KB", b),
         }
@@ -379,10 +439,14 @@ impl ClDevice {
                 let args = fwd_args!(cabi::AttnFwdLanes, p, q, k, v, o, lse);
                 self.run(&kern, &args, &[p.bh * p.s.div_ceil(w)], Some(&[1]))
             }
+            AttnAlgo::Fused(..) => Err(Error::Invalid(format!(
+                "attention: layout {algo:?} is a backward layout"
+            ))),
         }
     }
 
-    /// The dq and dk/dv launches (the row terms `delta` already computed).
+    /// The dq and dk/dv launches (the row terms `delta` already computed); the fused layout's are the clearing
+    /// of dq and the one backward kernel.
     fn run_attn_bwd(
         &self,
         p: &AttnShape,
@@ -392,6 +456,27 @@ impl ClDevice {
     ) -> Result<[Event; 2]> {
         let defs = Self::attn_defines(p, algo);
         match algo {
+            AttnAlgo::Fused(n, vw) => {
+                let red = if self.nvidia_gpu() { vw } else { 0 };
+                let defs = defs.set("NCL_RED", red);
+                let n4 = p.bh * p.s * p.d / 4;
+                let kz = self.kernel(bab::FAMILY, &defs, bab::ATTN_CLEAR)?;
+                let z = bab::AttnClear {
+                    N4: n4 as i32,
+                    x: t.dq.storage(),
+                };
+                let e1 = self.run(&kz, &z, &[n4], None)?;
+                let items = (n / 4) * (n / 4);
+                let global = [p.bh * p.s.div_ceil(n) * items];
+                let kf = self.kernel(bab::FAMILY, &defs, bab::ATTN_BWD_BLOCK)?;
+                let a = grad_args!(bab::AttnBwdBlock, p, t, delta;
+                    dk: t.dk.storage(),
+                    dv: t.dv.storage(),
+                    dq: t.dq.storage(),
+                );
+                let e2 = self.run(&kf, &a, &global, Some(&[items]))?;
+                Ok([e1, e2])
+            }
             AttnAlgo::Block(bq, bk, rq, rk) => {
                 let items = (bq / rq) * (bk / rk);
                 let global = [p.bh * p.s.div_ceil(bq) * items];
@@ -799,6 +884,25 @@ mod tests {
             block_candidates(Forward, false, 64, 128, 32 * 1024),
             [Block(32, 32, 4, 4), Block(32, 32, 8, 4)]
         );
+    }
+
+    #[test]
+    fn fused_backward_is_offered_where_the_square_block_backward_fits() {
+        use AttnAlgo::Fused;
+        let (wg, lm) = GPU;
+        assert_eq!(
+            fused_candidates(false, true, 64, wg, lm),
+            [Fused(32, 1), Fused(32, 4)]
+        );
+        assert_eq!(fused_candidates(false, false, 64, wg, lm), [Fused(32, 1)]);
+        assert_eq!(fused_candidates(false, false, 40, wg, lm), [Fused(32, 1)]);
+        // 64 × 64 blocks (103 KiB) fit a device of 128 KiB.
+        assert_eq!(
+            fused_candidates(false, false, 64, wg, 128 * 1024),
+            [Fused(32, 1), Fused(64, 1)]
+        );
+        assert!(fused_candidates(false, true, 128, wg, lm).is_empty());
+        assert!(fused_candidates(true, false, 64, wg, lm).is_empty());
     }
 
     #[test]

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# GPU call: attention against PyTorch. The attention GPU tests with $BIN/tests.tgz, the attention cases sync-tuned
+# from empty caches with every build of $BUILDS (every candidate's time kept in $OUT/tune-B.jsonl), PyTorch's
+# scaled_dot_product_attention in the same call (bench/peer_attention.py, FP32, TF32 off), then alternating
+# rounds on the tuned caches. Stops each part at its deadline; $OUT collects.
+source bench/gpu/prep.sh
+for t in ${TESTS:-attention_block attention}; do gpu_test $t; done
+C=${CASES:-attention_fwd attention_fwd_causal attention_fwd_bwd attention_fwd_bwd_causal}
+tune_builds $C
+timeout 120 python3 bench/peer_attention.py > $OUT/torch.jsonl 2> $OUT/torch.err
+echo "torch exit $? at $(el)"
+rounds $C
+python3 - $OUT/rounds.jsonl $OUT/torch.jsonl $(for b in $B; do echo $OUT/tune-$b.jsonl; done) <<'P'
+import json, sys, statistics as st
+def lines(f):
+    for l in open(f):
+        try: d = json.loads(l)
+        except Exception: continue
+        if 'case' in d: yield d
+rows = {}
+for d in lines(sys.argv[1]): rows.setdefault((d['case'], d['build']), []).append(d['median_ms'])
+for d in lines(sys.argv[2]): print('torch', d['case'], d['ms'], d['median_ms'])
+for f in sys.argv[3:]:
+    for d in lines(f):
+        print(f.split('/')[-1], d['case'], d['ms'], [(x.get('kernel'), x.get('winner_label'), x.get('candidates')) for x in d.get('decisions') or []])
+for (c, b), v in sorted(rows.items()):
+    print(c, b, 'median of round medians', round(st.median(v), 4), v)
+P
+echo "done at $(el)"
