@@ -11,6 +11,9 @@
 // memory [BQ][BK + 4]; the item then accumulates its rows times its float4 column groups tx + BTX·n of the
 // output, from float4 reads of a P row (4 keys) and of 4 streamed rows.
 // Causal: tiles entirely on the masked side are skipped; only tiles that cross the diagonal, or S, mask.
+// Exponentials are taken in base 2: scores are scaled by scale·log2(e) and exp2 (one hardware instruction on
+// GPUs, where exp needs a range reduction first) gives the same probabilities; the running maxima are in base
+// 2, and lse, in the natural base as every layout keeps it, is converted on the way out and in.
 //
 // Defines: HD (a multiple of 4), BQ, BK, BLOCK_RQ and BLOCK_RK (dividing BQ and BK; BK a multiple of 4).
 
@@ -79,6 +82,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
     __local float* pf = (__local float*)ps;
     BLOCK_IDS(q0)
     LOAD_BLOCK(qs, q + base, q0, BQ)
+    const float scale2 = scale * M_LOG2E_F;
     float4 acc[BLOCK_RQ][BG];
     float m[BLOCK_RQ];
     float l[BLOCK_RQ];
@@ -124,7 +128,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             float pm = -INFINITY;
 #pragma unroll
             for (int j = 0; j < BLOCK_RK; ++j) {
-                float x = s[i][j] * scale;
+                float x = s[i][j] * scale2;
                 if (edge) {
                     const int kj = k0 + tx + BTX * j;
                     if (kj >= S || (causal && kj > qi)) x = -INFINITY;
@@ -141,14 +145,14 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             const int r = ty + BTY * i;
             float mn = m[i];
             for (int t = 0; t < BTX; ++t) mn = fmax(mn, red[r * BTX + t]);
-            const float corr = mn == -INFINITY ? 1.0f : exp(m[i] - mn);
+            const float corr = mn == -INFINITY ? 1.0f : exp2(m[i] - mn);
             m[i] = mn;
             float li = l[i] * corr;
 #pragma unroll
             for (int n = 0; n < BG; ++n) acc[i][n] *= corr;
 #pragma unroll
             for (int j = 0; j < BLOCK_RK; ++j) {
-                const float p = s[i][j] == -INFINITY ? 0.0f : exp(s[i][j] - mn);
+                const float p = s[i][j] == -INFINITY ? 0.0f : exp2(s[i][j] - mn);
                 li += p;
                 pf[r * (BLP4 * 4) + tx + BTX * j] = p;
             }
@@ -192,7 +196,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             const int col = tx + BTX * n;
             if (BG_FULL || col < HD4) orow[col] = acc[i][n] * il;
         }
-        if (tx == 0) lse[(size_t)bh * S + qi] = sum > 0.0f ? m[i] + log(sum) : -INFINITY;
+        if (tx == 0) lse[(size_t)bh * S + qi] = sum > 0.0f ? m[i] * M_LN2_F + log(sum) : -INFINITY;
     }
 }
 
@@ -212,13 +216,14 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
     BLOCK_IDS(q0)
     LOAD_BLOCK(qs, q + base, q0, BQ)
     LOAD_BLOCK(gs, g + base, q0, BQ)
+    const float scale2 = scale * M_LOG2E_F;
     float lr[BLOCK_RQ];
     float dr[BLOCK_RQ];
     float4 acc[BLOCK_RQ][BG];
 #pragma unroll
     for (int i = 0; i < BLOCK_RQ; ++i) {
         const int qi = q0 + ty + BTY * i;
-        lr[i] = qi < S ? lse[(size_t)bh * S + qi] : 0.0f;
+        lr[i] = qi < S ? lse[(size_t)bh * S + qi] * M_LOG2E_F : 0.0f;
         dr[i] = qi < S ? delta[(size_t)bh * S + qi] : 0.0f;
 #pragma unroll
         for (int n = 0; n < BG; ++n) acc[i][n] = (float4)(0.0f);
@@ -276,7 +281,7 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
             for (int j = 0; j < BLOCK_RK; ++j) {
                 const int kj = k0 + tx + BTX * j;
                 const bool ok = !edge || (kj < S && (!causal || kj <= q0 + r));
-                const float p = ok ? exp(s[i][j] * scale - lr[i]) : 0.0f;
+                const float p = ok ? exp2(s[i][j] * scale2 - lr[i]) : 0.0f;
                 df[r * (BLP4 * 4) + tx + BTX * j] = p * (dp[i][j] - dr[i]);
             }
         }
@@ -379,6 +384,7 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
     __local float* pf = (__local float*)ps;
     __local float* df = (__local float*)ds;
     BLOCK_IDS(j0)
+    const float scale2 = scale * M_LOG2E_F;
     LOAD_BLOCK(ks, k + base, j0, BQ)
     LOAD_BLOCK(vs, v + base, j0, BQ)
     float4 ak[BLOCK_RQ][BG];
@@ -397,7 +403,7 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
         LOAD_BLOCK(gs, g + base, i0, BK)
         for (int t = lid; t < BK; t += BTY * BTX) {
             const int qi = i0 + t;
-            lt[t] = qi < S ? lse[(size_t)bh * S + qi] : 0.0f;
+            lt[t] = qi < S ? lse[(size_t)bh * S + qi] * M_LOG2E_F : 0.0f;
             dt[t] = qi < S ? delta[(size_t)bh * S + qi] : 0.0f;
         }
         barrier(CLK_LOCAL_MEM_FENCE);
@@ -449,7 +455,7 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
                 const int t = tx + BTX * j;
                 const int qi = i0 + t;
                 const bool ok = !edge || (qi < S && (!causal || qi >= j0 + r));
-                const float p = ok ? exp(s[i][j] * scale - lt[t]) : 0.0f;
+                const float p = ok ? exp2(s[i][j] * scale2 - lt[t]) : 0.0f;
                 pf[r * (BLP4 * 4) + t] = p;
                 df[r * (BLP4 * 4) + t] = ok ? p * (dp[i][j] - dt[t]) : 0.0f;
             }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU call: attention against PyTorch. The attention GPU tests with $BIN/tests.tgz, the attention cases sync-tuned
+# GPU call: attention against PyTorch. The attention GPU tests with $BIN/tests.tgz, the attention cases ($CASES) sync-tuned
 # from empty caches with every build of $BUILDS (every candidate's time kept in $OUT/tune-B.jsonl), PyTorch's
 # scaled_dot_product_attention in the same call (bench/peer_attention.py, FP32, TF32 off), then alternating
 # rounds on the tuned caches. Stops each part at its deadline; $OUT collects.
@@ -26,4 +26,6 @@ for f in sys.argv[3:]:
 for (c, b), v in sorted(rows.items()):
     print(c, b, 'median of round medians', round(st.median(v), 4), v)
 P
+# Local stack frames and spills in every program the first build compiled (bench/gpu/ptxscan.py).
+python3 bench/gpu/ptxscan.py /tmp/h-${B%% *}/.cache/netcl/programs $OUT/ptx | tail -1
 echo "done at $(el)"
