@@ -3,7 +3,8 @@
 # caches, settling processes until no decision is open, sync mode from an empty autotune cache sharing the
 # program binaries, then three rounds alternating the two. Resumable across calls on a warm machine: the state
 # lives in .device-cache (git-ignored) under the deadline DEADLINE (seconds from the start, default 540); $OUT
-# gets the results.
+# gets the results. ROUNDS (default 3) alternating rounds of REPS (default 10) calls a case, each begun only
+# while more than MARGIN seconds (default 100) are left.
 BUILDS=new source bench/gpu/prep.sh
 B=/tmp/netcl-new
 DEADLINE=${DEADLINE:-540}
@@ -34,11 +35,11 @@ if [ -e $R/settled ] && [ ! -e $R/sync-done ] && [ $(left) -gt 100 ]; then
   [ $rc = 0 ] && touch $R/sync-done
 fi
 r=$(ls $R | grep -c '^bg-warm-.*jsonl$')
-while [ -e $R/sync-done ] && [ $r -lt 3 ] && [ $(left) -gt 100 ]; do
+while [ -e $R/sync-done ] && [ $r -lt ${ROUNDS:-3} ] && [ $(left) -gt ${MARGIN:-100} ]; do
   r=$((r+1))
-  bg timeout 60 $B --device gpu bench --reps 10 --no-check $C > $R/bg-warm-$r.jsonl 2>> $R/warm.err
+  bg timeout 60 $B --device gpu bench --reps ${REPS:-10} --no-check $C > $R/bg-warm-$r.jsonl 2>> $R/warm.err
   a=$?
-  sy timeout 60 $B --device gpu bench --reps 10 --no-check $C > $R/sync-warm-$r.jsonl 2>> $R/warm.err
+  sy timeout 60 $B --device gpu bench --reps ${REPS:-10} --no-check $C > $R/sync-warm-$r.jsonl 2>> $R/warm.err
   echo "round $r exit $a $? left $(left)" | tee -a $R/log
 done
 tar czf $OUT/ss.tgz -C $R . && tar czf $OUT/ss-tune.tgz -C $S --exclude programs --exclude ComputeCache --exclude res hb hs 2>/dev/null
