@@ -2,9 +2,10 @@
 //! the backward (dq, dk, dv recomputed from q, k and the log-sum-exp, never from a stored score matrix), and
 //! one decode step against a KV cache.
 //!
-//! The kernels stream over keys with an online softmax (see the attention concept page). Two layouts compute
-//! the same thing — local-memory tiles for GPUs, private per-row accumulators for CPU OpenCL — and the tuner
-//! picks per device and shape class; `*_with` forces one.
+//! The kernels stream over keys with an online softmax (see the attention concept page). Several layouts
+//! compute the same thing — local-memory tiles and register blocks for GPUs (and, for the backward, one fused
+//! kernel that adds dq atomically), private per-row accumulators and vector lanes for CPU OpenCL — and the
+//! tuner picks per device and shape class; `*_with` forces one.
 
 use super::policy::{OpClass, autocast, current, output_dtype, store_as, widen};
 pub use crate::contract::attention::{AttnAlgo, DecodeAlgo, MAX_HEAD_DIM};

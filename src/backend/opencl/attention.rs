@@ -258,9 +258,12 @@ impl ClDevice {
                 return Ok(a);
             }
             if let AttnAlgo::Fused(n, vw) = a {
-                let why = if pass == Pass::Forward {
-                    Some("it is a backward layout".to_owned())
-                } else if !matches!(vw, 1 | 4) {
+                if pass == Pass::Forward {
+                    return Err(Error::Invalid(format!(
+                        "attention: layout {a:?} is a backward layout; the forward takes tile, block, rows or lanes"
+                    )));
+                }
+                let why = if !matches!(vw, 1 | 4) {
                     Some("atomic adds are of 1 or 4 floats".to_owned())
                 } else if vw == 4 && !self.nvidia_gpu() {
                     Some("adds of 4 floats need an NVIDIA GPU".to_owned())
@@ -468,7 +471,14 @@ impl ClDevice {
                 let e1 = self.run(&kz, &z, &[n4], None)?;
                 let items = (n / 4) * (n / 4);
                 let global = [p.bh * p.s.div_ceil(n) * items];
-                let kf = self.kernel(bab::FAMILY, &defs, bab::ATTN_BWD_BLOCK)?;
+                let kf = self
+                    .kernel(bab::FAMILY, &defs, bab::ATTN_BWD_BLOCK)
+                    .map_err(|e| match red {
+                        4 => Error::Invalid(format!(
+                            "attention backward: layout {algo:?} did not build on this device: its four-float atomic adds (red.global.v4.f32.add) need an NVIDIA GPU of sm_90 or later whose driver takes PTX 8.1 ({e})"
+                        )),
+                        _ => e,
+                    })?;
                 let a = grad_args!(bab::AttnBwdBlock, p, t, delta;
                     dk: t.dk.storage(),
                     dv: t.dv.storage(),
