@@ -318,12 +318,6 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
     }
 }
 
-// x[0..4·N4) = 0, four floats a work-item: the dq that attn_bwd_block adds into.
-__kernel void attn_clear(const int N4, __global float* x) {
-    const int i = get_global_id(0);
-    if (i < N4) ((__global float4*)x)[i] = (float4)(0.0f);
-}
-
 // Adds v to *p atomically, in any order (OpenCL 1.2 has no float atomics). NCL_RED 1 (NVIDIA GPUs, whose
 // OpenCL compiler takes inline PTX): PTX's `red.global.add.f32`, done in the L2 cache without a round trip;
 // NCL_RED 4 adds four consecutive floats with one `red.global.v4.f32.add` (sm_90 and PTX 8.1 on); NCL_RED 0
@@ -574,7 +568,7 @@ attn_dkv_block(const int S, const int causal, const float scale, __global const 
                    lt, dt);
 }
 
-// The fused backward: dk and dv as attn_dkv_block, and dq added into a zeroed dq (attn_clear) atomically.
+// The fused backward: dk and dv as attn_dkv_block, and dq added atomically into a dq the host has zeroed.
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_bwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
                __global const float* v, __global const float* g, __global const float* lse,

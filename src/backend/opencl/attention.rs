@@ -132,18 +132,12 @@ fn block_candidates(
         .collect()
 }
 
-/// The fused backward layouts offered to the tuner on GPU-like devices: one per square block layout whose
-/// backward fits (`n` = bq = bk), with single-float atomic adds, and on NVIDIA GPUs also four floats per add.
-fn fused_candidates(
-    cpu: bool,
-    nvidia: bool,
-    d: usize,
-    max_wg: usize,
-    local_bytes: u64,
-) -> Vec<AttnAlgo> {
+/// The fused backward layouts offered beside the backward's block layouts `blocks` (those that fit): one per
+/// square block (`n` = bq = bk), with single-float atomic adds, and on NVIDIA GPUs also four floats per add.
+fn fused_candidates(blocks: &[AttnAlgo], nvidia: bool) -> Vec<AttnAlgo> {
     let mut out = Vec::new();
-    for a in block_candidates(Pass::Backward, cpu, d, max_wg, local_bytes) {
-        if let AttnAlgo::Block(bq, bk, _, _) = a
+    for a in blocks {
+        if let &AttnAlgo::Block(bq, bk, _, _) = a
             && bq == bk
         {
             out.push(AttnAlgo::Fused(bq, 1));
@@ -316,21 +310,19 @@ impl ClDevice {
             cands.extend(LANES.iter().map(|&(w, b)| AttnAlgo::Lanes(w, b)));
         }
         // Last, so the indices above (and the default) are those of the other layouts.
-        cands.extend(block_candidates(
+        let blocks = block_candidates(
             pass,
             cpu,
             p.d,
             self.info.max_work_group_size,
             self.info.local_mem_bytes,
-        ));
+        );
         if pass == Pass::Backward {
-            cands.extend(fused_candidates(
-                cpu,
-                self.nvidia_gpu(),
-                p.d,
-                self.info.max_work_group_size,
-                self.info.local_mem_bytes,
-            ));
+            let fused = fused_candidates(&blocks, self.nvidia_gpu());
+            cands.extend(blocks);
+            cands.extend(fused);
+        } else {
+            cands.extend(blocks);
         }
         let default = if cpu {
             lanes_from
@@ -462,13 +454,7 @@ impl ClDevice {
             AttnAlgo::Fused(n, vw) => {
                 let red = if self.nvidia_gpu() { vw } else { 0 };
                 let defs = defs.set("NCL_RED", red);
-                let n4 = p.bh * p.s * p.d / 4;
-                let kz = self.kernel(bab::FAMILY, &defs, bab::ATTN_CLEAR)?;
-                let z = bab::AttnClear {
-                    N4: n4 as i32,
-                    x: t.dq.storage(),
-                };
-                let e1 = self.run(&kz, &z, &[n4], None)?;
+                let e1 = self.fill_timed(t.dq.storage(), [0; 4], t.dq.numel() * 4)?;
                 let items = (n / 4) * (n / 4);
                 let global = [p.bh * p.s.div_ceil(n) * items];
                 let kf = self
@@ -899,20 +885,24 @@ mod tests {
     #[test]
     fn fused_backward_is_offered_where_the_square_block_backward_fits() {
         use AttnAlgo::Fused;
-        let (wg, lm) = GPU;
-        assert_eq!(
-            fused_candidates(false, true, 64, wg, lm),
-            [Fused(32, 1), Fused(32, 4)]
-        );
-        assert_eq!(fused_candidates(false, false, 64, wg, lm), [Fused(32, 1)]);
-        assert_eq!(fused_candidates(false, false, 40, wg, lm), [Fused(32, 1)]);
+        use Pass::Backward;
+        let fused = |cpu, nvidia, d, local_bytes| {
+            fused_candidates(
+                &block_candidates(Backward, cpu, d, GPU.0, local_bytes),
+                nvidia,
+            )
+        };
+        let lm = GPU.1;
+        assert_eq!(fused(false, true, 64, lm), [Fused(32, 1), Fused(32, 4)]);
+        assert_eq!(fused(false, false, 64, lm), [Fused(32, 1)]);
+        assert_eq!(fused(false, false, 40, lm), [Fused(32, 1)]);
         // 64 × 64 blocks (103 KiB) fit a device of 128 KiB.
         assert_eq!(
-            fused_candidates(false, false, 64, wg, 128 * 1024),
+            fused(false, false, 64, 128 * 1024),
             [Fused(32, 1), Fused(64, 1)]
         );
-        assert!(fused_candidates(false, true, 128, wg, lm).is_empty());
-        assert!(fused_candidates(true, false, 64, wg, lm).is_empty());
+        assert!(fused(false, true, 128, lm).is_empty());
+        assert!(fused(true, false, 64, lm).is_empty());
     }
 
     #[test]

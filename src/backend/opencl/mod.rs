@@ -306,6 +306,39 @@ impl ClDevice {
         self.nvidia_gpu
     }
 
+    /// [`Backend::fill`](crate::contract::Backend::fill) with its event kept as a launch's is
+    /// ([`Event`]): while the tuner measures, a candidate that clears its output first is timed with the
+    /// clearing.
+    pub(crate) fn fill_timed(
+        &self,
+        dst: &Storage,
+        pattern: [u8; 4],
+        bytes: usize,
+    ) -> Result<Event> {
+        let bytes = bytes / 4 * 4;
+        if bytes == 0 {
+            return Ok(Event(None));
+        }
+        // SAFETY: the pattern is copied by the runtime at enqueue time.
+        let ev = unsafe {
+            cl3::command_queue::enqueue_fill_buffer(
+                self.queue.get(),
+                cl_mem(dst)?,
+                pattern.as_ptr() as *const c_void,
+                4,
+                0,
+                bytes,
+                0,
+                ptr::null(),
+            )
+            .cl("clEnqueueFillBuffer")?
+        };
+        let ev = ClEvent::new(ev);
+        Ok(Event(
+            (timing::recording() || timing::measuring()).then_some(ev),
+        ))
+    }
+
     /// Whether a kernel whose work-groups of `local` items fold (`GROUP_FOLD` in `kernels/prelude.cl`) folds
     /// by warp shuffles: on NVIDIA GPUs, where every warp of the group is whole.
     pub(crate) fn fold_shuffles(&self, local: usize) -> bool {
@@ -625,26 +658,7 @@ impl Backend for ClDevice {
     }
 
     fn fill(&self, dst: &Storage, pattern: [u8; 4], bytes: usize) -> Result<()> {
-        let bytes = bytes / 4 * 4;
-        if bytes == 0 {
-            return Ok(());
-        }
-        // SAFETY: the pattern is copied by the runtime at enqueue time.
-        unsafe {
-            let ev = cl3::command_queue::enqueue_fill_buffer(
-                self.queue.get(),
-                cl_mem(dst)?,
-                pattern.as_ptr() as *const c_void,
-                4,
-                0,
-                bytes,
-                0,
-                ptr::null(),
-            )
-            .cl("clEnqueueFillBuffer")?;
-            drop(ClEvent::new(ev));
-        }
-        Ok(())
+        self.fill_timed(dst, pattern, bytes).map(drop)
     }
 
     fn copy(&self, src: &Storage, dst: &Storage, bytes: usize) -> Result<()> {
