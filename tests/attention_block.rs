@@ -14,7 +14,7 @@ mod common;
 mod opsutil;
 
 use attention_support::v;
-use common::assert_close;
+use common::{assert_close, is_nvidia_gpu};
 use netcl::Device;
 use netcl::ops::{self, AttnAlgo};
 use opsutil::{opencl_device, pair};
@@ -279,12 +279,6 @@ fn block_layouts_that_do_not_fit_are_clear_errors() {
     );
     let (_, q) = pair(&dev, &[1, 2, 9, 64], 970);
     ops::flash_attention_with(&q, &q, &q, true, None, Some(AttnAlgo::Block(32, 8, 4, 4))).unwrap();
-}
-
-fn is_nvidia_gpu(d: &Device) -> bool {
-    let i = d.info();
-    let v = format!("{} {}", i.platform, i.vendor).to_ascii_lowercase();
-    i.kind == netcl::DeviceType::Gpu && v.contains("nvidia")
 }
 
 /// The fused backward (`AttnAlgo::Fused`: dk and dv as the block layout, dq added atomically) against the

@@ -18,16 +18,10 @@ mod common;
 
 use std::sync::{Mutex, MutexGuard, Once};
 
-use common::{Lcg, child_command, opencl_device};
+use common::{Lcg, child_command, is_nvidia_gpu, opencl_device};
 use netcl::autotune::{self, decisions_since, last_seq};
 use netcl::precision::{self, Precision};
 use netcl::{DType, Device, Tensor, ops};
-
-fn is_nvidia_gpu(d: &Device) -> bool {
-    let i = d.info();
-    let v = format!("{} {}", i.platform, i.vendor).to_ascii_lowercase();
-    i.kind == netcl::DeviceType::Gpu && v.contains("nvidia")
-}
 
 /// The device, with emulation on where there are no tensor cores to test (see the module docs) and the
 /// tuner off (each product takes its op's first choice: the first tensor-core tile under TF32 / FP16), and

@@ -26,6 +26,13 @@ pub fn opencl_device() -> Option<Device> {
 }
 
 /// The built-in reference device.
+/// Whether `d` is an NVIDIA GPU (whose OpenCL compiler takes inline PTX).
+pub fn is_nvidia_gpu(d: &Device) -> bool {
+    let i = d.info();
+    let v = format!("{} {}", i.platform, i.vendor).to_ascii_lowercase();
+    i.kind == netcl::DeviceType::Gpu && v.contains("nvidia")
+}
+
 pub fn cpu() -> Device {
     Device::builtin()
 }
