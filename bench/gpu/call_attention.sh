@@ -10,22 +10,8 @@ tune_builds $C
 timeout 120 python3 bench/peer_attention.py > $OUT/torch.jsonl 2> $OUT/torch.err
 echo "torch exit $? at $(el)"
 rounds $C
-python3 - $OUT/rounds.jsonl $OUT/torch.jsonl $(for b in $B; do echo $OUT/tune-$b.jsonl; done) <<'P'
-import json, sys, statistics as st
-def lines(f):
-    for l in open(f):
-        try: d = json.loads(l)
-        except Exception: continue
-        if 'case' in d: yield d
-rows = {}
-for d in lines(sys.argv[1]): rows.setdefault((d['case'], d['build']), []).append(d['median_ms'])
-for d in lines(sys.argv[2]): print('torch', d['case'], d['ms'], d['median_ms'])
-for f in sys.argv[3:]:
-    for d in lines(f):
-        print(f.split('/')[-1], d['case'], d['ms'], [(x.get('kernel'), x.get('winner_label'), x.get('candidates')) for x in d.get('decisions') or []])
-for (c, b), v in sorted(rows.items()):
-    print(c, b, 'median of round medians', round(st.median(v), 4), v)
-P
+python3 bench/gpu/summary.py tune $(for b in $B; do echo $OUT/tune-$b.jsonl; done)
+python3 bench/gpu/summary.py rounds $OUT/rounds.jsonl $OUT/torch.jsonl
 # Local stack frames and spills in every program the first build compiled (bench/gpu/ptxscan.py).
 python3 bench/gpu/ptxscan.py /tmp/h-${B%% *}/.cache/netcl/programs $OUT/ptx | tail -1
 echo "done at $(el)"

@@ -13,15 +13,5 @@ if [ ! -e $S/first-done ]; then
   touch $S/first-done
 fi
 cp $S/first-contact.jsonl $S/first-contact.err $OUT/
-python3 - $OUT/first-contact.jsonl <<'P'
-import json, sys
-rows = []
-for l in open(sys.argv[1]):
-    try: d = json.loads(l)
-    except Exception: continue
-    if 'case' in d: rows.append((d.get('first_call_ms') or 0, d['case']))
-rows.sort()
-print(len(rows), 'cases; median', rows[len(rows) // 2] if rows else None, 'slowest', rows[-5:])
-print('over 1 s:', [r for r in rows if r[0] > 1000])
-P
+python3 bench/gpu/first_contact.py $OUT/first-contact.jsonl
 DEADLINE=$(( ${END_S:-580} - $(el) )) bash bench/gpu/call_steady_state.sh

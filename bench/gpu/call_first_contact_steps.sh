@@ -10,17 +10,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1 | tee
 h=$(mktemp -d)
 HOME=$h XDG_CACHE_HOME=$h/.cache NETCL_AUTOTUNE=background timeout ${FIRST_S:-280} $BIN/netcl-new --device gpu bench --reps 3 --no-check > $OUT/first-contact.jsonl 2> $OUT/first-contact.err
 echo "first contact exit $? at $(el)"
-python3 - $OUT/first-contact.jsonl <<'P'
-import json,sys
-rows=[]
-for l in open(sys.argv[1]):
-    try: d=json.loads(l)
-    except: continue
-    if 'case' in d: rows.append((d.get('first_call_ms') or 0, d['case']))
-rows.sort()
-print(len(rows), 'cases; median', rows[len(rows)//2] if rows else None, 'slowest', rows[-4:] if rows else None)
-print('over 1 s:', [r for r in rows if r[0] > 1000])
-P
+python3 bench/gpu/first_contact.py $OUT/first-contact.jsonl
 A="resnet18_train_224 mobilenet_v2_train_224 resnet18_train_112 mobilenet_v2_train_112"
 c=$(mktemp -d); mkdir -p $c/.cache/netcl; cp ${SEED:-$BIN/seed-autotune.json} $c/.cache/netcl/autotune.json 2>/dev/null || true
 run() { HOME=$c XDG_CACHE_HOME=$c/.cache "$@"; }

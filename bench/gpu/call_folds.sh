@@ -8,19 +8,6 @@ for t in ${TESTS:-norm_fused half_reduce_norm softmax}; do gpu_test $t; done
 C=${CASES:-copy_large copy_large_f16 softmax_rows_large softmax_rows_large_f16 layer_norm_large layer_norm_large_f16 rms_norm_large rms_norm_large_f16 softmax_rows_4096x1024 rms_norm}
 tune_builds $C
 rounds $C
-python3 - $OUT/rounds.jsonl $(for b in $B; do echo $OUT/tune-$b.jsonl; done) <<'P'
-import json, sys, statistics as st
-rows = {}
-for l in open(sys.argv[1]):
-    try: d = json.loads(l)
-    except Exception: continue
-    if 'case' in d: rows.setdefault((d['case'], d['build']), []).append(d['median_ms'])
-for f in sys.argv[2:]:
-    for l in open(f):
-        try: d = json.loads(l)
-        except Exception: continue
-        if 'case' in d: print(f.split('/')[-1], d['case'], [x.get('winner_label') for x in d.get('decisions') or []])
-for (c, b), v in sorted(rows.items()):
-    print(c, b, 'median of round medians', round(st.median(v), 4), v)
-P
+python3 bench/gpu/summary.py tune $(for b in $B; do echo $OUT/tune-$b.jsonl; done)
+python3 bench/gpu/summary.py rounds $OUT/rounds.jsonl
 echo "done at $(el)"

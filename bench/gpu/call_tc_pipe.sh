@@ -9,26 +9,8 @@ for t in ${TESTS:-gemm_tc lib}; do
 done
 C=${CASES:-matmul_4096_tf32 matmul_4096_fp16 matmul_2048_tf32}
 tune_builds $C
-python3 - $(for b in $B; do echo $OUT/tune-$b.jsonl; done) <<'P'
-import json, sys
-for f in sys.argv[1:]:
-    for l in open(f):
-        try: d = json.loads(l)
-        except Exception: continue
-        if 'case' not in d: continue
-        print(f.split('/')[-1], d['case'], 'min', d['ms'], 'median', d['median_ms'], 'first', d.get('first_call_ms'))
-        for dec in d.get('decisions') or []:
-            c = sorted((x for x in dec.get('candidates') or [] if x.get('ms')), key=lambda x: x['ms'])
-            print('   ', dec.get('kernel'), [(x['label'], round(x['ms'], 4)) for x in c[:6]])
-P
+python3 bench/gpu/summary.py tune $(for b in $B; do echo $OUT/tune-$b.jsonl; done)
 END_S=${END_S:-540} rounds $C
 [ $(el) -lt ${END_S:-540} ] && python3 bench/peer_matmul_tc.py cuda --reps 20 --cases ${PEER:-matmul_4096_tf32,matmul_4096_fp16,matmul_2048_tf32} > $OUT/torch.jsonl 2>&1
-python3 - $OUT/rounds.jsonl $OUT/torch.jsonl <<'P'
-import json, sys
-for f in sys.argv[1:]:
-    for l in open(f):
-        try: d = json.loads(l)
-        except Exception: continue
-        if 'case' in d: print(d.get('build', d.get('impl')), d.get('round', ''), d['case'], d['ms'], d['median_ms'])
-P
+python3 bench/gpu/summary.py rounds $OUT/rounds.jsonl $OUT/torch.jsonl
 echo "done at $(el)"
