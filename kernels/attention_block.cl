@@ -318,28 +318,8 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
     }
 }
 
-// Adds v to *p atomically, in any order (OpenCL 1.2 has no float atomics). NCL_RED 1 (NVIDIA GPUs, whose
-// OpenCL compiler takes inline PTX): PTX's `red.global.add.f32`, done in the L2 cache without a round trip;
-// NCL_RED 4 adds four consecutive floats with one `red.global.v4.f32.add` (sm_90 and PTX 8.1 on); NCL_RED 0
-// (default) a compare-and-swap loop on the bits.
-#ifndef NCL_RED
-#define NCL_RED 0
-#endif
-static inline void attn_add_f32(__global float* p, const float v) {
-#if NCL_RED
-    asm volatile("red.global.add.f32 [%0], %1;" : : "l"((ulong)(size_t)p), "f"(v) : "memory");
-#else
-    volatile __global unsigned int* pu = (volatile __global unsigned int*)p;
-    unsigned int old = *pu;
-    for (;;) {
-        const unsigned int seen = atomic_cmpxchg(pu, old, as_uint(as_float(old) + v));
-        if (seen == old) break;
-        old = seen;
-    }
-#endif
-}
-
-// p[0..4) += v (p 16-byte aligned), atomically per float.
+// p[0..4) += v (p 16-byte aligned), atomically per float (the prelude's ncl_atomic_add); NCL_RED 4 (NVIDIA
+// GPUs of sm_90 and later, PTX 8.1) adds the four with one `red.global.v4.f32.add`.
 static inline void attn_add_f32x4(__global float* p, const float4 v) {
 #if NCL_RED == 4
     asm volatile("red.global.v4.f32.add [%0], {%1, %2, %3, %4};"
@@ -347,10 +327,10 @@ static inline void attn_add_f32x4(__global float* p, const float4 v) {
                  : "l"((ulong)(size_t)p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
                  : "memory");
 #else
-    attn_add_f32(p, v.x);
-    attn_add_f32(p + 1, v.y);
-    attn_add_f32(p + 2, v.z);
-    attn_add_f32(p + 3, v.w);
+    ncl_atomic_add(p, v.x);
+    ncl_atomic_add(p + 1, v.y);
+    ncl_atomic_add(p + 2, v.z);
+    ncl_atomic_add(p + 3, v.w);
 #endif
 }
 

@@ -117,3 +117,24 @@ inline float ncl_shfl_xor(const float v, const int m) {
 #define GROUP_FOLD_VARS /* the local-memory fold keeps no state */
 #define GROUP_FOLD(v, OP) GROUP_FOLD_TREE(v, OP)
 #endif
+
+// ncl_atomic_add(p, v): *p += v atomically for a global float, in any order (OpenCL 1.2 has no float atomics).
+// NCL_RED 0 (the default): a compare-and-swap loop on the bits. NCL_RED 1 or more (set by the host on NVIDIA
+// GPUs only, whose OpenCL compiler takes inline PTX): PTX's `red.global.add.f32`, done in the L2 cache without
+// a round trip.
+#ifndef NCL_RED
+#define NCL_RED 0
+#endif
+static inline void ncl_atomic_add(__global float* p, const float v) {
+#if NCL_RED
+    asm volatile("red.global.add.f32 [%0], %1;" : : "l"((ulong)(size_t)p), "f"(v) : "memory");
+#else
+    volatile __global unsigned int* pu = (volatile __global unsigned int*)p;
+    unsigned int old = *pu;
+    for (;;) {
+        const unsigned int seen = atomic_cmpxchg(pu, old, as_uint(as_float(old) + v));
+        if (seen == old) break;
+        old = seen;
+    }
+#endif
+}

@@ -32,22 +32,6 @@ __kernel void masked_fill(const int N, const int M, const float value, __global 
     STX(OUT_HALF, LDX(B_HALF, mask, i % M) != 0.0f ? value : LDX(IN_HALF, x, i), y, i);
 }
 
-// Adds `v` to *p atomically: OpenCL 1.2 has no float atomics, so a compare-and-swap loop on the bits.
-static inline void atomic_add_float(volatile __global float* p, const float v) {
-    union {
-        unsigned int u;
-        float f;
-    } old, want;
-    volatile __global unsigned int* pu = (volatile __global unsigned int*)p;
-    old.u = *pu;
-    for (;;) {
-        want.f = old.f + v;
-        const unsigned int seen = atomic_cmpxchg(pu, old.u, want.u);
-        if (seen == old.u) break;
-        old.u = seen;
-    }
-}
-
 // dw[idx[n], :] += g[n, :] for n < N over a zeroed dw of [V, E]; one work-item per (n, column). Repeated
 // indices meet in the atomic add.
 __kernel void embedding_grad(const int N, const int E, __global const int* idx, __global const float* g,
@@ -56,5 +40,5 @@ __kernel void embedding_grad(const int N, const int E, __global const int* idx, 
     if (gid >= N * E) return;
     const int n = gid / E;
     const int e = gid - n * E;
-    atomic_add_float(dw + (size_t)idx[n] * E + e, LDX(IN_HALF, g, gid));
+    ncl_atomic_add(dw + (size_t)idx[n] * E + e, LDX(IN_HALF, g, gid));
 }

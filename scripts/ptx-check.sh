@@ -59,7 +59,7 @@ static inline int ncl_clampi(int x, int a, int b) { return x < a ? a : (x > b ? 
 // Math through libdevice (linked below), scalar and vector.
 float __nv_expf(float); float __nv_fast_expf(float); float __nv_logf(float); float __nv_fast_logf(float);
 float __nv_sqrtf(float); float __nv_rsqrtf(float); float __nv_tanhf(float); float __nv_erff(float);
-float __nv_powf(float, float); float __nv_sinf(float); float __nv_cosf(float);
+float __nv_powf(float, float); float __nv_sinf(float); float __nv_cosf(float); float __nv_exp2f(float);
 #define NCL_V1(name, f) \
   static inline float __attribute__((overloadable)) name(float x) { return f(x); } \
   static inline float2 __attribute__((overloadable)) name(float2 x) { return (float2)(f(x.x), f(x.y)); } \
@@ -67,6 +67,7 @@ float __nv_powf(float, float); float __nv_sinf(float); float __nv_cosf(float);
   static inline float8 __attribute__((overloadable)) name(float8 x) { return (float8)(name(x.lo), name(x.hi)); }
 NCL_V1(ncl_exp, __nv_expf)
 NCL_V1(ncl_native_exp, __nv_fast_expf)
+NCL_V1(ncl_exp2, __nv_exp2f)
 NCL_V1(ncl_log, __nv_logf)
 NCL_V1(ncl_native_log, __nv_fast_logf)
 NCL_V1(ncl_sqrt, __nv_sqrtf)
@@ -75,6 +76,7 @@ NCL_V1(ncl_tanh, __nv_tanhf)
 NCL_V1(ncl_erf, __nv_erff)
 #define exp ncl_exp
 #define native_exp ncl_native_exp
+#define exp2 ncl_exp2
 #define log ncl_log
 #define native_log ncl_native_log
 #define sqrt ncl_sqrt
