@@ -68,20 +68,71 @@
 // t + p.x·r0 + p.y·r1 + p.z·r2 + p.w·r3: four streamed rows weighted by four probabilities.
 #define ROW4_ADD(t, p, r0, r1, r2, r3) ((t) + (p).x * (r0) + (p).y * (r1) + (p).z * (r2) + (p).w * (r3))
 
-// The forward. The q tile stays in local memory; key and value tiles take turns in one buffer. Each item's row
-// maxima over its keys meet in `red` [BQ][BTX], and every item reads the BTX maxima of its rows, so the items
-// of a row agree on its maximum and rescale alike. Each item sums the probabilities of its own keys; the row
-// sums are reduced across the items once, at the end. Writes o and lse as attn_fwd_tile does.
+// NCL_SHFL 1 (NVIDIA GPUs; the host sets it only for work-groups of whole warps): the BTX items of a row, which
+// are consecutive lanes of one warp, combine their partial maxima and sums by `shfl.sync.bfly` exchanges
+// instead of through local memory and a barrier. NCL_ASYNC 1 (NVIDIA GPUs of compute capability 8.0 or more):
+// the forward's tiles are copied by `cp.async` (16 bytes a copy, zero-filled past S, no registers held) into
+// separate key and value tiles, each issued one phase before it is needed, so that the copy of the value tile
+// runs under the scores and the copy of the next key tile under the product with V.
+#ifndef NCL_ASYNC
+#define NCL_ASYNC 0
+#endif
+
+// x folded with OP over the BTX items of its row (all of them get the same value).
+#if NCL_SHFL
+#define ROW_FOLD(x, OP)                                                     \
+    {                                                                       \
+        for (int m_ = BTX / 2; m_ > 0; m_ >>= 1) x = OP(x, ncl_shfl_xor(x, m_)); \
+    }
+#endif
+
+#if NCL_ASYNC
+// As LOAD_BLOCK, by asynchronous copies; the caller commits them (CP_COMMIT) and waits for them (CP_WAIT_*).
+#define ASYNC_BLOCK(dst, src, r0, NR)                                                                 \
+    for (int e_ = lid; e_ < (NR) * HD4; e_ += BTY * BTX) {                                            \
+        const int rr_ = e_ / HD4;                                                                     \
+        const int cc_ = e_ - rr_ * HD4;                                                               \
+        const int in_ = (r0) + rr_ < S;                                                               \
+        __global const float4* g_ = (__global const float4*)(src) + (in_ ? (size_t)((r0) + rr_) * HD4 + cc_ : 0); \
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"                                  \
+                     :                                                                                \
+                     : "r"((uint)(size_t)((dst) + rr_ * BLD4 + cc_)), "l"((ulong)(size_t)g_),         \
+                       "r"(in_ ? 16 : 0)                                                              \
+                     : "memory");                                                                     \
+    }
+#define CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define CP_WAIT_ALL_BUT_LAST() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#define CP_WAIT_ALL() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#endif
+
+// The forward. The q tile stays in local memory; key and value tiles take turns in one buffer (NCL_ASYNC 0) or
+// have one each. Each item's row maxima over its keys are combined across the items of the row (in `red`
+// [BQ][BTX], or by shuffles), so the items of a row agree on its maximum and rescale alike. Each item sums the
+// probabilities of its own keys; the row sums are combined across the items once, at the end. Writes o and lse
+// as attn_fwd_tile does.
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_fwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
                __global const float* v, __global float* o, __global float* lse) {
     __local float4 qs[BQ * BLD4];
-    __local float4 kv[BK * BLD4];
+    __local float4 kb[BK * BLD4];
+#if NCL_ASYNC
+    __local float4 vb[BK * BLD4];
+#else
+#define vb kb
+#endif
     __local float4 ps[BQ * BLP4];
+#if !NCL_SHFL
     __local float red[BQ * BTX];
+#endif
     __local float* pf = (__local float*)ps;
     BLOCK_IDS(q0)
+#if NCL_ASYNC
+    ASYNC_BLOCK(qs, q + base, q0, BQ)
+    ASYNC_BLOCK(kb, k + base, 0, BK)
+    CP_COMMIT();
+#else
     LOAD_BLOCK(qs, q + base, q0, BQ)
+#endif
     const float scale2 = scale * M_LOG2E_F;
     float4 acc[BLOCK_RQ][BG];
     float m[BLOCK_RQ];
@@ -96,7 +147,14 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
     const int kend = causal ? min(S, q0 + BQ) : S;
     for (int k0 = 0; k0 < kend; k0 += BK) {
         barrier(CLK_LOCAL_MEM_FENCE);
-        LOAD_BLOCK(kv, k + base, k0, BK)
+#if NCL_ASYNC
+        // Every item is past the last tile's product with V: its value tile may be overwritten.
+        ASYNC_BLOCK(vb, v + base, k0, BK)
+        CP_COMMIT();
+        CP_WAIT_ALL_BUT_LAST();
+#else
+        LOAD_BLOCK(kb, k + base, k0, BK)
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BLOCK_RQ][BLOCK_RK];
 #pragma unroll
@@ -111,7 +169,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
 #pragma unroll
             for (int i = 0; i < BLOCK_RQ; ++i) a[i] = qs[(ty + BTY * i) * BLD4 + c];
 #pragma unroll
-            for (int j = 0; j < BLOCK_RK; ++j) b[j] = kv[(tx + BTX * j) * BLD4 + c];
+            for (int j = 0; j < BLOCK_RK; ++j) b[j] = kb[(tx + BTX * j) * BLD4 + c];
 #pragma unroll
             for (int i = 0; i < BLOCK_RQ; ++i) {
 #pragma unroll
@@ -122,10 +180,11 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
         }
         // Only a tile that reaches past S or past the block's first row (causal) has keys to mask.
         const bool edge = k0 + BK > S || (causal && k0 + BK - 1 > q0);
+        float pm[BLOCK_RQ];
 #pragma unroll
         for (int i = 0; i < BLOCK_RQ; ++i) {
             const int qi = q0 + ty + BTY * i;
-            float pm = -INFINITY;
+            pm[i] = -INFINITY;
 #pragma unroll
             for (int j = 0; j < BLOCK_RK; ++j) {
                 float x = s[i][j] * scale2;
@@ -134,17 +193,28 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
                     if (kj >= S || (causal && kj > qi)) x = -INFINITY;
                 }
                 s[i][j] = x;
-                pm = fmax(pm, x);
+                pm[i] = fmax(pm[i], x);
             }
-            red[(ty + BTY * i) * BTX + tx] = pm;
+#if NCL_SHFL
+            ROW_FOLD(pm[i], fmax)
+#else
+            red[(ty + BTY * i) * BTX + tx] = pm[i];
+#endif
         }
+#if !NCL_ASYNC || !NCL_SHFL
         barrier(CLK_LOCAL_MEM_FENCE);
-        LOAD_BLOCK(kv, v + base, k0, BK)
+#endif
+#if !NCL_ASYNC
+        // Every item is past this tile's scores: the value tile may replace the key tile.
+        LOAD_BLOCK(vb, v + base, k0, BK)
+#endif
 #pragma unroll
         for (int i = 0; i < BLOCK_RQ; ++i) {
             const int r = ty + BTY * i;
-            float mn = m[i];
+            float mn = fmax(m[i], pm[i]);
+#if !NCL_SHFL
             for (int t = 0; t < BTX; ++t) mn = fmax(mn, red[r * BTX + t]);
+#endif
             const float corr = mn == -INFINITY ? 1.0f : exp2(m[i] - mn);
             m[i] = mn;
             float li = l[i] * corr;
@@ -158,7 +228,15 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             }
             l[i] = li;
         }
+#if NCL_ASYNC
+        CP_WAIT_ALL();
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
+#if NCL_ASYNC
+        // Every item is past this tile's scores: the next key tile may come in under the product with V.
+        if (k0 + BK < kend) ASYNC_BLOCK(kb, k + base, k0 + BK, BK)
+        CP_COMMIT();
+#endif
 #pragma unroll
         for (int c = 0; c < BK / 4; ++c) {
             float4 pr[BLOCK_RQ];
@@ -168,27 +246,37 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             for (int n = 0; n < BG; ++n) {
                 const int col = tx + BTX * n;
                 if (BG_FULL || col < HD4) {
-                    const float4 v0 = kv[(4 * c + 0) * BLD4 + col];
-                    const float4 v1 = kv[(4 * c + 1) * BLD4 + col];
-                    const float4 v2 = kv[(4 * c + 2) * BLD4 + col];
-                    const float4 v3 = kv[(4 * c + 3) * BLD4 + col];
+                    const float4 v0 = vb[(4 * c + 0) * BLD4 + col];
+                    const float4 v1 = vb[(4 * c + 1) * BLD4 + col];
+                    const float4 v2 = vb[(4 * c + 2) * BLD4 + col];
+                    const float4 v3 = vb[(4 * c + 3) * BLD4 + col];
 #pragma unroll
                     for (int i = 0; i < BLOCK_RQ; ++i) acc[i][n] = ROW4_ADD(acc[i][n], pr[i], v0, v1, v2, v3);
                 }
             }
         }
     }
+#if NCL_ASYNC
+    CP_WAIT_ALL();
+#endif
+#if !NCL_SHFL
     // Every item read `red` for the last tile before the barrier ahead of its P·V, so the row sums can go there.
 #pragma unroll
     for (int i = 0; i < BLOCK_RQ; ++i) red[(ty + BTY * i) * BTX + tx] = l[i];
     barrier(CLK_LOCAL_MEM_FENCE);
+#endif
 #pragma unroll
     for (int i = 0; i < BLOCK_RQ; ++i) {
         const int r = ty + BTY * i;
         const int qi = q0 + r;
-        if (qi >= S) continue;
+#if NCL_SHFL
+        float sum = l[i];
+        ROW_FOLD(sum, NCL_ADD)
+#else
         float sum = 0.0f;
         for (int t = 0; t < BTX; ++t) sum += red[r * BTX + t];
+#endif
+        if (qi >= S) continue;
         const float il = sum > 0.0f ? 1.0f / sum : 0.0f;
         __global float4* orow = (__global float4*)(o + base + (size_t)qi * HD);
 #pragma unroll
@@ -198,6 +286,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
         }
         if (tx == 0) lse[(size_t)bh * S + qi] = sum > 0.0f ? m[i] * M_LN2_F + log(sum) : -INFINITY;
     }
+#undef vb
 }
 
 // dQ: the group owns BQ query rows (q and dO tiles in local memory) and streams key and value tiles. Per tile,
@@ -338,11 +427,33 @@ static inline void attn_add_f32x4(__global float* p, const float4 v) {
 // the host launches it with; any other build compiles it all the same).
 #define DQR (BK / BTY > 0 ? BK / BTY : 1)
 
+#if NCL_ASYNC
+// One element of a row term (lse or delta) of query qi < S into dst by an asynchronous 4-byte copy; zero past S.
+#define ASYNC_TERM(dst, src, qi)                                                                        \
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"                                         \
+                 :                                                                                      \
+                 : "r"((uint)(size_t)(dst)), "l"((ulong)(size_t)((src) + ((qi) < S ? (qi) : 0))),      \
+                   "r"((qi) < S ? 4 : 0)                                                                \
+                 : "memory");
+// The streamed tile of the dK/dV kernels from query row i0 (q, dO, lse and delta), by asynchronous copies.
+#define DKV_TILE_ASYNC(i0)                                                          \
+    {                                                                               \
+        ASYNC_BLOCK(qs, q + base, (i0), BK)                                         \
+        ASYNC_BLOCK(gs, g + base, (i0), BK)                                         \
+        for (int t_ = lid; t_ < BK; t_ += BTY * BTX) {                              \
+            ASYNC_TERM(lt + t_, lse + (size_t)bh * S, (i0) + t_)                    \
+            ASYNC_TERM(dt + t_, delta + (size_t)bh * S, (i0) + t_)                  \
+        }                                                                           \
+    }
+#endif
+
 // dK, dV: the group owns BQ key rows (k and v tiles in local memory) and streams query tiles of BK rows (q and
 // dO, with their lse and delta). Per tile, the item's blocks of sᵀ = k·q and dpᵀ = v·dO give pᵀ and
 // dsᵀ = pᵀ·(dpᵀ − delta), both through local memory; the item adds pᵀ times the dO tile into its dv and dsᵀ
 // times the q tile into its dk. A causal group starts at its own first key row (earlier queries see none of
-// its keys).
+// its keys). With NCL_ASYNC the next tile's q, dO, lse and delta are copied by `cp.async` as soon as every item
+// is past the current tile's dk and dv products, so that the copies run under the dq product (fused) or the
+// next tile's wait.
 //
 // With `dq` (attn_bwd_block, the fused backward) each tile's dS also gives that tile's share of dq,
 // dq[t] += scale·Σ_r dS[r][t]·k[r], which the group adds into the zeroed dq atomically: the scores are computed
@@ -359,8 +470,16 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
     __local float* df = (__local float*)ds;
     BLOCK_IDS(j0)
     const float scale2 = scale * M_LOG2E_F;
+    const int istart = causal ? j0 : 0;
+#if NCL_ASYNC
+    ASYNC_BLOCK(ks, k + base, j0, BQ)
+    ASYNC_BLOCK(vs, v + base, j0, BQ)
+    DKV_TILE_ASYNC(istart)
+    CP_COMMIT();
+#else
     LOAD_BLOCK(ks, k + base, j0, BQ)
     LOAD_BLOCK(vs, v + base, j0, BQ)
+#endif
     float4 ak[BLOCK_RQ][BG];
     float4 av[BLOCK_RQ][BG];
 #pragma unroll
@@ -371,15 +490,19 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
             av[i][n] = (float4)(0.0f);
         }
     }
-    for (int i0 = causal ? j0 : 0; i0 < S; i0 += BK) {
+    for (int i0 = istart; i0 < S; i0 += BK) {
+#if NCL_ASYNC
+        CP_WAIT_ALL();
+#else
         barrier(CLK_LOCAL_MEM_FENCE);
         LOAD_BLOCK(qs, q + base, i0, BK)
         LOAD_BLOCK(gs, g + base, i0, BK)
         for (int t = lid; t < BK; t += BTY * BTX) {
             const int qi = i0 + t;
-            lt[t] = qi < S ? lse[(size_t)bh * S + qi] * M_LOG2E_F : 0.0f;
+            lt[t] = qi < S ? lse[(size_t)bh * S + qi] : 0.0f;
             dt[t] = qi < S ? delta[(size_t)bh * S + qi] : 0.0f;
         }
+#endif
         barrier(CLK_LOCAL_MEM_FENCE);
         float s[BLOCK_RQ][BLOCK_RK];
         float dp[BLOCK_RQ][BLOCK_RK];
@@ -429,7 +552,7 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
                 const int t = tx + BTX * j;
                 const int qi = i0 + t;
                 const bool ok = !edge || (qi < S && (!causal || qi >= j0 + r));
-                const float p = ok ? exp2(s[i][j] * scale2 - lt[t]) : 0.0f;
+                const float p = ok ? exp2(s[i][j] * scale2 - lt[t] * M_LOG2E_F) : 0.0f;
                 pf[r * (BLP4 * 4) + t] = p;
                 df[r * (BLP4 * 4) + t] = ok ? p * (dp[i][j] - dt[t]) : 0.0f;
             }
@@ -464,6 +587,12 @@ static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, co
                 }
             }
         }
+#if NCL_ASYNC
+        // Every item is past this tile's q, dO, lse and delta: the next tile's come in under the dq product.
+        barrier(CLK_LOCAL_MEM_FENCE);
+        if (i0 + BK < S) DKV_TILE_ASYNC(i0 + BK)
+        CP_COMMIT();
+#endif
         if (dq) {
             // dS and the k tile stay as they are until the next tile's first barrier.
             float4 aq[DQR][BG];

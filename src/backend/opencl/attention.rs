@@ -76,9 +76,43 @@ const BLOCK_MAX_D: usize = 128;
 /// tiles, and the lse and delta of bk queries (dq holds the same four tiles and one probability tile).
 fn block_local_floats(pass: Pass, d: usize, bq: usize, bk: usize, rk: usize) -> usize {
     match pass {
-        Pass::Forward => (bq + bk) * (d + 4) + bq * (bk + 4) + bq * (bk / rk),
+        Pass::Forward => fwd_local_floats(d, (bq, bk, rk), false, false),
         Pass::Backward => 2 * (bq + bk) * (d + 4) + 2 * bq * (bk + 4) + 2 * bk,
     }
+}
+
+/// Floats of local memory the forward's block layout (bq, bk, rk) needs in the form built: with row maxima
+/// combined by shuffles (`shfl`) it holds no partial maxima; with asynchronous copies (`copies`) the value tile
+/// has a buffer of its own.
+fn fwd_local_floats(
+    d: usize,
+    (bq, bk, rk): (usize, usize, usize),
+    shfl: bool,
+    copies: bool,
+) -> usize {
+    let tiles = (bq + bk * (1 + usize::from(copies))) * (d + 4) + bq * (bk + 4);
+    match shfl {
+        true => tiles,
+        false => tiles + bq * (bk / rk),
+    }
+}
+
+/// The form the forward's block layout `b` (bq, bk, rq, rk) is built in (`NCL_SHFL`, `NCL_ASYNC` in
+/// `kernels/attention_block.cl`), given what the device offers: shuffles (`warps`: whether groups of whole
+/// warps fold by shuffles) where a row's items are a power of two, at most a warp; asynchronous copies
+/// (`copies`) where the second key/value tile still fits `local_bytes`.
+fn fwd_block_form(
+    d: usize,
+    (bq, bk, _, rk): (usize, usize, usize, usize),
+    warps: bool,
+    copies: bool,
+    local_bytes: u64,
+) -> (bool, bool) {
+    let tx = bk / rk;
+    let shfl = warps && tx.is_power_of_two() && tx <= 32;
+    let copies =
+        copies && (fwd_local_floats(d, (bq, bk, rk), shfl, true) * 4) as u64 <= local_bytes;
+    (shfl, copies)
 }
 
 /// Whether the block layout (bq, bk, rq, rk) compiles and launches for `pass` at head dimension `d` on a device
@@ -225,6 +259,18 @@ impl ClDevice {
             d,
             b,
             self.info.max_work_group_size,
+            self.info.local_mem_bytes,
+        )
+    }
+
+    /// The form the forward's block layout `b` is built in here: see [`fwd_block_form`].
+    fn fwd_block_features(&self, d: usize, b: (usize, usize, usize, usize)) -> (bool, bool) {
+        let (bq, bk, rq, rk) = b;
+        fwd_block_form(
+            d,
+            b,
+            self.fold_shuffles((bq / rq) * (bk / rk)),
+            self.async_copies(),
             self.info.local_mem_bytes,
         )
     }
@@ -409,6 +455,10 @@ impl ClDevice {
                 self.run(&kern, &args, &[groups * bq * t], Some(&[bq * t]))
             }
             AttnAlgo::Block(bq, bk, rq, rk) => {
+                let (shfl, copies) = self.fwd_block_features(p.d, (bq, bk, rq, rk));
+                let defs = defs
+                    .set("NCL_SHFL", i32::from(shfl))
+                    .set("NCL_ASYNC", i32::from(copies));
                 let kern = self.kernel(bab::FAMILY, &defs, bab::ATTN_FWD_BLOCK)?;
                 let args = bab::AttnFwdBlock {
                     S: p.s as i32,
@@ -450,6 +500,14 @@ impl ClDevice {
         algo: AttnAlgo,
     ) -> Result<[Event; 2]> {
         let defs = Self::attn_defines(p, algo);
+        // The dk/dv kernels copy their streamed tiles asynchronously where the device can (no more local
+        // memory: the next tile's copies start once the current one's last reader is done).
+        let defs = match algo {
+            AttnAlgo::Fused(..) | AttnAlgo::Block(..) => {
+                defs.set("NCL_ASYNC", i32::from(self.async_copies()))
+            }
+            _ => defs,
+        };
         match algo {
             AttnAlgo::Fused(n, vw) => {
                 let red = if self.nvidia_gpu() { vw } else { 0 };
@@ -903,6 +961,50 @@ mod tests {
         );
         assert!(fused(false, true, 128, lm).is_empty());
         assert!(fused(true, false, 64, lm).is_empty());
+    }
+
+    #[test]
+    fn forward_block_form_takes_shuffles_and_async_copies_where_they_fit() {
+        let lm = GPU.1;
+        // D = 64, (64, 32): 8 items a row; the second tile brings it to 43 KiB.
+        assert_eq!(
+            fwd_block_form(64, (64, 32, 4, 4), true, true, lm),
+            (true, true)
+        );
+        assert_eq!(fwd_local_floats(64, (64, 32, 4), true, true) * 4, 44032);
+        // (32, 64): 16 items a row, but a second 64-row tile would need 51 KiB.
+        assert_eq!(
+            fwd_block_form(64, (32, 64, 4, 4), true, true, lm),
+            (true, false)
+        );
+        // D = 128: no room for the second tile at 48 KiB, room at 64 KiB.
+        assert_eq!(
+            fwd_block_form(128, (32, 32, 4, 4), true, true, lm),
+            (true, false)
+        );
+        assert_eq!(
+            fwd_block_form(128, (32, 32, 4, 4), true, true, 64 * 1024),
+            (true, true)
+        );
+        // 12 items a row are not a power of two: their maxima go through local memory.
+        assert_eq!(
+            fwd_block_form(64, (32, 48, 4, 4), true, true, lm),
+            (false, true)
+        );
+        // A device without shuffles or copies gets neither.
+        assert_eq!(
+            fwd_block_form(64, (64, 32, 4, 4), false, false, lm),
+            (false, false)
+        );
+        // Without shuffles the partial maxima are counted: the (64, 32) form with copies still fits.
+        assert_eq!(
+            fwd_block_form(64, (64, 32, 4, 4), false, true, lm),
+            (false, true)
+        );
+        assert_eq!(
+            fwd_local_floats(64, (64, 32, 4), false, false),
+            block_local_floats(Pass::Forward, 64, 64, 32, 4)
+        );
     }
 
     #[test]

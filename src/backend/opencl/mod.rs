@@ -259,6 +259,9 @@ pub(crate) struct ClDevice {
     programs: ProgramCache,
     /// Whether this is an NVIDIA GPU (see [`ClDevice::nvidia_gpu`]), read once from `info`.
     nvidia_gpu: bool,
+    /// An NVIDIA GPU's compute capability major version (`cl_nv_device_attribute_query`); 0 elsewhere or
+    /// when the driver does not say.
+    nv_major: u32,
     /// Zeroed int counters for kernels that coordinate their work-groups within one launch; such a kernel
     /// leaves them zeroed when it ends. Grown (and zeroed once) on demand.
     counters: Mutex<Option<(Storage, usize)>>,
@@ -273,9 +276,14 @@ impl ClDevice {
             .cl("clCreateCommandQueue")?;
         let vendor = format!("{} {}", info.platform, info.vendor).to_ascii_lowercase();
         let nvidia_gpu = info.kind == DeviceType::Gpu && vendor.contains("nvidia");
+        let nv_major = match nvidia_gpu {
+            true => dev.compute_capability_major_nv().unwrap_or(0),
+            false => 0,
+        };
         Ok(ClDevice {
             info,
             nvidia_gpu,
+            nv_major,
             device: dev,
             context,
             queue,
@@ -337,6 +345,12 @@ impl ClDevice {
         Ok(Event(
             (timing::recording() || timing::measuring()).then_some(ev),
         ))
+    }
+
+    /// Whether kernels may copy global to local memory by `cp.async` (inline PTX): NVIDIA GPUs of compute
+    /// capability 8.0 or more.
+    pub(crate) fn async_copies(&self) -> bool {
+        self.nvidia_gpu && self.nv_major >= 8
     }
 
     /// Whether a kernel whose work-groups of `local` items fold (`GROUP_FOLD` in `kernels/prelude.cl`) folds
