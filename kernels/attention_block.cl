@@ -93,7 +93,8 @@
         const int rr_ = e_ / HD4;                                                                     \
         const int cc_ = e_ - rr_ * HD4;                                                               \
         const int in_ = (r0) + rr_ < S;                                                               \
-        __global const float4* g_ = (__global const float4*)(src) + (in_ ? (size_t)((r0) + rr_) * HD4 + cc_ : 0); \
+        const size_t at_ = in_ ? (size_t)((r0) + rr_) * HD4 + cc_ : 0;                              \
+        __global const float4* g_ = (__global const float4*)(src) + at_;                              \
         asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"                                  \
                      :                                                                                \
                      : "r"((uint)(size_t)((dst) + rr_ * BLD4 + cc_)), "l"((ulong)(size_t)g_),         \
@@ -451,16 +452,17 @@ static inline void attn_add_f32x4(__global float* p, const float4 v) {
 // dO, with their lse and delta). Per tile, the item's blocks of sᵀ = k·q and dpᵀ = v·dO give pᵀ and
 // dsᵀ = pᵀ·(dpᵀ − delta), both through local memory; the item adds pᵀ times the dO tile into its dv and dsᵀ
 // times the q tile into its dk. A causal group starts at its own first key row (earlier queries see none of
-// its keys). With NCL_ASYNC the next tile's q, dO, lse and delta are copied by `cp.async` as soon as every item
-// is past the current tile's dk and dv products, so that the copies run under the dq product (fused) or the
-// next tile's wait.
+// its keys). With NCL_ASYNC the next tile's q, dO, lse and delta are copied by `cp.async` as soon as every
+// item is past the current tile's dk and dv products, so that the copies run under the dq product (fused) or
+// the next tile's wait.
 //
 // With `dq` (attn_bwd_block, the fused backward) each tile's dS also gives that tile's share of dq,
 // dq[t] += scale·Σ_r dS[r][t]·k[r], which the group adds into the zeroed dq atomically: the scores are computed
 // once for all three gradients (attn_dq_block recomputes both products), at the price of one atomic add per
 // element of dq per group of key rows. Item (ty, tx) owns query rows DQR·ty + i of the tile and the float4
 // columns tx + BTX·n, reading DQR consecutive dS values of a key row at once.
-static inline __attribute__((always_inline)) void attn_dkv_tiles(const int S, const int causal, const float scale, __global const float* q,
+static inline __attribute__((always_inline)) void
+attn_dkv_tiles(const int S, const int causal, const float scale, __global const float* q,
                            __global const float* k, __global const float* v, __global const float* g,
                            __global const float* lse, __global const float* delta, __global float* dk,
                            __global float* dv, __global float* dq, __local float4* ks, __local float4* vs,
