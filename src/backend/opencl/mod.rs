@@ -6,6 +6,7 @@
 
 pub(crate) mod abi;
 mod attention;
+mod attention_layouts;
 mod conv;
 mod depthwise;
 mod dropout;
