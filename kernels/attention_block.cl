@@ -163,7 +163,10 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
 #pragma unroll
             for (int j = 0; j < BLOCK_RK; ++j) s[i][j] = 0.0f;
         }
-#pragma unroll
+        // Four steps of d at a time: unrolled whole, the loads run further ahead and hold more registers
+        // (clang + ptxas for sm_90 at d = 64: 160 registers against 130), and on an H100 the forward ran 6 %
+        // slower.
+#pragma unroll 4
         for (int c = 0; c < HD4; ++c) {
             float4 a[BLOCK_RQ];
             float4 b[BLOCK_RK];
