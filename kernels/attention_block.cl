@@ -16,6 +16,11 @@
 // 2, and lse, in the natural base as every layout keeps it, is converted on the way out and in.
 //
 // Defines: HD (a multiple of 4), BQ, BK, BLOCK_RQ and BLOCK_RK (dividing BQ and BK; BK a multiple of 4).
+// ATTN_PART picks the kernels a build holds, so that a launch compiles only what it runs: 1 the forward, 2 the
+// backward's dq and dk/dv kernels, 3 the fused backward, 0 (the default) all of them.
+#ifndef ATTN_PART
+#define ATTN_PART 0
+#endif
 
 #ifndef HD
 #define HD 64
@@ -111,6 +116,7 @@
 // [BQ][BTX], or by shuffles), so the items of a row agree on its maximum and rescale alike. Each item sums the
 // probabilities of its own keys; the row sums are combined across the items once, at the end. Writes o and lse
 // as attn_fwd_tile does.
+#if ATTN_PART == 0 || ATTN_PART == 1
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_fwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
                __global const float* v, __global float* o, __global float* lse) {
@@ -292,10 +298,12 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
     }
 #undef vb
 }
+#endif
 
 // dQ: the group owns BQ query rows (q and dO tiles in local memory) and streams key and value tiles. Per tile,
 // the item's blocks of scores s = q·k and dp = dO·v come from one pass over d; ds = p·(dp − delta) with
 // p = exp(s·scale − lse) goes to the local dS tile, and the item adds dS times the key tile into its dq.
+#if ATTN_PART == 0 || ATTN_PART == 2
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_dq_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
               __global const float* v, __global const float* g, __global const float* lse,
@@ -410,6 +418,7 @@ attn_dq_block(const int S, const int causal, const float scale, __global const f
         }
     }
 }
+#endif
 
 // p[0..4) += v (p 16-byte aligned), atomically per float (the prelude's ncl_atomic_add); NCL_RED 4 (NVIDIA
 // GPUs of sm_90 and later, PTX 8.1) adds the four with one `red.global.v4.f32.add`.
@@ -673,6 +682,7 @@ attn_dkv_tiles(const int S, const int causal, const float scale, __global const 
     __local float lt[BK];           \
     __local float dt[BK];
 
+#if ATTN_PART == 0 || ATTN_PART == 2
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_dkv_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
                __global const float* v, __global const float* g, __global const float* lse,
@@ -681,8 +691,10 @@ attn_dkv_block(const int S, const int causal, const float scale, __global const 
     attn_dkv_tiles(S, causal, scale, q, k, v, g, lse, delta, dk, dv, (__global float*)0, ks, vs, qs, gs, ps, ds,
                    lt, dt);
 }
+#endif
 
 // The fused backward: dk and dv as attn_dkv_block, and dq added atomically into a dq the host has zeroed.
+#if ATTN_PART == 0 || ATTN_PART == 3
 __kernel __attribute__((reqd_work_group_size(BTY * BTX, 1, 1))) void
 attn_bwd_block(const int S, const int causal, const float scale, __global const float* q, __global const float* k,
                __global const float* v, __global const float* g, __global const float* lse,
@@ -690,3 +702,4 @@ attn_bwd_block(const int S, const int causal, const float scale, __global const 
     DKV_LOCALS
     attn_dkv_tiles(S, causal, scale, q, k, v, g, lse, delta, dk, dv, dq, ks, vs, qs, gs, ps, ds, lt, dt);
 }
+#endif

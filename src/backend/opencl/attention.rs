@@ -296,7 +296,8 @@ impl ClDevice {
                 let (shfl, copies) = self.fwd_block_features(p.d, (bq, bk, rq, rk));
                 let defs = defs
                     .set("NCL_SHFL", i32::from(shfl))
-                    .set("NCL_ASYNC", i32::from(copies));
+                    .set("NCL_ASYNC", i32::from(copies))
+                    .set("ATTN_PART", 1);
                 let kern = self.kernel(bab::FAMILY, &defs, bab::ATTN_FWD_BLOCK)?;
                 let args = bab::AttnFwdBlock {
                     S: p.s as i32,
@@ -339,11 +340,12 @@ impl ClDevice {
     ) -> Result<[Event; 2]> {
         let defs = Self::attn_defines(p, algo);
         // The dk/dv kernels copy their streamed tiles asynchronously where the device can (no more local
-        // memory: the next tile's copies start once the current one's last reader is done).
+        // memory: the next tile's copies start once the current one's last reader is done). A build holds
+        // only the kernels its launches run (`ATTN_PART`: 2 dq and dk/dv, 3 the fused kernel).
+        let copies = i32::from(self.async_copies());
         let defs = match algo {
-            AttnAlgo::Fused(..) | AttnAlgo::Block(..) => {
-                defs.set("NCL_ASYNC", i32::from(self.async_copies()))
-            }
+            AttnAlgo::Block(..) => defs.set("NCL_ASYNC", copies).set("ATTN_PART", 2),
+            AttnAlgo::Fused(..) => defs.set("NCL_ASYNC", copies).set("ATTN_PART", 3),
             _ => defs,
         };
         match algo {
