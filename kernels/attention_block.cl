@@ -92,23 +92,17 @@
 #endif
 
 #if NCL_ASYNC
-// As LOAD_BLOCK, by asynchronous copies; the caller commits them (CP_COMMIT) and waits for them (CP_WAIT_*).
-#define ASYNC_BLOCK(dst, src, r0, NR)                                                                 \
-    for (int e_ = lid; e_ < (NR) * HD4; e_ += BTY * BTX) {                                            \
-        const int rr_ = e_ / HD4;                                                                     \
-        const int cc_ = e_ - rr_ * HD4;                                                               \
-        const int in_ = (r0) + rr_ < S;                                                               \
-        const size_t at_ = in_ ? (size_t)((r0) + rr_) * HD4 + cc_ : 0;                              \
-        __global const float4* g_ = (__global const float4*)(src) + at_;                              \
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"                                  \
-                     :                                                                                \
-                     : "r"((uint)(size_t)((dst) + rr_ * BLD4 + cc_)), "l"((ulong)(size_t)g_),         \
-                       "r"(in_ ? 16 : 0)                                                              \
-                     : "memory");                                                                     \
+// As LOAD_BLOCK, by the prelude's asynchronous copies; the caller commits them (NCL_CP_COMMIT) and waits for
+// them (NCL_CP_WAIT).
+#define ASYNC_BLOCK(dst, src, r0, NR)                                                 \
+    for (int e_ = lid; e_ < (NR) * HD4; e_ += BTY * BTX) {                            \
+        const int rr_ = e_ / HD4;                                                     \
+        const int cc_ = e_ - rr_ * HD4;                                               \
+        const int in_ = (r0) + rr_ < S;                                               \
+        const size_t at_ = in_ ? (size_t)((r0) + rr_) * HD4 + cc_ : 0;              \
+        ncl_cp_async16((dst) + rr_ * BLD4 + cc_, (__global const float4*)(src) + at_, \
+                       in_ ? 16 : 0);                                                 \
     }
-#define CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
-#define CP_WAIT_ALL_BUT_LAST() asm volatile("cp.async.wait_group 1;" ::: "memory")
-#define CP_WAIT_ALL() asm volatile("cp.async.wait_group 0;" ::: "memory")
 #endif
 
 // The forward. The q tile stays in local memory; key and value tiles take turns in one buffer (NCL_ASYNC 0) or
@@ -136,7 +130,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
 #if NCL_ASYNC
     ASYNC_BLOCK(qs, q + base, q0, BQ)
     ASYNC_BLOCK(kb, k + base, 0, BK)
-    CP_COMMIT();
+    NCL_CP_COMMIT();
 #else
     LOAD_BLOCK(qs, q + base, q0, BQ)
 #endif
@@ -157,8 +151,8 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
 #if NCL_ASYNC
         // Every item is past the last tile's product with V: its value tile may be overwritten.
         ASYNC_BLOCK(vb, v + base, k0, BK)
-        CP_COMMIT();
-        CP_WAIT_ALL_BUT_LAST();
+        NCL_CP_COMMIT();
+        NCL_CP_WAIT(1);
 #else
         LOAD_BLOCK(kb, k + base, k0, BK)
 #endif
@@ -239,13 +233,13 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
             l[i] = li;
         }
 #if NCL_ASYNC
-        CP_WAIT_ALL();
+        NCL_CP_WAIT(0);
 #endif
         barrier(CLK_LOCAL_MEM_FENCE);
 #if NCL_ASYNC
         // Every item is past this tile's scores: the next key tile may come in under the product with V.
         if (k0 + BK < kend) ASYNC_BLOCK(kb, k + base, k0 + BK, BK)
-        CP_COMMIT();
+        NCL_CP_COMMIT();
 #endif
 #pragma unroll
         for (int c = 0; c < BK / 4; ++c) {
@@ -267,7 +261,7 @@ attn_fwd_block(const int S, const int causal, const float scale, __global const 
         }
     }
 #if NCL_ASYNC
-    CP_WAIT_ALL();
+    NCL_CP_WAIT(0);
 #endif
 #if !NCL_SHFL
     // Every item read `red` for the last tile before the barrier ahead of its P·V, so the row sums can go there.
@@ -441,13 +435,8 @@ static inline void attn_add_f32x4(__global float* p, const float4 v) {
 #define DQR (BK / BTY > 0 ? BK / BTY : 1)
 
 #if NCL_ASYNC
-// One element of a row term (lse or delta) of query qi < S into dst by an asynchronous 4-byte copy; zero past S.
-#define ASYNC_TERM(dst, src, qi)                                                                        \
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"                                         \
-                 :                                                                                      \
-                 : "r"((uint)(size_t)(dst)), "l"((ulong)(size_t)((src) + ((qi) < S ? (qi) : 0))),      \
-                   "r"((qi) < S ? 4 : 0)                                                                \
-                 : "memory");
+// One element of a row term (lse or delta) of query qi into dst by an asynchronous 4-byte copy; zero past S.
+#define ASYNC_TERM(dst, src, qi) ncl_cp_async4((dst), (src) + ((qi) < S ? (qi) : 0), (qi) < S ? 4 : 0);
 // The streamed tile of the dK/dV kernels from query row i0 (q, dO, lse and delta), by asynchronous copies.
 #define DKV_TILE_ASYNC(i0)                                                          \
     {                                                                               \
@@ -489,7 +478,7 @@ attn_dkv_tiles(const int S, const int causal, const float scale, __global const 
     ASYNC_BLOCK(ks, k + base, j0, BQ)
     ASYNC_BLOCK(vs, v + base, j0, BQ)
     DKV_TILE_ASYNC(istart)
-    CP_COMMIT();
+    NCL_CP_COMMIT();
 #else
     LOAD_BLOCK(ks, k + base, j0, BQ)
     LOAD_BLOCK(vs, v + base, j0, BQ)
@@ -506,7 +495,7 @@ attn_dkv_tiles(const int S, const int causal, const float scale, __global const 
     }
     for (int i0 = istart; i0 < S; i0 += BK) {
 #if NCL_ASYNC
-        CP_WAIT_ALL();
+        NCL_CP_WAIT(0);
 #else
         barrier(CLK_LOCAL_MEM_FENCE);
         LOAD_BLOCK(qs, q + base, i0, BK)
@@ -605,7 +594,7 @@ attn_dkv_tiles(const int S, const int causal, const float scale, __global const 
         // Every item is past this tile's q, dO, lse and delta: the next tile's come in under the dq product.
         barrier(CLK_LOCAL_MEM_FENCE);
         if (i0 + BK < S) DKV_TILE_ASYNC(i0 + BK)
-        CP_COMMIT();
+        NCL_CP_COMMIT();
 #endif
         if (dq) {
             // dS and the k tile stay as they are until the next tile's first barrier.

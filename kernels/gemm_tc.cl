@@ -570,23 +570,20 @@ void gemm_tc(const int M, const int N, const int K,
 // Copies n (0..CHUNK_E) elements from src to the 16 bytes at dst and zeros the rest.
 inline void tc_copy16(__local LT* dst, __global const LT* src, const int n) {
 #if TC_PTX
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
-                 :
-                 : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src), "r"(n * (int)sizeof(LT))
-                 : "memory");
+    ncl_cp_async16(dst, src, n * (int)sizeof(LT));
 #else
     for (int i = 0; i < CHUNK_E; ++i) dst[i] = i < n ? src[i] : (LT)0;
 #endif
 }
 
 #if TC_PTX
-#define CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define CP_COMMIT() NCL_CP_COMMIT()
 #if STAGES == 2
-#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 0;" ::: "memory")
+#define CP_WAIT_TILE() NCL_CP_WAIT(0)
 #elif STAGES == 3
-#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 1;" ::: "memory")
+#define CP_WAIT_TILE() NCL_CP_WAIT(1)
 #else
-#define CP_WAIT_TILE() asm volatile("cp.async.wait_group 2;" ::: "memory")
+#define CP_WAIT_TILE() NCL_CP_WAIT(2)
 #endif
 #define CP_WAIT_ALL() asm volatile("cp.async.wait_all;" ::: "memory")
 #define LDSM(r, p)                                                                                          \

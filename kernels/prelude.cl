@@ -118,6 +118,30 @@ inline float ncl_shfl_xor(const float v, const int m) {
 #define GROUP_FOLD(v, OP) GROUP_FOLD_TREE(v, OP)
 #endif
 
+// Asynchronous copies from global to local memory (PTX's `cp.async`, NVIDIA GPUs of compute capability 8.0 and
+// later), declared only in builds whose host sets NCL_ASYNC or TC_PTX. ncl_cp_async16 copies the first `bytes`
+// (0 to 16) of src to the 16 bytes at dst and zeros the rest (both 16-byte aligned; through L2 only);
+// ncl_cp_async4 the same for 4 bytes. No registers hold the data: the work-item goes on while it is in flight.
+// NCL_CP_COMMIT() closes the group of the copies issued since the last one; NCL_CP_WAIT(n) (a literal) waits
+// until at most n of the work-item's groups are in flight. A barrier after the wait makes the copies of every
+// item visible to the group.
+#if NCL_ASYNC || TC_PTX
+static inline void ncl_cp_async16(__local void* dst, __global const void* src, const int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src), "r"(bytes)
+                 : "memory");
+}
+static inline void ncl_cp_async4(__local void* dst, __global const void* src, const int bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;"
+                 :
+                 : "r"((uint)(size_t)dst), "l"((ulong)(size_t)src), "r"(bytes)
+                 : "memory");
+}
+#define NCL_CP_COMMIT() asm volatile("cp.async.commit_group;" ::: "memory")
+#define NCL_CP_WAIT(n) asm volatile("cp.async.wait_group " #n ";" ::: "memory")
+#endif
+
 // ncl_atomic_add(p, v): *p += v atomically for a global float, in any order (OpenCL 1.2 has no float atomics).
 // NCL_RED 0 (the default): a compare-and-swap loop on the bits. NCL_RED 1 or more (set by the host on NVIDIA
 // GPUs only, whose OpenCL compiler takes inline PTX): PTX's `red.global.add.f32`, done in the L2 cache without
